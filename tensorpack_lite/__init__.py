@@ -1,0 +1,28 @@
+"""tensorpack_lite: tensorpack's graph-mode training stack on TensorFlow 2.x (tf.compat.v1).
+
+Typical imports::
+
+    from tensorpack_lite import Trainer, ModelSaver, logger
+    from tensorpack_lite import tfv1 as tf      # tf.compat.v1
+"""
+
+from .compat import tfv1  # first: one clear error when TensorFlow is missing
+from .libinfo import __version__
+from .utils import logger
+
+from .callbacks import (Callback, CallbackFactory, Callbacks, CallbackToHook, HookToCallback,
+                        MonitorBase, Monitors, ProxyCallback)
+from .tfutils.common import get_global_step_var
+from .tfutils.sessinit import JustCurrentSession, SessionInit
+from .train import DEFAULT_CALLBACKS, DEFAULT_MONITORS, StopTraining, Trainer
+
+__all__ = [
+    'tfv1', 'logger', '__version__',
+    # callbacks
+    'Callback', 'CallbackFactory', 'Callbacks', 'CallbackToHook', 'HookToCallback',
+    'MonitorBase', 'Monitors', 'ProxyCallback',
+    # tfutils
+    'get_global_step_var', 'JustCurrentSession', 'SessionInit',
+    # train
+    'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'StopTraining', 'Trainer',
+]

@@ -1,0 +1,64 @@
+"""Adapters between tensorpack callbacks and TensorFlow's ``SessionRunHook``s."""
+
+from ..compat import tfv1
+from .base import Callback, name_culprit
+
+__all__ = ['CallbackToHook', 'HookToCallback']
+
+
+class CallbackToHook(tfv1.train.SessionRunHook):
+    """Presents a callback's ``before_run``/``after_run`` as a ``SessionRunHook``; an error
+    raised there carries a note naming the callback."""
+
+    def __init__(self, cb):
+        self._cb = cb
+
+    def before_run(self, run_context):
+        try:
+            return self._cb.before_run(run_context)
+        except Exception as err:
+            name_culprit(err, self._cb, 'before_run')
+            raise
+
+    def after_run(self, run_context, run_values):
+        try:
+            self._cb.after_run(run_context, run_values)
+        except Exception as err:
+            name_culprit(err, self._cb, 'after_run')
+            raise
+
+
+class HookToCallback(Callback):
+    """Runs a ``tf.compat.v1.train.SessionRunHook`` as a callback.
+
+    ``begin`` runs while the graph is set up, ``after_create_session`` before training,
+    ``before_run``/``after_run`` around every hooked step and ``end`` after training.
+
+    Example::
+
+        HookToCallback(tf.train.StepCounterHook(every_n_steps=100))
+    """
+
+    _chief_only = False
+
+    def __init__(self, hook):
+        self._hook = hook
+
+    def _setup_graph(self):
+        with tfv1.name_scope(None):
+            self._hook.begin()
+
+    def _before_train(self):
+        self._hook.after_create_session(self.trainer.sess, None)
+
+    def _before_run(self, ctx):
+        return self._hook.before_run(ctx)
+
+    def _after_run(self, ctx, run_values):
+        self._hook.after_run(ctx, run_values)
+
+    def _after_train(self):
+        self._hook.end(self.trainer.sess)
+
+    def __str__(self):
+        return "HookToCallback({})".format(type(self._hook).__name__)

@@ -1,0 +1,75 @@
+"""HookedSession: a session whose ``run`` also runs the ``before_run``/``after_run`` of hooks."""
+
+from ..compat import tfv1
+
+__all__ = ['HookedSession']
+
+
+class HookedSession:
+    """Wraps a ``tf.compat.v1.Session`` so that every :meth:`run` lets each hook add fetches,
+    feeds and run options beforehand (``hook.before_run``) and see their values afterwards
+    (``hook.after_run``). The caller gets back exactly what it fetched.
+
+    Any hook may call ``run_context.request_stop()``; :meth:`should_stop` then returns True.
+    The plain session (``trainer.sess``) triggers no hook.
+    """
+
+    def __init__(self, sess, hooks):
+        self._sess = sess
+        self._hooks = list(hooks)
+        self._stop_requested = False
+
+    @property
+    def session(self):
+        """The wrapped ``tf.compat.v1.Session``."""
+        return self._sess
+
+    @property
+    def graph(self):
+        return self._sess.graph
+
+    def should_stop(self):
+        return self._stop_requested
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        if not self._hooks:
+            return self._sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        context = tfv1.train.SessionRunContext(
+            original_args=tfv1.train.SessionRunArgs(fetches, feed_dict), session=self._sess)
+        hook_fetches = {}
+        feeds = dict(feed_dict) if feed_dict else {}
+        merged_options = None
+        for index, hook in enumerate(self._hooks):
+            request = hook.before_run(context)
+            if request is None:
+                continue
+            if request.fetches is not None:
+                hook_fetches[index] = request.fetches
+            if request.feed_dict:
+                for key, value in request.feed_dict.items():
+                    if key in feeds:
+                        raise RuntimeError("Hook {} feeds {}, which is already fed by the caller "
+                                           "or another hook.".format(hook, key))
+                    feeds[key] = value
+            if request.options is not None:
+                if merged_options is None:
+                    merged_options = tfv1.RunOptions()
+                    if options is not None:
+                        merged_options.MergeFrom(options)
+                merged_options.MergeFrom(request.options)
+        if merged_options is not None:
+            options = merged_options
+            if run_metadata is None:
+                run_metadata = tfv1.RunMetadata()
+        outputs = self._sess.run({'caller': fetches, 'hooks': hook_fetches}, feed_dict=feeds or None,
+                                 options=options, run_metadata=run_metadata)
+        hook_results = outputs['hooks']
+        for index, hook in enumerate(self._hooks):
+            hook.after_run(context, tfv1.train.SessionRunValues(
+                results=hook_results.get(index), options=options, run_metadata=run_metadata))
+        if context.stop_requested:
+            self._stop_requested = True
+        return outputs['caller']
+
+    def close(self):
+        self._sess.close()

@@ -1,0 +1,290 @@
+"""The base Trainer: the epoch/step double loop, callbacks and a hooked session.
+
+A trainer needs a graph with something to run each step. Either set ``trainer.train_op``::
+
+    loss = build_my_model()
+    train_op = tf.train.AdamOptimizer(1e-3).minimize(loss)
+    trainer = Trainer()
+    trainer.train_op = train_op
+    trainer.train_with_defaults(steps_per_epoch=100, max_epoch=10)
+
+or subclass it and override :meth:`Trainer.run_step` (e.g. a GAN alternating two ops).
+"""
+
+import numbers
+import time
+
+from ..callbacks.base import Callback
+from ..callbacks.group import Callbacks
+from ..callbacks.monitor import MonitorBase, Monitors
+from ..callbacks.steps import MaintainStepCounter
+from ..compat import tf, tfv1
+from ..tfutils.common import get_global_step_value
+from ..tfutils.hooked_session import HookedSession
+from ..tfutils.model_utils import describe_trainable_vars
+from ..tfutils.sesscreate import NewSessionCreator
+from ..tfutils.sessinit import JustCurrentSession, SessionInit
+from ..utils import logger
+from ..utils.argtools import call_only_once
+from ..utils.utils import humanize_time_delta
+
+__all__ = ['StopTraining', 'TrainLoop', 'Trainer']
+
+
+class StopTraining(Exception):
+    """Raise it from a callback or ``run_step`` to end training early and cleanly."""
+
+
+class TrainLoop:
+    """The loop's position: epoch, step within the epoch and global step, and its schedule.
+
+    Epochs are numbered from ``starting_epoch`` to ``max_epoch`` inclusive; each has
+    ``steps_per_epoch`` steps numbered from 0 (``local_step``). ``global_step`` counts every
+    step ever run, across restarts (it is read back from the graph's global step variable).
+    """
+
+    def __init__(self):
+        self._epoch_num = 0
+        self._global_step = 0
+        self._local_step = -1
+
+    @staticmethod
+    def check_schedule(steps_per_epoch, starting_epoch, max_epoch):
+        """Raise a clear error when the schedule is not one that can run."""
+        for name, value in (('steps_per_epoch', steps_per_epoch), ('starting_epoch', starting_epoch),
+                            ('max_epoch', max_epoch)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError("{} must be an integer, got {!r} of type {}".format(
+                    name, value, type(value).__name__))
+        if steps_per_epoch <= 0:
+            raise ValueError("steps_per_epoch must be a positive number of steps, got {}".format(
+                steps_per_epoch))
+        if starting_epoch < 1:
+            raise ValueError("starting_epoch counts from 1, got {}".format(starting_epoch))
+        if max_epoch < starting_epoch:
+            raise ValueError("max_epoch ({}) is smaller than starting_epoch ({}): no epoch would "
+                             "run".format(max_epoch, starting_epoch))
+
+    def config(self, steps_per_epoch, starting_epoch, max_epoch):
+        self.check_schedule(steps_per_epoch, starting_epoch, max_epoch)
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.starting_epoch = int(starting_epoch)
+        self.max_epoch = int(max_epoch)
+        self._epoch_num = self.starting_epoch - 1
+
+    def update_global_step(self):
+        """Read the global step from the graph's variable (in the default session)."""
+        self._global_step = get_global_step_value()
+
+    def increment_global_step(self):
+        """Account for one run of the step in Python, without a session call."""
+        self._global_step += 1
+
+    @property
+    def epoch_num(self):
+        """The current epoch (the last finished one outside an epoch)."""
+        return self._epoch_num
+
+    @property
+    def global_step(self):
+        """Steps run so far, across restarts."""
+        return self._global_step
+
+    @property
+    def local_step(self):
+        """The step within the current epoch, from 0."""
+        return self._local_step
+
+
+class Trainer:
+    """Runs callbacks and a step function in an epoch/step double loop.
+
+    :meth:`train` is :meth:`setup_callbacks` + :meth:`initialize` + :meth:`main_loop`;
+    :meth:`train_with_defaults` fills in tensorpack's default callbacks, monitors, session
+    creator and initializer. ``sess`` is the plain session; ``hooked_sess`` also runs the
+    callbacks' ``before_run``/``after_run`` and increments the global step.
+    """
+
+    is_chief = True
+    """Whether this process is the chief worker; only the chief runs chief-only callbacks
+    and initializes variables from ``session_init``."""
+
+    def __init__(self):
+        self._callbacks = []
+        self.loop = TrainLoop()
+
+    # The loop's state, as attributes of the trainer.
+    epoch_num = property(lambda self: self.loop.epoch_num)
+    global_step = property(lambda self: self.loop.global_step)
+    local_step = property(lambda self: self.loop.local_step)
+    starting_epoch = property(lambda self: self.loop.starting_epoch)
+    max_epoch = property(lambda self: self.loop.max_epoch)
+    steps_per_epoch = property(lambda self: self.loop.steps_per_epoch)
+
+    def register_callback(self, cb):
+        """Add a callback (or a list of them) before :meth:`setup_callbacks` runs.
+
+        Returns False when the callback is skipped because it is chief-only and this
+        trainer is not the chief, True otherwise.
+        """
+        if isinstance(cb, (list, tuple)):
+            return [self.register_callback(c) for c in cb]
+        if not isinstance(cb, Callback):
+            raise TypeError("register_callback() takes a Callback, got {!r} of type {}".format(
+                cb, type(cb).__name__))
+        if isinstance(self._callbacks, Callbacks):
+            raise RuntimeError("Cannot register callback {} after the callbacks were set up.".format(cb))
+        if not self.is_chief and cb.chief_only:
+            logger.warn("Callback {} is chief-only, skipped.".format(cb))
+            return False
+        self._callbacks.append(cb)
+        return True
+
+    def run_step(self):
+        """Run one training step. By default runs ``self.train_op`` in the hooked session;
+        override it for anything else (e.g. several ops per step)."""
+        if not hasattr(self, 'train_op'):
+            raise NotImplementedError("Set trainer.train_op, or override {}.run_step()".format(
+                type(self).__name__))
+        self.hooked_sess.run(self.train_op)
+
+    @staticmethod
+    def _check_callbacks_and_monitors(callbacks, monitors):
+        if not isinstance(callbacks, (list, tuple)):
+            raise TypeError("callbacks must be a list of Callback, got {}".format(type(callbacks).__name__))
+        if not isinstance(monitors, (list, tuple)):
+            raise TypeError("monitors must be a list of MonitorBase, got {}".format(type(monitors).__name__))
+        for index, cb in enumerate(callbacks):
+            if not isinstance(cb, Callback):
+                raise TypeError("callbacks[{}] is not a Callback: {!r} of type {}".format(
+                    index, cb, type(cb).__name__))
+        for index, m in enumerate(monitors):
+            if not isinstance(m, MonitorBase):
+                raise TypeError("monitors[{}] is not a MonitorBase: {!r} of type {}".format(
+                    index, m, type(m).__name__))
+
+    @call_only_once
+    def setup_callbacks(self, callbacks, monitors):
+        """Register the step counter, ``callbacks`` and ``monitors`` and let them all build
+        their ops. The callbacks run in this order: step counter, ``callbacks`` (in the
+        given order), ``monitors``, then ``trainer.monitors`` itself."""
+        self._check_callbacks_and_monitors(callbacks, monitors)
+        describe_trainable_vars()
+        self.register_callback(MaintainStepCounter())
+        for cb in callbacks:
+            self.register_callback(cb)
+        registered_monitors = [m for m in monitors if self.register_callback(m)]
+        self.monitors = Monitors(registered_monitors)
+        self.register_callback(self.monitors)
+        logger.info("Setup callbacks graph ...")
+        self._callbacks = Callbacks(self._callbacks)
+        self._callbacks.setup_graph(self)
+
+    @call_only_once
+    def initialize(self, session_creator, session_init):
+        """Create the session, build the hooked session, run ``session_init`` (on the chief)
+        and finalize the graph."""
+        if not isinstance(session_creator, tfv1.train.SessionCreator):
+            raise TypeError("session_creator must be a tf.compat.v1.train.SessionCreator, got {}".format(
+                type(session_creator).__name__))
+        if not isinstance(session_init, SessionInit):
+            raise TypeError("session_init must be a SessionInit, got {}".format(type(session_init).__name__))
+        session_init._setup_graph()
+        logger.info("Creating the session ...")
+        self.sess = session_creator.create_session()
+        self.hooked_sess = HookedSession(self.sess, self._callbacks.get_hooks())
+        if self.is_chief:
+            logger.info("Initializing the session ...")
+            session_init._run_init(self.sess)
+        elif not isinstance(session_init, JustCurrentSession):
+            logger.warn("This is not the chief worker: session_init {} was ignored.".format(
+                type(session_init).__name__))
+        self.sess.graph.finalize()
+        logger.info("Graph finalized.")
+
+    @call_only_once
+    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
+        """Run the epochs. ``after_train`` of every callback runs and the session is closed
+        however the loop ends (finished, StopTraining, an error, Ctrl-C)."""
+        with self.sess.as_default():
+            self.loop.config(steps_per_epoch, starting_epoch, max_epoch)
+            self.loop.update_global_step()
+            failed = True
+            try:
+                self._run_epochs()
+                failed = False
+            except (StopTraining, tf.errors.OutOfRangeError) as err:
+                failed = False
+                logger.info("Training was stopped by {}: {}".format(type(err).__name__, err))
+            except KeyboardInterrupt:
+                logger.info("Detected Ctrl-C and exiting main loop.")
+                raise
+            except Exception as err:
+                culprit = getattr(err, 'callback', None)
+                where = " in callback {}".format(culprit) if culprit is not None else ""
+                logger.error("Training failed{}: {}: {}".format(where, type(err).__name__, err))
+                raise
+            finally:
+                self._end_training(failed)
+
+    def _run_epochs(self):
+        loop = self.loop
+        callbacks = self._callbacks
+        callbacks.before_train()
+        loop.update_global_step()  # callbacks may have changed it
+        for loop._epoch_num in range(loop.starting_epoch, loop.max_epoch + 1):
+            logger.info("Start Epoch {} ...".format(loop.epoch_num))
+            callbacks.before_epoch()
+            start = time.time()
+            for loop._local_step in range(loop.steps_per_epoch):
+                if self.hooked_sess.should_stop():
+                    logger.info("A hook requested to stop training.")
+                    return
+                self.run_step()
+                callbacks.trigger_step()
+            callbacks.after_epoch()
+            logger.info("Epoch {} (global_step {}) finished, time:{}.".format(
+                loop.epoch_num, loop.global_step, humanize_time_delta(time.time() - start)))
+            callbacks.trigger_epoch()
+        logger.info("Training has finished!")
+
+    def _end_training(self, failed):
+        try:
+            self._callbacks.after_train()
+        except Exception:
+            if not failed:
+                raise
+            # The error that stopped training matters more; this one was logged by Callbacks.
+        finally:
+            self.hooked_sess.close()
+
+    def train(self, callbacks, monitors, session_creator, session_init, steps_per_epoch,
+              starting_epoch=1, max_epoch=9999999):
+        """Set up callbacks, create and initialize the session, then run the loop.
+
+        Every argument is checked before any graph change or session.
+        """
+        self._check_callbacks_and_monitors(callbacks, monitors)
+        TrainLoop.check_schedule(steps_per_epoch, starting_epoch, max_epoch)
+        self.setup_callbacks(callbacks, monitors)
+        self.initialize(session_creator, session_init)
+        self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
+
+    def train_with_defaults(self, _sentinel=None, callbacks=None, monitors=None,
+                            session_creator=None, session_init=None, steps_per_epoch=None,
+                            starting_epoch=1, max_epoch=9999999, extra_callbacks=None):
+        """:meth:`train` with defaults: ``monitors`` default to ``DEFAULT_MONITORS()``,
+        ``extra_callbacks`` (appended to ``callbacks``) to ``DEFAULT_CALLBACKS()``, a
+        :class:`NewSessionCreator` and :class:`JustCurrentSession`. Keyword arguments only;
+        ``steps_per_epoch`` is required.
+        """
+        from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS
+        if _sentinel is not None:
+            raise TypeError("train_with_defaults() takes keyword arguments only")
+        if steps_per_epoch is None:
+            raise ValueError("train_with_defaults() needs steps_per_epoch")
+        callbacks = list(callbacks or [])
+        callbacks.extend(DEFAULT_CALLBACKS() if extra_callbacks is None else extra_callbacks)
+        monitors = DEFAULT_MONITORS() if monitors is None else monitors
+        self.train(callbacks, monitors, session_creator or NewSessionCreator(),
+                   session_init or JustCurrentSession(), steps_per_epoch, starting_epoch, max_epoch)

@@ -1,0 +1,76 @@
+"""How many GPUs this process can use, found cheaply (without importing TensorFlow when possible)."""
+
+import os
+import re
+import shutil
+
+from . import logger
+
+__all__ = ['get_num_gpu', 'get_nr_gpu']
+
+_NVIDIA_SMI_TIMEOUT = 5
+
+
+def _count_cuda_visible_devices(value):
+    """Number of devices CUDA exposes for a CUDA_VISIBLE_DEVICES value.
+
+    CUDA reads the comma-separated list up to the first invalid entry, so '' and '-1' hide
+    every GPU and '0,-1,1' exposes one. Entries are indices or 'GPU-…'/'MIG-…' UUIDs.
+    """
+    count = 0
+    for entry in value.split(','):
+        entry = entry.strip()
+        if re.fullmatch(r'\d+', entry) or re.match(r'(GPU|MIG)-', entry):
+            count += 1
+        else:
+            break
+    return count
+
+
+def _count_with_nvidia_smi():
+    """GPU count from ``nvidia-smi -L``, or None when it is unavailable or fails."""
+    if shutil.which('nvidia-smi') is None:
+        return None
+    from .concurrency import subproc_call  # local: keeps this module's import light
+    output, code = subproc_call(['nvidia-smi', '-L'], timeout=_NVIDIA_SMI_TIMEOUT)
+    if code != 0:
+        return None
+    lines = output.decode('utf-8', errors='replace').splitlines()
+    # one "GPU i: <name> (UUID: ...)" line per GPU; MIG slices are listed on indented lines
+    return sum(1 for line in lines if line.startswith('GPU '))
+
+
+def _count_with_tensorflow():
+    try:
+        from ..compat import tf
+        return len(tf.config.list_physical_devices('GPU'))
+    except Exception as err:  # a broken TF install must not break a mere count
+        logger.debug("get_num_gpu(): TensorFlow could not list GPUs: {}".format(err))
+        return 0
+
+
+def get_num_gpu():
+    """The number of GPUs available to this process, as an int. Never raises.
+
+    In order: ``$CUDA_VISIBLE_DEVICES`` when set (the empty string means none);
+    else ``nvidia-smi -L`` when it is on PATH (with a timeout); 0 when there is no
+    ``nvidia-smi`` at all; TensorFlow is asked only when ``nvidia-smi`` exists but fails.
+    """
+    try:
+        env = os.environ.get('CUDA_VISIBLE_DEVICES')
+        if env is not None:
+            return _count_cuda_visible_devices(env)
+        if shutil.which('nvidia-smi') is None:
+            return 0
+        num = _count_with_nvidia_smi()
+        if num is not None:
+            return num
+        logger.info("nvidia-smi failed; asking TensorFlow for the number of GPUs ...")
+        return _count_with_tensorflow()
+    except Exception as err:  # pragma: no cover - defensive
+        logger.warn("get_num_gpu() failed ({}); assuming 0 GPUs".format(err))
+        return 0
+
+
+get_nr_gpu = get_num_gpu
+"""Old name of :func:`get_num_gpu`."""

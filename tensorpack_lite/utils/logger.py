@@ -1,0 +1,211 @@
+"""The library's logger: colored messages on the terminal, the same messages in ``log.log``.
+
+The logger directory is where training writes everything it produces (``log.log``,
+``stats.json``, TensorBoard event files, checkpoints).  Set it with :func:`set_logger_dir`
+or :func:`auto_set_dir` before training.
+
+Example::
+
+    from tensorpack_lite.utils import logger
+    logger.set_logger_dir('train_log/mnist', action='k')
+    logger.info("written to the terminal and to train_log/mnist/log.log")
+"""
+
+import errno
+import logging
+import os
+import shutil
+import sys
+from datetime import datetime
+
+from termcolor import colored
+
+__all__ = ['set_logger_dir', 'auto_set_dir', 'get_logger_dir',
+           'info', 'warning', 'warn', 'error', 'exception', 'debug', 'critical', 'setLevel',
+           'LOG_FILE_NAME', 'ACTION_ENV_VAR']
+
+LOG_FILE_NAME = 'log.log'
+ACTION_ENV_VAR = 'TENSORPACK_LOGGER_ACTION'
+"""Environment variable read by :func:`set_logger_dir` when no action is given and stdin is no TTY."""
+
+_ACTIONS = {
+    'k': 'keep the directory and append to it',
+    'd': 'delete the directory and start afresh',
+    'b': 'rename the directory to a timestamped backup and start afresh',
+    'n': 'leave the directory alone and log to a new, timestamped one',
+    'q': 'quit',
+}
+
+
+class _ColorFormatter(logging.Formatter):
+    """Prefixes each record with a green timestamp and its source, and a colored level tag."""
+
+    _LEVEL_TAGS = {
+        logging.WARNING: colored('WRN', 'red', attrs=['blink']),
+        logging.ERROR: colored('ERR', 'red', attrs=['blink', 'underline']),
+        logging.CRITICAL: colored('ERR', 'red', attrs=['blink', 'underline']),
+        logging.DEBUG: colored('DBG', 'yellow', attrs=['blink']),
+    }
+
+    def format(self, record):
+        prefix = colored('[%(asctime)s @%(filename)s:%(lineno)d]', 'green')
+        tag = self._LEVEL_TAGS.get(record.levelno)
+        fmt = prefix + ' ' + (tag + ' ' if tag else '') + '%(message)s'
+        self._style._fmt = fmt
+        return super().format(record)
+
+
+class _PlainFormatter(logging.Formatter):
+    """The file-side formatter: no escape codes, full date."""
+
+    def __init__(self):
+        super().__init__('[%(asctime)s @%(filename)s:%(lineno)d] %(levelname).3s %(message)s',
+                         datefmt='%Y-%m-%d %H:%M:%S')
+
+
+def _make_logger():
+    lg = logging.getLogger('tensorpack_lite')
+    lg.propagate = False
+    lg.setLevel(logging.INFO)
+    if not lg.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(_ColorFormatter(datefmt='%m%d %H:%M:%S'))
+        lg.addHandler(handler)
+    return lg
+
+
+_logger = _make_logger()
+info = _logger.info
+warning = _logger.warning
+warn = _logger.warning
+error = _logger.error
+exception = _logger.exception
+debug = _logger.debug
+critical = _logger.critical
+setLevel = _logger.setLevel
+
+_LOGGER_DIR = None
+_FILE_HANDLER = None
+
+
+def _timestamp():
+    return datetime.now().strftime('%m%d-%H%M%S')
+
+
+def _unused_name(base):
+    """``base``, or ``base.1``, ``base.2``... whichever does not exist yet."""
+    name, i = base, 0
+    while os.path.exists(name):
+        i += 1
+        name = '{}.{}'.format(base, i)
+    return name
+
+
+def _attach_file_handler(path):
+    global _FILE_HANDLER
+    if os.path.isfile(path):
+        backup = _unused_name(path + '.' + _timestamp())
+        shutil.move(path, backup)
+        info("Existing log file '{}' backed up to '{}'".format(path, backup))
+    handler = logging.FileHandler(filename=path, encoding='utf-8', mode='w')
+    handler.setFormatter(_PlainFormatter())
+    _FILE_HANDLER = handler
+    _logger.addHandler(handler)
+    info("Argv: " + ' '.join(sys.argv))
+
+
+def _detach_file_handler():
+    global _FILE_HANDLER, _LOGGER_DIR
+    if _FILE_HANDLER is not None:
+        _logger.removeHandler(_FILE_HANDLER)
+        _FILE_HANDLER.close()
+        _FILE_HANDLER = None
+    _LOGGER_DIR = None
+
+
+def _dir_has_content(dirname):
+    return os.path.isdir(dirname) and len([x for x in os.listdir(dirname) if x[0] != '.']) > 0
+
+
+def _choose_action(dirname, action):
+    """Returns the action to take on an existing, non-empty ``dirname``. Never blocks without a TTY."""
+    if action is None:
+        action = os.environ.get(ACTION_ENV_VAR) or None
+    if action is None:
+        if not sys.stdin or not sys.stdin.isatty():
+            raise RuntimeError(
+                "Log directory '{}' already exists and is not empty, and no action was given. "
+                "Pass action= to set_logger_dir()/auto_set_dir() or set ${} to one of {} "
+                "({}).".format(dirname, ACTION_ENV_VAR, '/'.join(_ACTIONS),
+                               '; '.join('{}: {}'.format(k, v) for k, v in _ACTIONS.items())))
+        warn("Log directory {} exists!".format(dirname))
+        for key, meaning in _ACTIONS.items():
+            info("  {}: {}".format(key, meaning))
+        action = input("Select action ({}): ".format('/'.join(_ACTIONS))).lower().strip()
+    return _validate_action(action)
+
+
+def _validate_action(action):
+    """Normalise ``action`` and return it; ValueError when it is not one of the known ones."""
+    action = str(action).lower().strip()
+    if action not in _ACTIONS:
+        raise ValueError("Unknown logger directory action '{}'; choose one of {}.".format(
+            action, ', '.join('{} ({})'.format(k, v) for k, v in _ACTIONS.items())))
+    return action
+
+
+def set_logger_dir(dirname, action=None):
+    """Make ``dirname`` the logger directory and log to ``dirname/log.log`` as well.
+
+    Args:
+        dirname (str): the directory; created when missing.
+        action (str): what to do when ``dirname`` exists and is not empty: 'k' keep (append,
+            e.g. to resume), 'd' delete, 'b' back it up under a timestamped name, 'n' use a new
+            timestamped directory instead, 'q' quit.  When None, ``$TENSORPACK_LOGGER_ACTION``
+            is read; failing that the user is asked on a terminal, and without a terminal
+            (e.g. CI) a RuntimeError explains what to set.
+    """
+    global _LOGGER_DIR
+    dirname = os.path.normpath(dirname)
+    if action is not None:  # reject a typo now, not only on the day the directory exists
+        _validate_action(action)
+    _detach_file_handler()
+    if _dir_has_content(dirname):
+        chosen = _choose_action(dirname, action)
+        if chosen == 'b':
+            backup = _unused_name(dirname + '-' + _timestamp())
+            shutil.move(dirname, backup)
+            info("Directory '{}' backed up to '{}'".format(dirname, backup))
+        elif chosen == 'd':
+            shutil.rmtree(dirname, ignore_errors=True)
+            if os.path.isdir(dirname):  # a file system that lags behind
+                shutil.rmtree(dirname, ignore_errors=False)
+            info("Deleted directory '{}'".format(dirname))
+        elif chosen == 'n':
+            dirname = _unused_name(dirname + '-' + _timestamp())
+            info("Using a new log directory '{}'".format(dirname))
+        elif chosen == 'k':
+            pass
+        else:  # 'q'
+            raise OSError(errno.EEXIST, "Log directory exists and the user chose to quit", dirname)
+    os.makedirs(dirname, exist_ok=True)
+    _LOGGER_DIR = dirname
+    _attach_file_handler(os.path.join(dirname, LOG_FILE_NAME))
+
+
+def auto_set_dir(action=None, name=None):
+    """Set the logger directory to ``train_log/<script name>[:name]``.
+
+    The script name is the basename of the main module without its extension.
+    """
+    main = sys.modules['__main__']
+    script = os.path.basename(getattr(main, '__file__', None) or 'interactive')
+    dirname = os.path.join('train_log', os.path.splitext(script)[0])
+    if name:
+        dirname += ':' + name
+    set_logger_dir(dirname, action=action)
+
+
+def get_logger_dir():
+    """The logger directory, or None when it was not set."""
+    return _LOGGER_DIR
