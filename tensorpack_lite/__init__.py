@@ -2,7 +2,7 @@
 
 Typical imports::
 
-    from tensorpack_lite import Trainer, ModelSaver, logger
+    from tensorpack_lite import Trainer, PeriodicTrigger, BatchData, logger
     from tensorpack_lite import tfv1 as tf      # tf.compat.v1
 """
 
@@ -10,8 +10,17 @@ from .compat import tfv1  # first: one clear error when TensorFlow is missing
 from .libinfo import __version__
 from .utils import logger
 
-from .callbacks import (Callback, CallbackFactory, Callbacks, CallbackToHook, HookToCallback,
-                        MonitorBase, Monitors, ProxyCallback)
+from .callbacks import (
+    Callback, CallbackFactory, Callbacks, CallbackToHook, EnableCallbackIf, EstimatedTimeLeft,
+    GPUUtilizationTracker, HookToCallback, JSONWriter, MergeAllSummaries, MonitorBase, Monitors,
+    MovingAverageSummary, PeakMemoryTracker, PeriodicCallback, PeriodicTrigger, ProcessTensors,
+    ProgressBar, ProxyCallback, RunOp, RunUpdateOps, ScalarPrinter, SendMonitorData,
+    SessionRunTimeout, SimpleMovingAverage, StartProcOrThread, TFEventWriter, ThroughputTracker)
+from .dataflow import (
+    BatchData, BatchDataByShape, CacheData, ConcatData, DataFlow, DataFlowTerminated,
+    DataFromGenerator, DataFromIterable, DataFromList, FixedSizeData, JoinData,
+    LocallyShuffleData, MapData, MapDataComponent, PrintData, ProxyDataFlow, RepeatedData,
+    RepeatedDataPoint, RNGDataFlow, SelectComponent, TestDataSpeed)
 from .tfutils.common import get_global_step_var
 from .tfutils.sessinit import JustCurrentSession, SessionInit
 from .train import DEFAULT_CALLBACKS, DEFAULT_MONITORS, StopTraining, Trainer
@@ -19,8 +28,17 @@ from .train import DEFAULT_CALLBACKS, DEFAULT_MONITORS, StopTraining, Trainer
 __all__ = [
     'tfv1', 'logger', '__version__',
     # callbacks
-    'Callback', 'CallbackFactory', 'Callbacks', 'CallbackToHook', 'HookToCallback',
-    'MonitorBase', 'Monitors', 'ProxyCallback',
+    'Callback', 'CallbackFactory', 'Callbacks', 'CallbackToHook', 'EnableCallbackIf',
+    'EstimatedTimeLeft', 'GPUUtilizationTracker', 'HookToCallback', 'JSONWriter',
+    'MergeAllSummaries', 'MonitorBase', 'Monitors', 'MovingAverageSummary', 'PeakMemoryTracker',
+    'PeriodicCallback', 'PeriodicTrigger', 'ProcessTensors', 'ProgressBar', 'ProxyCallback',
+    'RunOp', 'RunUpdateOps', 'ScalarPrinter', 'SendMonitorData', 'SessionRunTimeout',
+    'SimpleMovingAverage', 'StartProcOrThread', 'TFEventWriter', 'ThroughputTracker',
+    # dataflow
+    'BatchData', 'BatchDataByShape', 'CacheData', 'ConcatData', 'DataFlow', 'DataFlowTerminated',
+    'DataFromGenerator', 'DataFromIterable', 'DataFromList', 'FixedSizeData', 'JoinData',
+    'LocallyShuffleData', 'MapData', 'MapDataComponent', 'PrintData', 'ProxyDataFlow',
+    'RepeatedData', 'RepeatedDataPoint', 'RNGDataFlow', 'SelectComponent', 'TestDataSpeed',
     # tfutils
     'get_global_step_var', 'JustCurrentSession', 'SessionInit',
     # train

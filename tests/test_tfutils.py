@@ -180,3 +180,33 @@ def test_import_without_tensorflow_is_one_clear_error():
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert 'ERROR:' in out.stdout, out.stderr
     assert 'pip install tensorflow-cpu' in out.stdout
+
+
+def test_hooked_session_feed_free_runs_follow_changing_fetches():
+    """Cached callables must never return the values of a previous fetch structure."""
+    a = tf.constant(1.0)
+    b = tf.constant(2.0)
+    counter = tfv1.get_variable('counter', [], initializer=tfv1.zeros_initializer())
+    bump = tfv1.assign_add(counter, 1.0)
+
+    class Alternating(tfv1.train.SessionRunHook):
+        def __init__(self):
+            self.calls = 0
+            self.seen = []
+
+        def before_run(self, ctx):
+            self.calls += 1
+            fetches = [a] if self.calls % 2 else {'b': b, 'both': [a, b]}
+            return tfv1.train.SessionRunArgs(fetches)
+
+        def after_run(self, ctx, values):
+            self.seen.append(values.results)
+
+    hook = Alternating()
+    with tfv1.Session() as sess:
+        sess.run(counter.initializer)
+        hooked = HookedSession(sess, [hook])
+        outputs = [hooked.run(bump) for _ in range(4)]
+        assert outputs == [1.0, 2.0, 3.0, 4.0]
+        assert hook.seen == [[1.0], {'b': 2.0, 'both': [1.0, 2.0]}] * 2
+        assert hooked.run({'value': counter.read_value()}) == {'value': 4.0}

@@ -1,11 +1,15 @@
-"""Callbacks that act on every step."""
+"""Callbacks that act on every step: the step counter, a progress bar, a run timeout and a
+tensor printer."""
+
+import numbers
 
 from ..compat import tfv1
-from ..tfutils.common import get_global_step_var
+from ..tfutils.common import get_global_step_var, get_op_tensor_name
 from ..utils import logger
+from ..utils.utils import get_tqdm, get_tqdm_kwargs
 from .base import Callback
 
-__all__ = ['MaintainStepCounter']
+__all__ = ['MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter']
 
 GLOBAL_STEP_INCR_OP_NAME = 'global_step_incr'
 
@@ -35,3 +39,142 @@ class MaintainStepCounter(Callback):
 
     def _after_run(self, _, __):
         self.trainer.loop.increment_global_step()
+
+
+def _check_names(owner, names):
+    """A list of tensor names; a single string is a clear error (it is not a list of names)."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise TypeError("{}: names must be a list or tuple of tensor names, got {!r}".format(owner, names))
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError("{}: tensor names must be strings, got {!r} of type {}".format(
+                owner, name, type(name).__name__))
+    return list(names)
+
+
+class ProgressBar(Callback):
+    """A tqdm progress bar for each epoch, optionally showing the latest values of some
+    scalar tensors (fetched along with the first ``hooked_sess.run`` of each step).
+
+    Args:
+        names (list[str]): names of scalar tensors to show, e.g. ``['loss']``; a name not in
+            the graph is looked up in the first training tower.
+        tqdm_kwargs: passed on to tqdm, overriding the defaults of
+            :func:`~tensorpack_lite.utils.utils.get_tqdm_kwargs` (e.g. ``file=...``).
+
+    Example::
+
+        ProgressBar(['loss', 'accuracy'])
+    """
+
+    _chief_only = False
+
+    def __init__(self, names=(), **tqdm_kwargs):
+        names = _check_names('ProgressBar', names)
+        self._names = [get_op_tensor_name(n)[1] for n in names]
+        self._tags = [get_op_tensor_name(n)[0].split('/')[-1] for n in names]
+        self._extra_tqdm_kwargs = tqdm_kwargs
+        self._bar = None
+        self._fetches = None
+
+    def _setup_graph(self):
+        tensors = self.get_tensors_maybe_in_tower(self._names)
+        for tensor in tensors:
+            if tensor.shape.ndims not in (None, 0):
+                raise ValueError("ProgressBar shows scalars only; tensor '{}' has shape {}".format(
+                    tensor.name, tensor.shape))
+        if tensors:
+            self._fetches = tfv1.train.SessionRunArgs(fetches=tensors)
+
+    def _before_train(self):
+        self._total = self.trainer.steps_per_epoch
+        kwargs = dict(leave=True)
+        kwargs.update(self._extra_tqdm_kwargs)
+        self._tqdm_kwargs = get_tqdm_kwargs(**kwargs)
+        if self._fetches is not None and 'bar_format' not in self._extra_tqdm_kwargs:
+            self._tqdm_kwargs['bar_format'] += '{postfix} '
+
+    def _before_epoch(self):
+        self._close_bar()
+        self._bar = get_tqdm(total=self._total, **self._tqdm_kwargs)
+        self._fetched_at = None
+
+    def _before_run(self, _):
+        # Fetch once per step, even when a step calls hooked_sess.run several times.
+        position = (self.epoch_num, self.local_step)
+        if self._bar is None or self._fetches is None or position == self._fetched_at:
+            return None
+        self._fetched_at = position
+        return self._fetches
+
+    def _after_run(self, _, run_values):
+        if self._bar is not None and run_values.results:
+            self._bar.set_postfix(zip(self._tags, run_values.results), refresh=False)
+
+    def _trigger_step(self):
+        if self._bar is not None:
+            self._bar.update()
+
+    def _after_epoch(self):
+        self._close_bar()
+
+    def _after_train(self):
+        self._close_bar()  # training may have ended in the middle of an epoch
+
+    def _close_bar(self):
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class SessionRunTimeout(Callback):
+    """Give every ``hooked_sess.run`` a deadline: a step that takes longer than
+    ``timeout_in_ms`` milliseconds is cancelled with ``tf.errors.DeadlineExceededError``
+    (e.g. a step blocked on an empty queue).
+
+    Example::
+
+        SessionRunTimeout(60 * 1000)   # no step may take more than a minute
+    """
+
+    def __init__(self, timeout_in_ms):
+        if isinstance(timeout_in_ms, bool) or not isinstance(timeout_in_ms, numbers.Integral) \
+                or timeout_in_ms <= 0:
+            raise ValueError("SessionRunTimeout: timeout_in_ms must be a positive integer, got "
+                             "{!r}".format(timeout_in_ms))
+        self._timeout = int(timeout_in_ms)
+        self._run_args = tfv1.train.SessionRunArgs(
+            fetches=None, options=tfv1.RunOptions(timeout_in_ms=self._timeout))
+
+    def _before_run(self, _):
+        return self._run_args
+
+    def __str__(self):
+        return "SessionRunTimeout({}ms)".format(self._timeout)
+
+
+class TensorPrinter(Callback):
+    """Log the values of some tensors at every ``hooked_sess.run``, as ``name: value``.
+
+    It fetches the tensors along with the step; printing inside the graph
+    (``tf.print``) is cheaper when speed matters.
+
+    Example::
+
+        TensorPrinter(['loss', 'learning_rate'])
+    """
+
+    def __init__(self, names):
+        names = _check_names('TensorPrinter', names)
+        self._names = [get_op_tensor_name(n)[1] for n in names]
+
+    def _setup_graph(self):
+        self._fetches = tfv1.train.SessionRunArgs(
+            fetches=self.get_tensors_maybe_in_tower(self._names))
+
+    def _before_run(self, _):
+        return self._fetches
+
+    def _after_run(self, _, run_values):
+        for name, value in zip(self._names, run_values.results):
+            logger.info("{}: {}".format(name, value))

@@ -265,18 +265,21 @@ def start_proc_mask_signal(proc):
 _PR_SET_PDEATHSIG = 1
 
 
-def enable_death_signal(_warn=True):
-    """Ask the Linux kernel to send SIGHUP to the calling process when its parent dies, so
+def enable_death_signal(_warn=True, sig=signal.SIGTERM):
+    """Ask the Linux kernel to send ``sig`` to the calling process when its parent dies, so
     that a worker process does not outlive a killed parent. Call it in the child.
 
-    A no-op (with a debug log) on other systems or when ``prctl`` cannot be called.
+    The default is SIGTERM rather than SIGHUP: a run started under ``nohup`` ignores SIGHUP,
+    and that disposition is inherited by its workers.
+
+    A no-op (with a debug log) on other systems; a warning (once) if ``prctl`` fails.
     """
     if platform.system() != 'Linux':
         logger.debug("enable_death_signal() is a no-op on {}".format(platform.system()))
         return
     try:
         libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True)
-        ret = libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(int(signal.SIGHUP)),
+        ret = libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(int(sig)),
                          ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
     except (OSError, AttributeError) as err:
         if _warn:

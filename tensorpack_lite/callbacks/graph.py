@@ -1,0 +1,186 @@
+"""Callbacks that run ops of the graph or fetch its tensors.
+
+* :class:`RunOp` runs an op before training, when triggered and/or with every step.
+* :class:`RunUpdateOps` runs the ``UPDATE_OPS`` collection (e.g. batch-norm statistics)
+  with every step.
+* :class:`ProcessTensors` fetches tensors with every step and hands their values to a function.
+"""
+
+from ..compat import tf, tfv1
+from ..tfutils.common import get_op_or_tensor_by_name
+from ..utils import logger
+from .base import Callback
+
+__all__ = ['RunOp', 'RunUpdateOps', 'ProcessTensors']
+
+
+_VARIABLE_OP_TYPES = ('VarHandleOp', 'VariableV2', 'Variable')
+
+
+def _as_operation(thing, owner):
+    """The ``tf.Operation`` to run for ``thing``: an op, a tensor (its op), what ``assign*`` on a
+    resource variable returns in graph mode (its assign op), or the name of an op/tensor."""
+    if isinstance(thing, str):
+        thing = get_op_or_tensor_by_name(thing)
+    if isinstance(thing, tf.Operation):
+        return thing
+    op = getattr(thing, 'op', None)
+    if isinstance(op, tf.Operation) and op.type not in _VARIABLE_OP_TYPES:
+        return op
+    raise TypeError("{}: expected a tf.Operation, a tf.Tensor or the name of one, got {!r} of "
+                    "type {}".format(owner, thing, type(thing).__name__))
+
+
+class RunOp(Callback):
+    """Run an op before training, at every :meth:`trigger` (by default the end of every epoch)
+    and/or along with every ``hooked_sess.run``.
+
+    Args:
+        op: a ``tf.Operation`` or ``tf.Tensor`` (its op is run), its name, or a function
+            returning one of these. A function is called in :meth:`setup_graph`, when the
+            model's graph exists.
+        run_before (bool): run the op once before training.
+        run_as_trigger (bool): run the op at every :meth:`trigger`.
+        run_step (bool): run the op along with every ``hooked_sess.run`` (every step).
+        verbose (bool): log every time the op is run.
+
+    Example::
+
+        # copy the online network into the target network every epoch (DQN)
+        RunOp(lambda: tf.group(*[t.assign(s) for t, s in zip(target_vars, online_vars)]),
+              run_before=True, run_as_trigger=True)
+    """
+
+    _chief_only = False
+
+    def __init__(self, op, run_before=True, run_as_trigger=True, run_step=False, verbose=False):
+        if callable(op) and not isinstance(op, str):
+            self.setup_func = op
+        else:
+            if not isinstance(op, str):
+                _as_operation(op, 'RunOp')  # a clear error now rather than at setup_graph
+            self.setup_func = lambda: op
+        self.run_before = bool(run_before)
+        self.run_as_trigger = bool(run_as_trigger)
+        self.run_step = bool(run_step)
+        self.verbose = bool(verbose)
+
+    def _build_op(self):
+        """The op to run, built in :meth:`setup_graph`. A subclass may return None, meaning
+        there is nothing to run; a user's function returning None is an error."""
+        op = self.setup_func()
+        if op is None:
+            raise ValueError("{}: the function {!r} returned None instead of an op.".format(
+                self, self.setup_func))
+        return op
+
+    def _setup_graph(self):
+        op = self._build_op()
+        self._op = None if op is None else _as_operation(op, str(self))
+        self._fetch = None
+        if self.run_step and self._op is not None:
+            self._fetch = tfv1.train.SessionRunArgs(fetches=self._op)
+
+    def _run_now(self):
+        if self._op is None:
+            return
+        self._log_run()
+        self.trainer.sess.run(self._op)
+
+    def _before_train(self):
+        if self.run_before:
+            self._run_now()
+
+    def _trigger(self):
+        if self.run_as_trigger:
+            self._run_now()
+
+    def _before_run(self, _):
+        if self._fetch is not None:
+            self._log_run()
+            return self._fetch
+        return None
+
+    def _log_run(self):
+        if self.verbose:
+            logger.info("Running Op {} ...".format(self._op.name))
+
+    def __str__(self):
+        op = getattr(self, '_op', None)
+        return "RunOp({})".format(op.name) if op is not None else type(self).__name__
+
+
+class RunUpdateOps(RunOp):
+    """Run the ops of a collection (by default ``tf.compat.v1.GraphKeys.UPDATE_OPS``, where
+    e.g. batch normalization puts its moving-average updates) along with every
+    ``hooked_sess.run``, grouped into one op. An empty collection is logged and ignored.
+
+    Careful with models made of several sub-networks: not every update may be meant to run
+    with every step. Subclasses choose the ops by overriding :meth:`_get_update_ops`.
+
+    Example::
+
+        RunUpdateOps()   # one of the default callbacks
+    """
+
+    def __init__(self, collection=None):
+        if collection is None:
+            collection = tfv1.GraphKeys.UPDATE_OPS
+        if not isinstance(collection, str):
+            raise TypeError("RunUpdateOps: collection must be a collection name (str), got {!r}".format(
+                collection))
+        self._collection = collection
+        super().__init__(self._build_op, run_before=False, run_as_trigger=False, run_step=True)
+
+    @property
+    def _collection_display_name(self):
+        return 'UPDATE_OPS' if self._collection == tfv1.GraphKeys.UPDATE_OPS else self._collection
+
+    def _get_update_ops(self):
+        """The ops (or tensors) to run with every step; by default every item of the collection."""
+        return tfv1.get_collection(self._collection)
+
+    def _build_op(self):
+        ops = self._get_update_ops()
+        if not ops:
+            logger.info("RunUpdateOps: collection {} is empty, nothing to run.".format(
+                self._collection_display_name))
+            return None
+        logger.info("Applying collection {} of {} ops.".format(self._collection_display_name, len(ops)))
+        return tf.group(*ops, name='update_ops')
+
+    def __str__(self):
+        return "RunUpdateOps({})".format(self._collection_display_name)
+
+
+class ProcessTensors(Callback):
+    """Fetch some tensors along with every ``hooked_sess.run`` and call ``fn(*values)``.
+
+    Args:
+        names (list[str]): tensor names; a name not in the graph is looked up in the first
+            training tower.
+        fn: a function taking one value per name.
+
+    Example::
+
+        ProcessTensors(['cost1', 'cost2'], lambda c1, c2: print(c1, c2, c1 + c2))
+    """
+
+    def __init__(self, names, fn):
+        if isinstance(names, str) or not isinstance(names, (list, tuple)):
+            raise TypeError("ProcessTensors: names must be a list or tuple of tensor names, got "
+                            "{!r}".format(names))
+        if not callable(fn):
+            raise TypeError("ProcessTensors: fn must be callable, got {!r}".format(fn))
+        self._names = list(names)
+        self._fn = fn
+
+    def _setup_graph(self):
+        tensors = self.get_tensors_maybe_in_tower(self._names)
+        self._fetch = tfv1.train.SessionRunArgs(fetches=tensors)
+
+    def _before_run(self, _):
+        return self._fetch
+
+    def _after_run(self, _, run_values):
+        self._fn(*run_values.results)

@@ -1,0 +1,26 @@
+"""DataFlow: pure-Python data pipelines (no TensorFlow needed).
+
+A DataFlow is a re-iterable producer of datapoints (lists or dicts of components).
+Call ``reset_state()`` once, then iterate; each iteration is one epoch::
+
+    from tensorpack_lite.dataflow import DataFromList, MapDataComponent, BatchData
+
+    df = DataFromList([[i, i % 2] for i in range(100)], shuffle=True)
+    df = MapDataComponent(df, lambda x: x * 2., index=0)
+    df = BatchData(df, 32)
+    df.reset_state()
+    for x, y in df:   # x: float32 array of shape (32,), y: int32 array of shape (32,)
+        ...
+"""
+
+from .base import DataFlow, DataFlowTerminated, ProxyDataFlow, RNGDataFlow
+from .common import (BatchData, BatchDataByShape, CacheData, ConcatData, FixedSizeData, JoinData,
+                     LocallyShuffleData, MapData, MapDataComponent, PrintData, RepeatedData,
+                     RepeatedDataPoint, SelectComponent, TestDataSpeed)
+from .raw import DataFromGenerator, DataFromIterable, DataFromList
+
+__all__ = ['DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
+           'DataFromList', 'DataFromGenerator', 'DataFromIterable',
+           'BatchData', 'BatchDataByShape', 'MapData', 'MapDataComponent',
+           'RepeatedData', 'RepeatedDataPoint', 'FixedSizeData', 'ConcatData', 'JoinData',
+           'LocallyShuffleData', 'SelectComponent', 'CacheData', 'PrintData', 'TestDataSpeed']

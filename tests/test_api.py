@@ -1,0 +1,75 @@
+"""The public names of ../shared/API.md that exist so far are importable where it says."""
+
+import importlib
+
+import pytest
+
+import tensorpack_lite
+
+CONTRACT = {
+    'tensorpack_lite.train': [
+        'Trainer', 'StopTraining', 'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS'],
+    'tensorpack_lite.callbacks': [
+        'Callback', 'ProxyCallback', 'CallbackFactory', 'Callbacks', 'PeriodicTrigger',
+        'PeriodicCallback', 'EnableCallbackIf', 'ProgressBar', 'EstimatedTimeLeft',
+        'MovingAverageSummary', 'MergeAllSummaries', 'SimpleMovingAverage', 'RunOp', 'RunUpdateOps',
+        'ProcessTensors', 'SessionRunTimeout', 'ThroughputTracker', 'PeakMemoryTracker',
+        'GPUUtilizationTracker', 'StartProcOrThread', 'CallbackToHook', 'HookToCallback',
+        'MonitorBase', 'Monitors', 'TFEventWriter', 'JSONWriter', 'ScalarPrinter', 'SendMonitorData'],
+    'tensorpack_lite.dataflow': [
+        'DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated', 'DataFromList',
+        'DataFromGenerator', 'DataFromIterable', 'BatchData', 'BatchDataByShape', 'MapData',
+        'MapDataComponent', 'RepeatedData', 'RepeatedDataPoint', 'FixedSizeData', 'ConcatData',
+        'JoinData', 'LocallyShuffleData', 'SelectComponent', 'CacheData', 'PrintData', 'TestDataSpeed'],
+}
+
+SUBMODULE_ONLY = {
+    'tensorpack_lite.tfutils.sesscreate': ['NewSessionCreator', 'ReuseSessionCreator'],
+    'tensorpack_lite.tfutils.sessinit': ['SessionInit', 'JustCurrentSession'],
+    'tensorpack_lite.tfutils.common': [
+        'get_default_sess_config', 'get_global_step_var', 'get_global_step_value',
+        'get_op_tensor_name', 'get_tensors_by_names', 'get_op_or_tensor_by_name',
+        'get_tf_version_tuple'],
+    'tensorpack_lite.tfutils.collection': ['backup_collection', 'restore_collection', 'freeze_collection'],
+    'tensorpack_lite.tfutils.model_utils': ['describe_trainable_vars', 'get_shape_str'],
+    'tensorpack_lite.tfutils.summary': ['create_scalar_summary', 'create_image_summary'],
+    'tensorpack_lite.utils.logger': ['info', 'warn', 'error', 'exception', 'set_logger_dir',
+                                     'auto_set_dir', 'get_logger_dir'],
+    'tensorpack_lite.utils.argtools': ['memoized', 'memoized_method', 'memoized_ignoreargs', 'map_arg',
+                                       'graph_memoized', 'shape2d', 'shape4d', 'call_only_once', 'log_once'],
+    'tensorpack_lite.utils.stats': ['StatCounter', 'RatioCounter', 'Accuracy', 'BinaryStatistics'],
+    'tensorpack_lite.utils.utils': ['get_rng', 'get_tqdm', 'get_tqdm_kwargs', 'humanize_time_delta',
+                                    'fix_rng_seed'],
+    'tensorpack_lite.utils.concurrency': ['StoppableThread', 'ShareSessionThread',
+                                          'ensure_proc_terminate', 'start_proc_mask_signal'],
+    'tensorpack_lite.utils.gpu': ['get_num_gpu'],
+}
+
+
+@pytest.mark.parametrize('module', sorted(CONTRACT))
+def test_names_in_module_and_top_level(module):
+    mod = importlib.import_module(module)
+    for name in CONTRACT[module]:
+        assert name in mod.__all__, (module, name)
+        assert getattr(tensorpack_lite, name) is getattr(mod, name), name
+        assert name in tensorpack_lite.__all__, name
+
+
+@pytest.mark.parametrize('module', sorted(SUBMODULE_ONLY))
+def test_submodule_names(module):
+    mod = importlib.import_module(module)
+    for name in SUBMODULE_ONLY[module]:
+        assert callable(getattr(mod, name)), (module, name)
+
+
+def test_top_level_extras():
+    from tensorpack_lite import get_global_step_var, logger, tfv1
+    assert tfv1.Session is not None and callable(get_global_step_var)
+    assert logger.get_logger_dir is tensorpack_lite.utils.logger.get_logger_dir
+
+
+def test_every_all_entry_exists():
+    for module in list(CONTRACT) + list(SUBMODULE_ONLY) + ['tensorpack_lite', 'tensorpack_lite.utils']:
+        mod = importlib.import_module(module)
+        for name in getattr(mod, '__all__', []):
+            assert hasattr(mod, name), (module, name)
