@@ -33,7 +33,8 @@ def build_model(width, batch):
         w = tf.get_variable('w{}'.format(i), [width, width], initializer=tf.variance_scaling_initializer())
         h = tf.nn.relu(tf.matmul(h, w))
     logits = tf.matmul(h, tf.get_variable('out', [width, 10]))
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name='loss')
+    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+    loss = tf.reduce_mean(xent, name='loss')
     return tf.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
 
 

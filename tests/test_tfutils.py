@@ -164,7 +164,8 @@ def test_scalar_and_image_summaries_roundtrip():
     with tfv1.Session() as sess:
         for value, image in zip(summary.value, images):
             assert (value.image.height, value.image.width) == (5, 7)
-            np.testing.assert_array_equal(sess.run(decoded, {encoded: value.image.encoded_image_string}), image)
+            pixels = sess.run(decoded, {encoded: value.image.encoded_image_string})
+            np.testing.assert_array_equal(pixels, image)
     gray = create_image_summary('gray', np.full((4, 4), 300.0))
     assert gray.value[0].tag == 'gray' and gray.value[0].image.colorspace == 1
     with pytest.raises(ValueError, match="'bad'"):

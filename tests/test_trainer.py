@@ -363,8 +363,10 @@ class NoSession(NewSessionCreator):
     (dict(steps_per_epoch=0), ValueError, 'steps_per_epoch'),
     (dict(steps_per_epoch=-3), ValueError, 'steps_per_epoch'),
     (dict(steps_per_epoch=2.5), TypeError, 'steps_per_epoch'),
-    (dict(starting_epoch=5, max_epoch=3), ValueError, r'max_epoch \(3\) is smaller than starting_epoch \(5\)'),
-    (dict(callbacks=[Recorder(), 'ModelSaver']), TypeError, r"callbacks\[1\] is not a Callback: 'ModelSaver'"),
+    (dict(starting_epoch=5, max_epoch=3), ValueError,
+     r'max_epoch \(3\) is smaller than starting_epoch \(5\)'),
+    (dict(callbacks=[Recorder(), 'ModelSaver']), TypeError,
+     r"callbacks\[1\] is not a Callback: 'ModelSaver'"),
     (dict(monitors=[Recorder()]), TypeError, r'monitors\[0\] is not a MonitorBase'),
 ])
 def test_bad_arguments_fail_before_any_session(kwargs, error, words):

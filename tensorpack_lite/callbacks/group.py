@@ -104,7 +104,8 @@ class Callbacks(Callback):
 
     def get_hooks(self):
         """The ``SessionRunHook``s of the members that act around ``hooked_sess.run``."""
-        hooked = [cb for cb in self.cbs if cb in self._active['before_run'] or cb in self._active['after_run']]
+        around_run = self._active['before_run'] + self._active['after_run']
+        hooked = [cb for cb in self.cbs if cb in around_run]
         return [CallbackToHook(cb) for cb in hooked]
 
     def _before_train(self):
