@@ -211,3 +211,26 @@ def test_hooked_session_feed_free_runs_follow_changing_fetches():
         assert outputs == [1.0, 2.0, 3.0, 4.0]
         assert hook.seen == [[1.0], {'b': 2.0, 'both': [1.0, 2.0]}] * 2
         assert hooked.run({'value': counter.read_value()}) == {'value': 4.0}
+
+
+def test_hooked_session_feeds_are_checked_like_sess_run():
+    x = tfv1.placeholder(tf.float32, [None, 2], name='x')
+    total = tf.reduce_sum(x)
+
+    class Feeder(tfv1.train.SessionRunHook):
+        def __init__(self):
+            self.value = [[1, 2]]
+
+        def before_run(self, ctx):
+            return tfv1.train.SessionRunArgs(None, feed_dict={x: self.value})
+
+    feeder = Feeder()
+    with tfv1.Session() as sess:
+        hooked = HookedSession(sess, [feeder])
+        assert hooked.run(total) == 3.0
+        feeder.value = np.ones((4, 2), dtype='float64')
+        assert hooked.run(total) == 8.0
+        assert hooked.run(total * 2) == 16.0
+        feeder.value = np.ones((4, 3))
+        with pytest.raises(ValueError, match=r"Cannot feed value of shape \(4, 3\) for Tensor x:0"):
+            hooked.run(total)

@@ -8,10 +8,10 @@ from ..tfutils.common import get_global_step_var, get_op_tensor_name
 from ..utils import logger
 from ..utils.utils import get_tqdm, get_tqdm_kwargs
 from .base import Callback
+from ..utils.naming import GLOBAL_STEP_INCR_OP_NAME
 
 __all__ = ['MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter']
 
-GLOBAL_STEP_INCR_OP_NAME = 'global_step_incr'
 
 
 class MaintainStepCounter(Callback):

@@ -17,12 +17,11 @@ from ..tfutils.common import get_op_tensor_name
 from ..utils import logger
 from .base import Callback
 from .graph import _as_operation
+from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 
 __all__ = ['MOVING_SUMMARY_OPS_KEY', 'MovingAverageSummary', 'MergeAllSummaries',
            'MergeAllSummaries_RunAlone', 'MergeAllSummaries_RunWithOp', 'SimpleMovingAverage']
 
-MOVING_SUMMARY_OPS_KEY = 'MOVING_SUMMARY_OPS'
-"""Graph collection of the ops (or tensors) that update moving averages of summarized tensors."""
 
 
 class MovingAverageSummary(Callback):

@@ -1,5 +1,7 @@
 """HookedSession: a session whose ``run`` also runs the ``before_run``/``after_run`` of hooks."""
 
+import numpy as np
+
 from ..compat import tf, tfv1
 
 __all__ = ['HookedSession']
@@ -22,11 +24,14 @@ def _fetch_key(fetches):
 
 
 class _CallableCache:
-    """Compiled ``Session.make_callable``s for the fetch structures a training loop repeats.
+    """Compiled ``Session.make_callable``s for the fetch and feed structures a training loop
+    repeats.
 
-    A feed-free step run through ``sess.run`` spends much of its Python time analysing the
-    fetches again; a callable made once for the same structure skips that. The structure is
-    compared by content on every call, so a hook that changes its fetches gets a new callable.
+    ``sess.run`` analyses its fetches and feeds again on every call, which costs a feed-free
+    or feeding step much of its Python time; a callable made once for the same structure
+    skips that. The structure is compared by content on every call, so a hook that changes
+    its fetches gets a new callable. Fed values are converted and their shapes checked as
+    ``sess.run`` would, with the same kind of error.
     """
 
     max_entries = 32
@@ -35,17 +40,30 @@ class _CallableCache:
         self._sess = sess
         self._callables = {}
 
-    def run(self, fetches):
+    def run(self, fetches, feeds):
         try:
-            key = _fetch_key(fetches)
+            key = (_fetch_key(fetches), tuple(_fetch_key(k) for k in feeds))
+            if any(isinstance(v, (tf.Tensor, tf.Variable)) for v in feeds.values()):
+                raise _NotCacheable()
         except _NotCacheable:
-            return self._sess.run(fetches)
-        runner = self._callables.get(key)
-        if runner is None:
+            return self._sess.run(fetches, feed_dict=feeds or None)
+        entry = self._callables.get(key)
+        if entry is None:
             if len(self._callables) >= self.max_entries:
                 self._callables.clear()
-            runner = self._callables[key] = self._sess.make_callable(fetches)
-        return runner()
+            feed_tensors = [self._sess.graph.as_graph_element(k) for k in feeds]
+            runner = self._sess.make_callable(fetches, feed_list=feed_tensors)
+            entry = self._callables[key] = (runner, feed_tensors)
+        runner, feed_tensors = entry
+        return runner(*[self._convert(t, v) for t, v in zip(feed_tensors, feeds.values())])
+
+    @staticmethod
+    def _convert(tensor, value):
+        array = np.asarray(value, dtype=tensor.dtype.as_numpy_dtype)
+        if not tensor.shape.is_compatible_with(array.shape):
+            raise ValueError("Cannot feed value of shape {} for Tensor {}, which has shape {}".format(
+                array.shape, tensor.name, tensor.shape))
+        return array
 
 
 class HookedSession:
@@ -54,8 +72,8 @@ class HookedSession:
     (``hook.after_run``). The caller gets back exactly what it fetched.
 
     Any hook may call ``run_context.request_stop()``; :meth:`should_stop` then returns True.
-    The plain session (``trainer.sess``) triggers no hook. Runs without feeds or options
-    (the feed-free input pipelines' steps) go through cached ``make_callable``s.
+    The plain session (``trainer.sess``) triggers no hook. Runs without run options go
+    through cached ``make_callable``s (see ``_CallableCache``).
     """
 
     def __init__(self, sess, hooks):
@@ -107,11 +125,11 @@ class HookedSession:
             if run_metadata is None:
                 run_metadata = tfv1.RunMetadata()
         combined = {'caller': fetches, 'hooks': hook_fetches}
-        if feeds or options is not None or run_metadata is not None:
+        if options is not None or run_metadata is not None:
             outputs = self._sess.run(combined, feed_dict=feeds or None, options=options,
                                      run_metadata=run_metadata)
         else:
-            outputs = self._cache.run(combined)
+            outputs = self._cache.run(combined, feeds)
         hook_results = outputs['hooks']
         for index, hook in enumerate(self._hooks):
             hook.after_run(context, tfv1.train.SessionRunValues(

@@ -36,13 +36,12 @@ from ..compat import tfv1
 from ..utils import logger
 from .collection import CollectionGuard
 from .common import get_op_tensor_name
+from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 
 __all__ = ['BaseTowerContext', 'TrainTowerContext', 'PredictTowerContext', 'TowerContext',
            'get_current_tower_context', 'TowerFunc', 'TowerFuncWrapper',
            'TowerTensorHandle', 'TowerTensorHandles']
 
-MOVING_SUMMARY_OPS_KEY = 'MOVING_SUMMARY_OPS'
-"""Collection of the ops that update moving-average summaries (see callbacks.summary)."""
 
 _current_tower_context = None
 
