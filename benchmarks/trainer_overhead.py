@@ -1,11 +1,16 @@
 #!/usr/bin/env python
-"""Overhead of the Trainer loop against a bare ``sess.run(train_op)`` loop, in one run.
+"""Steps per second of the library's training paths against bare session loops, in one run.
 
-Both run the same graph for the same number of steps; each epoch is timed and the medians
-are compared. The trainer runs with its defaults (default callbacks and monitors, a logger
-directory, so event files and stats.json are written), which is the path users get.
+For each model (an MLP 784-256-10 and a small convnet on 28x28x1, batch 64):
+  (a) bare:        ``sess.run(train_op)`` on a batch that lives in the graph
+  (b) bare feed:   ``sess.run(train_op, feed_dict)`` over numpy batches
+  (c) default:     DataFlow of numpy batches -> default InputSource -> SimpleTrainer ->
+                   default callbacks and monitors (the path ``launch_train_with_config`` takes)
+  (d) dummy:       DummyConstantInput -> SimpleTrainer -> default callbacks and monitors
+Each is timed per epoch; the first epoch is warm-up; medians of the rest are compared
+with (a). Machines here are noisy: read the ratios, not the absolute numbers.
 
-    python benchmarks/trainer_overhead.py --steps 300 --epochs 7
+    python benchmarks/trainer_overhead.py --epochs 6
 """
 
 import argparse
@@ -18,43 +23,79 @@ import numpy as np
 
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.callbacks import Callback
+from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.input_source import DummyConstantInput
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
-from tensorpack_lite.train import Trainer
+from tensorpack_lite.tfutils.tower import TrainTowerContext
+from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils import logger
 
+BATCH = 64
 
-def build_model(width, batch):
-    """An MLP on constant data; step time grows with ``width``."""
+
+class MLP(ModelDesc):
+    def inputs(self):
+        return [tf.TensorSpec([None, 784], tf.float32, 'image'), tf.TensorSpec([None], tf.int32, 'label')]
+
+    def logits(self, image):
+        hidden = tf.nn.relu(tf.matmul(image, tf.get_variable('fc0/W', [784, 256])) +
+                            tf.get_variable('fc0/b', [256], initializer=tf.zeros_initializer()))
+        return tf.matmul(hidden, tf.get_variable('fc1/W', [256, 10]))
+
+    def build_graph(self, image, label):
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=self.logits(image))
+        return tf.reduce_mean(xent, name='cost')
+
+    def optimizer(self):
+        return tf.train.GradientDescentOptimizer(1e-3)
+
+
+class ConvNet(MLP):
+    def logits(self, image):
+        x = tf.reshape(image, [-1, 28, 28, 1])
+        for i, channels in enumerate([16, 32]):
+            kernel = tf.get_variable('conv{}/W'.format(i), [3, 3, x.shape[-1], channels])
+            x = tf.nn.relu(tf.nn.conv2d(x, kernel, strides=1, padding='SAME'))
+            x = tf.nn.max_pool2d(x, 2, 2, 'VALID')
+        x = tf.reshape(x, [-1, 7 * 7 * 32])
+        return tf.matmul(x, tf.get_variable('fc/W', [7 * 7 * 32, 10]))
+
+
+def make_batches(count):
     rng = np.random.RandomState(0)
-    x = tf.constant(rng.rand(batch, width).astype('float32'))
-    y = tf.constant(rng.randint(0, 10, size=batch).astype('int32'))
-    h = x
-    for i in range(3):
-        w = tf.get_variable('w{}'.format(i), [width, width], initializer=tf.variance_scaling_initializer())
-        h = tf.nn.relu(tf.matmul(h, w))
-    logits = tf.matmul(h, tf.get_variable('out', [width, 10]))
-    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-    loss = tf.reduce_mean(xent, name='loss')
-    return tf.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
+    return [[rng.rand(BATCH, 784).astype('float32'), rng.randint(0, 10, BATCH).astype('int32')]
+            for _ in range(count)]
 
 
-def bare_epochs(width, batch, steps, epochs):
+def bare_loop(model_cls, batches, epochs, feed):
+    """(a) and (b): the same model and optimizer, run by a plain loop."""
     with tf.Graph().as_default():
-        train_op = build_model(width, batch)
+        model = model_cls()
+        if feed:
+            image = tf.placeholder(tf.float32, [None, 784])
+            label = tf.placeholder(tf.int32, [None])
+        else:
+            image, label = tf.constant(batches[0][0]), tf.constant(batches[0][1])
+        with TrainTowerContext(''):
+            cost = model.build_graph(image, label)
+        train_op = model.get_optimizer().minimize(cost)
         sess = NewSessionCreator().create_session()
         sess.graph.finalize()
         times = []
         for _ in range(epochs):
             start = time.perf_counter()
-            for _ in range(steps):
-                sess.run(train_op)
+            for x, y in batches:
+                if feed:
+                    sess.run(train_op, feed_dict={image: x, label: y})
+                else:
+                    sess.run(train_op)
             times.append(time.perf_counter() - start)
         sess.close()
     return times
 
 
 class EpochTimer(Callback):
-    """Times each epoch from its first step to its last (excluding end-of-epoch work)."""
+    """The time from each epoch's first step to the end of its last."""
 
     _chief_only = False
 
@@ -68,37 +109,47 @@ class EpochTimer(Callback):
         self.times.append(time.perf_counter() - self._start)
 
 
-def trainer_epochs(width, batch, steps, epochs, logdir):
+def library_path(model_cls, batches, epochs, logdir, dummy):
+    """(c) and (d): launch_train_with_config with its defaults."""
     with tf.Graph().as_default():
-        trainer = Trainer()
-        trainer.train_op = build_model(width, batch)
-        timer = EpochTimer()
         logger.set_logger_dir(logdir, action='d')
-        trainer.train_with_defaults(callbacks=[timer], steps_per_epoch=steps, max_epoch=epochs)
+        timer = EpochTimer()
+        if dummy:
+            source = dict(data=DummyConstantInput([[BATCH, 784], [BATCH]]))
+        else:
+            source = dict(dataflow=DataFromList(batches, shuffle=False))
+        config = TrainConfig(model=model_cls(), callbacks=[timer], steps_per_epoch=len(batches),
+                             max_epoch=epochs, **source)
+        launch_train_with_config(config, SimpleTrainer())
     return timer.times
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
-    parser.add_argument('--steps', type=int, default=300, help='steps per epoch')
-    parser.add_argument('--epochs', type=int, default=7, help='epochs (the first is warm-up)')
-    parser.add_argument('--widths', type=int, nargs='+', default=[32, 256], help='MLP widths to try')
-    parser.add_argument('--batch', type=int, default=64)
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--epochs', type=int, default=6, help='epochs per path (the first is warm-up)')
+    parser.add_argument('--mlp-steps', type=int, default=300, help='steps per epoch, MLP')
+    parser.add_argument('--conv-steps', type=int, default=60, help='steps per epoch, convnet')
     args = parser.parse_args()
-    os.environ.setdefault('TENSORPACK_PROGRESS_REFRESH', '5')
-    rows = []
+    os.environ.setdefault('TENSORPACK_PROGRESS_REFRESH', '30')
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for width in args.widths:
-            bare = bare_epochs(width, args.batch, args.steps, args.epochs)[1:]
-            framed = trainer_epochs(width, args.batch, args.steps, args.epochs,
-                                    os.path.join(tmp, 'w{}'.format(width)))[1:]
-            bare_ms = 1000 * statistics.median(bare) / args.steps
-            framed_ms = 1000 * statistics.median(framed) / args.steps
-            rows.append((width, bare_ms, framed_ms, framed_ms / bare_ms))
-    print("\nmedian step time over {} timed epochs of {} steps".format(args.epochs - 1, args.steps))
-    print("{:>6} {:>12} {:>14} {:>7}".format('width', 'bare (ms)', 'Trainer (ms)', 'ratio'))
-    for width, bare_ms, framed_ms, ratio in rows:
-        print("{:>6} {:>12.3f} {:>14.3f} {:>7.3f}".format(width, bare_ms, framed_ms, ratio))
+        for name, model_cls, steps in (('mlp', MLP, args.mlp_steps), ('convnet', ConvNet, args.conv_steps)):
+            batches = make_batches(steps)
+            timings = {
+                '(a) bare': bare_loop(model_cls, batches, args.epochs, feed=False),
+                '(b) bare feed': bare_loop(model_cls, batches, args.epochs, feed=True),
+                '(c) default path': library_path(model_cls, batches, args.epochs,
+                                                 os.path.join(tmp, name + '-c'), dummy=False),
+                '(d) DummyConstantInput': library_path(model_cls, batches, args.epochs,
+                                                       os.path.join(tmp, name + '-d'), dummy=True),
+            }
+            rates = {path: steps / statistics.median(t[1:]) for path, t in timings.items()}
+            for path, rate in rates.items():
+                results.append((name, path, rate, rate / rates['(a) bare']))
+    print("\nsteps/s, median of {} timed epochs; ratio to (a)".format(args.epochs - 1))
+    print("{:<8} {:<24} {:>10} {:>7}".format('model', 'path', 'steps/s', 'ratio'))
+    for name, path, rate, ratio in results:
+        print("{:<8} {:<24} {:>10.1f} {:>7.3f}".format(name, path, rate, ratio))
 
 
 if __name__ == '__main__':

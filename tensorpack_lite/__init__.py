@@ -21,9 +21,17 @@ from .dataflow import (
     DataFromGenerator, DataFromIterable, DataFromList, FixedSizeData, JoinData,
     LocallyShuffleData, MapData, MapDataComponent, PrintData, ProxyDataFlow, RepeatedData,
     RepeatedDataPoint, RNGDataFlow, SelectComponent, TestDataSpeed)
+from .input_source import (
+    BatchQueueInput, DummyConstantInput, FeedfreeInput, FeedInput, InputSource, PlaceholderInput,
+    QueueInput, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
+from .predict import OfflinePredictor, OnlinePredictor, PredictConfig, PredictorBase
 from .tfutils.common import get_global_step_var
 from .tfutils.sessinit import JustCurrentSession, SessionInit
-from .train import DEFAULT_CALLBACKS, DEFAULT_MONITORS, StopTraining, Trainer
+from .tfutils.tower import TowerContext, get_current_tower_context
+from .train import (
+    DEFAULT_CALLBACKS, DEFAULT_MONITORS, launch_train_with_config, ModelDesc, ModelDescBase,
+    NoOpTrainer, QueueInputTrainer, SimpleTrainer, SingleCostTrainer, StopTraining, TowerTrainer,
+    TrainConfig, Trainer)
 
 __all__ = [
     'tfv1', 'logger', '__version__',
@@ -39,8 +47,16 @@ __all__ = [
     'DataFromGenerator', 'DataFromIterable', 'DataFromList', 'FixedSizeData', 'JoinData',
     'LocallyShuffleData', 'MapData', 'MapDataComponent', 'PrintData', 'ProxyDataFlow',
     'RepeatedData', 'RepeatedDataPoint', 'RNGDataFlow', 'SelectComponent', 'TestDataSpeed',
+    # input_source
+    'BatchQueueInput', 'DummyConstantInput', 'FeedfreeInput', 'FeedInput', 'InputSource',
+    'PlaceholderInput', 'QueueInput', 'StagingInput', 'TensorInput', 'TFDatasetInput', 'ZMQInput',
+    # predict
+    'OfflinePredictor', 'OnlinePredictor', 'PredictConfig', 'PredictorBase',
     # tfutils
-    'get_global_step_var', 'JustCurrentSession', 'SessionInit',
+    'get_global_step_var', 'JustCurrentSession', 'SessionInit', 'TowerContext',
+    'get_current_tower_context',
     # train
-    'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'StopTraining', 'Trainer',
+    'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'launch_train_with_config', 'ModelDesc',
+    'ModelDescBase', 'NoOpTrainer', 'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer',
+    'StopTraining', 'TowerTrainer', 'TrainConfig', 'Trainer',
 ]

@@ -8,7 +8,14 @@ import tensorpack_lite
 
 CONTRACT = {
     'tensorpack_lite.train': [
-        'Trainer', 'StopTraining', 'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS'],
+        'Trainer', 'StopTraining', 'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'TowerTrainer',
+        'SingleCostTrainer', 'SimpleTrainer', 'NoOpTrainer', 'QueueInputTrainer', 'TrainConfig',
+        'launch_train_with_config', 'ModelDesc', 'ModelDescBase'],
+    'tensorpack_lite.input_source': [
+        'InputSource', 'PlaceholderInput', 'FeedInput', 'FeedfreeInput', 'QueueInput',
+        'BatchQueueInput', 'TensorInput', 'DummyConstantInput', 'ZMQInput', 'TFDatasetInput',
+        'StagingInput'],
+    'tensorpack_lite.predict': ['PredictorBase', 'OnlinePredictor', 'OfflinePredictor', 'PredictConfig'],
     'tensorpack_lite.callbacks': [
         'Callback', 'ProxyCallback', 'CallbackFactory', 'Callbacks', 'PeriodicTrigger',
         'PeriodicCallback', 'EnableCallbackIf', 'ProgressBar', 'EstimatedTimeLeft',
@@ -32,7 +39,19 @@ SUBMODULE_ONLY = {
         'get_tf_version_tuple'],
     'tensorpack_lite.tfutils.collection': ['backup_collection', 'restore_collection', 'freeze_collection'],
     'tensorpack_lite.tfutils.model_utils': ['describe_trainable_vars', 'get_shape_str'],
-    'tensorpack_lite.tfutils.summary': ['create_scalar_summary', 'create_image_summary'],
+    'tensorpack_lite.tfutils.summary': ['create_scalar_summary', 'create_image_summary',
+                                        'add_moving_summary', 'add_tensor_summary',
+                                        'add_param_summary', 'add_activation_summary'],
+    'tensorpack_lite.tfutils.tower': ['TowerContext', 'get_current_tower_context', 'TowerFunc',
+                                      'TowerFuncWrapper', 'TowerTensorHandle', 'TowerTensorHandles',
+                                      'BaseTowerContext', 'TrainTowerContext', 'PredictTowerContext'],
+    'tensorpack_lite.tfutils.optimizer': ['apply_grad_processors', 'PostProcessOptimizer',
+                                          'ProxyOptimizer', 'AccumGradOptimizer'],
+    'tensorpack_lite.tfutils.gradproc': ['GradientProcessor', 'FilterNoneGrad', 'GlobalNormClip',
+                                         'MapGradient', 'SummaryGradient', 'PrintGradient',
+                                         'CheckGradient', 'ScaleGradient'],
+    'tensorpack_lite.tfutils.varreplace': ['custom_getter_scope', 'freeze_variables', 'remap_variables'],
+    'tensorpack_lite.utils.serialize': ['dumps', 'loads'],
     'tensorpack_lite.utils.logger': ['info', 'warn', 'error', 'exception', 'set_logger_dir',
                                      'auto_set_dir', 'get_logger_dir'],
     'tensorpack_lite.utils.argtools': ['memoized', 'memoized_method', 'memoized_ignoreargs', 'map_arg',
@@ -63,8 +82,12 @@ def test_submodule_names(module):
 
 
 def test_top_level_extras():
-    from tensorpack_lite import get_global_step_var, logger, tfv1
+    from tensorpack_lite import (JustCurrentSession, SessionInit, TowerContext, get_current_tower_context,
+                                 get_global_step_var, logger, tfv1)
+    from tensorpack_lite.tfutils import sessinit, tower
     assert tfv1.Session is not None and callable(get_global_step_var)
+    assert TowerContext is tower.TowerContext and get_current_tower_context is tower.get_current_tower_context
+    assert SessionInit is sessinit.SessionInit and JustCurrentSession is sessinit.JustCurrentSession
     assert logger.get_logger_dir is tensorpack_lite.utils.logger.get_logger_dir
 
 

@@ -115,6 +115,11 @@ class RunUpdateOps(RunOp):
     e.g. batch normalization puts its moving-average updates) along with every
     ``hooked_sess.run``, grouped into one op. An empty collection is logged and ignored.
 
+    When the trainer has towers (a ``towers`` attribute, as tower trainers do), only the
+    updates of the main training tower and those built outside towers run: the ops created
+    inside the other training towers (names starting with ``'<their ns_name>/'``) are
+    skipped, and how many were is logged.
+
     Careful with models made of several sub-networks: not every update may be meant to run
     with every step. Subclasses choose the ops by overriding :meth:`_get_update_ops`.
 
@@ -137,8 +142,31 @@ class RunUpdateOps(RunOp):
         return 'UPDATE_OPS' if self._collection == tfv1.GraphKeys.UPDATE_OPS else self._collection
 
     def _get_update_ops(self):
-        """The ops (or tensors) to run with every step; by default every item of the collection."""
-        return tfv1.get_collection(self._collection)
+        """The ops (or tensors) to run with every step: the items of the collection, except
+        those built in training towers other than the first."""
+        ops = tfv1.get_collection(self._collection)
+        prefixes = self._other_training_tower_prefixes()
+        if not prefixes or not ops:
+            return ops
+        kept = [op for op in ops
+                if not _as_operation(op, str(self)).name.startswith(prefixes)]
+        if len(kept) < len(ops):
+            logger.info("RunUpdateOps: skipped {} op(s) of collection {} built in training towers "
+                        "other than the first ({}).".format(
+                            len(ops) - len(kept), self._collection_display_name,
+                            ', '.join(p[:-1] for p in prefixes)))
+        return kept
+
+    def _other_training_tower_prefixes(self):
+        """``('tower1/', ...)``: the name scopes of the training towers after the first."""
+        try:
+            towers = getattr(self.trainer, 'towers', None)
+        except RuntimeError:   # a tower trainer whose tower function is not set
+            towers = None
+        if towers is None:
+            return ()
+        training = list(towers.training())
+        return tuple(h.ns_name + '/' for h in training[1:] if h.ns_name)
 
     def _build_op(self):
         ops = self._get_update_ops()

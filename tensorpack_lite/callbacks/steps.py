@@ -13,7 +13,6 @@ from ..utils.naming import GLOBAL_STEP_INCR_OP_NAME
 __all__ = ['MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter']
 
 
-
 class MaintainStepCounter(Callback):
     """Increments the global step variable on every ``hooked_sess.run`` and keeps the
     trainer's Python-side counter equal to it.

@@ -23,7 +23,6 @@ __all__ = ['MOVING_SUMMARY_OPS_KEY', 'MovingAverageSummary', 'MergeAllSummaries'
            'MergeAllSummaries_RunAlone', 'MergeAllSummaries_RunWithOp', 'SimpleMovingAverage']
 
 
-
 class MovingAverageSummary(Callback):
     """Run the ops of ``collection`` (by default those that maintain the moving averages of
     summarized tensors) with every step. It only keeps the averages up to date; other

@@ -1,8 +1,12 @@
 """TensorFlow utilities. Import the submodules directly, as in tensorpack:
 ``from tensorpack_lite.tfutils.sessinit import SessionInit``."""
 
-from . import collection, common, hooked_session, model_utils, sesscreate, sessinit, summary
+from . import (collection, common, gradproc, hooked_session, model_utils, optimizer, sesscreate,
+               sessinit, summary, tower, varreplace)
 from .common import get_global_step_value, get_global_step_var
+from .tower import TowerContext, get_current_tower_context
 
-__all__ = ['collection', 'common', 'hooked_session', 'model_utils', 'sesscreate', 'sessinit',
-           'summary', 'get_global_step_var', 'get_global_step_value']
+__all__ = ['collection', 'common', 'gradproc', 'hooked_session', 'model_utils', 'optimizer',
+           'sesscreate', 'sessinit', 'summary', 'tower', 'varreplace',
+           'get_global_step_var', 'get_global_step_value', 'TowerContext',
+           'get_current_tower_context']

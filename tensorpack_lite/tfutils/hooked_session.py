@@ -1,6 +1,7 @@
 """HookedSession: a session whose ``run`` also runs the ``before_run``/``after_run`` of hooks."""
 
 import numpy as np
+from tensorflow.core.protobuf import config_pb2
 
 from ..compat import tf, tfv1
 
@@ -23,39 +24,91 @@ def _fetch_key(fetches):
     raise _NotCacheable()
 
 
-class _CallableCache:
-    """Compiled ``Session.make_callable``s for the fetch and feed structures a training loop
-    repeats.
+class _CompiledRun:
+    """One fetch structure and feed list compiled into a session callable.
 
-    ``sess.run`` analyses its fetches and feeds again on every call, which costs a feed-free
-    or feeding step much of its Python time; a callable made once for the same structure
-    skips that. The structure is compared by content on every call, so a hook that changes
-    its fetches gets a new callable. Fed values are converted and their shapes checked as
-    ``sess.run`` would, with the same kind of error.
+    The structure is flattened once into the tensors to fetch and the ops to run; each call
+    runs the callable and puts the values back into the structure, as ``sess.run`` would.
+    """
+
+    def __init__(self, sess, fetches, feed_tensors):
+        self._graph = sess.graph
+        self._tensors = {}
+        self._targets = []
+        self._template = self._flatten(fetches)
+        options = config_pb2.CallableOptions()
+        options.feed.extend(t.name for t in feed_tensors)
+        options.fetch.extend(t.name for t in self._tensors)
+        options.target.extend(op.name for op in self._targets)
+        self._callable = sess._make_callable_from_options(options)
+
+    def _flatten(self, fetches):
+        if isinstance(fetches, (list, tuple)):
+            return type(fetches)(self._flatten(f) for f in fetches)
+        if isinstance(fetches, dict):
+            return {k: self._flatten(v) for k, v in fetches.items()}
+        element = self._graph.as_graph_element(fetches, allow_tensor=True, allow_operation=True)
+        if isinstance(element, tf.Operation):
+            self._targets.append(element)
+            return None
+        return self._tensors.setdefault(element, len(self._tensors))
+
+    def _rebuild(self, template, values):
+        if isinstance(template, (list, tuple)):
+            return type(template)(self._rebuild(t, values) for t in template)
+        if isinstance(template, dict):
+            return {k: self._rebuild(v, values) for k, v in template.items()}
+        return None if template is None else values[template]
+
+    def __call__(self, feed_values):
+        return self._rebuild(self._template, self._callable(*feed_values))
+
+
+class _CallableCache:
+    """Compiled session callables for the fetch and feed structures a training loop repeats.
+
+    ``sess.run`` analyses its fetches and feeds again on every call, which costs a short step
+    much of its time; a callable compiled once for the same structure skips that. The
+    structure is compared by content on every call, so a hook that changes its fetches gets
+    a new callable. Fed values are converted and their shapes checked as ``sess.run`` would,
+    with the same kind of error. Anything unusual (sparse tensors, tensors as feed values, a
+    TensorFlow without session callables) goes through ``sess.run``.
     """
 
     max_entries = 32
 
     def __init__(self, sess):
         self._sess = sess
-        self._callables = {}
+        self._compiled = {}
+        self._usable = hasattr(sess, '_make_callable_from_options')
 
     def run(self, fetches, feeds):
         try:
-            key = (_fetch_key(fetches), tuple(_fetch_key(k) for k in feeds))
-            if any(isinstance(v, (tf.Tensor, tf.Variable)) for v in feeds.values()):
+            if not self._usable or any(isinstance(v, (tf.Tensor, tf.Variable)) for v in feeds.values()):
                 raise _NotCacheable()
+            key = (_fetch_key(fetches), tuple(_fetch_key(k) for k in feeds))
         except _NotCacheable:
             return self._sess.run(fetches, feed_dict=feeds or None)
-        entry = self._callables.get(key)
+        if key not in self._compiled:
+            if len(self._compiled) >= self.max_entries:
+                self._compiled.clear()
+            self._compiled[key] = self._compile(fetches, feeds)
+        entry = self._compiled[key]
         if entry is None:
-            if len(self._callables) >= self.max_entries:
-                self._callables.clear()
-            feed_tensors = [self._sess.graph.as_graph_element(k) for k in feeds]
-            runner = self._sess.make_callable(fetches, feed_list=feed_tensors)
-            entry = self._callables[key] = (runner, feed_tensors)
-        runner, feed_tensors = entry
-        return runner(*[self._convert(t, v) for t, v in zip(feed_tensors, feeds.values())])
+            return self._sess.run(fetches, feed_dict=feeds or None)
+        compiled, feed_tensors = entry
+        return compiled([self._convert(t, v) for t, v in zip(feed_tensors, feeds.values())])
+
+    def _compile(self, fetches, feeds):
+        """A compiled run and its feed tensors, or None where only ``sess.run`` will do (it
+        also reports errors in its own words)."""
+        graph = self._sess.graph
+        try:
+            feed_tensors = [graph.as_graph_element(k) for k in feeds]
+            compiled = _CompiledRun(self._sess, fetches, feed_tensors)
+        except (TypeError, ValueError, KeyError, tf.errors.InvalidArgumentError):
+            return None  # e.g. a fed tensor that is also fetched: allowed by sess.run only
+        return compiled, feed_tensors
 
     @staticmethod
     def _convert(tensor, value):

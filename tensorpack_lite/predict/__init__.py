@@ -1,0 +1,7 @@
+"""Prediction: run a trained model (or any part of a graph) on arrays."""
+
+from .base import AsyncPredictorBase, OfflinePredictor, OnlinePredictor, PredictorBase
+from .config import PredictConfig
+
+__all__ = ['PredictorBase', 'AsyncPredictorBase', 'OnlinePredictor', 'OfflinePredictor',
+           'PredictConfig']

@@ -1,0 +1,56 @@
+"""launch_train_with_config: train a ModelDesc with a TrainConfig on a given trainer."""
+
+from ..input_source.input_source import FeedInput, QueueInput, StagingInput
+from ..input_source.input_source_base import InputSource
+from ..utils import logger
+from .config import TrainConfig
+from .tower import SingleCostTrainer
+from .trainers import SimpleTrainer
+
+__all__ = ['apply_default_prefetch', 'launch_train_with_config']
+
+
+def apply_default_prefetch(input_source_or_dataflow, trainer):
+    """The InputSource a trainer uses for a DataFlow: FeedInput for SimpleTrainer,
+    QueueInput for the others; with several towers, a QueueInput is also staged onto them.
+    An InputSource is kept as it is (apart from staging)."""
+    if isinstance(input_source_or_dataflow, InputSource):
+        source = input_source_or_dataflow
+    elif type(trainer) is SimpleTrainer:
+        source = FeedInput(input_source_or_dataflow)
+    else:
+        logger.info("Automatically applying QueueInput on the DataFlow.")
+        source = QueueInput(input_source_or_dataflow)
+    devices = getattr(trainer, 'devices', None)
+    if devices and len(devices) > 1 and isinstance(source, QueueInput):
+        logger.info("Automatically applying StagingInput on the QueueInput.")
+        source = StagingInput(source)
+    return source
+
+
+def launch_train_with_config(config, trainer):
+    """Build ``config.model`` on ``trainer`` with ``config``'s input, then train with the
+    rest of ``config``.
+
+    Example::
+
+        launch_train_with_config(TrainConfig(model=Model(), dataflow=df, max_epoch=5),
+                                 SimpleTrainer())
+    """
+    if not isinstance(trainer, SingleCostTrainer):
+        raise TypeError("launch_train_with_config() needs a SingleCostTrainer (e.g. SimpleTrainer()), "
+                        "got {!r}; subclass Trainer and call train_with_defaults() otherwise".format(trainer))
+    if not isinstance(config, TrainConfig):
+        raise TypeError("launch_train_with_config() needs a TrainConfig, got {!r}".format(config))
+    if config.model is None:
+        raise ValueError("TrainConfig.model is required by launch_train_with_config()")
+    if config.dataflow is None and config.data is None:
+        raise ValueError("TrainConfig needs dataflow= or data= for launch_train_with_config()")
+    model = config.model
+    source = apply_default_prefetch(config.data if config.data is not None else config.dataflow, trainer)
+    trainer.setup_graph(model.get_input_signature(), source, model.build_graph, model.get_optimizer)
+    trainer.train_with_defaults(
+        callbacks=config.callbacks, monitors=config.monitors,
+        session_creator=config.session_creator, session_init=config.session_init,
+        steps_per_epoch=config.steps_per_epoch, starting_epoch=config.starting_epoch,
+        max_epoch=config.max_epoch, extra_callbacks=config.extra_callbacks)

@@ -1,0 +1,198 @@
+"""Trainers that build their model through a tower function.
+
+:class:`TowerTrainer` keeps the :class:`TowerFunc` the model was built with, so inference
+towers (and predictors) can be built on the same variables at any time before the graph is
+finalized. :class:`SingleCostTrainer` builds training towers from a cost function, an
+optimizer function and an :class:`InputSource`; its subclasses decide where the towers go.
+"""
+
+from ..compat import tf, tfv1
+from ..input_source.input_source import PlaceholderInput
+from ..input_source.input_source_base import InputSource
+from ..tfutils.gradproc import FilterNoneGrad
+from ..tfutils.tower import PredictTowerContext, TowerFunc, get_current_tower_context
+from ..utils import logger
+from ..utils.argtools import call_only_once, memoized, memoized_method
+from .base import Trainer
+
+__all__ = ['TowerTrainer', 'SingleCostTrainer']
+
+
+class TowerTrainer(Trainer):
+    """A trainer whose model is built by a :class:`TowerFunc` (``trainer.tower_func``).
+
+    Every call of the tower function is recorded: ``trainer.towers`` lists them, and
+    :meth:`get_predictor` builds an inference tower sharing the training variables.
+    """
+
+    _tower_func = None
+
+    @property
+    def tower_func(self):
+        """The :class:`TowerFunc` that builds the model."""
+        return self._tower_func
+
+    @tower_func.setter
+    def tower_func(self, func):
+        if not isinstance(func, TowerFunc):
+            raise TypeError("tower_func must be a TowerFunc, got {!r}".format(func))
+        self._tower_func = func
+
+    @property
+    def input_signature(self):
+        """The list of ``tf.TensorSpec`` the tower function takes."""
+        return self.tower_func.input_signature
+
+    @property
+    def inputs_desc(self):
+        """Old name of :attr:`input_signature`."""
+        return self.input_signature
+
+    @property
+    def towers(self):
+        """The :class:`TowerTensorHandles` of every tower built so far."""
+        if self._tower_func is None:
+            raise RuntimeError("{} has no tower_func yet: towers exist once the graph is set up".format(
+                type(self).__name__))
+        return self.tower_func.towers
+
+    def get_predictor(self, input_names, output_names, device=0):
+        """An :class:`OnlinePredictor` running an inference tower built on the training
+        variables (built once per device, before the graph is finalized).
+
+        Args:
+            input_names (list[str]): names of inputs of the input signature or of tensors
+                in the tower.
+            output_names (list[str]): names of tensors in the tower.
+            device (int): GPU id to build the tower on; -1 for the CPU.
+
+        Example::
+
+            predictor = trainer.get_predictor(['image'], ['prob'])
+            prob, = predictor(images)
+        """
+        return self._get_predictor(tuple(input_names), tuple(output_names), int(device))
+
+    @memoized_method
+    def _get_predictor(self, input_names, output_names, device):
+        from ..predict.base import OnlinePredictor
+        if self._tower_func is None:
+            raise RuntimeError("get_predictor() needs trainer.tower_func to be set")
+        tower_name = 'tower-pred-{}'.format(device) if device >= 0 else 'tower-pred-cpu'
+        try:
+            tower = self.tower_func.towers[tower_name]
+        except KeyError:
+            tower = self._build_predict_tower(tower_name, device)
+        return OnlinePredictor(tower.get_tensors(list(input_names)), tower.get_tensors(list(output_names)))
+
+    def _build_predict_tower(self, tower_name, device):
+        placeholders = PlaceholderInput()
+        placeholders.setup(self.input_signature)
+        device_name = '/gpu:{}'.format(device) if device >= 0 else '/cpu:0'
+        logger.info("Building inference tower '{}' on device {} ...".format(tower_name, device_name))
+        with tfv1.variable_scope(tfv1.get_variable_scope(), reuse=True), tf.device(device_name), \
+                PredictTowerContext(tower_name, vs_name=self._vs_name_for_predictor(device)):
+            self.tower_func(*placeholders.get_input_tensors())
+        return self.tower_func.towers[tower_name]
+
+    def _vs_name_for_predictor(self, device):
+        """The variable scope inference towers read their variables from ('' = the main one)."""
+        return ''
+
+
+class SingleCostTrainer(TowerTrainer):
+    """Base class of trainers that minimize one cost, built from a cost function, an
+    optimizer function and an InputSource.
+
+    Subclasses implement ``_setup_graph(input, get_cost_fn, get_opt_fn)``, which builds the
+    towers (usually through :meth:`_make_get_grad_fn`), sets ``self.train_op`` and returns
+    extra callbacks. These attributes tune gradient computation:
+    """
+
+    COLOCATE_GRADIENTS_WITH_OPS = True
+    """Compute each gradient on the device of its forward op."""
+
+    GATE_GRADIENTS = False
+    """Passed to ``Optimizer.compute_gradients`` (``GATE_OP`` when True, ``GATE_NONE`` otherwise)."""
+
+    AGGREGATION_METHOD = None
+    """``tf.AggregationMethod`` used to add up gradients (None: TensorFlow's default)."""
+
+    XLA_COMPILE = False
+    """Compile the forward and backward pass of each tower with XLA."""
+
+    @call_only_once
+    def setup_graph(self, input_signature, input, get_cost_fn, get_opt_fn):
+        """Build the training graph.
+
+        Args:
+            input_signature (list[tf.TensorSpec]): the inputs of ``get_cost_fn``.
+            input (InputSource): where the inputs come from.
+            get_cost_fn: a function taking the input tensors and returning a scalar cost.
+            get_opt_fn: a function returning a ``tf.compat.v1.train.Optimizer``.
+        """
+        if not isinstance(input, InputSource):
+            raise TypeError("setup_graph() takes an InputSource, got {!r}; wrap a DataFlow in "
+                            "FeedInput or QueueInput".format(input))
+        tower_func = TowerFunc(get_cost_fn, input_signature)
+        self.tower_func = tower_func
+        get_opt_fn = memoized(get_opt_fn)
+        if input.setup_done():
+            raise RuntimeError("{} was already set up: an InputSource feeds one trainer".format(input))
+        input_callbacks = input.setup(input_signature)
+        train_callbacks = self._setup_graph(input, tower_func, get_opt_fn)
+        self.register_callback(input_callbacks + list(train_callbacks))
+
+    def _setup_graph(self, input, get_cost_fn, get_opt_fn):
+        """Build the towers and ``self.train_op``; return a list of callbacks."""
+        raise NotImplementedError("{} must implement _setup_graph()".format(type(self).__name__))
+
+    def _make_get_grad_fn(self, input, get_cost_fn, get_opt_fn):
+        """A function that, called inside a TrainTowerContext, builds one tower on the next
+        input tensors and returns its list of (gradient, variable)."""
+        if not input.setup_done():
+            raise RuntimeError("The InputSource must be set up before the towers are built")
+
+        def compute_grads(*inputs):
+            cost = get_cost_fn(*inputs)
+            if not isinstance(cost, tf.Tensor):
+                raise TypeError("The cost function must return the cost tensor, got {!r}".format(cost))
+            if cost.shape.ndims != 0:
+                raise ValueError("The cost must be a scalar, got {} with shape {}".format(
+                    cost.name, cost.shape))
+            ctx = get_current_tower_context()
+            if not ctx.is_training:
+                return None
+            optimizer = get_opt_fn()
+            if not isinstance(optimizer, tfv1.train.Optimizer):
+                raise TypeError("The optimizer function must return a tf.compat.v1.train.Optimizer, "
+                                "got {!r}".format(optimizer))
+            grads = optimizer.compute_gradients(
+                cost, var_list=self._trainable_variables(ctx),
+                gate_gradients=(tfv1.train.Optimizer.GATE_OP if self.GATE_GRADIENTS
+                                else tfv1.train.Optimizer.GATE_NONE),
+                colocate_gradients_with_ops=self.COLOCATE_GRADIENTS_WITH_OPS,
+                aggregation_method=self.AGGREGATION_METHOD)
+            return FilterNoneGrad().process(grads)
+
+        def get_grad_fn():
+            inputs = input.get_input_tensors()
+            if not self.XLA_COMPILE:
+                return compute_grads(*inputs)
+            variables = []
+
+            def xla_body(*tensors):
+                pairs = compute_grads(*tensors)
+                variables.extend(var for _, var in pairs)
+                return [grad for grad, _ in pairs]
+
+            grads = tf.xla.experimental.compile(xla_body, inputs)
+            return list(zip(grads, variables))
+
+        return get_grad_fn
+
+    @staticmethod
+    def _trainable_variables(ctx):
+        if ctx.has_own_variables:
+            return ctx.get_collection_in_tower(tfv1.GraphKeys.TRAINABLE_VARIABLES)
+        return tfv1.trainable_variables()

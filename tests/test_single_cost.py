@@ -1,0 +1,453 @@
+"""ModelDesc + TrainConfig + launch_train_with_config on SimpleTrainer, through every
+InputSource, on the real 8x8 digits scikit-learn ships."""
+
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+import zmq
+
+from tensorpack_lite.callbacks import Callback
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.input_source import (
+    BatchQueueInput, FeedInput, QueueInput, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
+from tensorpack_lite.predict import OfflinePredictor, PredictConfig
+from tensorpack_lite.tfutils.sessinit import SessionInit
+from tensorpack_lite.tfutils.summary import add_moving_summary
+from tensorpack_lite.tfutils.tower import get_current_tower_context
+from tensorpack_lite.train import (
+    ModelDesc, NoOpTrainer, QueueInputTrainer, SimpleTrainer, TrainConfig, launch_train_with_config)
+from tensorpack_lite.utils.serialize import dumps
+
+BATCH = 32
+
+
+@pytest.fixture(scope='module')
+def digits():
+    from sklearn.datasets import load_digits
+    data = load_digits()
+    images = (data.data / 16.0).astype('float32')
+    labels = data.target.astype('int32')
+    return images, labels
+
+
+class DigitsMLP(ModelDesc):
+    """64 -> 64 -> 10, initialised from a fixed numpy seed so every run starts equal."""
+
+    def __init__(self, hidden=64, lr=0.05):
+        self.hidden, self.lr = hidden, lr
+        self.contexts = []
+
+    def inputs(self):
+        return [tf.TensorSpec([None, 64], tf.float32, 'image'),
+                tf.TensorSpec([None], tf.int32, 'label')]
+
+    def build_graph(self, image, label):
+        ctx = get_current_tower_context()
+        self.contexts.append((ctx.is_training, ctx.ns_name))
+        rng = np.random.RandomState(7)
+        w0 = tfv1.get_variable('fc0/W', initializer=(rng.randn(64, self.hidden) * 0.2).astype('float32'))
+        b0 = tfv1.get_variable('fc0/b', initializer=np.zeros(self.hidden, 'float32'))
+        w1 = tfv1.get_variable('fc1/W', initializer=(rng.randn(self.hidden, 10) * 0.2).astype('float32'))
+        b1 = tfv1.get_variable('fc1/b', initializer=np.zeros(10, 'float32'))
+        logits = tf.identity(tf.matmul(tf.nn.relu(tf.matmul(image, w0) + b0), w1) + b1, name='logits')
+        cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
+                              name='cost')
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), label),
+                                          tf.float32), name='accuracy')
+        add_moving_summary(cost, accuracy)
+        return cost
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(self.lr)
+
+
+def batches_dataflow(images, labels, shuffle=False, batch=BATCH):
+    return BatchData(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=shuffle), batch)
+
+
+class RecordCost(Callback):
+    """Records the cost of every step, fetched along with it."""
+
+    def __init__(self):
+        self.costs = []
+
+    def _setup_graph(self):
+        self.cost = self.get_tensors_maybe_in_tower(['cost'])[0]
+
+    def _before_run(self, ctx):
+        return [self.cost]
+
+    def _after_run(self, ctx, values):
+        self.costs.append(float(values.results[0]))
+
+
+class TrainingAccuracy(Callback):
+    """After training, the accuracy over the given data, through an inference tower."""
+
+    def __init__(self, images, labels):
+        self.images, self.labels = images, labels
+
+    def _setup_graph(self):
+        self.predictor = self.trainer.get_predictor(['image'], ['logits'])
+
+    def _after_train(self):
+        logits, = self.predictor(self.images)
+        self.accuracy = float(np.mean(np.argmax(logits, 1) == self.labels))
+
+
+def test_digits_mlp_reaches_90_percent(digits, logdir):
+    images, labels = digits
+    model = DigitsMLP(lr=0.3)
+    accuracy = TrainingAccuracy(images, labels)
+    config = TrainConfig(model=model, dataflow=batches_dataflow(images, labels, shuffle=True),
+                         callbacks=[accuracy], max_epoch=4)
+    assert config.steps_per_epoch == len(images) // BATCH
+    trainer = SimpleTrainer()
+    launch_train_with_config(config, trainer)
+    assert accuracy.accuracy >= 0.9
+    stats = json.load(open(os.path.join(logdir, 'stats.json')))
+    assert [s['epoch_num'] for s in stats] == [1, 2, 3, 4]
+    assert stats[-1]['accuracy'] > 0.85 and stats[-1]['cost'] < stats[0]['cost']
+    assert trainer.global_step == 4 * config.steps_per_epoch
+    # training tower '' plus the inference tower built by get_predictor
+    assert model.contexts == [(True, ''), (False, 'tower-pred-0')]
+    assert [t.ns_name for t in trainer.towers.training()] == ['']
+    assert [v.name for v in tfv1.trainable_variables()] == ['fc0/W:0', 'fc0/b:0', 'fc1/W:0', 'fc1/b:0']
+
+
+def _zmq_input(images, labels, steps):
+    endpoint = 'ipc://' + os.path.join('/tmp', 'tp-lite-test-{}'.format(os.getpid()))
+    source = ZMQInput(endpoint, hwm=10, bind=True)
+
+    def send():
+        df = batches_dataflow(images, labels)
+        df.reset_state()
+        sock = zmq.Context.instance().socket(zmq.PUSH)
+        sock.connect(endpoint)
+        sent = 0
+        while sent < steps:
+            for x, y in df:
+                if sent == steps:
+                    break
+                sock.send(dumps([x, y]))
+                sent += 1
+        sock.close(linger=2000)
+
+    sender = threading.Thread(target=send, daemon=True)
+    return source, sender
+
+
+def _tensor_input(images, labels):
+    def make_tensors():
+        dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH, drop_remainder=True)
+        return list(tfv1.data.make_one_shot_iterator(dataset.repeat()).get_next())
+    return TensorInput(make_tensors, size=len(images) // BATCH)
+
+
+def _dataset_input(images, labels):
+    df = batches_dataflow(images, labels)
+    dataset = TFDatasetInput.dataflow_to_dataset(df, (tf.float32, tf.int32)).repeat()
+    return TFDatasetInput(dataset)
+
+
+SOURCES = ['feed', 'queue', 'batchqueue', 'tensor', 'tfdataset', 'staging', 'zmq']
+
+
+@pytest.mark.parametrize('kind', SOURCES)
+def test_every_input_source_gives_the_same_loss_curve(digits, kind):
+    images, labels = digits
+    images, labels = images[:320], labels[:320]
+    steps_per_epoch, epochs = 10, 2
+    sender = None
+    if kind == 'feed':
+        source = FeedInput(batches_dataflow(images, labels))
+    elif kind == 'queue':
+        source = QueueInput(batches_dataflow(images, labels))
+    elif kind == 'batchqueue':
+        source = BatchQueueInput(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=False), BATCH)
+    elif kind == 'tensor':
+        source = _tensor_input(images, labels)
+    elif kind == 'tfdataset':
+        source = _dataset_input(images, labels)
+    elif kind == 'staging':
+        source = StagingInput(QueueInput(batches_dataflow(images, labels)))
+    else:
+        source, sender = _zmq_input(images, labels, steps_per_epoch * epochs + 5)
+    recorder = RecordCost()
+    config = TrainConfig(model=DigitsMLP(), data=source, callbacks=[recorder], monitors=[],
+                         steps_per_epoch=steps_per_epoch, max_epoch=epochs)
+    if sender is not None:
+        sender.start()
+    launch_train_with_config(config, SimpleTrainer())
+    assert len(recorder.costs) == steps_per_epoch * epochs
+    reference = _reference_curve(images, labels, steps_per_epoch * epochs)
+    np.testing.assert_allclose(recorder.costs, reference, rtol=0, atol=1e-5)
+    assert reference[-1] < reference[0]
+
+
+_REFERENCE = {}
+
+
+def _reference_curve(images, labels, steps):
+    """The costs of plain full-batch-sequence gradient descent on the same batches, computed
+    with a bare session loop (no trainer, no InputSource)."""
+    key = (len(images), steps)
+    if key not in _REFERENCE:
+        with tfv1.Graph().as_default():
+            model = DigitsMLP()
+            from tensorpack_lite.tfutils.tower import TrainTowerContext
+            image = tfv1.placeholder(tf.float32, [None, 64])
+            label = tfv1.placeholder(tf.int32, [None])
+            with TrainTowerContext(''):
+                cost = model.build_graph(image, label)
+            train_op = model.get_optimizer().minimize(cost)
+            costs = []
+            with tfv1.Session() as sess:
+                sess.run(tfv1.global_variables_initializer())
+                ds = batches_dataflow(images, labels)
+                ds.reset_state()
+                while len(costs) < steps:
+                    for x, y in ds:
+                        if len(costs) == steps:
+                            break
+                        c, _ = sess.run([cost, train_op], {image: x, label: y})
+                        costs.append(float(c))
+        _REFERENCE[key] = costs
+    return _REFERENCE[key]
+
+
+def test_trainconfig_checks_its_arguments(digits):
+    images, labels = digits
+    df = batches_dataflow(images, labels)
+    with pytest.raises(ValueError, match='not both'):
+        TrainConfig(dataflow=df, data=FeedInput(df))
+    with pytest.raises(TypeError, match='dataflow'):
+        TrainConfig(dataflow=[1, 2, 3])
+    with pytest.raises(TypeError, match=r'callbacks\[0\]'):
+        TrainConfig(dataflow=df, callbacks=['saver'])
+    with pytest.raises(TypeError, match='model'):
+        TrainConfig(dataflow=df, model=object())
+    with pytest.raises(ValueError, match='steps_per_epoch'):
+        TrainConfig(dataflow=df, steps_per_epoch=0)
+    with pytest.raises(ValueError, match='max_epoch'):
+        TrainConfig(dataflow=df, starting_epoch=3, max_epoch=2)
+    with pytest.raises(ValueError, match='size of TensorInput is not known'):
+        TrainConfig(data=TensorInput(lambda: []))
+    with pytest.raises(TypeError, match='SingleCostTrainer'):
+        from tensorpack_lite.train import Trainer
+        launch_train_with_config(TrainConfig(model=DigitsMLP(), dataflow=df), Trainer())
+
+
+def test_model_desc_errors():
+    class NoName(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec([None], tf.float32)]
+
+    class Dup(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec([None], tf.float32, 'x'), tf.TensorSpec([None], tf.int32, 'x')]
+
+    class OldStyle(ModelDesc):
+        def inputs(self):
+            return [tfv1.placeholder(tf.float32, [None, 3], 'x')]
+
+        def optimizer(self):
+            return 'sgd'
+
+    with pytest.raises(ValueError, match='no name'):
+        NoName().get_input_signature()
+    with pytest.raises(ValueError, match="duplicate names \\['x'\\]"):
+        Dup().get_input_signature()
+    spec, = OldStyle().get_input_signature()
+    assert spec.name == 'x' and spec.shape.as_list() == [None, 3]
+    assert OldStyle().input_names == ['x']
+    with pytest.raises(TypeError, match='tf.compat.v1.train.Optimizer'):
+        OldStyle().get_optimizer()
+
+
+def test_cost_must_be_a_scalar(digits):
+    images, labels = digits
+
+    class VectorCost(DigitsMLP):
+        def build_graph(self, image, label):
+            return tf.reduce_sum(image, axis=1)
+
+    config = TrainConfig(model=VectorCost(), dataflow=batches_dataflow(images, labels), max_epoch=1)
+    with pytest.raises(ValueError, match='must be a scalar'):
+        launch_train_with_config(config, SimpleTrainer())
+
+
+def test_noop_trainer_only_runs_callbacks(digits):
+    images, labels = digits
+
+    class Weights(Callback):
+        def _before_train(self):
+            self.before = self.trainer.sess.run('fc0/W:0')
+
+        def _after_train(self):
+            self.after = self.trainer.sess.run('fc0/W:0')
+
+    weights = Weights()
+    config = TrainConfig(model=DigitsMLP(), dataflow=batches_dataflow(images[:64], labels[:64]),
+                         callbacks=[weights], monitors=[], max_epoch=2)
+    trainer = NoOpTrainer()
+    launch_train_with_config(config, trainer)
+    assert trainer.global_step == 4
+    np.testing.assert_array_equal(weights.before, weights.after)
+
+
+def test_queue_input_trainer_requires_queue_input(digits):
+    images, labels = digits
+    df = batches_dataflow(images[:64], labels[:64])
+    with pytest.raises(TypeError, match='QueueInput'):
+        launch_train_with_config(TrainConfig(model=DigitsMLP(), data=FeedInput(df), max_epoch=1),
+                                 QueueInputTrainer())
+    recorder = RecordCost()
+    launch_train_with_config(TrainConfig(model=DigitsMLP(), dataflow=df, callbacks=[recorder],
+                                         monitors=[], max_epoch=2), QueueInputTrainer())
+    assert len(recorder.costs) == 4 and recorder.costs[-1] < recorder.costs[0]
+
+
+def _enqueue_threads():
+    return [t for t in threading.enumerate() if t.name.startswith('EnqueueThread') and t.is_alive()]
+
+
+class BadDataFlow(DataFromList):
+    """Good batches, then one bad datapoint made by ``spoil``."""
+
+    def __init__(self, images, labels, spoil, good=3):
+        points = [[images[i * BATCH:(i + 1) * BATCH], labels[i * BATCH:(i + 1) * BATCH]] for i in range(good)]
+        points.append(spoil(images[:BATCH], labels[:BATCH]))
+        super().__init__(points, shuffle=False)
+
+
+BAD_DATAPOINTS = {
+    'components': (lambda x, y: [x], ValueError, r"has 1 components but there are 2 inputs \(image, label\)"),
+    'dtype': (lambda x, y: [x, y.astype('float32')], TypeError,
+              r"component 1 of the datapoint has dtype float32, but input 'label' is int32"),
+    'shape': (lambda x, y: [x[:, :60], y], ValueError,
+              r"component 0 of the datapoint has shape \(32, 60\), which does not fit input 'image' "
+              r"of shape \(None, 64\)"),
+}
+
+
+@pytest.mark.parametrize('trainer_cls', [SimpleTrainer, QueueInputTrainer])
+@pytest.mark.parametrize('bad', sorted(BAD_DATAPOINTS))
+def test_bad_datapoint_is_a_clear_error_and_nothing_hangs(digits, bad, trainer_cls):
+    import time
+    images, labels = digits
+    spoil, error, message = BAD_DATAPOINTS[bad]
+    recorder = RecordCost()
+    config = TrainConfig(model=DigitsMLP(), dataflow=BadDataFlow(images, labels, spoil), callbacks=[recorder],
+                         monitors=[], steps_per_epoch=10, max_epoch=1)
+    start = time.time()
+    with pytest.raises(error, match=message):
+        launch_train_with_config(config, trainer_cls())
+    assert time.time() - start < 30
+    assert len(recorder.costs) == 3  # the good batches were trained on, then it stopped
+    assert _enqueue_threads() == []
+
+
+def test_queue_threads_end_with_the_trainer(digits):
+    images, labels = digits
+    config = TrainConfig(model=DigitsMLP(), dataflow=batches_dataflow(images, labels), monitors=[],
+                         steps_per_epoch=5, max_epoch=2)
+    trainer = QueueInputTrainer()
+    launch_train_with_config(config, trainer)
+    assert trainer.global_step == 10
+    assert _enqueue_threads() == []
+
+
+def test_model_errors_are_clear(digits):
+    images, labels = digits
+
+    class NoCost(DigitsMLP):
+        def build_graph(self, image, label):
+            super().build_graph(image, label)
+
+    class BadOptimizer(DigitsMLP):
+        def optimizer(self):
+            return 0.01
+
+    df = batches_dataflow(images, labels)
+    with pytest.raises(TypeError, match='must return the cost tensor, got None'):
+        launch_train_with_config(TrainConfig(model=NoCost(), dataflow=df, max_epoch=1), SimpleTrainer())
+    with tfv1.Graph().as_default():
+        with pytest.raises(TypeError, match=r'BadOptimizer.optimizer\(\) must return a tf.compat.v1'):
+            launch_train_with_config(TrainConfig(model=BadOptimizer(), dataflow=df, max_epoch=1),
+                                     SimpleTrainer())
+
+    from tensorpack_lite.dataflow import DataFromGenerator
+    unsized = DataFromGenerator(lambda: iter([[images[:BATCH], labels[:BATCH]]]))
+    with pytest.raises(ValueError, match='needs steps_per_epoch: the size of DataFromGenerator is not known'):
+        TrainConfig(model=DigitsMLP(), dataflow=unsized)
+
+
+class AssignValues(SessionInit):
+    """Initializes variables from a dict name -> value (a checkpoint-free restore)."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def _setup_graph(self):
+        variables = {v.op.name: v for v in tfv1.global_variables()}
+        self.assign = tf.group(*[variables[name].assign(value) for name, value in self.values.items()
+                                 if name in variables])
+
+    def _run_init(self, sess):
+        sess.run(self.assign)
+
+
+def test_offline_predictor_matches_the_training_tower(digits):
+    images, labels = digits
+
+    class Snapshot(Callback):
+        def _after_train(self):
+            sess = self.trainer.sess
+            self.values = {v.op.name: sess.run(v) for v in tfv1.trainable_variables()}
+            tower = self.trainer.towers.training()[0]
+            self.logits = sess.run(tower['logits'], {tower['image']: images[:100]})
+
+    snapshot = Snapshot()
+    trained = DigitsMLP()
+    dataflow = batches_dataflow(images, labels, shuffle=True)
+    launch_train_with_config(TrainConfig(model=trained, dataflow=dataflow,
+                                         callbacks=[snapshot], monitors=[], max_epoch=2), SimpleTrainer())
+    assert trained.contexts == [(True, '')]  # the tower function ran once for the one tower
+
+    model = DigitsMLP()
+    predictor = OfflinePredictor(PredictConfig(model=model, input_names=['image'], output_names=['logits'],
+                                               session_init=AssignValues(snapshot.values)))
+    logits, = predictor(images[:100])
+    np.testing.assert_allclose(logits, snapshot.logits, rtol=0, atol=1e-5)
+    assert model.contexts == [(False, '')]
+    assert len(predictor.sess.graph.get_collection(tfv1.GraphKeys.TRAINABLE_VARIABLES)) == 4
+
+
+def test_online_predictor_towers_reuse_variables(digits):
+    images, labels = digits
+
+    class Build(Callback):
+        def _setup_graph(self):
+            before = list(tfv1.trainable_variables())
+            self.predictor = self.trainer.get_predictor(['image'], ['logits'])
+            self.same = self.trainer.get_predictor(['image'], ['logits'])
+            self.new_variables = [v for v in tfv1.trainable_variables() if v not in before]
+
+        def _after_train(self):
+            tower = self.trainer.towers.training()[0]
+            self.expected = self.trainer.sess.run(tower['logits'], {tower['image']: images[:10]})
+            self.got, = self.predictor(images[:10])
+
+    build = Build()
+    model = DigitsMLP()
+    launch_train_with_config(TrainConfig(model=model, dataflow=batches_dataflow(images[:128], labels[:128]),
+                                         callbacks=[build], monitors=[], max_epoch=1), SimpleTrainer())
+    assert build.new_variables == []
+    assert build.same is build.predictor
+    assert model.contexts == [(True, ''), (False, 'tower-pred-0')]
+    np.testing.assert_allclose(build.got, build.expected, rtol=0, atol=1e-6)
