@@ -10,7 +10,7 @@ For each model (an MLP 784-256-10 and a small convnet on 28x28x1, batch 64):
 Each is timed per epoch; the first epoch is warm-up; medians of the rest are compared
 with (a). Machines here are noisy: read the ratios, not the absolute numbers.
 
-    python benchmarks/trainer_overhead.py --epochs 6
+    python benchmarks/trainer_overhead.py --rounds 3
 """
 
 import argparse
@@ -126,8 +126,10 @@ def library_path(model_cls, batches, epochs, logdir, dummy):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--epochs', type=int, default=6, help='epochs per path (the first is warm-up)')
-    parser.add_argument('--mlp-steps', type=int, default=300, help='steps per epoch, MLP')
+    parser.add_argument('--epochs', type=int, default=4, help='epochs per run (the first is warm-up)')
+    parser.add_argument('--rounds', type=int, default=3,
+                        help='the paths run one after the other this many times (drift hits all alike)')
+    parser.add_argument('--mlp-steps', type=int, default=200, help='steps per epoch, MLP')
     parser.add_argument('--conv-steps', type=int, default=60, help='steps per epoch, convnet')
     args = parser.parse_args()
     os.environ.setdefault('TENSORPACK_PROGRESS_REFRESH', '30')
@@ -135,21 +137,27 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, model_cls, steps in (('mlp', MLP, args.mlp_steps), ('convnet', ConvNet, args.conv_steps)):
             batches = make_batches(steps)
-            timings = {
-                '(a) bare': bare_loop(model_cls, batches, args.epochs, feed=False),
-                '(b) bare feed': bare_loop(model_cls, batches, args.epochs, feed=True),
-                '(c) default path': library_path(model_cls, batches, args.epochs,
-                                                 os.path.join(tmp, name + '-c'), dummy=False),
-                '(d) DummyConstantInput': library_path(model_cls, batches, args.epochs,
-                                                       os.path.join(tmp, name + '-d'), dummy=True),
+            paths = {
+                '(a) bare': lambda: bare_loop(model_cls, batches, args.epochs, feed=False),
+                '(b) bare feed': lambda: bare_loop(model_cls, batches, args.epochs, feed=True),
+                '(c) default path': lambda: library_path(model_cls, batches, args.epochs,
+                                                         os.path.join(tmp, name + '-c'), dummy=False),
+                '(d) DummyConstantInput': lambda: library_path(model_cls, batches, args.epochs,
+                                                               os.path.join(tmp, name + '-d'), dummy=True),
             }
-            rates = {path: steps / statistics.median(t[1:]) for path, t in timings.items()}
-            for path, rate in rates.items():
-                results.append((name, path, rate, rate / rates['(a) bare']))
-    print("\nsteps/s, median of {} timed epochs; ratio to (a)".format(args.epochs - 1))
-    print("{:<8} {:<24} {:>10} {:>7}".format('model', 'path', 'steps/s', 'ratio'))
-    for name, path, rate, ratio in results:
-        print("{:<8} {:<24} {:>10.1f} {:>7.3f}".format(name, path, rate, ratio))
+            rates = {path: [] for path in paths}
+            for _ in range(args.rounds):
+                for path, run in paths.items():
+                    rates[path].append(steps / statistics.median(run()[1:]))
+            reference = statistics.median(rates['(a) bare'])
+            for path, values in rates.items():
+                rate = statistics.median(values)
+                results.append((name, path, rate, rate / reference, min(values), max(values)))
+    print("\nsteps/s: median over {} rounds of the median of {} timed epochs; ratio to (a)".format(
+        args.rounds, args.epochs - 1))
+    print("{:<8} {:<24} {:>9} {:>7} {:>17}".format('model', 'path', 'steps/s', 'ratio', 'range (steps/s)'))
+    for name, path, rate, ratio, low, high in results:
+        print("{:<8} {:<24} {:>9.1f} {:>7.3f} {:>8.1f}-{:<8.1f}".format(name, path, rate, ratio, low, high))
 
 
 if __name__ == '__main__':

@@ -36,6 +36,8 @@ class _CompiledRun:
         self._tensors = {}
         self._targets = []
         self._template = self._flatten(fetches)
+        self._feeds = [(t, t.dtype.as_numpy_dtype,
+                        None if t.shape.rank is None else tuple(t.shape.as_list())) for t in feed_tensors]
         options = config_pb2.CallableOptions()
         options.feed.extend(t.name for t in feed_tensors)
         options.fetch.extend(t.name for t in self._tensors)
@@ -61,7 +63,22 @@ class _CompiledRun:
         return None if template is None else values[template]
 
     def __call__(self, feed_values):
-        return self._rebuild(self._template, self._callable(*feed_values))
+        arrays = [self._convert(spec, value) for spec, value in zip(self._feeds, feed_values)]
+        return self._rebuild(self._template, self._callable(*arrays))
+
+    @staticmethod
+    def _convert(spec, value):
+        """``value`` as the array ``sess.run`` would feed, with the same shape check."""
+        tensor, dtype, dims = spec
+        if type(value) is np.ndarray and value.dtype == dtype:
+            array = value
+        else:
+            array = np.asarray(value, dtype=dtype)
+        if dims is not None and (len(dims) != array.ndim or any(
+                d is not None and d != n for d, n in zip(dims, array.shape))):
+            raise ValueError("Cannot feed value of shape {} for Tensor {}, which has shape {}".format(
+                array.shape, tensor.name, tensor.shape))
+        return array
 
 
 class _CallableCache:
@@ -93,30 +110,19 @@ class _CallableCache:
             if len(self._compiled) >= self.max_entries:
                 self._compiled.clear()
             self._compiled[key] = self._compile(fetches, feeds)
-        entry = self._compiled[key]
-        if entry is None:
+        compiled = self._compiled[key]
+        if compiled is None:
             return self._sess.run(fetches, feed_dict=feeds or None)
-        compiled, feed_tensors = entry
-        return compiled([self._convert(t, v) for t, v in zip(feed_tensors, feeds.values())])
+        return compiled(feeds.values())
 
     def _compile(self, fetches, feeds):
-        """A compiled run and its feed tensors, or None where only ``sess.run`` will do (it
-        also reports errors in its own words)."""
+        """A compiled run, or None where only ``sess.run`` will do (it also reports errors in
+        its own words)."""
         graph = self._sess.graph
         try:
-            feed_tensors = [graph.as_graph_element(k) for k in feeds]
-            compiled = _CompiledRun(self._sess, fetches, feed_tensors)
+            return _CompiledRun(self._sess, fetches, [graph.as_graph_element(k) for k in feeds])
         except (TypeError, ValueError, KeyError, tf.errors.InvalidArgumentError):
             return None  # e.g. a fed tensor that is also fetched: allowed by sess.run only
-        return compiled, feed_tensors
-
-    @staticmethod
-    def _convert(tensor, value):
-        array = np.asarray(value, dtype=tensor.dtype.as_numpy_dtype)
-        if not tensor.shape.is_compatible_with(array.shape):
-            raise ValueError("Cannot feed value of shape {} for Tensor {}, which has shape {}".format(
-                array.shape, tensor.name, tensor.shape))
-        return array
 
 
 class HookedSession:
