@@ -11,11 +11,15 @@ from .libinfo import __version__
 from .utils import logger
 
 from .callbacks import (
-    Callback, CallbackFactory, Callbacks, CallbackToHook, EnableCallbackIf, EstimatedTimeLeft,
-    GPUUtilizationTracker, HookToCallback, JSONWriter, MergeAllSummaries, MonitorBase, Monitors,
-    MovingAverageSummary, PeakMemoryTracker, PeriodicCallback, PeriodicTrigger, ProcessTensors,
-    ProgressBar, ProxyCallback, RunOp, RunUpdateOps, ScalarPrinter, SendMonitorData,
-    SessionRunTimeout, SimpleMovingAverage, StartProcOrThread, TFEventWriter, ThroughputTracker)
+    Callback, CallbackFactory, Callbacks, CallbackToHook, ClassificationError, DumpParamAsImage,
+    DumpTensorAsImage, DumpTensors, EnableCallbackIf, InjectShell, SendStat,
+    EstimatedTimeLeft, GPUUtilizationTracker, GraphVarParam, HookToCallback, HumanHyperParamSetter,
+    HyperParam, HyperParamSetter, HyperParamSetterWithFunc, Inferencer, InferenceRunner, JSONWriter,
+    MaxSaver, MergeAllSummaries, MinSaver, ModelSaver, MonitorBase, Monitors, MovingAverageSummary,
+    ObjAttrParam, PeakMemoryTracker, PeriodicCallback, PeriodicTrigger, ProcessTensors, ProgressBar,
+    ProxyCallback, RunOp, RunUpdateOps, ScalarPrinter, ScalarStats, ScheduledHyperParamSetter,
+    SendMonitorData, SessionRunTimeout, SimpleMovingAverage, StartProcOrThread,
+    StatMonitorParamSetter, TFEventWriter, ThroughputTracker)
 from .dataflow import (
     BatchData, BatchDataByShape, CacheData, ConcatData, DataFlow, DataFlowTerminated,
     DataFromGenerator, DataFromIterable, DataFromList, FixedSizeData, JoinData,
@@ -24,24 +28,32 @@ from .dataflow import (
 from .input_source import (
     BatchQueueInput, DummyConstantInput, FeedfreeInput, FeedInput, InputSource, PlaceholderInput,
     QueueInput, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
-from .predict import OfflinePredictor, OnlinePredictor, PredictConfig, PredictorBase
+from .predict import (MultiProcessDatasetPredictor, OfflinePredictor, OnlinePredictor, PredictConfig,
+                      PredictorBase, SimpleDatasetPredictor)
 from .tfutils.common import get_global_step_var
-from .tfutils.sessinit import JustCurrentSession, SessionInit
+from .tfutils.sessinit import (
+    ChainInit, DictRestore, JustCurrentSession, SaverRestore, SaverRestoreRelaxed, SessionInit, SmartInit,
+    get_model_loader)
 from .tfutils.tower import TowerContext, get_current_tower_context
 from .train import (
-    DEFAULT_CALLBACKS, DEFAULT_MONITORS, launch_train_with_config, ModelDesc, ModelDescBase,
+    DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, launch_train_with_config, ModelDesc,
+    ModelDescBase,
     NoOpTrainer, QueueInputTrainer, SimpleTrainer, SingleCostTrainer, StopTraining, TowerTrainer,
     TrainConfig, Trainer)
 
 __all__ = [
     'tfv1', 'logger', '__version__',
     # callbacks
-    'Callback', 'CallbackFactory', 'Callbacks', 'CallbackToHook', 'EnableCallbackIf',
-    'EstimatedTimeLeft', 'GPUUtilizationTracker', 'HookToCallback', 'JSONWriter',
-    'MergeAllSummaries', 'MonitorBase', 'Monitors', 'MovingAverageSummary', 'PeakMemoryTracker',
+    'Callback', 'CallbackFactory', 'Callbacks', 'CallbackToHook', 'ClassificationError',
+    'DumpParamAsImage', 'DumpTensorAsImage', 'DumpTensors', 'InjectShell', 'SendStat',
+    'EnableCallbackIf', 'EstimatedTimeLeft', 'GPUUtilizationTracker', 'GraphVarParam', 'HookToCallback',
+    'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter', 'HyperParamSetterWithFunc', 'Inferencer',
+    'InferenceRunner', 'JSONWriter', 'MaxSaver', 'MergeAllSummaries', 'MinSaver', 'ModelSaver',
+    'MonitorBase', 'Monitors', 'MovingAverageSummary', 'ObjAttrParam', 'PeakMemoryTracker',
     'PeriodicCallback', 'PeriodicTrigger', 'ProcessTensors', 'ProgressBar', 'ProxyCallback',
-    'RunOp', 'RunUpdateOps', 'ScalarPrinter', 'SendMonitorData', 'SessionRunTimeout',
-    'SimpleMovingAverage', 'StartProcOrThread', 'TFEventWriter', 'ThroughputTracker',
+    'RunOp', 'RunUpdateOps', 'ScalarPrinter', 'ScalarStats', 'ScheduledHyperParamSetter',
+    'SendMonitorData', 'SessionRunTimeout', 'SimpleMovingAverage', 'StartProcOrThread',
+    'StatMonitorParamSetter', 'TFEventWriter', 'ThroughputTracker',
     # dataflow
     'BatchData', 'BatchDataByShape', 'CacheData', 'ConcatData', 'DataFlow', 'DataFlowTerminated',
     'DataFromGenerator', 'DataFromIterable', 'DataFromList', 'FixedSizeData', 'JoinData',
@@ -51,12 +63,15 @@ __all__ = [
     'BatchQueueInput', 'DummyConstantInput', 'FeedfreeInput', 'FeedInput', 'InputSource',
     'PlaceholderInput', 'QueueInput', 'StagingInput', 'TensorInput', 'TFDatasetInput', 'ZMQInput',
     # predict
-    'OfflinePredictor', 'OnlinePredictor', 'PredictConfig', 'PredictorBase',
+    'MultiProcessDatasetPredictor', 'OfflinePredictor', 'OnlinePredictor', 'PredictConfig',
+    'PredictorBase', 'SimpleDatasetPredictor',
     # tfutils
-    'get_global_step_var', 'JustCurrentSession', 'SessionInit', 'TowerContext',
+    'get_global_step_var', 'ChainInit', 'DictRestore', 'JustCurrentSession', 'SaverRestore',
+    'SaverRestoreRelaxed', 'SessionInit', 'SmartInit', 'get_model_loader', 'TowerContext',
     'get_current_tower_context',
     # train
-    'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'launch_train_with_config', 'ModelDesc',
+    'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'AutoResumeTrainConfig', 'launch_train_with_config',
+    'ModelDesc',
     'ModelDescBase', 'NoOpTrainer', 'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer',
     'StopTraining', 'TowerTrainer', 'TrainConfig', 'Trainer',
 ]

@@ -10,19 +10,25 @@ CONTRACT = {
     'tensorpack_lite.train': [
         'Trainer', 'StopTraining', 'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'TowerTrainer',
         'SingleCostTrainer', 'SimpleTrainer', 'NoOpTrainer', 'QueueInputTrainer', 'TrainConfig',
-        'launch_train_with_config', 'ModelDesc', 'ModelDescBase'],
+        'launch_train_with_config', 'ModelDesc', 'ModelDescBase', 'AutoResumeTrainConfig'],
     'tensorpack_lite.input_source': [
         'InputSource', 'PlaceholderInput', 'FeedInput', 'FeedfreeInput', 'QueueInput',
         'BatchQueueInput', 'TensorInput', 'DummyConstantInput', 'ZMQInput', 'TFDatasetInput',
         'StagingInput'],
-    'tensorpack_lite.predict': ['PredictorBase', 'OnlinePredictor', 'OfflinePredictor', 'PredictConfig'],
+    'tensorpack_lite.predict': ['PredictorBase', 'OnlinePredictor', 'OfflinePredictor', 'PredictConfig',
+                                'SimpleDatasetPredictor', 'MultiProcessDatasetPredictor'],
     'tensorpack_lite.callbacks': [
         'Callback', 'ProxyCallback', 'CallbackFactory', 'Callbacks', 'PeriodicTrigger',
         'PeriodicCallback', 'EnableCallbackIf', 'ProgressBar', 'EstimatedTimeLeft',
         'MovingAverageSummary', 'MergeAllSummaries', 'SimpleMovingAverage', 'RunOp', 'RunUpdateOps',
         'ProcessTensors', 'SessionRunTimeout', 'ThroughputTracker', 'PeakMemoryTracker',
         'GPUUtilizationTracker', 'StartProcOrThread', 'CallbackToHook', 'HookToCallback',
-        'MonitorBase', 'Monitors', 'TFEventWriter', 'JSONWriter', 'ScalarPrinter', 'SendMonitorData'],
+        'MonitorBase', 'Monitors', 'TFEventWriter', 'JSONWriter', 'ScalarPrinter', 'SendMonitorData',
+        'ModelSaver', 'MinSaver', 'MaxSaver', 'InferenceRunner', 'Inferencer', 'ScalarStats',
+        'ClassificationError', 'HyperParam', 'GraphVarParam', 'ObjAttrParam', 'HyperParamSetter',
+        'HumanHyperParamSetter', 'ScheduledHyperParamSetter', 'HyperParamSetterWithFunc',
+        'StatMonitorParamSetter', 'DumpTensors', 'DumpTensorAsImage', 'DumpParamAsImage', 'SendStat',
+        'InjectShell'],
     'tensorpack_lite.dataflow': [
         'DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated', 'DataFromList',
         'DataFromGenerator', 'DataFromIterable', 'BatchData', 'BatchDataByShape', 'MapData',
@@ -32,7 +38,12 @@ CONTRACT = {
 
 SUBMODULE_ONLY = {
     'tensorpack_lite.tfutils.sesscreate': ['NewSessionCreator', 'ReuseSessionCreator'],
-    'tensorpack_lite.tfutils.sessinit': ['SessionInit', 'JustCurrentSession'],
+    'tensorpack_lite.tfutils.sessinit': ['SessionInit', 'JustCurrentSession', 'SaverRestore',
+                                         'SaverRestoreRelaxed', 'DictRestore', 'ChainInit', 'SmartInit',
+                                         'get_model_loader'],
+    'tensorpack_lite.tfutils.varmanip': ['SessionUpdate', 'dump_session_params', 'save_chkpt_vars',
+                                         'load_chkpt_vars', 'get_checkpoint_path'],
+    'tensorpack_lite.tfutils.export': ['ModelExporter'],
     'tensorpack_lite.tfutils.common': [
         'get_default_sess_config', 'get_global_step_var', 'get_global_step_value',
         'get_op_tensor_name', 'get_tensors_by_names', 'get_op_or_tensor_by_name',
@@ -85,6 +96,9 @@ def test_top_level_extras():
     from tensorpack_lite import (JustCurrentSession, SessionInit, TowerContext, get_current_tower_context,
                                  get_global_step_var, logger, tfv1)
     from tensorpack_lite.tfutils import sessinit, tower
+    for name in ['SaverRestore', 'SaverRestoreRelaxed', 'DictRestore', 'ChainInit', 'SmartInit',
+                 'get_model_loader']:
+        assert getattr(tensorpack_lite, name) is getattr(sessinit, name), name
     assert tfv1.Session is not None and callable(get_global_step_var)
     assert TowerContext is tower.TowerContext and get_current_tower_context is tower.get_current_tower_context
     assert SessionInit is sessinit.SessionInit and JustCurrentSession is sessinit.JustCurrentSession

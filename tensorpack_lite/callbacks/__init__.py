@@ -3,13 +3,21 @@ receive training statistics."""
 
 from .base import Callback, CallbackFactory, ProxyCallback
 from .concurrency import StartProcOrThread
+from .debug import DumpParamAsImage, DumpTensorAsImage, DumpTensors
 from .graph import ProcessTensors, RunOp, RunUpdateOps
 from .group import Callbacks
 from .hooks import CallbackToHook, HookToCallback
+from .inference import ClassificationError, Inferencer, ScalarStats
+from .inference_runner import InferenceRunner, InferenceRunnerBase
 from .misc import EstimatedTimeLeft
 from .monitor import (JSONWriter, MonitorBase, Monitors, NoOpMonitor, ScalarPrinter,
                       SendMonitorData, TFEventWriter)
+from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParamSetter,
+                    HyperParamSetterWithFunc, ObjAttrParam, ScheduledHyperParamSetter,
+                    StatMonitorParamSetter)
 from .prof import GPUUtilizationTracker, PeakMemoryTracker, ThroughputTracker
+from .saver import MaxSaver, MinSaver, ModelSaver
+from .stats import InjectShell, SendStat
 from .steps import MaintainStepCounter, ProgressBar, SessionRunTimeout, TensorPrinter
 from .summary import MergeAllSummaries, MovingAverageSummary, SimpleMovingAverage
 from .trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
@@ -17,12 +25,17 @@ from .trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
 __all__ = [
     'Callback', 'CallbackFactory', 'ProxyCallback', 'Callbacks',
     'StartProcOrThread',
+    'DumpParamAsImage', 'DumpTensorAsImage', 'DumpTensors', 'InjectShell', 'SendStat',
     'ProcessTensors', 'RunOp', 'RunUpdateOps',
     'CallbackToHook', 'HookToCallback',
+    'ClassificationError', 'Inferencer', 'ScalarStats', 'InferenceRunner', 'InferenceRunnerBase',
     'EstimatedTimeLeft',
     'JSONWriter', 'MonitorBase', 'Monitors', 'NoOpMonitor', 'ScalarPrinter', 'SendMonitorData',
     'TFEventWriter',
+    'GraphVarParam', 'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter',
+    'HyperParamSetterWithFunc', 'ObjAttrParam', 'ScheduledHyperParamSetter', 'StatMonitorParamSetter',
     'GPUUtilizationTracker', 'PeakMemoryTracker', 'ThroughputTracker',
+    'MaxSaver', 'MinSaver', 'ModelSaver',
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',
     'MergeAllSummaries', 'MovingAverageSummary', 'SimpleMovingAverage',
     'EnableCallbackIf', 'PeriodicCallback', 'PeriodicTrigger',

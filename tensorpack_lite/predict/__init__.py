@@ -2,6 +2,8 @@
 
 from .base import AsyncPredictorBase, OfflinePredictor, OnlinePredictor, PredictorBase
 from .config import PredictConfig
+from .dataset import DatasetPredictorBase, MultiProcessDatasetPredictor, SimpleDatasetPredictor
 
 __all__ = ['PredictorBase', 'AsyncPredictorBase', 'OnlinePredictor', 'OfflinePredictor',
-           'PredictConfig']
+           'PredictConfig', 'DatasetPredictorBase', 'SimpleDatasetPredictor',
+           'MultiProcessDatasetPredictor']

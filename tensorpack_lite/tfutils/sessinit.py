@@ -2,9 +2,24 @@
 
 A :class:`SessionInit` may add ops to the graph in :meth:`SessionInit._setup_graph` (called
 before the graph is finalized) and fills the session in :meth:`SessionInit._run_init`.
+
+Most scripts only need :func:`SmartInit`, which picks the right initializer::
+
+    TrainConfig(..., session_init=SmartInit('train_log/run1'))          # latest checkpoint
+    PredictConfig(..., session_init=SmartInit('pretrained.npz'))        # a dict of arrays
 """
 
-__all__ = ['SessionInit', 'JustCurrentSession']
+import os
+
+import numpy as np
+
+from ..compat import tf, tfv1
+from ..utils import logger
+from .common import get_op_tensor_name
+from .varmanip import SessionUpdate, _checked_reader, get_checkpoint_path, is_training_name
+
+__all__ = ['SessionInit', 'JustCurrentSession', 'SaverRestore', 'SaverRestoreRelaxed',
+           'DictRestore', 'ChainInit', 'SmartInit', 'get_model_loader']
 
 
 class SessionInit:
@@ -30,3 +45,304 @@ class SessionInit:
 
 class JustCurrentSession(SessionInit):
     """Leaves the session as its creator made it (the variables keep their initial values)."""
+
+
+def _log_mismatch(names, present_in, absent_in):
+    if names:
+        logger.warn("The following variables are in the {}, but not found in the {}: {}".format(
+            present_in, absent_in, ', '.join(sorted(names))))
+
+
+def _shape_str(shape):
+    return str(list(shape))
+
+
+class SaverRestore(SessionInit):
+    """Restores the variables of the graph from a TensorFlow checkpoint.
+
+    Every global variable that is also in the checkpoint is restored; variables missing from
+    the checkpoint are logged by name and keep their initial values, and so are checkpoint
+    tensors the graph does not use. A variable whose shape (or dtype) differs from the
+    checkpoint's is an error naming both (see :class:`SaverRestoreRelaxed` to skip those).
+
+    Args:
+        model_path (str): anything :func:`~tensorpack_lite.tfutils.varmanip.get_checkpoint_path`
+            accepts: a checkpoint prefix, one of its files, or a directory with a
+            ``checkpoint`` state file. A missing or corrupt checkpoint is an error here.
+        prefix (str): restore checkpoint tensor ``W`` into graph variable ``prefix/W``.
+        ignore (tuple[str]): names of variables (graph or checkpoint names, ``:0`` optional)
+            not to restore, e.g. ``['learning_rate']``.
+
+    Attribute ``path`` is the resolved checkpoint prefix.
+
+    Example::
+
+        SaverRestore('train_log/run1/model-1000', ignore=['global_step'])
+    """
+
+    def __init__(self, model_path, prefix=None, ignore=()):
+        if isinstance(model_path, str) and model_path.endswith(('.npz', '.npy')):
+            raise ValueError("SaverRestore takes a TensorFlow checkpoint, got '{}'; load a dict of "
+                             "arrays with DictRestore or SmartInit.".format(model_path))
+        self.path = get_checkpoint_path(model_path)
+        _checked_reader(self.path)  # a corrupt checkpoint fails now, not when training starts
+        self.prefix = prefix.rstrip('/') if prefix else None
+        if isinstance(ignore, str):
+            ignore = [ignore]
+        self.ignore = {get_op_tensor_name(name)[0] for name in ignore}
+        self.saver = None
+
+    def _checkpoint_name(self, var):
+        name = var.op.name
+        if self.prefix and name.startswith(self.prefix + '/'):
+            name = name[len(self.prefix) + 1:]
+        return name
+
+    def _match_vars(self, reader):
+        """``[(checkpoint name, variable)]`` for the graph variables found in the checkpoint;
+        logs the names found on one side only."""
+        in_checkpoint = reader.get_variable_to_shape_map()
+        matched, used, missing = [], {}, []
+        for var in tfv1.global_variables():
+            name = self._checkpoint_name(var)
+            if name in self.ignore or var.op.name in self.ignore:
+                if name in in_checkpoint:
+                    logger.info("Variable {} is ignored: not restored from the checkpoint.".format(
+                        var.op.name))
+                    used[name] = var
+                continue
+            if name in in_checkpoint:
+                if name in used:
+                    raise ValueError("Both graph variables '{}' and '{}' would be restored from "
+                                     "checkpoint tensor '{}'.".format(used[name].op.name, var.op.name, name))
+                used[name] = var
+                matched.append((name, var))
+            elif not is_training_name(var.name):
+                missing.append(var.op.name)
+        _log_mismatch(missing, 'graph', 'checkpoint')
+        _log_mismatch([n for n in in_checkpoint if n not in used and not is_training_name(n)],
+                      'checkpoint', 'graph')
+        return matched
+
+    @staticmethod
+    def _mismatch(reader, name, var):
+        """A description of how ``var`` and checkpoint tensor ``name`` disagree in shape or
+        dtype (a Saver restores neither), or None."""
+        shape = reader.get_variable_to_shape_map()[name]
+        if not var.shape.is_compatible_with(shape):
+            return "'{}': shape {} in the graph, {} in the checkpoint".format(
+                var.op.name, _shape_str(var.shape.as_list()), _shape_str(shape))
+        dtype = reader.get_variable_to_dtype_map()[name]
+        if dtype != var.dtype.base_dtype:
+            return "'{}': dtype {} in the graph, {} in the checkpoint".format(
+                var.op.name, var.dtype.base_dtype.name, dtype.name)
+        return None
+
+    def _setup_graph(self):
+        reader = _checked_reader(self.path)
+        matched = self._match_vars(reader)
+        mismatches = [m for m in (self._mismatch(reader, n, v) for n, v in matched) if m]
+        if mismatches:
+            raise ValueError("Cannot restore checkpoint '{}' into the graph: {}. Use "
+                             "SaverRestoreRelaxed (or SmartInit(..., ignore_mismatch=True)) to skip "
+                             "these variables.".format(self.path, '; '.join(mismatches)))
+        self.saver = tfv1.train.Saver(var_list=dict(matched), name='restore') if matched else None
+        self._num_restored = len(matched)
+
+    def _run_init(self, sess):
+        if self.saver is None:
+            logger.warn("No variable of the graph is in checkpoint {}: nothing restored.".format(self.path))
+            return
+        logger.info("Restoring {} variables from checkpoint {} ...".format(self._num_restored, self.path))
+        try:
+            self.saver.restore(sess, self.path)
+        except (tf.errors.OpError, ValueError) as err:
+            raise ValueError("Cannot restore checkpoint '{}' (corrupt or changed since it was "
+                             "opened): {}".format(self.path, err)) from err
+
+
+class SaverRestoreRelaxed(SaverRestore):
+    """Like :class:`SaverRestore`, but variables whose shape (or kind of dtype) differs from
+    the checkpoint's are skipped, with a warning naming them and both shapes; the others are
+    restored by assignment (float64 values are cast to a float32 variable and so on). It adds
+    no ops to the graph.
+
+    Example, fine-tuning with a new classifier of another size::
+
+        SaverRestoreRelaxed('pretrained/model-10000')
+    """
+
+    def _setup_graph(self):
+        reader = _checked_reader(self.path)
+        self._pairs, skipped = [], []
+        for name, var in self._match_vars(reader):
+            shape = reader.get_variable_to_shape_map()[name]
+            dtype = reader.get_variable_to_dtype_map()[name]
+            if not var.shape.is_compatible_with(shape):
+                skipped.append("{} (shape {} in the graph, {} in the checkpoint)".format(
+                    var.op.name, _shape_str(var.shape.as_list()), _shape_str(shape)))
+            elif dtype != var.dtype.base_dtype and not np.can_cast(
+                    dtype.as_numpy_dtype, var.dtype.base_dtype.as_numpy_dtype, casting='same_kind'):
+                skipped.append("{} (dtype {} in the graph, {} in the checkpoint)".format(
+                    var.op.name, var.dtype.base_dtype.name, dtype.name))
+            else:
+                self._pairs.append((name, var))
+        if skipped:
+            logger.warn("SaverRestoreRelaxed: these variables differ from checkpoint {} and keep "
+                        "their initial values: {}".format(self.path, ', '.join(skipped)))
+
+    def _run_init(self, sess):
+        if not hasattr(self, '_pairs'):
+            self._setup_graph()
+        logger.info("Restoring {} variables from checkpoint {} ...".format(len(self._pairs), self.path))
+        reader = _checked_reader(self.path)
+        values = {}
+        for name, var in self._pairs:
+            try:
+                values[var.name] = reader.get_tensor(name)
+            except Exception as err:
+                raise ValueError("Checkpoint '{}' is corrupt: cannot read tensor '{}': {}".format(
+                    self.path, name, err)) from err
+        SessionUpdate(sess, [var for _, var in self._pairs]).update(values)
+
+
+class DictRestore(SessionInit):
+    """Assigns values from a dict ``{variable name: ndarray}`` (names with or without ``:0``).
+
+    Names unknown to the graph, and global variables missing from the dict, are logged.
+    A value of the wrong shape is an error naming the variable and both shapes (unless
+    ``ignore_mismatch``, then it is skipped with a warning); values are cast to the
+    variable's dtype when of the same kind (float64 to float32...). Adds no ops to the graph.
+
+    Example::
+
+        DictRestore(dict(np.load('pretrained.npz')))
+    """
+
+    def __init__(self, variable_dict, ignore_mismatch=False):
+        if not isinstance(variable_dict, dict):
+            raise TypeError("DictRestore takes a dict of variable name -> value, got {}".format(
+                type(variable_dict).__name__))
+        self._prms = {}
+        for name, value in variable_dict.items():
+            if not isinstance(name, str):
+                raise TypeError("DictRestore: variable names must be str, got {!r}".format(name))
+            key = get_op_tensor_name(name)[1]
+            if key in self._prms:
+                raise ValueError("DictRestore: variable '{}' is given twice (with and without "
+                                 "':0')".format(key))
+            self._prms[key] = value
+        self._ignore_mismatch = bool(ignore_mismatch)
+        self._values = None
+
+    def _setup_graph(self):
+        variables = tfv1.global_variables()
+        graph_names = {v.name for v in variables}
+        _log_mismatch([get_op_tensor_name(n)[0] for n in self._prms if n not in graph_names],
+                      'dict', 'graph')
+        _log_mismatch([v.op.name for v in variables
+                       if v.name not in self._prms and not is_training_name(v.name)], 'graph', 'dict')
+        self._vars, self._values = [], {}
+        for var in variables:
+            if var.name in self._prms:
+                value = SessionUpdate.relaxed_value_for_var(self._prms[var.name], var,
+                                                            ignore_mismatch=self._ignore_mismatch)
+                if value is not None:
+                    self._vars.append(var)
+                    self._values[var.name] = value
+
+    def _run_init(self, sess):
+        if self._values is None:
+            self._setup_graph()
+        logger.info("Restoring {} variables from a dict ...".format(len(self._values)))
+        SessionUpdate(sess, self._vars).update(self._values)
+
+
+class ChainInit(SessionInit):
+    """Runs several initializers in order; a later one overwrites what an earlier one set.
+
+    Example::
+
+        ChainInit([SaverRestore('imagenet/model-100000'), DictRestore({'fc/W': w})])
+    """
+
+    def __init__(self, sess_inits):
+        sess_inits = list(sess_inits)
+        for index, init in enumerate(sess_inits):
+            if not isinstance(init, SessionInit):
+                raise TypeError("ChainInit: sess_inits[{}] is not a SessionInit: {!r}".format(index, init))
+        self.inits = sess_inits
+
+    def _setup_graph(self):
+        for init in self.inits:
+            init._setup_graph()
+
+    def _run_init(self, sess):
+        for init in self.inits:
+            init._run_init(sess)
+
+
+def _load_dict_file(path):
+    """The dict of arrays in an ``.npz`` file, or in an ``.npy`` file holding a pickled dict."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError("File '{}' does not exist.".format(path))
+    logger.info("Loading a dict of variables from {} ...".format(path))
+    try:
+        if path.endswith('.npz'):
+            with np.load(path) as data:
+                return {name: data[name] for name in data.files}
+        # tensorpack's older format: np.save() of a dict, which needs unpickling.
+        obj = np.load(path, allow_pickle=True, encoding='latin1')
+        obj = obj.item() if obj.dtype == object and obj.shape == () else obj
+    except Exception as err:
+        raise ValueError("Cannot read a dict of variables from '{}': {}".format(path, err)) from err
+    if not isinstance(obj, dict):
+        raise ValueError("'{}' holds a {}, not a dict of variables.".format(path, type(obj).__name__))
+    return obj
+
+
+def SmartInit(obj, *, ignore_mismatch=False):
+    """The :class:`SessionInit` for ``obj``:
+
+    * None, '' or an empty list: :class:`JustCurrentSession`;
+    * a :class:`SessionInit`: itself;
+    * a dict ``{name: ndarray}``, or the path of an ``.npz`` (or ``.npy`` dict) file:
+      :class:`DictRestore`;
+    * a checkpoint prefix, one of its files or a directory with a ``checkpoint`` state file:
+      :class:`SaverRestore` (:class:`SaverRestoreRelaxed` when ``ignore_mismatch``);
+    * a list of these: :class:`ChainInit`, applied in order.
+
+    ``ignore_mismatch`` skips variables whose shape differs instead of failing.
+    A path that does not exist raises FileNotFoundError, anything else TypeError.
+
+    Example::
+
+        SmartInit(['imagenet.npz', 'train_log/finetune'])
+    """
+    if obj is None or (isinstance(obj, (str, list, tuple)) and len(obj) == 0):
+        return JustCurrentSession()
+    if isinstance(obj, SessionInit):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return ChainInit([SmartInit(x, ignore_mismatch=ignore_mismatch) for x in obj])
+    if isinstance(obj, dict):
+        return DictRestore(obj, ignore_mismatch=ignore_mismatch)
+    if isinstance(obj, (str, os.PathLike)):
+        path = os.path.expanduser(os.fspath(obj))
+        if path.endswith(('.npz', '.npy')):
+            return DictRestore(_load_dict_file(path), ignore_mismatch=ignore_mismatch)
+        return (SaverRestoreRelaxed if ignore_mismatch else SaverRestore)(path)
+    raise TypeError("SmartInit cannot initialize variables from {!r} of type {}; it takes a "
+                    "checkpoint path or directory, an .npz file, a dict, a SessionInit, None, or a "
+                    "list of these.".format(obj, type(obj).__name__))
+
+
+def get_model_loader(filename):
+    """:class:`DictRestore` for an ``.npz``/``.npy`` file, :class:`SaverRestore` otherwise.
+    Kept for old scripts; :func:`SmartInit` does the same and more."""
+    if not isinstance(filename, (str, os.PathLike)):
+        raise TypeError("get_model_loader() takes a file name, got {!r}".format(filename))
+    filename = os.path.expanduser(os.fspath(filename))
+    if filename.endswith(('.npz', '.npy')):
+        return DictRestore(_load_dict_file(filename))
+    return SaverRestore(filename)

@@ -1,13 +1,13 @@
 """Trainers, models and the configuration of a training run."""
 
 from .base import StopTraining, TrainLoop, Trainer
-from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, TrainConfig
+from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, TrainConfig
 from .interface import apply_default_prefetch, launch_train_with_config
 from .model_desc import ModelDesc, ModelDescBase
 from .tower import SingleCostTrainer, TowerTrainer
 from .trainers import NoOpTrainer, QueueInputTrainer, SimpleTrainer
 
 __all__ = ['StopTraining', 'TrainLoop', 'Trainer', 'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS',
-           'TrainConfig', 'apply_default_prefetch', 'launch_train_with_config', 'ModelDesc',
-           'ModelDescBase', 'SingleCostTrainer', 'TowerTrainer', 'NoOpTrainer',
+           'TrainConfig', 'AutoResumeTrainConfig', 'apply_default_prefetch', 'launch_train_with_config',
+           'ModelDesc', 'ModelDescBase', 'SingleCostTrainer', 'TowerTrainer', 'NoOpTrainer',
            'QueueInputTrainer', 'SimpleTrainer']

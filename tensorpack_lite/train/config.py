@@ -1,5 +1,8 @@
 """TrainConfig: everything a training run needs, and the default callbacks and monitors."""
 
+import os
+import re
+
 from ..callbacks.base import Callback
 from ..callbacks.graph import RunUpdateOps
 from ..callbacks.monitor import JSONWriter, MonitorBase, ScalarPrinter, TFEventWriter
@@ -9,11 +12,12 @@ from ..compat import tfv1
 from ..dataflow.base import DataFlow
 from ..input_source.input_source_base import InputSource
 from ..tfutils.sesscreate import NewSessionCreator
-from ..tfutils.sessinit import SessionInit
+from ..tfutils.sessinit import SaverRestore, SessionInit
+from ..utils import logger
 from .base import TrainLoop
 from .model_desc import ModelDescBase
 
-__all__ = ['DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'TrainConfig']
+__all__ = ['DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'TrainConfig', 'AutoResumeTrainConfig']
 
 
 def DEFAULT_CALLBACKS():
@@ -114,3 +118,79 @@ class TrainConfig:
             pass
         raise ValueError("TrainConfig needs steps_per_epoch: the size of {} is not known".format(
             type(source).__name__ if source is not None else 'the input (none was given)'))
+
+
+_CHECKPOINT_STEP = re.compile(r'-(\d+)$')
+
+
+class AutoResumeTrainConfig(TrainConfig):
+    """A TrainConfig that continues the run found in the logger directory, if any.
+
+    When the logger directory holds checkpoints (from :class:`ModelSaver`) and a
+    ``stats.json`` (from :class:`JSONWriter`), training resumes after the last epoch
+    recorded in ``stats.json``, from the checkpoint saved at the end of that epoch: the
+    global step, the epoch number, the hyper-parameter setters (which set their value for
+    the starting epoch) and the statistics history continue, and no epoch runs twice. A
+    run killed between saving a checkpoint and recording its epoch resumes from the
+    previous checkpoint (so keep ``max_to_keep >= 2``, the default is 10).
+
+    Args:
+        always_resume (bool): when False, an explicit ``session_init`` or ``starting_epoch``
+            given by the caller wins over what is found.
+        kwargs: as for :class:`TrainConfig`.
+
+    Example::
+
+        logger.set_logger_dir('train_log/run1', action='k')   # keep: we want to resume
+        config = AutoResumeTrainConfig(model=Model(), dataflow=df,
+                                       callbacks=[ModelSaver()], max_epoch=100)
+    """
+
+    def __init__(self, always_resume=True, **kwargs):
+        super().__init__(**kwargs)
+        point = self.find_resume_point(logger.get_logger_dir(), self.steps_per_epoch)
+        if point is None:
+            return
+        path, last_epoch = point
+        if always_resume or kwargs.get('session_init') is None:
+            logger.info("Resuming from checkpoint {} (end of epoch {}).".format(path, last_epoch))
+            self.session_init = SaverRestore(path)
+        if always_resume or 'starting_epoch' not in kwargs:
+            if last_epoch >= self.max_epoch:
+                raise ValueError("The run in {} already finished its last epoch ({} >= max_epoch={}): "
+                                 "nothing to resume. Raise max_epoch to train further.".format(
+                                     logger.get_logger_dir(), last_epoch, self.max_epoch))
+            self.starting_epoch = last_epoch + 1
+            logger.info("Setting starting_epoch to {}.".format(self.starting_epoch))
+
+    @staticmethod
+    def find_resume_point(directory, steps_per_epoch):
+        """``(checkpoint_path, last_finished_epoch)`` of the run in ``directory``, or None
+        when it holds no checkpoint. Raises ValueError when the checkpoints and stats.json
+        cannot be reconciled."""
+        if not directory:
+            return None
+        directory = os.path.abspath(directory)  # then the state's paths come back absolute
+        state = tfv1.train.get_checkpoint_state(directory)
+        if state is None or not state.all_model_checkpoint_paths:
+            return None
+        steps = {}
+        for path in state.all_model_checkpoint_paths:
+            match = _CHECKPOINT_STEP.search(path)
+            if match and os.path.exists(path + '.index'):
+                steps[int(match.group(1))] = path
+        last_epoch = JSONWriter.load_existing_epoch_number(directory)
+        if last_epoch is None:  # no statistics: trust the newest whole-epoch checkpoint
+            whole = [step for step in steps if step % steps_per_epoch == 0]
+            if not whole:
+                raise ValueError("Checkpoints in {} are at steps {}, none at the end of an epoch of {} "
+                                 "steps, and there is no stats.json to tell the epoch.".format(
+                                     directory, sorted(steps), steps_per_epoch))
+            return steps[max(whole)], max(whole) // steps_per_epoch
+        wanted = last_epoch * steps_per_epoch
+        if wanted not in steps:
+            raise ValueError("stats.json in {} ends at epoch {} (global step {} with {} steps per "
+                             "epoch) but the checkpoints there are at steps {}; resume by hand with "
+                             "session_init and starting_epoch.".format(
+                                 directory, last_epoch, wanted, steps_per_epoch, sorted(steps)))
+        return steps[wanted], last_epoch

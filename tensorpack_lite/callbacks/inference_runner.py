@@ -1,0 +1,258 @@
+"""Validation during training: run :class:`~tensorpack_lite.callbacks.inference.Inferencer`\\ s
+over a whole data set every time the callback triggers (after every epoch by default).
+
+Example::
+
+    callbacks = [
+        InferenceRunner(BatchData(test_df, 64, remainder=True),
+                        [ScalarStats('cost'), ClassificationError('incorrect_vector')]),
+        # or every 5 epochs:
+        # PeriodicTrigger(InferenceRunner(...), every_k_epochs=5),
+    ]
+"""
+
+from ..compat import tf, tfv1
+from ..dataflow.base import DataFlow
+from ..input_source.input_source import FeedInput, StagingInput
+from ..input_source.input_source_base import InputSource
+from ..tfutils.hooked_session import HookedSession
+from ..tfutils.tower import PredictTowerContext, TowerFunc
+from ..utils import logger
+from ..utils.utils import get_tqdm
+from .base import Callback, name_culprit
+from .group import Callbacks
+from .inference import Inferencer
+
+__all__ = ['InferenceRunnerBase', 'InferenceRunner']
+
+
+class _InferencerToHook(tfv1.train.SessionRunHook):
+    """Fetches an inferencer's tensors with every run and gives it their values."""
+
+    def __init__(self, inf, fetches):
+        self._inf = inf
+        self._fetches = fetches
+
+    def before_run(self, _):
+        return tfv1.train.SessionRunArgs(fetches=self._fetches)
+
+    def after_run(self, _, run_values):
+        try:
+            self._inf.on_fetches(run_values.results)
+        except Exception as err:
+            name_culprit(err, self._inf, 'on_fetches')
+            raise
+
+
+class InferenceRunnerBase(Callback):
+    """Runs inferencers over one pass of an InputSource each time it is triggered, and puts
+    the statistics they return into ``trainer.monitors``.
+
+    A pass is ``input.size()`` runs of a hooked session of the runner's own, whose hooks
+    are the inferencers' fetches and the InputSource's callbacks (e.g. the one feeding
+    placeholders); the input is reset before every pass. Subclasses build the graph in
+    ``_setup_graph``: they register one hook per inferencer (:meth:`register_hook`) and set
+    ``self._input_callbacks`` to a set-up :class:`Callbacks` of the input's callbacks.
+
+    Args:
+        input (InputSource): the data; its ``size()`` (steps in one pass) must be known.
+        infs (Inferencer or list[Inferencer]): what to compute.
+    """
+
+    def __init__(self, input, infs):
+        if not isinstance(input, InputSource):
+            raise TypeError("{} takes an InputSource, got {!r}".format(type(self).__name__, input))
+        self._input_source = input
+        infs = list(infs) if isinstance(infs, (list, tuple)) else [infs]
+        if not infs:
+            raise ValueError("{} needs at least one Inferencer".format(type(self).__name__))
+        for index, inf in enumerate(infs):
+            if not isinstance(inf, Inferencer):
+                raise TypeError("{}: infs[{}] is not an Inferencer: {!r}".format(
+                    type(self).__name__, index, inf))
+            inf._runner = self  # marks it as driven by a runner (see Inferencer.setup_graph)
+        self.infs = infs
+        self._size = self._get_size(input)
+        self._hooks = []
+        self._input_callbacks = None
+        self._hooked_sess = None
+
+    def _get_size(self, input):
+        owner = type(self).__name__
+        what = type(input.ds).__name__ if isinstance(input, FeedInput) else type(input).__name__
+        try:
+            size = input.size()
+        except NotImplementedError:
+            raise ValueError(
+                "{} needs to know how many steps make one pass over its input, but the size of {} "
+                "is not known; give the DataFlow a __len__ (or the InputSource a size)".format(
+                    owner, what)) from None
+        size = int(size)
+        if size <= 0:
+            raise ValueError("{}: its input ({}) is empty (size {})".format(owner, what, size))
+        return size
+
+    def register_hook(self, hook):
+        """Add a ``tf.compat.v1.train.SessionRunHook`` to the inference session (before
+        training starts)."""
+        if self._hooked_sess is not None:
+            raise RuntimeError("{}.register_hook() must be called before training".format(self))
+        self._hooks.append(hook)
+
+    def _before_train(self):
+        self._hooked_sess = HookedSession(self.trainer.sess, self._hooks)
+        if self._input_callbacks is not None:
+            self._input_callbacks.before_train()
+        for inf in self.infs:
+            inf.before_train()
+        logger.info("[{}] Will run {} steps per inference pass.".format(self, self._size))
+
+    def _trigger(self):
+        for inf in self.infs:
+            inf.before_inference()
+        self._input_source.reset_state()
+        self._run_pass()
+        self._report()
+
+    def _report(self):
+        """Put the statistics of every inferencer into the trainer's monitors."""
+        for inf in self.infs:
+            try:
+                stats = inf.after_inference()
+            except Exception as err:
+                name_culprit(err, inf, 'after_inference')
+                raise
+            for name, value in stats.items():
+                self.trainer.monitors.put_scalar(name, value)
+
+    def _run_pass(self):
+        step = 0
+        try:
+            with get_tqdm(total=self._size, desc=str(self)) as pbar:
+                for step in range(self._size):
+                    self._hooked_sess.run(fetches=[])
+                    pbar.update()
+        except (StopIteration, tf.errors.OutOfRangeError, tf.errors.CancelledError) as err:
+            # Not left to propagate: the trainer takes OutOfRangeError as the end of training.
+            reason = type(err).__name__ + (': {}'.format(err) if str(err) else '')
+            raise RuntimeError(
+                "{}: the input ran out after {} of the {} steps of a pass ({}); the size of its "
+                "input is wrong, or the input cannot be restarted by reset_state()".format(
+                    self, step, self._size, reason)) from err
+
+    def _after_train(self):
+        try:
+            for inf in self.infs:
+                inf.after_train()
+        finally:
+            if self._input_callbacks is not None:
+                self._input_callbacks.after_train()
+
+
+def _device_name(device):
+    return '/gpu:{}'.format(device) if device >= 0 else '/cpu:0'
+
+
+class InferenceRunner(InferenceRunnerBase):
+    """Validation on a DataFlow or an InputSource, through an inference tower of its own.
+
+    In ``setup_graph`` it builds the tower ``tower_name`` with the trainer's tower function
+    (or ``tower_func``), in a :class:`PredictTowerContext` that reuses the training
+    variables, on the input's tensors; each inferencer's tensors are looked up by name in
+    that tower. Each trigger (after every epoch; wrap it in a ``PeriodicTrigger`` for other
+    schedules) runs one pass over the input.
+
+    Args:
+        input (DataFlow or InputSource): a DataFlow is fed through
+            ``FeedInput(ds, infinite=False)``. Its size gives the steps of a pass. Not a
+            StagingInput.
+        infs (Inferencer or list[Inferencer]): what to compute.
+        tower_name (str): the name scope of the tower; use a different one for every
+            InferenceRunner of the trainer.
+        tower_func (TowerFunc): builds the tower; ``trainer.tower_func`` by default.
+        device (int): GPU to build the tower on; -1 for the CPU.
+
+    Example::
+
+        InferenceRunner(BatchData(test_df, 128, remainder=True),
+                        [ScalarStats('cost'), ClassificationError('incorrect_vector')])
+    """
+
+    def __init__(self, input, infs, tower_name='InferenceTower', tower_func=None, device=0):
+        if isinstance(input, DataFlow):
+            input = FeedInput(input, infinite=False)
+        elif not isinstance(input, InputSource):
+            raise TypeError("InferenceRunner takes a DataFlow or an InputSource, got {!r}".format(input))
+        if isinstance(input, StagingInput):
+            raise TypeError("InferenceRunner cannot use a StagingInput (it only stages for "
+                            "training steps); give it the wrapped InputSource")
+        if not isinstance(tower_name, str) or not tower_name:
+            raise ValueError("InferenceRunner: tower_name must be a non-empty str, got {!r}".format(
+                tower_name))
+        if tower_func is not None and not isinstance(tower_func, TowerFunc):
+            raise TypeError("InferenceRunner: tower_func must be a TowerFunc, got {!r}".format(
+                tower_func))
+        if isinstance(device, bool) or not isinstance(device, int):
+            raise TypeError("InferenceRunner: device must be an int (-1 for the CPU), got {!r}".format(
+                device))
+        self._tower_name = tower_name
+        self._tower_func = tower_func
+        self._device_id = device
+        self._tower_handle = None
+        super().__init__(input, infs)
+
+    @property
+    def tower_handle(self):
+        """The :class:`TowerTensorHandle` of the inference tower (after ``setup_graph``)."""
+        return self._tower_handle
+
+    def _setup_graph(self):
+        tower_func = self._tower_func
+        if tower_func is None:
+            tower_func = getattr(self.trainer, 'tower_func', None)
+            if tower_func is None:
+                raise RuntimeError("InferenceRunner needs a tower function: the trainer {} has no "
+                                   "tower_func (use a TowerTrainer or give tower_func=)".format(
+                                       type(self.trainer).__name__))
+        if self._input_source.setup_done():
+            raise RuntimeError("InferenceRunner: its InputSource {} is already set up (an InputSource "
+                               "feeds one trainer or runner)".format(type(self._input_source).__name__))
+        input_callbacks = self._input_source.setup(tower_func.input_signature)
+        self._tower_handle = self._build_tower(tower_func, self._input_source.get_input_tensors())
+        for inf in self.infs:
+            self.register_hook(_InferencerToHook(inf, self._lookup_fetches(inf)))
+        for inf in self.infs:
+            inf.setup_graph(self.trainer)
+        # The input's callbacks run in this runner's own session (only their setup_graph,
+        # before_train, before_run/after_run and after_train are used).
+        self._input_callbacks = Callbacks(input_callbacks)
+        self._input_callbacks.setup_graph(self.trainer)
+        for hook in self._input_callbacks.get_hooks():
+            self.register_hook(hook)
+
+    def _build_tower(self, tower_func, inputs):
+        vs_for_predictor = getattr(self.trainer, '_vs_name_for_predictor', None)
+        vs_name = vs_for_predictor(self._device_id) if vs_for_predictor is not None else ''
+        device = _device_name(self._device_id)
+        logger.info("[InferenceRunner] Building tower '{}' on device {}{} ...".format(
+            self._tower_name, device, " with variable scope '{}'".format(vs_name) if vs_name else ''))
+        with tfv1.name_scope(None), \
+                tfv1.variable_scope(tfv1.get_variable_scope(), reuse=True), \
+                tf.device(device), \
+                PredictTowerContext(self._tower_name, vs_name=vs_name):
+            tower_func(*inputs)
+        return tower_func.towers[self._tower_name]
+
+    def _lookup_fetches(self, inf):
+        tensors = []
+        for name in inf.get_fetches():
+            try:
+                tensors.append(self._tower_handle.get_tensor(name))
+            except KeyError:
+                raise KeyError("InferenceRunner: {} fetches tensor '{}', which is not in the inference "
+                               "tower '{}' (the graph has no '{}/{}')".format(
+                                   inf, name, self._tower_name, self._tower_name, name)) from None
+        return tensors
+
+    def __str__(self):
+        return "InferenceRunner({})".format(self._tower_name)

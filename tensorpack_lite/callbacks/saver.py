@@ -1,0 +1,277 @@
+"""Callbacks that write checkpoints: the latest ones (:class:`ModelSaver`) and the best one
+by some statistic (:class:`MinSaver`, :class:`MaxSaver`).
+
+Example::
+
+    callbacks=[ModelSaver(),                      # train_log/run1/model-<global_step>
+               InferenceRunner(...),              # puts 'val-error'
+               MinSaver('val-error')]             # train_log/run1/min-val-error
+
+A checkpoint is ``<prefix>.index`` plus ``<prefix>.data-*`` files; load one with
+:func:`~tensorpack_lite.tfutils.sessinit.SmartInit` (``SmartInit('train_log/run1/min-val-error')``).
+"""
+
+import json
+import os
+import re
+import shutil
+from datetime import datetime
+
+from ..compat import tf, tfv1
+from ..tfutils.common import get_global_step_var
+from ..tfutils.varmanip import get_checkpoint_path
+from ..utils import logger
+from .base import Callback
+
+__all__ = ['ModelSaver', 'MinSaver', 'MaxSaver']
+
+
+def _resolve_checkpoint_dir(owner, checkpoint_dir):
+    if checkpoint_dir is None:
+        checkpoint_dir = logger.get_logger_dir()
+        if checkpoint_dir is None:
+            raise ValueError("{} has nowhere to save: pass checkpoint_dir= or set the logger "
+                             "directory first (logger.set_logger_dir).".format(owner))
+    checkpoint_dir = os.path.normpath(os.path.expanduser(os.fspath(checkpoint_dir)))
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    return checkpoint_dir
+
+
+class ModelSaver(Callback):
+    """Saves the variables to ``<checkpoint_dir>/model-<global_step>`` at every trigger (by
+    default after every epoch) and once more when training ends, unless the last trigger
+    already saved that step. Also writes the graph to ``graph-<time>.meta`` before training.
+
+    The ``checkpoint`` state file always names a complete checkpoint: TensorFlow's Saver
+    writes the ``.data`` and ``.index`` files each to a temporary name renamed into place,
+    then rewrites ``checkpoint`` atomically (temporary file + rename, see
+    ``file_io.atomic_write_string_to_file``), and deletes checkpoints beyond ``max_to_keep``
+    only after that. Checkpoints listed in an existing ``checkpoint`` file (an earlier run in
+    the same directory) stay listed and count towards ``max_to_keep``.
+
+    Args:
+        max_to_keep (int): how many recent checkpoints to keep (see ``tf.train.Saver``).
+        keep_checkpoint_every_n_hours (float): in addition, keep one checkpoint per that many
+            hours.
+        checkpoint_dir (str): defaults to the logger directory (created if missing).
+        var_collections (str or list[str]): the collections of the variables to save, by
+            default ``GLOBAL_VARIABLES``. The global step is always saved.
+
+    Example::
+
+        PeriodicTrigger(ModelSaver(max_to_keep=3), every_k_steps=1000)
+    """
+
+    def __init__(self, max_to_keep=10, keep_checkpoint_every_n_hours=0.5, checkpoint_dir=None,
+                 var_collections=None):
+        if var_collections is None:
+            var_collections = [tfv1.GraphKeys.GLOBAL_VARIABLES]
+        if isinstance(var_collections, str):
+            var_collections = [var_collections]
+        self.var_collections = list(var_collections)
+        self._max_to_keep = max_to_keep
+        self._keep_every_n_hours = keep_checkpoint_every_n_hours
+        self.checkpoint_dir = _resolve_checkpoint_dir('ModelSaver', checkpoint_dir)
+        self.path = os.path.join(self.checkpoint_dir, 'model')
+        self._last_saved_step = None
+
+    def _setup_graph(self):
+        variables = []
+        for key in self.var_collections:
+            for var in tfv1.get_collection(key):
+                if var not in variables:
+                    variables.append(var)
+        step_var = get_global_step_var()
+        if step_var not in variables:
+            variables.append(step_var)
+        self.saver = tfv1.train.Saver(
+            var_list=variables, max_to_keep=self._max_to_keep,
+            keep_checkpoint_every_n_hours=self._keep_every_n_hours,
+            write_version=tfv1.train.SaverDef.V2, save_relative_paths=True)
+        tfv1.add_to_collection(tfv1.GraphKeys.SAVERS, self.saver)
+
+    def _before_train(self):
+        state = tfv1.train.get_checkpoint_state(self.checkpoint_dir)
+        if state is not None and state.all_model_checkpoint_paths:
+            self.saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
+        # The graph is complete now.
+        time_str = datetime.now().strftime('%m%d-%H%M%S')
+        self.saver.export_meta_graph(
+            os.path.join(self.checkpoint_dir, 'graph-{}.meta'.format(time_str)),
+            collection_list=self.graph.get_all_collection_keys())
+
+    def _trigger(self):
+        step = self.global_step
+        if step == self._last_saved_step:
+            return
+        try:
+            path = self.saver.save(self.trainer.sess, self.path, global_step=step,
+                                   write_meta_graph=False)
+        except (OSError, tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError):
+            # A full or flaky disk should not end a long training; the next trigger retries.
+            logger.exception("ModelSaver failed to save the model at global_step={}.".format(step))
+            return
+        self._last_saved_step = step
+        logger.info("Model saved to {}.".format(path))
+
+    def _after_train(self):
+        self._trigger()
+
+
+# ---------------------------------------------------------------------------------------------
+# A crash-safe copy of a checkpoint (several files) onto another prefix.
+# ---------------------------------------------------------------------------------------------
+
+_TMP = '.tmp'
+_COMMIT = '.commit'
+
+
+def _checkpoint_files(prefix):
+    """The suffixes of the files of checkpoint ``prefix``: ``.index`` and ``.data-*``."""
+    dirname, base = os.path.split(prefix)
+    suffixes = [f[len(base):] for f in os.listdir(dirname or '.')
+                if f.startswith(base + '.data-') and not f.endswith((_TMP, _COMMIT))]
+    return sorted(suffixes) + ['.index']
+
+
+def _finish_copy(dst, suffixes):
+    """Move the complete temporary copies onto ``dst`` (data first, index last), remove data
+    shards of the previous checkpoint that the new one does not have, drop the marker."""
+    for suffix in suffixes:  # '.index' is last
+        if os.path.exists(dst + suffix + _TMP):
+            os.replace(dst + suffix + _TMP, dst + suffix)
+    for suffix in _checkpoint_files(dst):
+        if suffix not in suffixes:
+            os.remove(dst + suffix)
+    os.remove(dst + _COMMIT)
+
+
+def _recover_copy(dst):
+    """Complete a copy onto ``dst`` that was interrupted after every file was copied (the
+    marker exists), or discard the leftovers of one interrupted earlier."""
+    if os.path.isfile(dst + _COMMIT):
+        with open(dst + _COMMIT) as f:
+            suffixes = json.load(f)
+        logger.info("Completing the interrupted update of checkpoint {}.".format(dst))
+        _finish_copy(dst, suffixes)
+        return
+    dirname, base = os.path.split(dst)
+    for fname in os.listdir(dirname or '.'):
+        if fname.startswith(base + '.') and fname.endswith(_TMP):
+            os.remove(os.path.join(dirname, fname))
+
+
+def _copy_checkpoint(src, dst):
+    """Copy checkpoint ``src`` to prefix ``dst`` so that a crash never leaves ``dst`` half
+    written: files are first copied to temporary names (the slow part, which leaves the old
+    ``dst`` untouched), then a marker records that the copy is complete, then the files are
+    renamed into place. A crash during the renames is completed by :func:`_recover_copy`."""
+    _recover_copy(dst)
+    suffixes = _checkpoint_files(src)
+    try:
+        for suffix in suffixes:
+            shutil.copyfile(src + suffix, dst + suffix + _TMP)
+            with open(dst + suffix + _TMP, 'rb+') as f:
+                os.fsync(f.fileno())
+        with open(dst + _COMMIT + _TMP, 'w') as f:
+            json.dump(suffixes, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(dst + _COMMIT + _TMP, dst + _COMMIT)
+    except BaseException:
+        _recover_copy(dst)  # no marker yet: removes the partial copies
+        raise
+    _finish_copy(dst, suffixes)
+
+
+class MinSaver(Callback):
+    """Keeps a copy of the checkpoint with the smallest value of a statistic.
+
+    At every trigger (by default after every epoch) it reads the latest value of
+    ``monitor_stat`` from ``trainer.monitors``; when that value is new and better than the
+    best so far, the latest checkpoint of ``checkpoint_dir`` (written by a
+    :class:`ModelSaver` earlier in the callback list) is copied to ``min-<monitor_stat>``
+    (``.index`` and ``.data-*``). The copy goes through temporary files, so a crash leaves the
+    previous best checkpoint intact (or completes the new one at the next start).
+
+    Args:
+        monitor_stat (str): name of the statistic, e.g. 'val-error'. It is an error if it
+            was never put when MinSaver triggers: place MinSaver after the callback that
+            puts it, and give both the same schedule.
+        reverse (bool): keep the largest value instead (see :class:`MaxSaver`).
+        filename (str): name of the best checkpoint; defaults to ``min-<monitor_stat>``
+            (``max-<monitor_stat>`` when ``reverse``).
+        checkpoint_dir (str): where ModelSaver saves; defaults to the logger directory.
+
+    Attribute ``best`` is ``(global_step, value)`` of the best so far, or None.
+    """
+
+    def __init__(self, monitor_stat, reverse=False, filename=None, checkpoint_dir=None):
+        if not isinstance(monitor_stat, str) or not monitor_stat:
+            raise TypeError("{}: monitor_stat must be the name of a statistic, got {!r}".format(
+                type(self).__name__, monitor_stat))
+        self.monitor_stat = monitor_stat
+        self.reverse = bool(reverse)
+        self.filename = filename or '{}-{}'.format('max' if self.reverse else 'min',
+                                                   monitor_stat.replace('/', '_'))
+        self.checkpoint_dir = _resolve_checkpoint_dir(type(self).__name__, checkpoint_dir)
+        self.best = None
+        self._last_seen_step = None
+
+    @property
+    def best_path(self):
+        """The prefix of the best checkpoint."""
+        return os.path.join(self.checkpoint_dir, self.filename)
+
+    def _before_train(self):
+        _recover_copy(self.best_path)
+
+    def _is_better(self, value):
+        if self.best is None:
+            return True
+        return value > self.best[1] if self.reverse else value < self.best[1]
+
+    def _trigger(self):
+        history = self.trainer.monitors.get_history(self.monitor_stat)
+        if not history:
+            raise KeyError("{}: the statistic '{}' was never put into trainer.monitors. Check its "
+                           "name, and that the callback producing it comes before {} in the "
+                           "callbacks and runs at least as often.".format(
+                               self, self.monitor_stat, self))
+        step, value = history[-1]
+        if step == self._last_seen_step:
+            return  # not updated since the last trigger
+        self._last_seen_step = step
+        if value != value:  # NaN
+            logger.warn("{}: '{}' is NaN at global_step={}; ignored.".format(self, self.monitor_stat, step))
+            return
+        if self._is_better(value):
+            self._save(step, value)
+            self.best = (step, value)
+
+    def _save(self, step, value):
+        try:
+            src = get_checkpoint_path(self.checkpoint_dir)
+        except FileNotFoundError as err:
+            raise RuntimeError("{}: there is no checkpoint to copy in '{}'. Put a ModelSaver "
+                               "saving there before {} in the callbacks.".format(
+                                   self, self.checkpoint_dir, self)) from err
+        match = re.search(r'-(\d+)$', src)
+        if match and int(match.group(1)) != step:
+            logger.warn("{}: the latest checkpoint {} is not from global_step={}, when '{}' was "
+                        "put; it is copied anyway.".format(self, src, step, self.monitor_stat))
+        _copy_checkpoint(src, self.best_path)
+        logger.info("Model at global_step={} with {} {}={:.5g} saved to {}.".format(
+            step, 'maximum' if self.reverse else 'minimum', self.monitor_stat, value, self.best_path))
+
+
+class MaxSaver(MinSaver):
+    """:class:`MinSaver` keeping the largest value, in ``max-<monitor_stat>``.
+
+    Example::
+
+        MaxSaver('val-accuracy')
+    """
+
+    def __init__(self, monitor_stat, filename=None, checkpoint_dir=None):
+        super().__init__(monitor_stat, reverse=True, filename=filename, checkpoint_dir=checkpoint_dir)

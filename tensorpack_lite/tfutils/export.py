@@ -1,0 +1,185 @@
+"""Export a model for inference without tensorpack_lite: a frozen ``GraphDef`` or a
+``SavedModel``.
+
+Both exports build the inference graph afresh from a :class:`PredictConfig`, the way
+:class:`OfflinePredictor` does (one tower without name prefix, ``is_training`` False), create
+the session with ``config.session_creator`` and fill it with ``config.session_init``.
+
+Example::
+
+    config = PredictConfig(model=MyModel(), input_names=['image'], output_names=['prob'],
+                           session_init=SaverRestore('train_log/model-1000'))
+    ModelExporter(config).export_compact('/tmp/model.pb')
+    ModelExporter(config).export_serving('/tmp/exported')
+    # later, anywhere:
+    model = tf.saved_model.load('/tmp/exported')
+    prob = model.signatures['serving_default'](image=images)['prob']
+"""
+
+import os
+import shutil
+from contextlib import contextmanager
+
+from ..compat import tfv1
+from ..input_source.input_source import PlaceholderInput
+from ..utils import logger
+from .tower import PredictTowerContext
+
+__all__ = ['ModelExporter']
+
+
+def _op_name(tensor):
+    return tensor.name.rsplit(':', 1)[0]
+
+
+def _check_unique(names, arg):
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError("ModelExporter: PredictConfig.{} has duplicate names {}; the exported "
+                         "signature needs one key per tensor.".format(arg, dups))
+
+
+class ModelExporter(object):
+    """Writes the inference graph of a :class:`PredictConfig`, with its variables' values, in
+    formats TensorFlow loads without this library.
+
+    The inputs of the export are ``config.input_names`` and its outputs
+    ``config.output_names``.
+    """
+
+    def __init__(self, config):
+        """
+        Args:
+            config (PredictConfig): the model, its input and output names and how to
+                initialize its variables (``session_init``).
+        """
+        from ..predict.config import PredictConfig  # here: predict imports tfutils
+        if not isinstance(config, PredictConfig):
+            raise TypeError("ModelExporter takes a PredictConfig, got {!r}".format(config))
+        _check_unique(config.input_names, 'input_names')
+        _check_unique(config.output_names, 'output_names')
+        self.config = config
+
+    @contextmanager
+    def _inference_session(self, before_session=None):
+        """Build the inference graph and yield ``(sess, input_tensors, output_tensors, extra)``
+        with the variables filled; ``extra`` is what ``before_session()`` returned (called in
+        the graph before the session is created). The session is closed afterwards."""
+        config = self.config
+        graph = config._maybe_create_graph()
+        with graph.as_default():
+            source = PlaceholderInput()
+            source.setup(config.input_signature)
+            with PredictTowerContext(''):
+                config.tower_func(*source.get_input_tensors())
+            tower = config.tower_func.towers[-1]
+            inputs = self._lookup(tower, config.input_names, 'input_names')
+            outputs = self._lookup(tower, config.output_names, 'output_names')
+            extra = before_session() if before_session is not None else None
+            config.session_init._setup_graph()
+            sess = config.session_creator.create_session()
+            try:
+                if sess.graph is not graph:
+                    raise ValueError("ModelExporter: the session_creator {!r} made a session on "
+                                     "another graph than the exported one.".format(
+                                         config.session_creator))
+                config.session_init._run_init(sess)
+                yield sess, inputs, outputs, extra
+            finally:
+                sess.close()
+
+    @staticmethod
+    def _lookup(tower, names, arg):
+        try:
+            return tower.get_tensors(names)
+        except KeyError as err:
+            raise ValueError("ModelExporter: PredictConfig.{}: {}".format(
+                arg, err.args[0] if err.args else err)) from err
+
+    def export_compact(self, filename, optimize=True, toco_compatible=False):
+        """Write a self-contained inference ``GraphDef``: the variables become constants and
+        only what the outputs need is kept.
+
+        Load it with ``tf.compat.v1.import_graph_def`` and run the tensors of the input and
+        output names (e.g. ``'image:0'``, ``'prob:0'``).
+
+        Args:
+            filename (str): the ``.pb`` file to write (replaced atomically when it exists).
+            optimize (bool): also run TensorFlow's ``optimize_for_inference`` (removes
+                training-only nodes, folds batch normalization...); it does not support
+                every graph.
+            toco_compatible (bool): passed to ``optimize_for_inference``: only make changes
+                TFLite's converter supports.
+        """
+        from tensorflow.python.tools import optimize_for_inference_lib
+
+        with self._inference_session() as (sess, inputs, outputs, _):
+            output_ops = [_op_name(t) for t in outputs]
+            graph_def = tfv1.graph_util.convert_variables_to_constants(
+                sess, sess.graph.as_graph_def(), output_ops)
+            if optimize:
+                graph_def = optimize_for_inference_lib.optimize_for_inference(
+                    graph_def, [_op_name(t) for t in inputs], output_ops,
+                    [t.dtype.as_datatype_enum for t in inputs], toco_compatible)
+        data = graph_def.SerializeToString()
+        tmp = '{}.tmp-{}'.format(filename, os.getpid())
+        try:
+            with open(tmp, 'wb') as f:
+                f.write(data)
+            os.replace(tmp, filename)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        logger.info("ModelExporter: frozen graph written to {} (inputs {}, outputs {}).".format(
+            filename, [t.name for t in inputs], [t.name for t in outputs]))
+
+    def export_serving(self, filename, tags=(tfv1.saved_model.SERVING,),
+                       signature_name='serving_default'):
+        """Write a ``SavedModel`` directory (``saved_model.pb`` and ``variables/``) with one
+        predict signature whose inputs and outputs are keyed by the names of the config.
+
+        Load it with ``tf.saved_model.load(filename).signatures[signature_name]`` (TF2) or
+        ``tf.compat.v1.saved_model.loader.load(sess, tags, filename)`` (graph mode), or
+        serve it with TensorFlow Serving.
+
+        Args:
+            filename (str): the directory to create; it must not exist. It is written under
+                a temporary name and renamed when complete.
+            tags (tuple[str]): the tags of the meta graph.
+            signature_name (str): the key of the signature.
+        """
+        if isinstance(tags, str):
+            tags = (tags,)
+        tags = list(tags)
+        if not tags or not all(isinstance(t, str) for t in tags):
+            raise TypeError("ModelExporter.export_serving: tags must be a non-empty tuple of str, "
+                            "got {!r}".format(tags))
+        if os.path.exists(filename):
+            raise FileExistsError("ModelExporter.export_serving: '{}' exists; a SavedModel is "
+                                  "written into a new directory.".format(filename))
+
+        def make_saver():
+            # made before the session: a session creator may finalize the graph
+            return tfv1.train.Saver(sharded=True, allow_empty=True,
+                                    write_version=tfv1.train.SaverDef.V2)
+
+        tmp = '{}.tmp-{}'.format(filename.rstrip('/\\'), os.getpid())
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+        try:
+            with self._inference_session(make_saver) as (sess, inputs, outputs, saver):
+                info = tfv1.saved_model.utils.build_tensor_info
+                signature = tfv1.saved_model.signature_def_utils.build_signature_def(
+                    inputs={n: info(t) for n, t in zip(self.config.input_names, inputs)},
+                    outputs={n: info(t) for n, t in zip(self.config.output_names, outputs)},
+                    method_name=tfv1.saved_model.PREDICT_METHOD_NAME)
+                builder = tfv1.saved_model.Builder(tmp)
+                builder.add_meta_graph_and_variables(
+                    sess, tags, signature_def_map={signature_name: signature}, saver=saver)
+                builder.save()
+            os.rename(tmp, filename)
+        finally:
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp)
+        logger.info("ModelExporter: SavedModel written to {} (signature '{}', tags {}).".format(
+            filename, signature_name, tags))

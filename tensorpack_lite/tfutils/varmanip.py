@@ -1,0 +1,343 @@
+"""Variables in and out of sessions and files: checkpoint paths, ``.npz`` dumps, assignments.
+
+Example::
+
+    params = load_chkpt_vars('train_log/run1')          # {'fc0/W': ndarray, ...}
+    params['fc0/W'] *= 0.5
+    save_chkpt_vars(params, 'train_log/halved.npz')     # loadable with SmartInit / DictRestore
+
+Checkpoints are TensorFlow V2 checkpoints (``<prefix>.index`` + ``<prefix>.data-*``), the
+format written by ``tf.compat.v1.train.Saver`` and :class:`ModelSaver`.
+"""
+
+import os
+import re
+import uuid
+import zipfile
+
+import numpy as np
+
+from ..compat import tf, tfv1
+from ..utils import logger
+from .common import get_op_tensor_name
+
+__all__ = ['SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
+           'get_checkpoint_path']
+
+_FILE_SUFFIX = re.compile(r'\.(index|meta|data-\d+-of-\d+)$')
+_DATA_SHARD = re.compile(r'\.data-(\d+)-of-(\d+)$')
+_STATE_FILE = 'checkpoint'
+
+
+def _checkpoint_from_state(dirname, given):
+    """The checkpoint prefix that ``dirname/checkpoint`` points to."""
+    state_file = os.path.join(dirname, _STATE_FILE)
+    if not os.path.isfile(state_file):
+        raise FileNotFoundError(
+            "No checkpoint found for '{}': directory '{}' has no '{}' state file (ModelSaver "
+            "writes one next to its checkpoints).".format(given, dirname, _STATE_FILE))
+    try:
+        state = tfv1.train.get_checkpoint_state(dirname)
+    except Exception as err:  # an unreadable state file
+        raise ValueError("Cannot read checkpoint state file '{}': {}".format(state_file, err)) from err
+    if state is None or not state.model_checkpoint_path:
+        raise FileNotFoundError("Checkpoint state file '{}' names no checkpoint.".format(state_file))
+    prefix = state.model_checkpoint_path
+    if not os.path.isabs(prefix):
+        prefix = os.path.join(dirname, prefix)
+    if not os.path.isfile(prefix + '.index'):
+        raise FileNotFoundError(
+            "Checkpoint state file '{}' points to checkpoint '{}', but '{}' does not "
+            "exist.".format(state_file, state.model_checkpoint_path, prefix + '.index'))
+    return prefix
+
+
+def get_checkpoint_path(path):
+    """The prefix of the checkpoint that ``path`` designates (an absolute path).
+
+    ``path`` may be a checkpoint prefix (``train_log/model-100``), one of its files
+    (``model-100.index``, ``model-100.data-00000-of-00001``, ``model-100.meta``), a directory
+    with a ``checkpoint`` state file (its latest checkpoint is used) or that state file itself.
+
+    Raises:
+        FileNotFoundError: naming what was looked for, when there is no such checkpoint.
+
+    Example::
+
+        get_checkpoint_path('train_log/run1')  # '/abs/train_log/run1/model-5000'
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError("A checkpoint path must be a str, got {!r} of type {}".format(
+            path, type(path).__name__))
+    given = os.fspath(path)
+    path = os.path.expanduser(given)
+    if not path:
+        raise FileNotFoundError("An empty string is not a checkpoint path.")
+    if os.path.isdir(path):
+        path = _checkpoint_from_state(path, given)
+    elif os.path.basename(path) == _STATE_FILE and os.path.isfile(path):
+        path = _checkpoint_from_state(os.path.dirname(path) or '.', given)
+    else:
+        prefix = _FILE_SUFFIX.sub('', path)
+        if prefix != path:
+            logger.info("Checkpoint path '{}' is taken as the checkpoint prefix '{}'.".format(path, prefix))
+            path = prefix
+        if not os.path.isfile(path + '.index'):
+            raise FileNotFoundError(
+                "Checkpoint '{}' not found: '{}' does not exist (expected a checkpoint prefix such "
+                "as 'train_log/model-100', one of its files, or a directory with a 'checkpoint' "
+                "state file).".format(given, path + '.index'))
+    return os.path.abspath(path)
+
+
+def _checked_reader(prefix):
+    """A ``CheckpointReader`` for ``prefix``, after checking that the checkpoint looks complete:
+    a readable index, every data shard present, and data files large enough for every tensor.
+
+    Raises ValueError naming the checkpoint when it is corrupt or incomplete. (Values are
+    checksummed by TensorFlow; a corruption these cheap checks miss fails when they are read.)
+    """
+    try:
+        reader = tfv1.train.NewCheckpointReader(prefix)
+        shapes = reader.get_variable_to_shape_map()
+        dtypes = reader.get_variable_to_dtype_map()
+    except Exception as err:  # DataLossError, InvalidArgumentError... from a bad index
+        raise ValueError("Checkpoint '{}' is corrupt or not a TensorFlow checkpoint: cannot read "
+                         "'{}': {}".format(prefix, prefix + '.index', err)) from err
+    shards = {}
+    dirname = os.path.dirname(prefix) or '.'
+    base = os.path.basename(prefix)
+    for fname in os.listdir(dirname):
+        match = _DATA_SHARD.search(fname)
+        if match and fname[:match.start()] == base:
+            shards[int(match.group(1))] = (int(match.group(2)), os.path.join(dirname, fname))
+    totals = {n for n, _ in shards.values()}
+    if shapes and not shards:
+        raise ValueError("Checkpoint '{}' is incomplete: its index lists {} tensors but there is no "
+                         "'{}.data-*' file.".format(prefix, len(shapes), prefix))
+    if len(totals) > 1 or (shards and set(shards) != set(range(totals.pop()))):
+        raise ValueError("Checkpoint '{}' is incomplete or mixed: found data shards {}.".format(
+            prefix, sorted(os.path.basename(p) for _, p in shards.values())))
+    expected = sum(int(np.prod(shape, dtype=np.int64)) * tf.as_dtype(dtypes[name]).size
+                   for name, shape in shapes.items() if dtypes[name] != tf.string)
+    actual = sum(os.path.getsize(p) for _, p in shards.values())
+    if actual < expected:
+        raise ValueError("Checkpoint '{}' is truncated: its data files hold {} bytes, its index "
+                         "needs at least {}.".format(prefix, actual, expected))
+    return reader
+
+
+def load_chkpt_vars(path):
+    """Every tensor of a checkpoint, as ``{name: ndarray}`` (names without ``:0``).
+
+    ``path`` is anything :func:`get_checkpoint_path` accepts.
+    """
+    prefix = get_checkpoint_path(path)
+    reader = _checked_reader(prefix)
+    result = {}
+    for name in reader.get_variable_to_shape_map():
+        try:
+            result[name] = np.asarray(reader.get_tensor(name))
+        except Exception as err:
+            raise ValueError("Checkpoint '{}' is corrupt: cannot read tensor '{}': {}".format(
+                prefix, name, err)) from err
+    return result
+
+
+def _atomic_savez(path, arrays):
+    """Write ``arrays`` as a compressed ``.npz`` to ``path`` via a temporary file + rename, so
+    that ``path`` is either the old file or the complete new one."""
+    tmp = '{}.tmp{}'.format(path, uuid.uuid4().hex)
+    try:
+        with open(tmp, 'xb') as f:
+            # Written entry by entry (the .npz layout) rather than through np.savez, whose
+            # keyword arguments would clash with keys such as 'file'.
+            with zipfile.ZipFile(f, 'w', compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+                for key, value in arrays.items():
+                    with zf.open(key + '.npy', 'w', force_zip64=True) as entry:
+                        np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_chkpt_vars(dic, path):
+    """Save ``{name: value}`` to ``path``: an ``.npz`` when the name ends with ``.npz``,
+    otherwise a TensorFlow checkpoint with prefix ``path``.
+
+    The checkpoint is written in a fresh graph and session (nothing of the default graph is
+    touched), with the given names as keys (a trailing ``:0`` is dropped) and the values'
+    dtypes. No ``checkpoint`` state file is written, so a training directory's state is left
+    alone. The ``.npz`` keeps the names as given and is replaced atomically.
+    """
+    if not isinstance(dic, dict):
+        raise TypeError("save_chkpt_vars() takes a dict of name -> value, got {}".format(
+            type(dic).__name__))
+    path = os.path.expanduser(os.fspath(path))
+    if path.endswith('.npy'):
+        raise ValueError("save_chkpt_vars(): '{}' ends with .npy; save a dict to '.npz' or to a "
+                         "checkpoint prefix instead.".format(path))
+    for name in dic:
+        if not isinstance(name, str):
+            raise TypeError("save_chkpt_vars(): variable names must be str, got {!r}".format(name))
+    logger.info("Variables to save to {}: {}".format(path, ', '.join(sorted(dic))))
+    dirname = os.path.dirname(os.path.abspath(path))
+    os.makedirs(dirname, exist_ok=True)
+    if path.endswith('.npz'):
+        _atomic_savez(path, {k: np.asarray(v) for k, v in dic.items()})
+        return
+    values = {}
+    for name, value in dic.items():
+        key = get_op_tensor_name(name)[0]
+        if key in values:
+            raise ValueError("save_chkpt_vars(): '{}' is given twice (with and without ':0')".format(key))
+        values[key] = np.asarray(value)
+    with tf.Graph().as_default() as graph:
+        var_list, feeds = {}, {}
+        for index, (key, value) in enumerate(sorted(values.items())):
+            # A placeholder rather than a constant: big values stay out of the GraphDef.
+            init = tfv1.placeholder(tf.as_dtype(value.dtype), shape=value.shape)
+            var_list[key] = tfv1.Variable(init, name='v{}'.format(index), trainable=False)
+            feeds[init] = value
+        with tfv1.Session(graph=graph) as sess:
+            sess.run(tfv1.global_variables_initializer(), feed_dict=feeds)
+            saver = tfv1.train.Saver(var_list=var_list, write_version=tfv1.train.SaverDef.V2)
+            saver.save(sess, os.path.abspath(path), write_meta_graph=False, write_state=False)
+
+
+def dump_session_params(path):
+    """Save the values of the default session's trainable and model variables (those that are
+    also global variables, e.g. not the global step nor optimizer slots) to an ``.npz`` file,
+    written atomically. Keys are the variable names (``fc0/W:0``); load it with
+    :func:`~tensorpack_lite.tfutils.sessinit.SmartInit`.
+    """
+    path = os.path.expanduser(os.fspath(path))
+    if not path.endswith('.npz'):
+        raise ValueError("dump_session_params() writes an .npz file; '{}' does not end with "
+                         ".npz".format(path))
+    sess = tfv1.get_default_session()
+    if sess is None:
+        raise RuntimeError("dump_session_params() needs a default session "
+                           "(use it inside `with sess.as_default():`).")
+    global_names = {v.name for v in tfv1.global_variables()}
+    variables, seen = [], set()
+    for v in (tfv1.get_collection(tfv1.GraphKeys.TRAINABLE_VARIABLES) +
+              tfv1.get_collection(tfv1.GraphKeys.MODEL_VARIABLES)):
+        if v.name in global_names and v.name not in seen:
+            seen.add(v.name)
+            variables.append(v)
+    values = sess.run(variables)
+    save_chkpt_vars({v.name: value for v, value in zip(variables, values)}, path)
+
+
+def is_training_name(name):
+    """Whether ``name`` looks like a variable that only training uses (optimizer slots,
+    moving-average summaries, gradient accumulators). Such variables are not reported
+    when they are missing from a checkpoint."""
+    name = get_op_tensor_name(name)[0]
+    slot_suffixes = ('/Adam', '/Adam_1', '/Momentum', '/Adadelta', '/Adadelta_1', '/RMSProp',
+                     '/RMSProp_1', '/Adagrad', '/AccumGrad')
+    return (name.endswith(slot_suffixes) or name.startswith(('EMA/', 'AccumGrad', 'apply_gradients'))
+            or '/EMA/' in name)
+
+
+def _convert_dtype(value, var):
+    """``value`` cast to the variable's dtype; TypeError when the cast would change the kind
+    of number (e.g. float to int) or overflow."""
+    vartype = var.dtype.base_dtype
+    if vartype == tf.string:
+        return value
+    target = np.dtype(vartype.as_numpy_dtype)
+    if value.dtype == target:
+        return value
+    name = var.op.name
+    if not np.can_cast(value.dtype, target, casting='same_kind'):
+        raise TypeError("Cannot load a value of dtype {} into variable '{}' of dtype {}.".format(
+            value.dtype, name, target))
+    if np.can_cast(value.dtype, target, casting='safe'):
+        return value.astype(target)
+    if target.kind in 'iu':
+        info = np.iinfo(target)
+        if value.size and (value.min() < info.min or value.max() > info.max):
+            raise TypeError("Values of '{}' do not fit its dtype {} (they range from {} to {}).".format(
+                name, target, value.min(), value.max()))
+    with np.errstate(over='ignore', invalid='ignore'):
+        converted = value.astype(target)
+    if target.kind in 'fc' and np.any(np.isinf(converted) & ~np.isinf(value)):
+        raise TypeError("Values of '{}' overflow its dtype {}.".format(name, target))
+    logger.warn("Variable '{}' has dtype {}; the value of dtype {} is cast to it.".format(
+        name, target, value.dtype))
+    return converted
+
+
+class SessionUpdate:
+    """Assigns values to variables of a session, without adding ops to the graph (it feeds
+    the variables' initializers), so it also works once the graph is finalized.
+
+    Args:
+        sess (tf.compat.v1.Session): the session.
+        vars_to_update (list[tf.Variable]): the variables :meth:`update` may assign.
+
+    Example::
+
+        upd = SessionUpdate(sess, tfv1.global_variables())
+        upd.update({'fc0/W:0': np.zeros((64, 64), 'float32')})
+    """
+
+    def __init__(self, sess, vars_to_update):
+        self.sess = sess
+        self.name_map = {v.name: v for v in vars_to_update}
+
+    @staticmethod
+    def relaxed_value_for_var(value, var, ignore_mismatch=False):
+        """``value`` made loadable into ``var``: reshaped when the shapes differ only by axes
+        of length 1, cast when the dtypes are of the same kind (e.g. float64 to float32).
+
+        A shape mismatch beyond that raises ValueError naming the variable and both shapes,
+        or returns None (with a warning) when ``ignore_mismatch``. Incompatible dtypes raise
+        TypeError.
+        """
+        name = var.op.name
+        value = np.asarray(value)
+        varshape = var.shape
+        if varshape.is_fully_defined():
+            want = tuple(varshape.as_list())
+            if value.shape != want:
+                squeezable = tuple(d for d in value.shape if d != 1) == tuple(d for d in want if d != 1)
+                if not squeezable:
+                    msg = "Cannot load an array of shape {} into variable '{}' of shape {}.".format(
+                        value.shape, name, want)
+                    if ignore_mismatch:
+                        logger.warn(msg + " It is skipped.")
+                        return None
+                    raise ValueError(msg)
+                logger.warn("The value for '{}' is reshaped from {} to {}.".format(name, value.shape, want))
+                value = value.reshape(want)
+        elif not varshape.is_compatible_with(value.shape):
+            msg = "Cannot load an array of shape {} into variable '{}' of shape {}.".format(
+                value.shape, name, varshape)
+            if ignore_mismatch:
+                logger.warn(msg + " It is skipped.")
+                return None
+            raise ValueError(msg)
+        return _convert_dtype(value, var)
+
+    def update(self, prms):
+        """Assign ``{variable name: value}``; names may be given with or without ``:0`` and
+        must be among ``vars_to_update`` (KeyError naming the unknown ones otherwise)."""
+        prms = {get_op_tensor_name(k)[1]: v for k, v in prms.items()}
+        unknown = sorted(set(prms) - set(self.name_map))
+        if unknown:
+            raise KeyError("SessionUpdate cannot assign {}: not among the variables it updates ({})".format(
+                ', '.join(unknown), ', '.join(sorted(self.name_map)) or 'none'))
+        fetches, feeds = [], {}
+        for name, value in prms.items():
+            var = self.name_map[name]
+            fetches.append(var.initializer)
+            feeds[var.initializer.inputs[1]] = self.relaxed_value_for_var(value, var)
+        if fetches:
+            self.sess.run(fetches, feed_dict=feeds)
