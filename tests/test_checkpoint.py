@@ -427,8 +427,11 @@ def test_dump_session_params_roundtrip(tmp_path):
     for name, value in dumped.items():
         np.testing.assert_array_equal(value, values[name[:-2]])
     assert os.listdir(str(tmp_path)) == ['dump.npz']  # no temporary file left
+    with tfv1.Graph().as_default():  # the fresh model has no 'bn/mean': named, unless ignored
+        with pytest.raises(ValueError, match=r'not variables of the graph: bn/mean\. Pass ignore_mismatch'):
+            init_fresh(SmartInit(path))
     with tfv1.Graph().as_default():
-        after = init_fresh(SmartInit(path))[1]
+        after = init_fresh(SmartInit(path, ignore_mismatch=True))[1]
     assert_values_equal(after, values, ['fc0/W', 'fc0/b', 'fc1/W'])
 
 
@@ -527,10 +530,15 @@ def test_corrupt_checkpoints_fail_early_naming_the_path(trained):
         SmartInit(ckpt_dir)
 
 
-def test_dict_restore_logs_unknown_names_and_rejects_wrong_shapes(tmp_path, logs):
+def test_dict_restore_rejects_unknown_names_and_wrong_shapes(tmp_path, logs):
     npz = str(tmp_path / 'p.npz')
     np.savez(npz, **{'fc0/W:0': np.zeros((4, 8), 'float32'), 'head/W:0': np.zeros(2), 'other': np.ones(1)})
-    after = init_fresh(SmartInit(npz))[1]
+    init = SmartInit(npz)
+    with tfv1.Graph().as_default():
+        build_regression()
+        with pytest.raises(ValueError, match=r'2 name\(s\) are not variables of the graph: head/W, other'):
+            init._setup_graph()  # before any session exists
+    after = init_fresh(SmartInit(npz, ignore_mismatch=True))[1]
     assert np.all(after['fc0/W'] == 0)
     message = [m for m in logs if 'in the dict, but not found in the graph' in m]
     assert len(message) == 1 and 'head/W' in message[0] and 'other' in message[0]

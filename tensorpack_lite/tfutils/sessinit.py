@@ -209,10 +209,10 @@ class SaverRestoreRelaxed(SaverRestore):
 class DictRestore(SessionInit):
     """Assigns values from a dict ``{variable name: ndarray}`` (names with or without ``:0``).
 
-    Names unknown to the graph, and global variables missing from the dict, are logged.
-    A value of the wrong shape is an error naming the variable and both shapes (unless
-    ``ignore_mismatch``, then it is skipped with a warning); values are cast to the
-    variable's dtype when of the same kind (float64 to float32...). Adds no ops to the graph.
+    Names unknown to the graph, and values of the wrong shape, are errors naming them (with
+    ``ignore_mismatch`` they are skipped and logged instead); global variables missing from
+    the dict are logged. Values are cast to the variable's dtype when of the same kind
+    (float64 to float32...). Adds no ops to the graph.
 
     Example::
 
@@ -238,8 +238,12 @@ class DictRestore(SessionInit):
     def _setup_graph(self):
         variables = tfv1.global_variables()
         graph_names = {v.name for v in variables}
-        _log_mismatch([get_op_tensor_name(n)[0] for n in self._prms if n not in graph_names],
-                      'dict', 'graph')
+        unknown = sorted(get_op_tensor_name(n)[0] for n in self._prms if n not in graph_names)
+        if unknown and not self._ignore_mismatch:
+            raise ValueError("DictRestore: {} name(s) are not variables of the graph: {}. Pass "
+                             "ignore_mismatch=True (or SmartInit(..., ignore_mismatch=True)) to skip "
+                             "them.".format(len(unknown), ', '.join(unknown)))
+        _log_mismatch(unknown, 'dict', 'graph')
         _log_mismatch([v.op.name for v in variables
                        if v.name not in self._prms and not is_training_name(v.name)], 'graph', 'dict')
         self._vars, self._values = [], {}
