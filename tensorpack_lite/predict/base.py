@@ -19,9 +19,7 @@ from abc import ABCMeta, abstractmethod
 import numpy as np
 
 from ..compat import tf, tfv1
-from ..input_source.input_source import PlaceholderInput
 from ..tfutils.common import get_op_tensor_name
-from ..tfutils.tower import PredictTowerContext
 from ..utils.argtools import log_once
 from .config import PredictConfig
 
@@ -271,13 +269,7 @@ class OfflinePredictor(OnlinePredictor):
             raise TypeError("OfflinePredictor takes a PredictConfig, got {!r}".format(config))
         self.graph = config._maybe_create_graph()
         with self.graph.as_default():
-            source = PlaceholderInput()
-            source.setup(config.input_signature)
-            with PredictTowerContext(''):
-                config.tower_func(*source.get_input_tensors())
-            tower = config.tower_func.towers[-1]
-            input_tensors = self._lookup(tower, config.input_names, 'input_names')
-            output_tensors = self._lookup(tower, config.output_names, 'output_names')
+            input_tensors, output_tensors = config._build_inference_tower()
 
             config.session_init._setup_graph()
             sess = config.session_creator.create_session()
@@ -294,11 +286,3 @@ class OfflinePredictor(OnlinePredictor):
             except Exception:
                 sess.close()
                 raise
-
-    @staticmethod
-    def _lookup(tower, names, arg):
-        try:
-            return tower.get_tensors(names)
-        except KeyError as err:
-            raise ValueError("PredictConfig.{}: {}".format(
-                arg, err.args[0] if err.args else err)) from err

@@ -3,7 +3,7 @@
 from ..compat import tfv1
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
-from ..tfutils.tower import TowerFunc
+from ..tfutils.tower import PredictTowerContext, TowerFunc
 from ..train.model_desc import ModelDescBase
 from ..utils import logger
 
@@ -132,6 +132,26 @@ class PredictConfig(object):
         if self.create_graph:
             return tfv1.Graph()
         return tfv1.get_default_graph()
+
+    def _build_inference_tower(self):
+        """Build the inference tower (under ``PredictTowerContext('')``, fed by placeholders)
+        in the default graph and return its ``(input_tensors, output_tensors)``. Unknown
+        input or output names are a ValueError naming them."""
+        from ..input_source.input_source import PlaceholderInput
+        source = PlaceholderInput()
+        source.setup(self.input_signature)
+        with PredictTowerContext(''):
+            self.tower_func(*source.get_input_tensors())
+        tower = self.tower_func.towers[-1]
+        return (self._lookup(tower, self.input_names, 'input_names'),
+                self._lookup(tower, self.output_names, 'output_names'))
+
+    @staticmethod
+    def _lookup(tower, names, arg):
+        try:
+            return tower.get_tensors(names)
+        except KeyError as err:
+            raise ValueError("PredictConfig.{}: {}".format(arg, err.args[0] if err.args else err)) from err
 
     def __repr__(self):
         return "PredictConfig(input_names={}, output_names={})".format(

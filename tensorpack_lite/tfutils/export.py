@@ -21,9 +21,7 @@ import shutil
 from contextlib import contextmanager
 
 from ..compat import tfv1
-from ..input_source.input_source import PlaceholderInput
 from ..utils import logger
-from .tower import PredictTowerContext
 
 __all__ = ['ModelExporter']
 
@@ -68,13 +66,7 @@ class ModelExporter(object):
         config = self.config
         graph = config._maybe_create_graph()
         with graph.as_default():
-            source = PlaceholderInput()
-            source.setup(config.input_signature)
-            with PredictTowerContext(''):
-                config.tower_func(*source.get_input_tensors())
-            tower = config.tower_func.towers[-1]
-            inputs = self._lookup(tower, config.input_names, 'input_names')
-            outputs = self._lookup(tower, config.output_names, 'output_names')
+            inputs, outputs = config._build_inference_tower()
             extra = before_session() if before_session is not None else None
             config.session_init._setup_graph()
             sess = config.session_creator.create_session()
@@ -87,14 +79,6 @@ class ModelExporter(object):
                 yield sess, inputs, outputs, extra
             finally:
                 sess.close()
-
-    @staticmethod
-    def _lookup(tower, names, arg):
-        try:
-            return tower.get_tensors(names)
-        except KeyError as err:
-            raise ValueError("ModelExporter: PredictConfig.{}: {}".format(
-                arg, err.args[0] if err.args else err)) from err
 
     def export_compact(self, filename, optimize=True, toco_compatible=False):
         """Write a self-contained inference ``GraphDef``: the variables become constants and
