@@ -1,10 +1,19 @@
-"""Shared test set-up: quiet TensorFlow, and a fresh graph and logger state for every test."""
+"""Shared test set-up: quiet TensorFlow, a fresh graph and logger state for every test, and
+the fixtures several modules use. Shared non-fixture helpers are in helpers.py."""
 
 import os
+import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+# `from helpers import ...` in the test modules, whatever pytest's import mode.
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
 import pytest  # noqa: E402
+
+from helpers import capture_logs  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +33,19 @@ def logdir(tmp_path):
     path = str(tmp_path / 'train_log')
     logger.set_logger_dir(path, action='d')
     return path
+
+
+@pytest.fixture
+def log_records():
+    """Everything the library's logger logs during the test: a ``helpers.LogRecords`` (a list
+    of logging.LogRecord with ``messages(level)`` and ``messages_at(level)``)."""
+    with capture_logs() as records:
+        yield records
+
+
+@pytest.fixture(scope='module')
+def digits():
+    """The 8x8 digits scikit-learn ships: images (n, 64) float32 in [0, 1], labels (n,) int32."""
+    from sklearn.datasets import load_digits
+    data = load_digits()
+    return (data.data / 16.0).astype('float32'), data.target.astype('int32')

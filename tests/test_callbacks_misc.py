@@ -65,30 +65,6 @@ class ScalarRecorder(MonitorBase):
         return {name for _, name, _ in self.scalars}
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self):
-        super().__init__(level=logging.DEBUG)
-        self.records = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-    def messages(self, level=logging.DEBUG):
-        return [r.getMessage() for r in self.records if r.levelno >= level]
-
-
-@pytest.fixture
-def logs():
-    """Everything the library logs during the test."""
-    handler = _ListHandler()
-    lg = logging.getLogger('tensorpack_lite')
-    lg.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        lg.removeHandler(handler)
-
-
 # ----------------------------------------------------------------------------------------
 # EstimatedTimeLeft
 
@@ -103,7 +79,7 @@ class _RecordEstimates(Callback):
         self.history.append((self.epoch_num, [e.estimated_time_left for e in self.estimators]))
 
 
-def test_estimated_time_left_scales_with_remaining_epochs(logs):
+def test_estimated_time_left_scales_with_remaining_epochs(log_records):
     step_time, steps, max_epoch = 0.03, 2, 4
     epoch_time = step_time * steps
     etl = EstimatedTimeLeft()
@@ -116,7 +92,7 @@ def test_estimated_time_left_scales_with_remaining_epochs(logs):
         # each epoch sleeps epoch_time; graph and logging overhead adds a little
         assert left * epoch_time <= estimate <= left * (epoch_time * 1.5 + 0.05), (epoch, estimate)
     assert recorder.history[-1][1] == [0.0]
-    logged = [m for m in logs.messages(logging.INFO) if m.startswith('Estimated Time Left: ')]
+    logged = [m for m in log_records.messages(logging.INFO) if m.startswith('Estimated Time Left: ')]
     assert len(logged) == max_epoch - 1  # nothing when no epoch is left
 
 
@@ -142,13 +118,13 @@ def test_estimated_time_left_median_mean_and_window():
         assert 4 * 0.3 <= estimate < 4 * 0.5
 
 
-def test_estimated_time_left_silent_when_max_epoch_unknown(logs):
+def test_estimated_time_left_silent_when_max_epoch_unknown(log_records):
     etl = EstimatedTimeLeft()
     stopper = _StopAfter(2)
     train(make_trainer(0.0), [etl, stopper], 2, 9999999)
     assert stopper.epochs_seen == 2
     assert etl.estimated_time_left is None
-    assert not [m for m in logs.messages() if 'Estimated Time Left' in m]
+    assert not [m for m in log_records.messages() if 'Estimated Time Left' in m]
 
 
 class _StopAfter(Callback):
@@ -217,7 +193,7 @@ def _sampler_threads():
     return [t for t in threading.enumerate() if t.name == 'GPUUtilizationSampler']
 
 
-def test_gpu_trackers_without_gpu_warn_once_and_do_nothing(logs):
+def test_gpu_trackers_without_gpu_warn_once_and_do_nothing(log_records):
     if prof._num_gpus() > 0 or prof._num_tf_gpus() > 0:
         pytest.skip("this test needs a machine without a GPU")
     recorder = ScalarRecorder()
@@ -228,11 +204,11 @@ def test_gpu_trackers_without_gpu_warn_once_and_do_nothing(logs):
     train(make_trainer(0.0), [peak, util, watcher, ThroughputTracker()], 2, 3,
           monitors=[recorder])
 
-    warnings = logs.messages(logging.WARNING)
+    warnings = log_records.messages(logging.WARNING)
     assert len([m for m in warnings if 'PeakMemoryTracker' in m]) == 1
     assert len([m for m in warnings if 'GPUUtilizationTracker' in m]) == 1
     assert all('no GPU' in m for m in warnings if 'Tracker' in m)
-    assert not [m for m in logs.messages(logging.ERROR)]
+    assert not [m for m in log_records.messages(logging.ERROR)]
     # only the throughput tracker put anything, and no sampler ever ran
     assert recorder.names() == {ThroughputTracker.STEPS_NAME}
     assert threads_seen == [0] * 6
@@ -295,7 +271,7 @@ def test_gpu_utilization_tracker_puts_mean_per_device(monkeypatch):
     assert not _sampler_threads()
 
 
-def test_gpu_utilization_tracker_disables_itself_when_query_fails(monkeypatch, logs):
+def test_gpu_utilization_tracker_disables_itself_when_query_fails(monkeypatch, log_records):
     monkeypatch.setattr(prof, '_num_gpus', lambda: 1)
     monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
     calls = []
@@ -308,7 +284,7 @@ def test_gpu_utilization_tracker_disables_itself_when_query_fails(monkeypatch, l
     recorder = ScalarRecorder()
     train(make_trainer(0.0), [GPUUtilizationTracker()], 2, 3, monitors=[recorder])
     assert len(calls) == 1  # the first epoch's sampler failed; later epochs did not sample
-    warned = [m for m in logs.messages(logging.WARNING) if 'GPUUtilizationTracker' in m]
+    warned = [m for m in log_records.messages(logging.WARNING) if 'GPUUtilizationTracker' in m]
     assert len(warned) == 1 and 'nvidia-smi exploded' in warned[0]
     assert recorder.scalars == []
 

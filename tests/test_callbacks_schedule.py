@@ -4,7 +4,6 @@ RunUpdateOps, ProcessTensors) and summary callbacks (MovingAverageSummary,
 MergeAllSummaries, SimpleMovingAverage), each run in a real Trainer."""
 
 import io
-import logging
 import time
 
 import numpy as np
@@ -20,6 +19,8 @@ from tensorpack_lite.callbacks.summary import (MOVING_SUMMARY_OPS_KEY, MergeAllS
 from tensorpack_lite.callbacks.trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.train.base import Trainer
+
+from helpers import ReadBack, capture_logs
 
 
 def build_model():
@@ -84,17 +85,6 @@ class Recorder(Callback):
 
     def _trigger(self):
         self.triggers.append((self.epoch_num, self.global_step))
-
-
-class ReadBack(Callback):
-    """Reads variables in after_train, while the session is still open."""
-
-    def __init__(self, *variables):
-        self._variables = variables
-        self.values = None
-
-    def _after_train(self):
-        self.values = self.trainer.sess.run(list(self._variables))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,27 +441,13 @@ def test_session_run_timeout_lets_normal_steps_pass():
     assert trainer.global_step == 3
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def test_tensor_printer_logs_values():
     _, _, train_op = build_model()
     losses = []
-    handler = _ListHandler()
-    lg = logging.getLogger('tensorpack_lite')
-    lg.addHandler(handler)
-    try:
+    with capture_logs() as records:
         run_training([TensorPrinter(['loss']), ProcessTensors(['loss'], losses.append)],
                      train_op=train_op, steps_per_epoch=2, max_epoch=2)
-    finally:
-        lg.removeHandler(handler)
-    printed = [m for m in handler.messages if m.startswith('loss:0: ')]
+    printed = [m for m in records.messages() if m.startswith('loss:0: ')]
     assert len(printed) == 4
     np.testing.assert_allclose([float(m.split(': ')[1]) for m in printed], losses, rtol=1e-5)
     with pytest.raises(TypeError, match='names'):

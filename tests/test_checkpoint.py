@@ -1,6 +1,5 @@
 """Saving and restoring: ModelSaver / MinSaver / MaxSaver, the SessionInits, varmanip."""
 
-import logging
 import os
 import re
 
@@ -20,24 +19,6 @@ from tensorpack_lite.tfutils.varmanip import (
     SessionUpdate, dump_session_params, get_checkpoint_path, load_chkpt_vars, save_chkpt_vars)
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.base import StopTraining, Trainer
-
-
-@pytest.fixture
-def logs():
-    """The messages of the 'tensorpack_lite' logger during the test."""
-    records = []
-
-    class Handler(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    handler = Handler(level=logging.DEBUG)
-    lg = logging.getLogger('tensorpack_lite')
-    lg.addHandler(handler)
-    try:
-        yield records
-    finally:
-        lg.removeHandler(handler)
 
 
 def build_regression(out_dim=3, extra=False):
@@ -121,11 +102,11 @@ def assert_values_equal(got, expected, names=None):
 # ModelSaver
 # ---------------------------------------------------------------------------------------------
 
-def test_model_saver_saves_each_epoch_keeps_max_and_state_points_to_last(logdir, logs):
+def test_model_saver_saves_each_epoch_keeps_max_and_state_points_to_last(logdir, log_records):
     record = RecordAtTrigger()
     train([ModelSaver(max_to_keep=2), record])
     # four epochs of 3 steps: saved at 3, 6, 9, 12; only the last two kept
-    saves = [m for m in logs if m.startswith('Model saved to')]
+    saves = [m for m in log_records.messages() if m.startswith('Model saved to')]
     assert len(saves) == 4, saves  # after_train did not save step 12 a second time
     files = sorted(f for f in os.listdir(logdir) if f.startswith('model-'))
     assert files == ['model-12.data-00000-of-00001', 'model-12.index',
@@ -323,7 +304,7 @@ def test_save_then_restore_is_bitwise_equal_and_training_resumes(tmp_path):
         assert trainer.global_step == 9 and list(resumed.values) == [9]
 
 
-def test_saver_restore_relaxed_skips_changed_shapes(tmp_path, logs):
+def test_saver_restore_relaxed_skips_changed_shapes(tmp_path, log_records):
     ckpt_dir = str(tmp_path)
     record = RecordAtTrigger()
     train([ModelSaver(checkpoint_dir=ckpt_dir), record], max_epoch=1)
@@ -334,10 +315,10 @@ def test_saver_restore_relaxed_skips_changed_shapes(tmp_path, logs):
                            match=r"'fc1/W': shape \[8, 5\] in the graph, \[8, 3\] in the checkpoint"):
             init_fresh(SaverRestore(ckpt_dir), out_dim=5, extra=True)
 
-    del logs[:]
+    del log_records[:]
     with tfv1.Graph().as_default():
         before, after = init_fresh(SaverRestoreRelaxed(ckpt_dir), out_dim=5, extra=True)
-    text = '\n'.join(logs)
+    text = '\n'.join(log_records.messages())
     assert 'fc1/W (shape [8, 5] in the graph, [8, 3] in the checkpoint)' in text
     assert 'extra' in text and 'not found in the checkpoint' in text
     assert_values_equal(after, saved, ['fc0/W', 'fc0/b', 'global_step', 'fc0/W/Adam'])
@@ -530,7 +511,7 @@ def test_corrupt_checkpoints_fail_early_naming_the_path(trained):
         SmartInit(ckpt_dir)
 
 
-def test_dict_restore_rejects_unknown_names_and_wrong_shapes(tmp_path, logs):
+def test_dict_restore_rejects_unknown_names_and_wrong_shapes(tmp_path, log_records):
     npz = str(tmp_path / 'p.npz')
     np.savez(npz, **{'fc0/W:0': np.zeros((4, 8), 'float32'), 'head/W:0': np.zeros(2), 'other': np.ones(1)})
     init = SmartInit(npz)
@@ -540,7 +521,7 @@ def test_dict_restore_rejects_unknown_names_and_wrong_shapes(tmp_path, logs):
             init._setup_graph()  # before any session exists
     after = init_fresh(SmartInit(npz, ignore_mismatch=True))[1]
     assert np.all(after['fc0/W'] == 0)
-    message = [m for m in logs if 'in the dict, but not found in the graph' in m]
+    message = [m for m in log_records.messages() if 'in the dict, but not found in the graph' in m]
     assert len(message) == 1 and 'head/W' in message[0] and 'other' in message[0]
 
     np.savez(npz, **{'fc0/b:0': np.zeros(9, 'float32')})

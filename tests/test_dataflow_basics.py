@@ -3,7 +3,6 @@
 import ast
 import importlib
 import itertools
-import logging
 import os
 import pickle
 import threading
@@ -75,22 +74,6 @@ def fixed_seed(monkeypatch):
     monkeypatch.setattr(rng_utils, '_RNG_SEED', None)
     rng_utils.fix_rng_seed(1234)
     yield 1234
-
-
-@pytest.fixture
-def log_messages():
-    """Messages logged through the library's logger during the test."""
-    messages = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler = Collect(level=logging.DEBUG)
-    lg = logging.getLogger('tensorpack_lite')
-    lg.addHandler(handler)
-    yield messages
-    lg.removeHandler(handler)
 
 
 # ---------------------------------------------------------------- package
@@ -223,15 +206,15 @@ def test_data_from_generator_function_and_size():
     assert len(df.DataFromGenerator(gen, size=3)) == 3
 
 
-def test_data_from_generator_object_warns_and_runs_once(log_messages):
+def test_data_from_generator_object_warns_and_runs_once(log_records):
     flow = ready(df.DataFromGenerator(([i] for i in range(3))))
-    assert any('only once' in m for m in log_messages)
+    assert any('only once' in m for m in log_records.messages())
     assert values(flow) == [0, 1, 2]
     assert values(flow) == []
-    n_before = len(log_messages)
+    n_before = len(log_records)
     ready(df.DataFromGenerator(lambda: iter([[1]])))  # a function: no warning
     ready(df.DataFromGenerator([[1], [2]]))           # a re-iterable list: no warning
-    assert len(log_messages) == n_before
+    assert len(log_records) == n_before
 
 
 def test_repeating_an_exhausted_generator_forever_fails_instead_of_hanging():
@@ -449,17 +432,17 @@ def test_concat_data():
     assert values(flow) == [0, 1, 0, 1, 2]
 
 
-def test_join_data_lists(log_messages):
+def test_join_data_lists(log_records):
     a = df.DataFromList([[i, -i] for i in range(3)], shuffle=False)
     b = df.DataFromList([['x%d' % i] for i in range(3)], shuffle=False)
     flow = ready(df.JoinData([a, b]))
     assert list(flow) == [[0, 0, 'x0'], [1, -1, 'x1'], [2, -2, 'x2']]
     assert len(flow) == 3
-    assert not any('different lengths' in m for m in log_messages)
+    assert not any('different lengths' in m for m in log_records.messages())
 
     short = df.DataFromList([['s']], shuffle=False)
     flow = ready(df.JoinData([a, short]))
-    assert any('different lengths [3, 1]' in m for m in log_messages)
+    assert any('different lengths [3, 1]' in m for m in log_records.messages())
     assert list(flow) == [[0, 0, 's']]
     assert len(flow) == 1
 
@@ -553,14 +536,14 @@ def test_cache_data_shuffle(fixed_seed):
 
 # ---------------------------------------------------------------- debugging helpers
 
-def test_print_data_logs_a_summary(log_messages):
+def test_print_data_logs_a_summary(log_records):
     lst = [[np.arange(6, dtype='float32').reshape(2, 3), 7, [1, 2, 3, 4, 5]],
            [np.zeros((2, 3), 'float32'), 8, []]]
     flow = ready(df.PrintData(df.DataFromList(lst, shuffle=False), num=1, name='train',
                               max_list=2))
     out = list(flow)
     assert len(out) == 2 and all(o is e for o, e in zip(out, lst))   # passed through as is
-    text = '\n'.join(log_messages)
+    text = '\n'.join(log_records.messages())
     assert 'Contents of DataFlow (train)' in text
     assert 'datapoint 0/1 with 3 components' in text
     assert 'ndarray:float32 of shape (2, 3) in range [0.0, 5.0]' in text
@@ -568,20 +551,20 @@ def test_print_data_logs_a_summary(log_messages):
     assert 'list of len 5' in text and '...' in text
     assert 'datapoint 1/1' not in text and 'value 8' not in text   # only num=1 datapoint
     list(flow)
-    assert 'value 8' not in '\n'.join(log_messages)                 # not again next epoch
+    assert 'value 8' not in '\n'.join(log_records.messages())   # not again next epoch
     flow.reset_state()
-    n_before = len(log_messages)
+    n_before = len(log_records)
     list(flow)
-    assert len(log_messages) > n_before                             # reset restarts the count
+    assert len(log_records) > n_before   # reset restarts the count
 
 
-def test_test_data_speed(log_messages):
+def test_test_data_speed(log_records):
     speed = df.TestDataSpeed(df.DataFromList([[i] for i in range(300)]), size=200,
                              warmup=10).start()
     assert isinstance(speed, float) and speed > 0
-    assert any('200 datapoints' in m and 'datapoints/s' in m for m in log_messages)
+    assert any('200 datapoints' in m and 'datapoints/s' in m for m in log_records.messages())
 
     short = df.TestDataSpeed(Counting(5), size=50)
     short.start()
-    assert any('ended after 5 of the 50' in m for m in log_messages)
+    assert any('ended after 5 of the 50' in m for m in log_records.messages())
     assert values(short) == [0, 1, 2, 3, 4]   # iterating runs the test, then produces data

@@ -24,9 +24,11 @@ from tensorpack_lite.predict import OfflinePredictor, PredictConfig
 from tensorpack_lite.predict.dataset import MultiProcessDatasetPredictor, SimpleDatasetPredictor
 from tensorpack_lite.tfutils.export import ModelExporter
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
-from tensorpack_lite.tfutils.sessinit import JustCurrentSession, SessionInit
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.tfutils.sessinit import JustCurrentSession
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.base import Trainer
+
+from helpers import AssignValues, DigitsMLPBase, RecordCost, cross_entropy_cost, labelled_batches
 
 BATCH = 16
 
@@ -34,48 +36,20 @@ BATCH = 16
 # ----- a small model on the digits data (the pattern of test_single_cost.py) ---------------
 
 @pytest.fixture(scope='module')
-def digits():
-    from sklearn.datasets import load_digits
-    data = load_digits()
-    return (data.data / 16.0).astype('float32')[:256], data.target.astype('int32')[:256]
+def digits(digits):
+    """The first 256 digits of conftest's fixture."""
+    images, labels = digits
+    return images[:256], labels[:256]
 
 
-class DigitsMLP(ModelDesc):
-    """64 -> 32 -> 10 with a 'logits' output. Top-level, so worker processes can unpickle it."""
+class DigitsMLP(DigitsMLPBase):
+    """64 -> 32 -> 10 with 'logits' and 'prob' outputs. Top-level, so worker processes can
+    unpickle it."""
 
-    def inputs(self):
-        return [tf.TensorSpec([None, 64], tf.float32, 'image'),
-                tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, image, label):
-        rng = np.random.RandomState(3)
-        w0 = tfv1.get_variable('fc0/W', initializer=(rng.randn(64, 32) * 0.2).astype('float32'))
-        b0 = tfv1.get_variable('fc0/b', initializer=np.zeros(32, 'float32'))
-        w1 = tfv1.get_variable('fc1/W', initializer=(rng.randn(32, 10) * 0.2).astype('float32'))
-        b1 = tfv1.get_variable('fc1/b', initializer=np.zeros(10, 'float32'))
-        logits = tf.identity(tf.matmul(tf.nn.relu(tf.matmul(image, w0) + b0), w1) + b1, name='logits')
+    def outputs(self, logits, label):
+        logits = tf.identity(logits, name='logits')
         tf.nn.softmax(logits, name='prob')
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                              name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
-
-
-class AssignValues(SessionInit):
-    """Sets variables from a dict op name -> value (top-level and plain data: picklable)."""
-
-    def __init__(self, values):
-        self.values = values
-
-    def _setup_graph(self):
-        variables = {v.op.name: v for v in tfv1.global_variables()}
-        missing = set(self.values) - set(variables)
-        assert not missing, missing
-        self.assign = tf.group(*[variables[k].assign(v) for k, v in self.values.items()])
-
-    def _run_init(self, sess):
-        sess.run(self.assign)
+        return cross_entropy_cost(logits, label)
 
 
 def known_values(seed=0):
@@ -101,20 +75,6 @@ def reference_outputs(values, images, outputs=('logits',)):
 
 def image_batches(images, batch=BATCH):
     return BatchData(DataFromList([[x] for x in images], shuffle=False), batch)
-
-
-class RecordCost(Callback):
-    def __init__(self):
-        self.costs = []
-
-    def _setup_graph(self):
-        self.cost = self.get_tensors_maybe_in_tower(['cost'])[0]
-
-    def _before_run(self, _):
-        return [self.cost]
-
-    def _after_run(self, _, values):
-        self.costs.append(float(values.results[0]))
 
 
 class ReadAfterEpoch(Callback):
@@ -168,26 +128,6 @@ def decode_pngs(paths):
             return [sess.run(decoded, {data: open(p, 'rb').read()}) for p in paths]
 
 
-class LogCapture(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append((record.levelno, record.getMessage()))
-
-
-@pytest.fixture
-def logs():
-    handler = LogCapture()
-    lg = logging.getLogger('tensorpack_lite')
-    lg.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        lg.removeHandler(handler)
-
-
 # ----- DumpTensors ------------------------------------------------------------------------
 
 def test_dump_tensors_writes_the_values_of_each_epoch(digits, logdir):
@@ -196,7 +136,7 @@ def test_dump_tensors_writes_the_values_of_each_epoch(digits, logdir):
     costs, bias = RecordCost(), ReadAfterEpoch('fc0/b')
     dump = DumpTensors(['cost', 'fc0/b'])
     # FeedInput: 'cost' needs the fed batch, so it can only come along with the training step
-    df = BatchData(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=False), BATCH)
+    df = labelled_batches(images, labels, BATCH)
     config = TrainConfig(model=DigitsMLP(), data=FeedInput(df), callbacks=[costs, dump, bias],
                          monitors=[], steps_per_epoch=steps, max_epoch=epochs)
     launch_train_with_config(config, SimpleTrainer())
@@ -213,7 +153,7 @@ def test_dump_tensors_writes_the_values_of_each_epoch(digits, logdir):
     assert not np.array_equal(bias.values[3], bias.values[6])  # the variable did change
 
 
-def test_dump_tensors_triggered_within_an_epoch_runs_tensors_separately(logdir, logs):
+def test_dump_tensors_triggered_within_an_epoch_runs_tensors_separately(logdir, log_records):
     from tensorpack_lite.callbacks.trigger import PeriodicTrigger
     iterator = tfv1.data.make_one_shot_iterator(tf.data.Dataset.range(100))
     element = tf.identity(iterator.get_next(), name='element')
@@ -222,7 +162,7 @@ def test_dump_tensors_triggered_within_an_epoch_runs_tensors_separately(logdir, 
                 steps_per_epoch=3, max_epoch=1)
     dumped = [int(np.load(os.path.join(logdir, 'DumpTensor-{}.npz'.format(s)))['element']) for s in (1, 2, 3)]
     assert dumped == [1, 3, 4]   # steps 1, 2: separate runs; step 3 (last of the epoch): the step's own
-    warnings = [m for level, m in logs.messages if level == logging.WARNING and 'separate session run' in m]
+    warnings = [m for m in log_records.messages_at(logging.WARNING) if 'separate session run' in m]
     assert len(warnings) == 1 and "['element']" in warnings[0]
 
 
@@ -330,14 +270,14 @@ def _counter_op():
     return tfv1.get_variable('counter', initializer=0).assign_add(1).op
 
 
-def test_inject_shell_without_a_terminal_only_warns(tmp_path, monkeypatch, shells, logs):
+def test_inject_shell_without_a_terminal_only_warns(tmp_path, monkeypatch, shells, log_records):
     flag = tmp_path / 'PAUSE.tmp'
     flag.write_text('')
     monkeypatch.setattr(sys, 'stdin', FakeStdin(False))
     trainer = run_trainer(_counter_op(), [InjectShell(str(flag))], steps_per_epoch=1, max_epoch=2)
     assert trainer.global_step == 2
     assert shells == []
-    warnings = [m for level, m in logs.messages if level == logging.WARNING and str(flag) in m]
+    warnings = [m for m in log_records.messages_at(logging.WARNING) if str(flag) in m]
     assert len(warnings) == 2 and 'not a terminal' in warnings[0]
     assert not flag.exists()  # removed when training ended
 
@@ -376,14 +316,14 @@ class PutAccuracy(Callback):
         self.trainer.monitors.put_scalar('val-acc', 0.25 * self.epoch_num)
 
 
-def test_send_stat_runs_the_command(tmp_path, logs):
+def test_send_stat_runs_the_command(tmp_path, log_records):
     out = tmp_path / 'sent.txt'
     ok = SendStat("printf '%s\\n' {val-acc:.3f} >> " + shlex.quote(str(out)), 'val-acc')
     failing = SendStat('exit 3 # {val-acc}', ['val-acc'])
     trainer = run_trainer(_counter_op(), [PutAccuracy(), ok, failing], steps_per_epoch=1, max_epoch=2)
     assert out.read_text().splitlines() == ['0.250', '0.500']
     assert ok.last_returncode == 0 and failing.last_returncode == 3
-    errors = [m for level, m in logs.messages if level == logging.ERROR]
+    errors = log_records.messages_at(logging.ERROR)
     assert errors == ["SendStat: command 'exit 3 # 0.25' failed with return code 3.",
                       "SendStat: command 'exit 3 # 0.5' failed with return code 3."]
     assert trainer.global_step == 2   # a failing command does not stop training

@@ -1,6 +1,7 @@
 """InferenceRunner, ScalarStats and ClassificationError: validation on the real 8x8 digits
 during training, checked against direct computations with the same weights."""
 
+import functools
 import json
 import os
 import threading
@@ -13,57 +14,31 @@ from tensorpack_lite.callbacks.inference import ClassificationError, Inferencer,
 from tensorpack_lite.callbacks.inference_runner import InferenceRunner
 from tensorpack_lite.callbacks.trigger import PeriodicTrigger
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.dataflow import BatchData, DataFromGenerator, DataFromList
+from tensorpack_lite.dataflow import DataFromGenerator, DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput, StagingInput
 from tensorpack_lite.tfutils.summary import add_moving_summary
-from tensorpack_lite.tfutils.tower import TowerFunc, get_current_tower_context
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.tfutils.tower import TowerFunc
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
+
+from helpers import DigitsMLPBase, cross_entropy_cost, labelled_batches
 
 BATCH = 32
 N_TRAIN = 640          # 20 steps per epoch
 TEST = slice(1000, 1100)  # 100 samples: batches of 32, 32, 32 and 4
 
 
-@pytest.fixture(scope='module')
-def digits():
-    from sklearn.datasets import load_digits
-    data = load_digits()
-    return (data.data / 16.0).astype('float32'), data.target.astype('int32')
-
-
-class DigitsMLP(ModelDesc):
+class DigitsMLP(DigitsMLPBase):
     """64 -> 32 -> 10 from a fixed numpy seed, with 'cost' and 'incorrect_vector'."""
 
-    def __init__(self):
-        self.contexts = []
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 64], tf.float32, 'image'),
-                tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, image, label):
-        ctx = get_current_tower_context()
-        self.contexts.append((ctx.is_training, ctx.ns_name))
-        rng = np.random.RandomState(3)
-        w0 = tfv1.get_variable('fc0/W', initializer=(rng.randn(64, 32) * 0.2).astype('float32'))
-        b0 = tfv1.get_variable('fc0/b', initializer=np.zeros(32, 'float32'))
-        w1 = tfv1.get_variable('fc1/W', initializer=(rng.randn(32, 10) * 0.2).astype('float32'))
-        b1 = tfv1.get_variable('fc1/b', initializer=np.zeros(10, 'float32'))
-        logits = tf.matmul(tf.nn.relu(tf.matmul(image, w0) + b0), w1) + b1
-        cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                              name='cost')
+    def outputs(self, logits, label):
+        cost = cross_entropy_cost(logits, label)
         wrong = tf.cast(tf.not_equal(tf.argmax(logits, 1, output_type=tf.int32), label), tf.float32,
                         name='incorrect_vector')
         add_moving_summary(cost, tf.reduce_mean(wrong, name='train_error'))
         return cost
 
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
 
-
-def batches(images, labels, remainder=False, shuffle=False):
-    return BatchData(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=shuffle), BATCH,
-                     remainder=remainder)
+batches = functools.partial(labelled_batches, batch=BATCH)
 
 
 class DirectValidation(Callback):

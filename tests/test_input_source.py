@@ -32,24 +32,6 @@ def _no_hang():
     faulthandler.cancel_dump_traceback_later()
 
 
-@pytest.fixture
-def records():
-    """Log records of tensorpack_lite's logger (which does not propagate to the root)."""
-    class Keep(logging.Handler):
-        def __init__(self):
-            super(Keep, self).__init__()
-            self.records = []
-
-        def emit(self, record):
-            self.records.append(record)
-
-    handler = Keep()
-    lg = logging.getLogger('tensorpack_lite')
-    lg.addHandler(handler)
-    yield handler.records
-    lg.removeHandler(handler)
-
-
 def signature(batch=None):
     return [tf.TensorSpec([batch, 2], tf.float32, 'x'), tf.TensorSpec([batch], tf.int32, 'y')]
 
@@ -239,7 +221,7 @@ class WaitForFullQueue(Callback):
             time.sleep(0.01)
 
 
-def test_queue_input_order_values_and_clean_shutdown(records):
+def test_queue_input_order_values_and_clean_shutdown(log_records):
     queue = tfv1.FIFOQueue(2, [tf.float32, tf.int32], name='small_queue')
     source = QueueInput(batched_df(), queue=queue)
     assert source.size() == N // B
@@ -268,9 +250,9 @@ def test_queue_input_order_values_and_clean_shutdown(records):
     assert rec.end['acc'] == pytest.approx(expected_sum(ks))
     assert rec.end['alive'] is False and rec.end['closed']
     assert 0 <= rec.end['ema'] <= 2 and rec.end['updates'] == 10  # updated with every step
-    exits = [r for r in records if 'exited' in r.getMessage()]
+    exits = [r for r in log_records if 'exited' in r.getMessage()]
     assert len(exits) == 1
-    assert not any(r.levelno >= logging.ERROR for r in records)
+    assert not any(r.levelno >= logging.ERROR for r in log_records)
 
 
 class FailingDataFlow(DataFlow):
@@ -282,7 +264,7 @@ class FailingDataFlow(DataFlow):
         raise ValueError('the DataFlow broke at batch 3')
 
 
-def test_queue_input_dataflow_error_ends_training_promptly(records):
+def test_queue_input_dataflow_error_ends_training_promptly(log_records):
     source = QueueInput(FailingDataFlow())
     cbs = source.setup(signature())
     tensors = source.get_input_tensors()
@@ -295,7 +277,7 @@ def test_queue_input_dataflow_error_ends_training_promptly(records):
     assert_batches(rec.batches, [0, 1, 2])  # what was queued before the error, then the end
     assert rec.trainer.epoch_num == 1 and rec.trainer.local_step == 3
     assert not source.thread.is_alive()
-    errors = [r for r in records if r.levelno >= logging.ERROR]
+    errors = [r for r in log_records if r.levelno >= logging.ERROR]
     assert errors and errors[0].exc_info is not None  # the thread logged it when it happened
     assert 'the DataFlow broke at batch 3' in str(errors[0].exc_info[1])
 
@@ -426,7 +408,7 @@ def test_zmq_input_receives_exact_values(tmp_path):
     assert rec.end['alive'] is False
 
 
-def test_zmq_input_bad_datapoint_names_the_input(records):
+def test_zmq_input_bad_datapoint_names_the_input(log_records):
     x, y = batch(0)
     end_points = []
     stop, th = _sender(end_points, [[x, y], [x.astype(np.float64), y]], bind=True)
@@ -441,7 +423,7 @@ def test_zmq_input_bad_datapoint_names_the_input(records):
         th.join(5)
     message = str(info.value)
     assert "input 'x'" in message and 'float64' in message and 'float32' in message
-    errors = [r for r in records if r.levelno >= logging.ERROR]
+    errors = [r for r in log_records if r.levelno >= logging.ERROR]
     assert errors and str(errors[0].exc_info[1]) == message  # logged by the thread first
 
 

@@ -60,24 +60,6 @@ def _load_stats(logdir):
         return json.load(f)
 
 
-@pytest.fixture
-def log_records():
-    """Everything the library logs during the test, as (level, message)."""
-    records = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            records.append((record.levelno, record.getMessage()))
-
-    handler = Collect()
-    lg = logging.getLogger('tensorpack_lite')
-    lg.addHandler(handler)
-    try:
-        yield records
-    finally:
-        lg.removeHandler(handler)
-
-
 # ----------------------------------------------------------------------- JSONWriter + events
 
 
@@ -121,7 +103,7 @@ def test_json_resume_appends_and_mismatch_backs_up(logdir, log_records):
     assert [r['metric'] for r in stats] == [1.5, 3.0, 4.5, 6.0]
     # Both runs kept their own event file, although they started within the same second.
     assert sorted(v for _, v in _scalar_events(_events(logdir), 'metric')) == [1.5, 3.0, 4.5, 6.0]
-    assert not any(level >= logging.WARNING for level, _ in log_records)
+    assert not log_records.messages(logging.WARNING)
 
     _train([PutEpochStats()], [JSONWriter()], starting_epoch=6, max_epoch=6)
     assert [r['epoch_num'] for r in _load_stats(logdir)] == [6]
@@ -129,7 +111,7 @@ def test_json_resume_appends_and_mismatch_backs_up(logdir, log_records):
     assert len(backups) == 1
     with open(backups[0]) as f:
         assert [r['epoch_num'] for r in json.load(f)] == [1, 2, 3, 4]
-    warnings = [msg for level, msg in log_records if level == logging.WARNING]
+    warnings = log_records.messages_at(logging.WARNING)
     assert any('starting_epoch=6' in msg and 'AutoResumeTrainConfig' in msg for msg in warnings)
 
 
@@ -146,7 +128,7 @@ def test_json_corrupt_file_is_backed_up(logdir, log_records):
     assert len(backups) == 1
     with open(backups[0]) as f:
         assert f.read() == '[{"metric": 1.5, "epo'
-    assert any(level == logging.WARNING and 'Cannot read' in msg for level, msg in log_records)
+    assert any('Cannot read' in msg for msg in log_records.messages_at(logging.WARNING))
 
 
 def test_json_load_helpers_without_file_or_epoch(tmp_path):
@@ -202,7 +184,7 @@ def test_json_failed_rename_is_logged_and_retried(logdir, monkeypatch, log_recor
     # The epoch-2 record was kept in memory and written with epoch 3.
     assert [r['epoch_num'] for r in _load_stats(logdir)] == [1, 2, 3]
     assert glob.glob(os.path.join(logdir, '*.tmp')) == []
-    assert any(level == logging.ERROR and 'could not write' in msg for level, msg in log_records)
+    assert any('could not write' in msg for msg in log_records.messages_at(logging.ERROR))
 
 
 # ----------------------------------------------------------------------- TFEventWriter
@@ -264,7 +246,7 @@ def test_no_logger_dir_gives_noop_monitors(tmp_path, monkeypatch, log_records):
     assert isinstance(event_writer, NoOpMonitor) and not isinstance(event_writer, TFEventWriter)
     assert isinstance(json_writer, NoOpMonitor)
     assert str(event_writer) == 'NoOpMonitor(TFEventWriter)'
-    warnings = [msg for level, msg in log_records if level == logging.WARNING]
+    warnings = log_records.messages_at(logging.WARNING)
     assert len(warnings) == 2
     assert 'TFEventWriter' in warnings[0] and 'JSONWriter' in warnings[1]
 
@@ -374,7 +356,7 @@ def test_send_monitor_data_runs_shell_command(logdir, tmp_path, log_records):
     # Epoch 1 lacks val-error; epoch 2 has both; epoch 3 lacks a new val-error.
     assert out.read_text() == '3.00 0.25\n'
     assert failing.last_returncode == 3
-    errors = [msg for level, msg in log_records if level == logging.ERROR]
+    errors = log_records.messages_at(logging.ERROR)
     assert len(errors) == 3 and all("'exit 3'" in msg and 'return code 3' in msg for msg in errors)
 
 

@@ -2,7 +2,6 @@
 by a monitored statistic, from a file), each in a real training of a tiny ModelDesc."""
 
 import json
-import logging
 import os
 
 import numpy as np
@@ -98,24 +97,6 @@ def stats_json(logdir, key='learning_rate'):
     return {record['epoch_num']: record[key] for record in stats if key in record}
 
 
-@pytest.fixture
-def log_messages():
-    """Everything the library logs during the test."""
-    messages = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler = Collect()
-    lg = logging.getLogger('tensorpack_lite')
-    lg.addHandler(handler)
-    try:
-        yield messages
-    finally:
-        lg.removeHandler(handler)
-
-
 def f32(value):
     return float(np.float32(value))
 
@@ -123,7 +104,7 @@ def f32(value):
 # ---------------------------------------------------------------------------------------------
 # ScheduledHyperParamSetter
 
-def test_piecewise_schedule_changes_after_the_given_epochs(logdir, log_messages):
+def test_piecewise_schedule_changes_after_the_given_epochs(logdir, log_records):
     setter = ScheduledHyperParamSetter('learning_rate', [(2, 0.1), (4, 0.01)])
     recorder = train([setter], max_epoch=5)
     # (ep, v): v from epoch ep + 1 on; the initial value before the first point
@@ -137,16 +118,16 @@ def test_piecewise_schedule_changes_after_the_given_epochs(logdir, log_messages)
     assert sorted(recorded) == [1, 2, 3, 4, 5]
     np.testing.assert_allclose([recorded[e] for e in range(1, 6)], [after[e] for e in range(1, 6)],
                                rtol=1e-6)
-    changes = [m for m in log_messages if m.startswith('[HyperParamSetter]')]
+    changes = [m for m in log_records.messages() if m.startswith('[HyperParamSetter]')]
     assert changes == ["[HyperParamSetter] At global_step=4, learning_rate changes from 0.3 to 0.1",
                        "[HyperParamSetter] At global_step=8, learning_rate changes from 0.1 to 0.01"]
     assert setter.param.readable_name == 'learning_rate'
 
 
-def test_setting_the_current_value_again_is_not_a_change(log_messages):
+def test_setting_the_current_value_again_is_not_a_change(log_records):
     recorder = train([ScheduledHyperParamSetter('learning_rate', [(0, INITIAL_LR), (1, 0.1)])], max_epoch=2)
     assert recorder.per_epoch() == {1: f32(INITIAL_LR), 2: f32(0.1)}
-    changes = [m for m in log_messages if m.startswith('[HyperParamSetter]')]
+    changes = [m for m in log_records.messages() if m.startswith('[HyperParamSetter]')]
     assert changes == ["[HyperParamSetter] At global_step=2, learning_rate changes from 0.3 to 0.1"]
 
 
@@ -372,7 +353,7 @@ def lr_changes(recorder):
     ([0.1, 0.2, 0.3, 0.4, 0.4, 0.4, 0.5, 0.6], 0.0, True, [6]),
     ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], 0.0, True, []),
 ])
-def test_stat_monitor_param_setter(logdir, log_messages, values, threshold, reverse, changed_after):
+def test_stat_monitor_param_setter(logdir, log_records, values, threshold, reverse, changed_after):
     setter = StatMonitorParamSetter('learning_rate', 'val-error', lambda x: x * 0.5,
                                     threshold=threshold, last_k=3, reverse=reverse)
     recorder = train([PutStat('val-error', values), setter], max_epoch=8)
@@ -380,20 +361,21 @@ def test_stat_monitor_param_setter(logdir, log_messages, values, threshold, reve
     assert [e - 1 for e in lr_changes(recorder)] == changed_after
     assert used[1] == f32(INITIAL_LR)
     assert used[8] == f32(INITIAL_LR * 0.5 ** len([e for e in changed_after if e < 8]))
-    assert len([m for m in log_messages if 'StatMonitorParamSetter] Triggered' in m]) == \
+    assert len([m for m in log_records.messages() if 'StatMonitorParamSetter] Triggered' in m]) == \
         len(changed_after)
 
 
-def test_stat_monitor_param_setter_without_the_stat(logdir, log_messages):
+def test_stat_monitor_param_setter_without_the_stat(logdir, log_records):
     recorder = train([StatMonitorParamSetter('learning_rate', 'val-error', lambda x: x * 0.5, 0, 1)],
                      max_epoch=2)
     assert lr_changes(recorder) == []
-    assert "[StatMonitorParamSetter] No value of 'val-error' was put into the monitors yet." in log_messages
+    assert ("[StatMonitorParamSetter] No value of 'val-error' was put into the monitors yet."
+            in log_records.messages())
     with pytest.raises(ValueError, match="last_k must be a positive integer, got 0"):
         StatMonitorParamSetter('learning_rate', 'val-error', lambda x: x, 0, 0)
 
 
-def test_stat_monitor_param_setter_waits_for_new_data(logdir, log_messages):
+def test_stat_monitor_param_setter_waits_for_new_data(logdir, log_records):
     """A stat put only every other epoch is observed once per value."""
     class PutEveryOtherEpoch(Callback):
         def _trigger(self):
@@ -405,7 +387,7 @@ def test_stat_monitor_param_setter_waits_for_new_data(logdir, log_messages):
                      max_epoch=6)
     # observations after epochs 1 and 3 -> change after epoch 3
     assert lr_changes(recorder) == [4]
-    assert any("no new value of 'val-error'" in m for m in log_messages)
+    assert any("no new value of 'val-error'" in m for m in log_records.messages())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,7 +405,7 @@ class WriteFile(Callback):
                 f.write(self.contents[self.epoch_num])
 
 
-def test_human_hyper_param_setter(logdir, log_messages):
+def test_human_hyper_param_setter(logdir, log_records):
     path = os.path.join(logdir, 'hyper.txt')
     writer = WriteFile(path, {
         2: "# edited by hand\nmomentum:0.9\n\nlearning_rate: 0.05\n",
@@ -435,13 +417,13 @@ def test_human_hyper_param_setter(logdir, log_messages):
     recorder = train([writer, setter], max_epoch=5)
     assert recorder.per_epoch() == {1: f32(INITIAL_LR), 2: f32(INITIAL_LR), 3: f32(0.05), 4: f32(0.05),
                                     5: f32(0.02)}
-    missing = [m for m in log_messages if 'hyper.txt does not exist' in m]
+    missing = [m for m in log_records.messages() if 'hyper.txt does not exist' in m]
     assert len(missing) == 1   # logged once, not at every epoch
     assert any(m.endswith("hyper.txt:1: cannot parse line 'learning_rate 0.01', expected 'name:value' "
-                          "with a number.") for m in log_messages)
+                          "with a number.") for m in log_records.messages())
     assert any(m.endswith("hyper.txt:2: cannot parse line 'learning_rate:fast', expected 'name:value' "
-                          "with a number.") for m in log_messages)
-    assert any("has no entry 'learning_rate:<value>'" in m for m in log_messages)
+                          "with a number.") for m in log_records.messages())
+    assert any("has no entry 'learning_rate:<value>'" in m for m in log_records.messages())
 
 
 def test_human_hyper_param_setter_needs_a_logger_dir():

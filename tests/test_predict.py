@@ -6,9 +6,10 @@ import pytest
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.predict import OfflinePredictor, OnlinePredictor, PredictConfig
 from tensorpack_lite.tfutils import varreplace
-from tensorpack_lite.tfutils.sessinit import SessionInit
 from tensorpack_lite.tfutils.tower import TowerFunc, get_current_tower_context
 from tensorpack_lite.train.model_desc import ModelDesc
+
+from helpers import AssignValues
 
 W_VALUE = np.array([[1., 2.], [3., 4.], [5., 6.]], np.float32)
 B_VALUE = np.array([10., 20.], np.float32)
@@ -134,23 +135,6 @@ class LinearModel(ModelDesc):
 
     def optimizer(self):
         return tfv1.train.GradientDescentOptimizer(0.1)
-
-
-class AssignValues(SessionInit):
-    """Sets variables (by op name) to given values."""
-
-    def __init__(self, values):
-        self.values = values
-        self.setup_graph_calls = 0
-
-    def _setup_graph(self):
-        self.setup_graph_calls += 1
-        variables = {v.op.name: v for v in tfv1.global_variables()}
-        self._assign = tf.group(*[variables[name].assign(value)
-                                  for name, value in self.values.items()])
-
-    def _run_init(self, sess):
-        sess.run(self._assign)
 
 
 def test_offline_predictor_from_model():

@@ -1,6 +1,7 @@
 """ModelDesc + TrainConfig + launch_train_with_config on SimpleTrainer, through every
 InputSource, on the real 8x8 digits scikit-learn ships."""
 
+import functools
 import json
 import os
 import threading
@@ -15,74 +16,32 @@ from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.input_source import (
     BatchQueueInput, FeedInput, QueueInput, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
 from tensorpack_lite.predict import OfflinePredictor, PredictConfig
-from tensorpack_lite.tfutils.sessinit import SessionInit
 from tensorpack_lite.tfutils.summary import add_moving_summary
-from tensorpack_lite.tfutils.tower import get_current_tower_context
 from tensorpack_lite.train import (
     ModelDesc, NoOpTrainer, QueueInputTrainer, SimpleTrainer, TrainConfig, launch_train_with_config)
 from tensorpack_lite.utils.serialize import dumps
 
+from helpers import AssignValues, DigitsMLPBase, RecordCost, cross_entropy_cost, labelled_batches
+
 BATCH = 32
 
 
-@pytest.fixture(scope='module')
-def digits():
-    from sklearn.datasets import load_digits
-    data = load_digits()
-    images = (data.data / 16.0).astype('float32')
-    labels = data.target.astype('int32')
-    return images, labels
-
-
-class DigitsMLP(ModelDesc):
-    """64 -> 64 -> 10, initialised from a fixed numpy seed so every run starts equal."""
+class DigitsMLP(DigitsMLPBase):
+    """64 -> 64 -> 10 (by default) with 'logits', 'cost' and 'accuracy'."""
 
     def __init__(self, hidden=64, lr=0.05):
-        self.hidden, self.lr = hidden, lr
-        self.contexts = []
+        super().__init__(hidden, lr, seed=7)
 
-    def inputs(self):
-        return [tf.TensorSpec([None, 64], tf.float32, 'image'),
-                tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, image, label):
-        ctx = get_current_tower_context()
-        self.contexts.append((ctx.is_training, ctx.ns_name))
-        rng = np.random.RandomState(7)
-        w0 = tfv1.get_variable('fc0/W', initializer=(rng.randn(64, self.hidden) * 0.2).astype('float32'))
-        b0 = tfv1.get_variable('fc0/b', initializer=np.zeros(self.hidden, 'float32'))
-        w1 = tfv1.get_variable('fc1/W', initializer=(rng.randn(self.hidden, 10) * 0.2).astype('float32'))
-        b1 = tfv1.get_variable('fc1/b', initializer=np.zeros(10, 'float32'))
-        logits = tf.identity(tf.matmul(tf.nn.relu(tf.matmul(image, w0) + b0), w1) + b1, name='logits')
-        cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                              name='cost')
+    def outputs(self, logits, label):
+        logits = tf.identity(logits, name='logits')
+        cost = cross_entropy_cost(logits, label)
         accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), label),
                                           tf.float32), name='accuracy')
         add_moving_summary(cost, accuracy)
         return cost
 
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(self.lr)
 
-
-def batches_dataflow(images, labels, shuffle=False, batch=BATCH):
-    return BatchData(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=shuffle), batch)
-
-
-class RecordCost(Callback):
-    """Records the cost of every step, fetched along with it."""
-
-    def __init__(self):
-        self.costs = []
-
-    def _setup_graph(self):
-        self.cost = self.get_tensors_maybe_in_tower(['cost'])[0]
-
-    def _before_run(self, ctx):
-        return [self.cost]
-
-    def _after_run(self, ctx, values):
-        self.costs.append(float(values.results[0]))
+batches_dataflow = functools.partial(labelled_batches, batch=BATCH)
 
 
 class TrainingAccuracy(Callback):
@@ -387,21 +346,6 @@ def test_model_errors_are_clear(digits):
         TrainConfig(model=DigitsMLP(), dataflow=unsized)
 
 
-class AssignValues(SessionInit):
-    """Initializes variables from a dict name -> value (a checkpoint-free restore)."""
-
-    def __init__(self, values):
-        self.values = values
-
-    def _setup_graph(self):
-        variables = {v.op.name: v for v in tfv1.global_variables()}
-        self.assign = tf.group(*[variables[name].assign(value) for name, value in self.values.items()
-                                 if name in variables])
-
-    def _run_init(self, sess):
-        sess.run(self.assign)
-
-
 def test_offline_predictor_matches_the_training_tower(digits):
     images, labels = digits
 
@@ -451,3 +395,39 @@ def test_online_predictor_towers_reuse_variables(digits):
     assert build.same is build.predictor
     assert model.contexts == [(True, ''), (False, 'tower-pred-0')]
     np.testing.assert_allclose(build.got, build.expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize('xla', [False, True])
+def test_xla_compile_gives_the_same_updates(xla):
+    """SingleCostTrainer.XLA_COMPILE compiles the tower's forward and backward pass."""
+
+    class Quadratic(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec([None, 4], tf.float32, 'x')]
+
+        def build_graph(self, x):
+            w = tfv1.get_variable('w', initializer=np.ones((4, 1), 'float32'))
+            return tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0), name='cost')
+
+        def optimizer(self):
+            return tfv1.train.GradientDescentOptimizer(0.1)
+
+    class Weights(Callback):
+        def _setup_graph(self):
+            self.var = [v for v in tfv1.global_variables() if v.op.name == 'w'][0]
+
+        def _after_train(self):
+            self.value = self.trainer.sess.run(self.var)
+
+    class XLATrainer(SimpleTrainer):
+        XLA_COMPILE = xla
+
+    weights = Weights()
+    points = [[np.full(4, 0.5, 'float32')] for _ in range(8)]
+    dataflow = BatchData(DataFromList(points, shuffle=False), 4)
+    launch_train_with_config(TrainConfig(model=Quadratic(), dataflow=dataflow, callbacks=[weights],
+                                         monitors=[], max_epoch=3), XLATrainer())
+    expected = 1.0
+    for _ in range(6):  # d/dw_i of (0.5 * sum(w) - 1)^2 is (2 w_i - 1) when all w_i are equal
+        expected -= 0.1 * (2 * expected - 1)
+    np.testing.assert_allclose(weights.value.ravel(), [expected] * 4, rtol=1e-6)

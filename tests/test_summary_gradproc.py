@@ -4,7 +4,6 @@ wrappers (tfutils/optimizer.py) and RunUpdateOps with towers (callbacks/graph.py
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.graph import RunUpdateOps
 from tensorpack_lite.callbacks.summary import MergeAllSummaries, MovingAverageSummary
 from tensorpack_lite.compat import tf, tfv1
@@ -20,6 +19,8 @@ from tensorpack_lite.tfutils.tower import (
     PredictTowerContext, TowerFunc, TrainTowerContext, get_current_tower_context)
 from tensorpack_lite.train.base import Trainer
 from tensorpack_lite.utils.naming import MOVING_SUMMARY_OPS_KEY
+
+from helpers import ReadBack
 
 
 def numpy_debiased_ema(values, decay):
@@ -439,15 +440,6 @@ def test_accum_grad_optimizer_bad_niter(niter):
 
 # ---------------------------------------------------------------------------------------------
 # RunUpdateOps with towers
-
-class ReadBack(Callback):
-    def __init__(self, *variables):
-        self._variables = variables
-        self.values = None
-
-    def _after_train(self):
-        self.values = self.trainer.sess.run(list(self._variables))
-
 
 def build_two_towers():
     """Two training towers adding 1 (tower0) and 10 (tower1) to a shared counter in

@@ -12,6 +12,8 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession, SessionInit
 from tensorpack_lite.train.base import StopTraining, Trainer
 
+from helpers import ReadBack
+
 
 def build_regression(seed=0):
     """A linear regression on fixed data; returns (loss, train_op)."""
@@ -173,11 +175,7 @@ def test_run_step_override_gan_style():
             self.sess.run(opt_b)
             self.calls.append('b')
 
-    class Final(Callback):
-        def _after_train(self):
-            self.values = self.trainer.sess.run([a, b])
-
-    final = Final()
+    final = ReadBack(a, b)
     trainer = AlternatingTrainer()
     train(trainer, [final], steps_per_epoch=25, max_epoch=2)
     assert trainer.calls == ['a', 'b'] * 50

@@ -32,30 +32,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK = mp.get_context('fork')
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.records = []
-
-    def emit(self, record):
-        self.records.append(record)
-
-    def messages(self):
-        return [r.getMessage() for r in self.records]
-
-
-@pytest.fixture
-def log_records():
-    """Records of the library logger (which does not propagate to the root, so caplog misses it)."""
-    lg = logging.getLogger('tensorpack_lite')
-    handler = _ListHandler()
-    lg.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        lg.removeHandler(handler)
-
-
 # ------------------------------------------------------------------ stats
 
 def test_stat_counter_numbers():
@@ -212,7 +188,7 @@ def test_log_once(log_records, monkeypatch):
     log_once('another message for test_log_once', 'warn')
     msgs = log_records.messages()
     assert msgs.count('a message for test_log_once') == 1
-    warns = [r for r in log_records.records if r.getMessage() == 'another message for test_log_once']
+    warns = [r for r in log_records if r.getMessage() == 'another message for test_log_once']
     assert len(warns) == 1 and warns[0].levelno == logging.WARNING
 
 

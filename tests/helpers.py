@@ -1,0 +1,158 @@
+"""Helpers shared by several test modules (fixtures live in conftest.py).
+
+Import them as ``from helpers import ...``: conftest.py puts this directory on sys.path.
+"""
+
+import contextlib
+import logging
+
+import numpy as np
+
+from tensorpack_lite.callbacks.base import Callback
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.tfutils.sessinit import SessionInit
+from tensorpack_lite.tfutils.tower import get_current_tower_context
+from tensorpack_lite.train import ModelDesc
+
+__all__ = ['LogRecords', 'capture_logs', 'ReadBack', 'RecordCost', 'AssignValues',
+           'DigitsMLPBase', 'cross_entropy_cost', 'labelled_batches']
+
+
+# ----- logging -------------------------------------------------------------------------------
+
+class LogRecords(list):
+    """The ``logging.LogRecord`` s of a logger, in the order they were logged."""
+
+    def messages(self, level=logging.NOTSET):
+        """The messages of the records at ``level`` or above."""
+        return [r.getMessage() for r in self if r.levelno >= level]
+
+    def messages_at(self, level):
+        """The messages of the records at exactly ``level``."""
+        return [r.getMessage() for r in self if r.levelno == level]
+
+
+class _Collect(logging.Handler):
+    def __init__(self, records):
+        super().__init__()
+        self.records = records
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def capture_logs(name='tensorpack_lite'):
+    """Collects what the logger ``name`` logs inside the block, as a :class:`LogRecords`.
+
+    The library's logger does not propagate to the root, so pytest's caplog does not see it.
+
+    Example::
+
+        with capture_logs() as records:
+            do_something()
+        assert 'done' in records.messages(logging.INFO)
+    """
+    records = LogRecords()
+    handler = _Collect(records)
+    lg = logging.getLogger(name)
+    lg.addHandler(handler)
+    try:
+        yield records
+    finally:
+        lg.removeHandler(handler)
+
+
+# ----- callbacks and session inits -----------------------------------------------------------
+
+class ReadBack(Callback):
+    """Reads variables in after_train, while the session is still open: ``values``."""
+
+    def __init__(self, *variables):
+        self._variables = variables
+        self.values = None
+
+    def _after_train(self):
+        self.values = self.trainer.sess.run(list(self._variables))
+
+
+class RecordCost(Callback):
+    """Records the cost of every step, fetched along with it."""
+
+    def __init__(self):
+        self.costs = []
+
+    def _setup_graph(self):
+        self.cost = self.get_tensors_maybe_in_tower(['cost'])[0]
+
+    def _before_run(self, ctx):
+        return [self.cost]
+
+    def _after_run(self, ctx, values):
+        self.costs.append(float(values.results[0]))
+
+
+class AssignValues(SessionInit):
+    """Sets variables from a dict op name -> value (a checkpoint-free restore); every name
+    must be a variable of the graph. Plain data, so it pickles into worker processes."""
+
+    def __init__(self, values):
+        self.values = values
+        self.setup_graph_calls = 0
+
+    def _setup_graph(self):
+        self.setup_graph_calls += 1
+        variables = {v.op.name: v for v in tfv1.global_variables()}
+        missing = set(self.values) - set(variables)
+        assert not missing, missing
+        self.assign = tf.group(*[variables[name].assign(value) for name, value in self.values.items()])
+
+    def _run_init(self, sess):
+        sess.run(self.assign)
+
+
+# ----- a small model on the 8x8 digits (sklearn.datasets.load_digits) ------------------------
+
+class DigitsMLPBase(ModelDesc):
+    """64 -> hidden -> 10 on inputs 'image' [None, 64] and 'label' [None], its weights drawn
+    from a fixed numpy seed so that every run starts equal. ``contexts`` records
+    (is_training, ns_name) of each tower it is built in. Subclasses add their outputs in
+    ``outputs(logits, label)``, which returns the cost."""
+
+    def __init__(self, hidden=32, lr=0.1, seed=3):
+        self.hidden, self.lr, self.seed = hidden, lr, seed
+        self.contexts = []
+
+    def inputs(self):
+        return [tf.TensorSpec([None, 64], tf.float32, 'image'),
+                tf.TensorSpec([None], tf.int32, 'label')]
+
+    def build_graph(self, image, label):
+        ctx = get_current_tower_context()
+        self.contexts.append((ctx.is_training, ctx.ns_name))
+        rng = np.random.RandomState(self.seed)
+        w0 = tfv1.get_variable('fc0/W', initializer=(rng.randn(64, self.hidden) * 0.2).astype('float32'))
+        b0 = tfv1.get_variable('fc0/b', initializer=np.zeros(self.hidden, 'float32'))
+        w1 = tfv1.get_variable('fc1/W', initializer=(rng.randn(self.hidden, 10) * 0.2).astype('float32'))
+        b1 = tfv1.get_variable('fc1/b', initializer=np.zeros(10, 'float32'))
+        logits = tf.matmul(tf.nn.relu(tf.matmul(image, w0) + b0), w1) + b1
+        return self.outputs(logits, label)
+
+    def outputs(self, logits, label):
+        raise NotImplementedError
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(self.lr)
+
+
+def cross_entropy_cost(logits, label):
+    """The mean softmax cross-entropy, named 'cost'."""
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
+                          name='cost')
+
+
+def labelled_batches(images, labels, batch, shuffle=False, remainder=False):
+    """A DataFlow of [images, labels] batches."""
+    return BatchData(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=shuffle), batch,
+                     remainder=remainder)
