@@ -96,15 +96,15 @@ class Callback:
         if fetches is None or isinstance(fetches, tfv1.train.SessionRunArgs):
             return fetches
         if isinstance(fetches, (list, tuple)):
-            fetches = [f if isinstance(f, (tf.Tensor, tf.Operation)) else get_op_or_tensor_by_name(f)
-                       for f in fetches]
+            fetches = [f if isinstance(f, (tf.Tensor, tf.Operation, tf.Variable))
+                       else get_op_or_tensor_by_name(f) for f in fetches]
             return tfv1.train.SessionRunArgs(fetches=fetches)
         raise TypeError("{}._before_run() must return None, a SessionRunArgs or a list of "
-                        "tensors/ops/names, got {!r}".format(self, type(fetches)))
+                        "tensors/variables/ops/names, got {!r}".format(self, type(fetches)))
 
     def _before_run(self, ctx):
         """Called before each ``hooked_sess.run``. Return None, a ``SessionRunArgs``, or a list
-        of tensors, ops or their names to fetch."""
+        of tensors, variables, ops or their names to fetch."""
         return None
 
     def after_run(self, run_context, run_values):

@@ -19,9 +19,17 @@ def _fetch_key(fetches):
         return fetches
     if isinstance(fetches, (list, tuple)):
         return (type(fetches),) + tuple(_fetch_key(f) for f in fetches)
-    if isinstance(fetches, dict):
+    if type(fetches) is dict:  # sess.run gives back an OrderedDict, defaultdict... as such
         return (dict,) + tuple((k, _fetch_key(v)) for k, v in fetches.items())
     raise _NotCacheable()
+
+
+def _int_fits(value, dtype):
+    """Whether the Python int ``value`` keeps its value as numpy ``dtype`` (``sess.run``'s check;
+    never for strings)."""
+    if dtype is object:
+        return False
+    return dtype(np.array(value).astype(dtype)) == value
 
 
 class _CompiledRun:
@@ -70,6 +78,9 @@ class _CompiledRun:
     def _convert(spec, value):
         """``value`` as the array ``sess.run`` would feed, with the same shape check."""
         tensor, dtype, dims = spec
+        if isinstance(value, int) and not _int_fits(value, dtype):
+            raise TypeError("Type of feed value {} with type {} is not compatible with Tensor {} of "
+                            "type {}".format(value, type(value), tensor.name, tensor.dtype.name))
         if type(value) is np.ndarray and value.dtype == dtype:
             array = value
         else:
@@ -120,7 +131,9 @@ class _CallableCache:
         its own words)."""
         graph = self._sess.graph
         try:
-            return _CompiledRun(self._sess, fetches, [graph.as_graph_element(k) for k in feeds])
+            feed_tensors = [graph.as_graph_element(k, allow_tensor=True, allow_operation=False)
+                            for k in feeds]
+            return _CompiledRun(self._sess, fetches, feed_tensors)
         except (TypeError, ValueError, KeyError, tf.errors.InvalidArgumentError):
             return None  # e.g. a fed tensor that is also fetched: allowed by sess.run only
 
