@@ -306,20 +306,13 @@ class SessionUpdate:
         varshape = var.shape
         if varshape.is_fully_defined():
             want = tuple(varshape.as_list())
-            if value.shape != want:
-                squeezable = tuple(d for d in value.shape if d != 1) == tuple(d for d in want if d != 1)
-                if not squeezable:
-                    msg = "Cannot load an array of shape {} into variable '{}' of shape {}.".format(
-                        value.shape, name, want)
-                    if ignore_mismatch:
-                        logger.warn(msg + " It is skipped.")
-                        return None
-                    raise ValueError(msg)
+            squeezable = tuple(d for d in value.shape if d != 1) == tuple(d for d in want if d != 1)
+            if value.shape != want and squeezable:
                 logger.warn("The value for '{}' is reshaped from {} to {}.".format(name, value.shape, want))
                 value = value.reshape(want)
-        elif not varshape.is_compatible_with(value.shape):
+        if not varshape.is_compatible_with(value.shape):
             msg = "Cannot load an array of shape {} into variable '{}' of shape {}.".format(
-                value.shape, name, varshape)
+                value.shape, name, tuple(varshape.as_list()) if varshape.is_fully_defined() else varshape)
             if ignore_mismatch:
                 logger.warn(msg + " It is skipped.")
                 return None
