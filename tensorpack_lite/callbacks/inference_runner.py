@@ -16,7 +16,7 @@ from ..dataflow.base import DataFlow
 from ..input_source.input_source import FeedInput, StagingInput
 from ..input_source.input_source_base import InputSource
 from ..tfutils.hooked_session import HookedSession
-from ..tfutils.tower import PredictTowerContext, TowerFunc
+from ..tfutils.tower import TowerFunc, build_predict_tower
 from ..utils import logger
 from ..utils.utils import get_tqdm
 from .base import Callback, name_culprit
@@ -149,10 +149,6 @@ class InferenceRunnerBase(Callback):
                 self._input_callbacks.after_train()
 
 
-def _device_name(device):
-    return '/gpu:{}'.format(device) if device >= 0 else '/cpu:0'
-
-
 class InferenceRunner(InferenceRunnerBase):
     """Validation on a DataFlow or an InputSource, through an inference tower of its own.
 
@@ -233,15 +229,7 @@ class InferenceRunner(InferenceRunnerBase):
     def _build_tower(self, tower_func, inputs):
         vs_for_predictor = getattr(self.trainer, '_vs_name_for_predictor', None)
         vs_name = vs_for_predictor(self._device_id) if vs_for_predictor is not None else ''
-        device = _device_name(self._device_id)
-        logger.info("[InferenceRunner] Building tower '{}' on device {}{} ...".format(
-            self._tower_name, device, " with variable scope '{}'".format(vs_name) if vs_name else ''))
-        with tfv1.name_scope(None), \
-                tfv1.variable_scope(tfv1.get_variable_scope(), reuse=True), \
-                tf.device(device), \
-                PredictTowerContext(self._tower_name, vs_name=vs_name):
-            tower_func(*inputs)
-        return tower_func.towers[self._tower_name]
+        return build_predict_tower(tower_func, inputs, self._tower_name, self._device_id, vs_name)
 
     def _lookup_fetches(self, inf):
         tensors = []

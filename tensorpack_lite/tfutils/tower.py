@@ -32,15 +32,15 @@ Example::
     func.towers.training()[0]['image']   # image0, the input fed to tower0
 """
 
-from ..compat import tfv1
+from ..compat import tf, tfv1
 from ..utils import logger
+from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 from .collection import CollectionGuard
 from .common import get_op_tensor_name
-from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 
 __all__ = ['BaseTowerContext', 'TrainTowerContext', 'PredictTowerContext', 'TowerContext',
            'get_current_tower_context', 'TowerFunc', 'TowerFuncWrapper',
-           'TowerTensorHandle', 'TowerTensorHandles']
+           'TowerTensorHandle', 'TowerTensorHandles', 'build_predict_tower']
 
 
 _current_tower_context = None
@@ -344,6 +344,19 @@ class PredictTowerContext(BaseTowerContext):
 
     def _keys_to_freeze(self):
         return [tfv1.GraphKeys.SUMMARIES, MOVING_SUMMARY_OPS_KEY, tfv1.GraphKeys.UPDATE_OPS]
+
+
+def build_predict_tower(tower_func, inputs, tower_name, device=0, vs_name=''):
+    """Call ``tower_func(*inputs)`` as an inference tower ``tower_name`` that reuses the
+    training variables, on GPU ``device`` (-1: the CPU), at the root name scope, and return
+    its :class:`TowerTensorHandle`."""
+    device_name = '/gpu:{}'.format(device) if device >= 0 else '/cpu:0'
+    logger.info("Building inference tower '{}' on device {}{} ...".format(
+        tower_name, device_name, " with variable scope '{}'".format(vs_name) if vs_name else ''))
+    with tfv1.name_scope(None), tfv1.variable_scope(tfv1.get_variable_scope(), reuse=True), \
+            tf.device(device_name), PredictTowerContext(tower_name, vs_name=vs_name):
+        tower_func(*inputs)
+    return tower_func.towers[tower_name]
 
 
 def TowerContext(tower_name, is_training, vs_name=''):

@@ -10,8 +10,7 @@ from ..compat import tf, tfv1
 from ..input_source.input_source import PlaceholderInput
 from ..input_source.input_source_base import InputSource
 from ..tfutils.gradproc import FilterNoneGrad
-from ..tfutils.tower import PredictTowerContext, TowerFunc, get_current_tower_context
-from ..utils import logger
+from ..tfutils.tower import TowerFunc, build_predict_tower, get_current_tower_context
 from ..utils.argtools import call_only_once, memoized, memoized_method
 from .base import Trainer
 
@@ -88,12 +87,8 @@ class TowerTrainer(Trainer):
     def _build_predict_tower(self, tower_name, device):
         placeholders = PlaceholderInput()
         placeholders.setup(self.input_signature)
-        device_name = '/gpu:{}'.format(device) if device >= 0 else '/cpu:0'
-        logger.info("Building inference tower '{}' on device {} ...".format(tower_name, device_name))
-        with tfv1.variable_scope(tfv1.get_variable_scope(), reuse=True), tf.device(device_name), \
-                PredictTowerContext(tower_name, vs_name=self._vs_name_for_predictor(device)):
-            self.tower_func(*placeholders.get_input_tensors())
-        return self.tower_func.towers[tower_name]
+        return build_predict_tower(self.tower_func, placeholders.get_input_tensors(), tower_name,
+                                   device, self._vs_name_for_predictor(device))
 
     def _vs_name_for_predictor(self, device):
         """The variable scope inference towers read their variables from ('' = the main one)."""
