@@ -1,0 +1,297 @@
+"""Batch normalization and batch renormalization, following the tower context.
+
+Rules (as tensorpack 0.11):
+
+* ``training`` defaults to ``get_current_tower_context().is_training``: a training tower
+  normalizes with the statistics of the batch, an inference tower with the moving averages.
+* The moving averages are updated only where the batch statistics are computed and the
+  tower is the main training tower (or an inference tower that asks for batch statistics):
+  by default the two update ops go to ``tf.GraphKeys.UPDATE_OPS``, which the
+  ``RunUpdateOps`` callback (one of the default callbacks) runs with every step.
+"""
+
+from ..compat import tf, tfv1
+from ..tfutils.tower import get_current_tower_context
+from ..utils import logger
+from ..utils.argtools import log_once
+from .registry import layer_register
+from .tflayer import channel_axis, convert_to_tflayer_args
+from .utils import check_input_rank, describe_layer, finish_output, known_dim
+
+__all__ = ['BatchNorm', 'BatchRenorm']
+
+_EMA_UPDATE_MODES = ('default', 'collection', 'internal', 'skip')
+_SYNC_MODES = (None, 'nccl', 'horovod')
+
+
+# ----- helpers shared by BatchNorm and BatchRenorm ------------------------------------------
+
+def _training_flag(training, ctx, layer_type):
+    if training is not None:
+        return bool(training)
+    if ctx is None:
+        raise RuntimeError("{} is built outside a TowerContext: build it in a tower (e.g. `with "
+                           "TowerContext('', is_training=True):`) or pass training=True/False.".format(
+                               describe_layer(layer_type)))
+    return ctx.is_training
+
+
+def _owns_model_variables(ctx):
+    """Whether moving statistics created here go to MODEL_VARIABLES: only in the main
+    training tower (or outside towers)."""
+    return ctx is None or ctx.is_main_training_tower
+
+
+def _broadcastable(vector, ndims, axis):
+    """``vector`` of shape [C] reshaped to broadcast along ``axis`` of a rank-``ndims`` input."""
+    if vector is None or axis == ndims - 1:
+        return vector
+    shape = [1] * ndims
+    shape[axis] = -1
+    return tf.reshape(vector, shape)
+
+
+def _affine_variables(num_chan, center, scale, beta_initializer, gamma_initializer, dtype):
+    beta = tfv1.get_variable('beta', [num_chan], dtype=dtype, initializer=beta_initializer) \
+        if center else None
+    gamma = tfv1.get_variable('gamma', [num_chan], dtype=dtype,
+                              initializer=gamma_initializer or tfv1.ones_initializer()) if scale else None
+    return beta, gamma
+
+
+def _statistics_variable(name, num_chan, init_value, ctx, dtype):
+    collections = [tfv1.GraphKeys.GLOBAL_VARIABLES]
+    if _owns_model_variables(ctx):
+        collections.append(tfv1.GraphKeys.MODEL_VARIABLES)
+    return tfv1.get_variable(name, [num_chan], dtype=dtype, initializer=tfv1.constant_initializer(init_value),
+                             trainable=False, collections=collections)
+
+
+def _ema_op(variable, value, momentum, name):
+    """``variable <- momentum * variable + (1 - momentum) * value``."""
+    return variable.assign_sub((variable - value) * (1.0 - momentum), name=name, read_value=False)
+
+
+def _normalize(x, axis, mean, variance, beta, gamma, epsilon):
+    ndims = x.shape.rank
+    return tf.nn.batch_normalization(
+        x, _broadcastable(mean, ndims, axis), _broadcastable(variance, ndims, axis),
+        _broadcastable(beta, ndims, axis), _broadcastable(gamma, ndims, axis), epsilon)
+
+
+def _reduction_axes(ndims, axis):
+    return [i for i in range(ndims) if i != axis]
+
+
+# ----- BatchNorm -----------------------------------------------------------------------------
+
+def _ema_update_mode(ema_update, internal_update):
+    if ema_update not in _EMA_UPDATE_MODES:
+        raise ValueError("{}: ema_update must be one of {}, got {!r}".format(
+            describe_layer('BatchNorm'), _EMA_UPDATE_MODES, ema_update))
+    if internal_update is not None:
+        log_once("BatchNorm(internal_update=) is deprecated: use ema_update='internal' or 'collection'.",
+                 'warn')
+        if ema_update != 'default':
+            raise ValueError("{}: give either internal_update (deprecated) or ema_update, not both.".format(
+                describe_layer('BatchNorm')))
+        return 'internal' if internal_update else 'collection'
+    return 'collection' if ema_update == 'default' else ema_update
+
+
+def _check_sync_statistics(sync_statistics, training, ctx):
+    """Whether the statistics are meant to be synchronised (then the update is internal).
+    Only the single-tower case, where it changes nothing, is supported."""
+    if sync_statistics is not None:
+        sync_statistics = str(sync_statistics).lower()
+    if sync_statistics not in _SYNC_MODES:
+        raise ValueError("{}: sync_statistics must be one of {}, got {!r}".format(
+            describe_layer('BatchNorm'), _SYNC_MODES, sync_statistics))
+    if sync_statistics is None or not training:
+        return False
+    if sync_statistics == 'horovod' or (ctx is not None and ctx.total > 1):
+        raise NotImplementedError(
+            "{}: sync_statistics='{}' across {} is not implemented in tensorpack_lite (it needs NCCL or "
+            "Horovod all-reduce inside the layer); use sync_statistics=None.".format(
+                describe_layer('BatchNorm'), sync_statistics,
+                'Horovod ranks' if sync_statistics == 'horovod' else '{} towers'.format(ctx.total)))
+    logger.warning("{}: sync_statistics='{}' with a single tower uses the statistics of its own "
+                   "batch.".format(describe_layer('BatchNorm'), sync_statistics))
+    return True
+
+
+def _batch_statistics(x, axis, virtual_batch_size):
+    """``(normalizer, mean, variance)``: the batch mean and (biased) variance of ``x`` per
+    channel, and ``normalizer(beta, gamma, epsilon)`` that normalizes ``x`` with them. With
+    ``virtual_batch_size``, each group of that many samples is normalized by its own
+    statistics, and the statistics returned are their averages over the groups."""
+    ndims = x.shape.rank
+    if not virtual_batch_size:
+        mean, variance = tf.nn.moments(x, _reduction_axes(ndims, axis))
+
+        def normalizer(beta, gamma, eps):
+            return _normalize(x, axis, mean, variance, beta, gamma, eps)
+        return normalizer, mean, variance
+    # [G * v, ...] -> [G, v, ...]: statistics over every axis but the groups' and the channels'
+    grouped = tf.reshape(x, tf.concat([[-1, int(virtual_batch_size)], tf.shape(x)[1:]], axis=0))
+    group_mean, group_var = tf.nn.moments(grouped, [i for i in range(1, ndims + 1) if i != axis + 1],
+                                          keepdims=True)
+
+    def normalizer(beta, gamma, eps):
+        out = tf.nn.batch_normalization(grouped, group_mean, group_var,
+                                        _broadcastable(beta, ndims + 1, axis + 1),
+                                        _broadcastable(gamma, ndims + 1, axis + 1), eps)
+        out = tf.reshape(out, tf.shape(x))
+        out.set_shape(x.shape)
+        return out
+    other_axes = [i for i in range(ndims + 1) if i != axis + 1]
+    return normalizer, tf.reduce_mean(group_mean, other_axes), tf.reduce_mean(group_var, other_axes)
+
+
+@layer_register()
+@convert_to_tflayer_args(
+    args_names=[],
+    name_mapping={'use_bias': 'center', 'use_scale': 'scale', 'gamma_init': 'gamma_initializer',
+                  'decay': 'momentum', 'use_local_stat': 'training'})
+def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, center=True, scale=True,
+              beta_initializer=tfv1.zeros_initializer(), gamma_initializer=tfv1.ones_initializer(),
+              virtual_batch_size=None, data_format='channels_last', ema_update='default',
+              sync_statistics=None, internal_update=None):
+    """Batch normalization of a 2-D (NC) or 4-D input, following the tower context.
+
+    Args:
+        axis (int): the channel axis; by default 1 for 2-D inputs and given by
+            ``data_format`` ('channels_last'/'NHWC' or 'channels_first'/'NCHW') for 4-D ones.
+        training (bool): normalize with the batch statistics (True) or the moving averages
+            (False). Default: ``get_current_tower_context().is_training``.
+        momentum (float): of the moving averages:
+            ``ema = momentum * ema + (1 - momentum) * batch_statistic``.
+        virtual_batch_size (int): "ghost" batch normalization: when training, each group of
+            this many samples is normalized by its own statistics (the batch size must be
+            a multiple of it).
+        ema_update (str): how the moving averages are updated when ``training`` in the main
+            training tower: 'default' (= 'collection'): two ops added to
+            ``tf.GraphKeys.UPDATE_OPS``, run by the ``RunUpdateOps`` callback; 'internal':
+            the output depends on the updates (control dependencies); 'skip': no update.
+        sync_statistics: None. 'nccl'/'horovod' (statistics across devices) are not
+            implemented: they raise NotImplementedError with more than one tower.
+        internal_update (bool): deprecated; True means ema_update='internal', False
+            'collection'.
+
+    Returns:
+        tf.Tensor named ``output``; ``.variables`` holds ``beta``, ``gamma``, ``mean``
+        (= ``moving_mean``) and ``variance`` (= ``moving_variance``).
+
+    Variable names: ``beta`` (zeros), ``gamma`` (ones), ``mean/EMA`` (zeros),
+    ``variance/EMA`` (ones); the last two are not trainable. The moving variance averages
+    the biased batch variance.
+
+    Example::
+
+        x = BatchNorm('bn', x)
+        x = Conv2D('conv', x, 32, 3, activation=BNReLU)   # BN variables 'conv/bn/...'
+    """
+    ctx = get_current_tower_context()
+    training = _training_flag(training, ctx, 'BatchNorm')
+    check_input_rank(inputs, (2, 4), 'BatchNorm')
+    ndims = inputs.shape.rank
+    if axis is None:
+        axis = channel_axis(data_format, ndims)
+    if axis not in (1, ndims - 1):
+        raise ValueError("{}: axis must be 1 or {} for a {}-D input, got {}".format(
+            describe_layer('BatchNorm'), ndims - 1, ndims, axis))
+    num_chan = known_dim(inputs, axis, 'number of channels', 'BatchNorm')
+    ema_update = _ema_update_mode(ema_update, internal_update)
+    if _check_sync_statistics(sync_statistics, training, ctx):
+        ema_update = 'internal' if ema_update != 'skip' else ema_update
+    main_or_inference = ctx is None or ctx.is_main_training_tower or not ctx.is_training
+    do_ema_update = training and main_or_inference and ema_update != 'skip'
+    if not training and ctx is not None and ctx.is_main_training_tower:
+        log_once("Some BatchNorm layer uses moving_mean/moving_variance in training.", 'warn')
+
+    dtype = inputs.dtype.base_dtype
+    beta, gamma = _affine_variables(num_chan, center, scale, beta_initializer, gamma_initializer, dtype)
+    moving_mean = _statistics_variable('mean/EMA', num_chan, 0.0, ctx, dtype)
+    moving_var = _statistics_variable('variance/EMA', num_chan, 1.0, ctx, dtype)
+
+    updates = []
+    if training:
+        normalizer, batch_mean, batch_var = _batch_statistics(inputs, axis, virtual_batch_size)
+        xn = normalizer(beta, gamma, epsilon)
+        if do_ema_update:
+            updates = [_ema_op(moving_mean, batch_mean, momentum, 'mean_ema_op'),
+                       _ema_op(moving_var, batch_var, momentum, 'var_ema_op')]
+            if ema_update == 'collection':
+                for op in updates:
+                    tfv1.add_to_collection(tfv1.GraphKeys.UPDATE_OPS, op)
+                updates = []
+    else:
+        xn = _normalize(inputs, axis, moving_mean, moving_var, beta, gamma, epsilon)
+    with tf.control_dependencies(updates):
+        return finish_output(xn, moving_mean=moving_mean, mean=moving_mean, moving_variance=moving_var,
+                             variance=moving_var, gamma=gamma, beta=beta)
+
+
+# ----- BatchRenorm ---------------------------------------------------------------------------
+
+_RENORM_MOMENTUM = 0.99
+
+
+@layer_register()
+@convert_to_tflayer_args(
+    args_names=['rmax', 'dmax'],
+    name_mapping={'use_bias': 'center', 'use_scale': 'scale', 'gamma_init': 'gamma_initializer',
+                  'decay': 'momentum'})
+def BatchRenorm(x, rmax, dmax, momentum=0.9, epsilon=1e-5, center=True, scale=True, gamma_initializer=None,
+                data_format='channels_last'):
+    """Batch renormalization (Ioffe 2017, https://arxiv.org/abs/1702.03275) of a 2-D or 4-D
+    input, training or not as the tower context says.
+
+    In training, ``(x - batch_mean) / batch_std * r + d`` with
+    ``r = clip(batch_std / renorm_std, 1/rmax, rmax)`` and
+    ``d = clip((batch_mean - renorm_mean) / renorm_std, -dmax, dmax)`` (no gradient through r,
+    d); ``renorm_mean``/``renorm_stddev`` are moving averages with momentum 0.99, and
+    ``moving_mean``/``moving_variance`` (momentum ``momentum``) normalize at inference. The
+    four updates go to ``UPDATE_OPS`` in the main training tower.
+
+    Args:
+        rmax, dmax: scalars (floats or tensors), the largest corrections allowed.
+
+    Variable names: ``beta``, ``gamma``, ``moving_mean``, ``moving_variance``,
+    ``renorm_mean``, ``renorm_stddev`` (as TensorFlow's BatchNormalization(renorm=True)).
+    """
+    ctx = get_current_tower_context()
+    training = _training_flag(None, ctx, 'BatchRenorm')
+    check_input_rank(x, (2, 4), 'BatchRenorm')
+    ndims = x.shape.rank
+    axis = channel_axis(data_format, ndims)
+    num_chan = known_dim(x, axis, 'number of channels', 'BatchRenorm')
+    dtype = x.dtype.base_dtype
+    beta, gamma = _affine_variables(num_chan, center, scale, tfv1.zeros_initializer(), gamma_initializer,
+                                    dtype)
+    moving_mean = _statistics_variable('moving_mean', num_chan, 0.0, ctx, dtype)
+    moving_var = _statistics_variable('moving_variance', num_chan, 1.0, ctx, dtype)
+    renorm_mean = _statistics_variable('renorm_mean', num_chan, 0.0, ctx, dtype)
+    renorm_std = _statistics_variable('renorm_stddev', num_chan, 1.0, ctx, dtype)
+
+    if not training:
+        xn = _normalize(x, axis, moving_mean, moving_var, beta, gamma, epsilon)
+        return finish_output(xn, gamma=gamma, beta=beta)
+
+    batch_mean, batch_var = tf.nn.moments(x, _reduction_axes(ndims, axis))
+    batch_std = tf.sqrt(batch_var + epsilon)
+    r = tf.stop_gradient(tf.clip_by_value(batch_std / renorm_std, 1.0 / rmax, rmax), name='r')
+    d = tf.stop_gradient(tf.clip_by_value((batch_mean - renorm_mean) / renorm_std, -dmax, dmax), name='d')
+    renormalized = (x - _broadcastable(batch_mean, ndims, axis)) * _broadcastable(r / batch_std, ndims, axis)
+    renormalized = renormalized + _broadcastable(d, ndims, axis)
+    if gamma is not None:
+        renormalized = renormalized * _broadcastable(gamma, ndims, axis)
+    if beta is not None:
+        renormalized = renormalized + _broadcastable(beta, ndims, axis)
+    if ctx is None or ctx.is_main_training_tower:
+        for op in (_ema_op(moving_mean, batch_mean, momentum, 'mean_ema_op'),
+                   _ema_op(moving_var, batch_var, momentum, 'var_ema_op'),
+                   _ema_op(renorm_mean, batch_mean, _RENORM_MOMENTUM, 'renorm_mean_ema_op'),
+                   _ema_op(renorm_std, batch_std, _RENORM_MOMENTUM, 'renorm_std_ema_op')):
+            tfv1.add_to_collection(tfv1.GraphKeys.UPDATE_OPS, op)
+    return finish_output(renormalized, gamma=gamma, beta=beta)

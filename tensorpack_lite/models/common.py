@@ -1,0 +1,9 @@
+"""What custom layers need, in one import (as tensorpack's ``models.common``)::
+
+    from tensorpack_lite.models.common import layer_register, VariableHolder
+"""
+
+from .registry import disable_layer_logging, get_registered_layer, layer_register
+from .utils import VariableHolder
+
+__all__ = ['layer_register', 'VariableHolder', 'get_registered_layer', 'disable_layer_logging']

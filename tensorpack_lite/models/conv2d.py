@@ -1,0 +1,140 @@
+"""2-D convolution and transposed convolution."""
+
+from ..compat import tf, tfv1
+from ..utils.argtools import shape2d
+from .registry import layer_register
+from .tflayer import channel_axis, convert_to_tflayer_args, get_data_format, kernel_and_bias
+from .utils import (check_input_rank, describe_layer, finish_output, known_dim, shape_argument,
+                    static_or_dynamic_shape)
+
+__all__ = ['Conv2D', 'Conv2DTranspose', 'Deconv2D']
+
+
+def _padding(padding, layer_type):
+    value = str(padding).upper()
+    if value not in ('SAME', 'VALID'):
+        raise ValueError("{}: padding must be 'same' or 'valid', got {!r}".format(
+            describe_layer(layer_type), padding))
+    return value
+
+
+def _four_d(pair, data_format):
+    """``[1, h, w, 1]`` (NHWC) or ``[1, 1, h, w]`` (NCHW) from a pair."""
+    h, w = pair
+    return [1, h, w, 1] if data_format == 'NHWC' else [1, 1, h, w]
+
+
+@layer_register(log_shape=True)
+@convert_to_tflayer_args(
+    args_names=['filters', 'kernel_size'],
+    name_mapping={'out_channel': 'filters', 'kernel_shape': 'kernel_size', 'stride': 'strides',
+                  'groups': 'split'})
+def Conv2D(inputs, filters, kernel_size, strides=(1, 1), padding='same', data_format='channels_last',
+           dilation_rate=(1, 1), activation=None, use_bias=True, kernel_initializer=None,
+           bias_initializer=tfv1.zeros_initializer(), kernel_regularizer=None, bias_regularizer=None,
+           activity_regularizer=None, split=1):
+    """A 2-D convolution (``tf.layers.Conv2D``'s arguments), with tensorpack's differences:
+    the kernel is initialised by variance scaling (scale 2.0) by default, padding defaults to
+    'same', and ``split`` (alias ``groups``) makes a group convolution.
+
+    Args:
+        inputs (tf.Tensor): a 4-D tensor in ``data_format`` (``'channels_last'``/``'NHWC'`` or
+            ``'channels_first'``/``'NCHW'``; TensorFlow runs NCHW convolutions on GPUs only).
+        filters (int): output channels, a multiple of ``split``.
+        kernel_size, strides, dilation_rate: an int or a pair (h, w).
+        split (int): number of groups; the input channels must be a multiple of it.
+
+    Returns:
+        tf.Tensor named ``output``, with ``.variables.W`` and ``.variables.b``.
+
+    Variable names: ``W`` (the kernel, ``[kh, kw, in_channels / split, filters]``), ``b``.
+
+    Example::
+
+        x = Conv2D('conv0', image, 32, 3, activation=tf.nn.relu)
+    """
+    check_input_rank(inputs, (4,), 'Conv2D')
+    data_format = get_data_format(data_format, keras_mode=False)
+    in_channel = known_dim(inputs, channel_axis(data_format), 'number of channels', 'Conv2D')
+    split = int(split)
+    if split < 1 or in_channel % split or filters % split:
+        raise ValueError("{}: split={} must divide both the input channels ({}) and filters ({}).".format(
+            describe_layer('Conv2D'), split, in_channel, filters))
+    kernel_shape = shape2d(kernel_size)
+    strides, dilations = shape2d(strides), shape2d(dilation_rate)
+    if max(strides) > 1 and max(dilations) > 1:
+        raise ValueError("{}: strides {} and dilation_rate {} cannot both be larger than 1.".format(
+            describe_layer('Conv2D'), strides, dilations))
+    padding = _padding(padding, 'Conv2D')
+
+    W, b = kernel_and_bias(kernel_shape + [in_channel // split, filters], filters, use_bias,
+                           kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
+                           dtype=inputs.dtype.base_dtype)
+
+    def conv(x, kernel):
+        return tf.nn.conv2d(x, kernel, strides=_four_d(strides, data_format), padding=padding,
+                            data_format=data_format, dilations=_four_d(dilations, data_format))
+
+    ch_axis = channel_axis(data_format)
+    if split == 1:
+        out = conv(inputs, W)
+    else:
+        groups = zip(tf.split(inputs, split, axis=ch_axis), tf.split(W, split, axis=3))
+        out = tf.concat([conv(x, kernel) for x, kernel in groups], axis=ch_axis)
+    if b is not None:
+        out = tf.nn.bias_add(out, b, data_format=data_format)
+    return finish_output(out, activation, activity_regularizer, W=W, b=b)
+
+
+def _transposed_length(length, kernel, stride, padding):
+    """Output length of a transposed convolution along one axis (an int or a scalar tensor)."""
+    if padding == 'SAME':
+        return length * stride
+    return length * stride + max(kernel - stride, 0)
+
+
+@layer_register(log_shape=True)
+@convert_to_tflayer_args(
+    args_names=['filters', 'kernel_size', 'strides'],
+    name_mapping={'out_channel': 'filters', 'kernel_shape': 'kernel_size', 'stride': 'strides'})
+def Conv2DTranspose(inputs, filters, kernel_size, strides=(1, 1), padding='same',
+                    data_format='channels_last', activation=None, use_bias=True, kernel_initializer=None,
+                    bias_initializer=tfv1.zeros_initializer(), kernel_regularizer=None, bias_regularizer=None,
+                    activity_regularizer=None):
+    """A 2-D transposed convolution ("deconvolution"), with ``tf.layers.Conv2DTranspose``'s
+    arguments; kernel initialised by variance scaling (scale 2.0), padding 'same' by default.
+
+    The output is ``stride`` times larger with 'same' padding, and
+    ``input * stride + max(kernel - stride, 0)`` with 'valid'.
+
+    Variable names: ``W`` (``[kh, kw, filters, in_channels]``), ``b``.
+
+    Example::
+
+        x = Conv2DTranspose('deconv', x, 64, 4, strides=2)   # [N, 7, 7, C] -> [N, 14, 14, 64]
+    """
+    check_input_rank(inputs, (4,), 'Conv2DTranspose')
+    data_format = get_data_format(data_format, keras_mode=False)
+    ch_axis = channel_axis(data_format)
+    in_channel = known_dim(inputs, ch_axis, 'number of channels', 'Conv2DTranspose')
+    kernel_shape, strides = shape2d(kernel_size), shape2d(strides)
+    padding = _padding(padding, 'Conv2DTranspose')
+    W, b = kernel_and_bias(kernel_shape + [filters, in_channel], filters, use_bias, kernel_initializer,
+                           bias_initializer, kernel_regularizer, bias_regularizer,
+                           dtype=inputs.dtype.base_dtype)
+
+    out_shape = static_or_dynamic_shape(inputs)
+    out_shape[ch_axis] = filters
+    spatial_axes = (1, 2) if data_format == 'NHWC' else (2, 3)
+    for axis, kernel, stride in zip(spatial_axes, kernel_shape, strides):
+        out_shape[axis] = _transposed_length(out_shape[axis], kernel, stride, padding)
+    out = tf.nn.conv2d_transpose(inputs, W, shape_argument(out_shape), strides=_four_d(strides, data_format),
+                                 padding=padding, data_format=data_format)
+    out.set_shape([d if isinstance(d, int) else None for d in out_shape])
+    if b is not None:
+        out = tf.nn.bias_add(out, b, data_format=data_format)
+    return finish_output(out, activation, activity_regularizer, W=W, b=b)
+
+
+Deconv2D = Conv2DTranspose
+"""The old name of :func:`Conv2DTranspose`."""
