@@ -4,6 +4,7 @@ the tests write in the real formats (IDX, gzipped or not; pickled CIFAR batches)
 import gzip
 import os
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -109,6 +110,12 @@ def test_digits_batches_and_bad_split():
     assert labels.shape == (100,) and labels.dtype == np.int32
     with pytest.raises(ValueError, match="'train' or 'test'"):
         Digits('val')
+
+
+def test_digits_without_scikit_learn(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'sklearn.datasets', None)    # makes the import fail
+    with pytest.raises(ImportError, match='pip install scikit-learn'):
+        Digits('train')
 
 
 def test_dataflow_needs_reset_state():

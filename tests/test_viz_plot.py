@@ -126,6 +126,14 @@ def test_draw_boxes_label_text():
     assert (out[31:, :] != 0).sum() == (draw_boxes(im, [[10, 30, 70, 55]], color=(0, 0, 200))[31:] != 0).sum()
 
 
+def test_draw_boxes_labels_without_pillow(monkeypatch, log_records):
+    monkeypatch.setitem(sys.modules, 'PIL', None)
+    im = np.zeros((20, 20, 3), np.uint8)
+    out = draw_boxes(im, [[2, 2, 9, 9]], labels=['dog'])
+    np.testing.assert_array_equal(out, draw_boxes(im, [[2, 2, 9, 9]]))     # the box, no text
+    assert any('Pillow' in m for m in log_records.messages())
+
+
 # ----- plot -----------------------------------------------------------------------------------
 
 def _write_stats(logdir, records):
@@ -158,6 +166,12 @@ def test_plot_stats_figure_and_png(tmp_path):
         plot_stats(RECORDS, keys=['nope'])
     with pytest.raises(ValueError, match='x must be'):
         plot_stats(RECORDS, x='time')
+
+
+def test_plot_without_matplotlib(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'matplotlib.figure', None)
+    with pytest.raises(ImportError, match='pip install matplotlib'):
+        plot_stats(RECORDS)
 
 
 def test_plot_command_line(tmp_path, capsys):

@@ -221,6 +221,8 @@ def _check_boxes(im, boxes, labels):
 def _draw_label(im, x, y, text, color):
     """Write ``text`` in light gray on a ``color`` band whose bottom-left corner is (x, y), moved
     inside the image when needed. Needs Pillow; without it, logs a warning and does nothing."""
+    if not text:
+        return im
     try:
         from PIL import Image, ImageDraw
     except ImportError:
