@@ -17,10 +17,21 @@ from .base import DataFlow, DataFlowTerminated, ProxyDataFlow, RNGDataFlow
 from .common import (BatchData, BatchDataByShape, CacheData, ConcatData, FixedSizeData, JoinData,
                      LocallyShuffleData, MapData, MapDataComponent, PrintData, RepeatedData,
                      RepeatedDataPoint, SelectComponent, TestDataSpeed)
+from .parallel import (DataFlowWorkerError, MultiProcessPrefetchData, MultiProcessRunner,
+                       MultiProcessRunnerZMQ, MultiThreadPrefetchData, MultiThreadRunner, PrefetchData,
+                       PrefetchDataZMQ)
+from .parallel_map import MultiProcessMapData, MultiProcessMapDataZMQ, MultiThreadMapData
 from .raw import DataFromGenerator, DataFromIterable, DataFromList
+from .remote import RemoteDataZMQ, send_dataflow_zmq
+from .serialize import MsgpackSerializer, NumpySerializer, TFRecordSerializer
 
 __all__ = ['DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
            'DataFromList', 'DataFromGenerator', 'DataFromIterable',
            'BatchData', 'BatchDataByShape', 'MapData', 'MapDataComponent',
            'RepeatedData', 'RepeatedDataPoint', 'FixedSizeData', 'ConcatData', 'JoinData',
-           'LocallyShuffleData', 'SelectComponent', 'CacheData', 'PrintData', 'TestDataSpeed']
+           'LocallyShuffleData', 'SelectComponent', 'CacheData', 'PrintData', 'TestDataSpeed',
+           'MultiProcessRunner', 'MultiProcessRunnerZMQ', 'MultiThreadRunner', 'DataFlowWorkerError',
+           'PrefetchData', 'MultiProcessPrefetchData', 'PrefetchDataZMQ', 'MultiThreadPrefetchData',
+           'MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ',
+           'send_dataflow_zmq', 'RemoteDataZMQ',
+           'MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer']

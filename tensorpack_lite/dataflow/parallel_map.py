@@ -1,0 +1,290 @@
+"""Apply a function to the datapoints of a DataFlow in parallel: worker threads
+(:class:`MultiThreadMapData`) or worker processes fed over ZeroMQ
+(:class:`MultiProcessMapData`, also named :class:`MultiProcessMapDataZMQ`).
+
+The parent iterates ``ds`` (so ``ds`` is reset and iterated in the parent only) and keeps up
+to ``buffer_size`` datapoints in the workers. Two modes:
+
+* ``strict=True``: every epoch produces the mapped datapoints of that epoch of ``ds``, each
+  exactly once and in the order of ``ds``. ``map_func`` must not return None.
+* ``strict=False`` (default): the mapped datapoints of the epoch, each exactly once, in the
+  order the workers finish them; those for which ``map_func`` returns None are dropped.
+
+Unlike tensorpack, whose non-strict mode lets consecutive epochs overlap, an epoch here
+never contains datapoints of the next one (the buffer drains at the end of each epoch).
+"""
+
+import multiprocessing as mp
+import os
+import queue
+import struct
+import threading
+import traceback
+import weakref
+
+from ..utils.serialize import dumps_frames, loads_frames
+from .base import DataFlowReentrantGuard, ProxyDataFlow
+from .parallel import (_ERROR_TAG, DataFlowWorkerError, _IPCDir, _ParallelBase, _ProcessWorker,
+                       _Sockets, _WorkerProcesses, _ZMQCollector)
+
+__all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ']
+
+_DROPPED = object()  # what map_func's None becomes on the parent's side
+
+
+class _ParallelMapData(ProxyDataFlow):
+    """The buffered, ordered or unordered, epoch logic (template): subclasses give
+    ``_start_workers()``, ``_send(seq, dp)`` and ``_recv() -> (seq, result or _DROPPED)``."""
+
+    def __init__(self, ds, buffer_size, strict):
+        super(_ParallelMapData, self).__init__(ds)
+        if int(buffer_size) < 1:
+            raise ValueError("{}: buffer_size must be >= 1, got {}".format(type(self).__name__, buffer_size))
+        self._buffer_size = int(buffer_size)
+        self._strict = bool(strict)
+        self._seq = 0         # sequence number of the next datapoint sent
+        self._in_flight = 0   # datapoints sent whose result was not received yet
+        self._guard = DataFlowReentrantGuard(type(self).__name__)
+
+    def reset_state(self):
+        super(_ParallelMapData, self).reset_state()
+        self._start_workers()
+
+    def __iter__(self):
+        with self._guard:
+            yield from self._epoch()
+
+    def _epoch(self):
+        first = self._seq  # results of earlier, abandoned epochs are dropped
+        source = iter(self.ds)
+        exhausted = False
+        pending = {}
+        next_out = first
+        while True:
+            while not exhausted and self._in_flight < self._buffer_size:
+                try:
+                    dp = next(source)
+                except StopIteration:
+                    exhausted = True
+                    break
+                self._send(self._seq, dp)
+                self._seq += 1
+                self._in_flight += 1
+            if self._in_flight == 0:
+                return
+            seq, result = self._recv()
+            self._in_flight -= 1
+            if seq < first:
+                continue
+            if not self._strict:
+                if result is not _DROPPED:
+                    yield result
+                continue
+            if result is _DROPPED:
+                raise ValueError("{}: map_func returned None for datapoint #{} of the epoch; that is "
+                                 "not allowed with strict=True".format(type(self).__name__, seq - first))
+            pending[seq] = result
+            while next_out in pending:
+                yield pending.pop(next_out)
+                next_out += 1
+
+
+# ------------------------------------------------------------------ threads
+
+class _MapThread(threading.Thread):
+    def __init__(self, map_func, inq, outq, name):
+        super(_MapThread, self).__init__(name=name, daemon=True)
+        self.map_func, self.inq, self.outq = map_func, inq, outq
+
+    def run(self):
+        while True:
+            task = self.inq.get()
+            if task is None:
+                return
+            seq, dp = task
+            try:
+                result = self.map_func(dp)
+            except Exception as err:
+                self.outq.put((seq, _ThreadFailure(self.name, err)))
+                return
+            self.outq.put((seq, _DROPPED if result is None else result))
+
+
+class _ThreadFailure(object):
+    def __init__(self, name, err):
+        self.error = DataFlowWorkerError("{} raised {}: {}\n--- traceback in the thread ---\n{}".format(
+            name, type(err).__name__, err, ''.join(traceback.format_exception(err))))
+        self.error.__cause__ = err
+
+
+class MultiThreadMapData(_ParallelMapData):
+    """Map the datapoints of ``ds`` with ``map_func`` in ``num_thread`` threads.
+
+    Useful when ``map_func`` releases the GIL (I/O, OpenCV, most numpy). See the module
+    docstring for the ``strict`` modes.
+
+    Args:
+        ds (DataFlow): the datapoints to map.
+        num_thread (int): number of threads.
+        map_func (callable): datapoint -> datapoint, or None to drop it (non-strict mode).
+        buffer_size (int): datapoints kept in the threads' queue.
+        strict (bool): produce the datapoints in the order of ``ds``.
+
+    Example::
+
+        df = MultiThreadMapData(DataFromList(files, shuffle=True), num_thread=8,
+                                map_func=lambda f: [cv2.imread(f)], buffer_size=100)
+    """
+
+    def __init__(self, ds, num_thread=None, map_func=None, buffer_size=200, strict=False):
+        if num_thread is None or int(num_thread) < 1 or map_func is None:
+            raise ValueError("MultiThreadMapData needs num_thread >= 1 and a map_func, got {} and {!r}"
+                             .format(num_thread, map_func))
+        super(MultiThreadMapData, self).__init__(ds, buffer_size, strict)
+        self.num_thread = int(num_thread)
+        self.map_func = map_func
+        self._threads = []
+
+    def _start_workers(self):
+        if self._threads:
+            raise RuntimeError("MultiThreadMapData.reset_state() was called twice")
+        self._inq, self._outq = queue.Queue(), queue.Queue()
+        self._threads = [_MapThread(self.map_func, self._inq, self._outq, 'MultiThreadMapData thread #{}'
+                                    .format(k)) for k in range(self.num_thread)]
+        for th in self._threads:
+            th.start()
+        self._finalizer = weakref.finalize(self, _stop_map_threads, self._inq, self._threads)
+
+    def _send(self, seq, dp):
+        self._inq.put((seq, dp))
+
+    def _recv(self):
+        seq, result = self._outq.get()
+        if isinstance(result, _ThreadFailure):
+            self.close()
+            raise result.error
+        return seq, result
+
+    def close(self):
+        """Stop the threads (also done when this object is garbage-collected)."""
+        finalizer = getattr(self, '_finalizer', None)
+        if finalizer is not None:
+            finalizer()
+
+
+def _stop_map_threads(inq, threads):
+    for _ in threads:
+        inq.put(None)
+
+
+# ------------------------------------------------------------------ processes
+
+_SEQ = struct.Struct('<q')
+_HELLO = -1  # sequence number of the message a worker sends once connected
+
+
+class _MapWorker(_ProcessWorker):
+    """Receives ``[seq, datapoint frames...]``, sends back ``[seq, result frames...]`` (or
+    ``[seq, b'']`` when ``map_func`` returns None)."""
+
+    def __init__(self, owner, idx, parent_pid, map_func, task_endpoint, result_endpoint, hwm):
+        super(_MapWorker, self).__init__(owner, idx, parent_pid)
+        self.map_func = map_func
+        self.task_endpoint, self.result_endpoint, self.hwm = task_endpoint, result_endpoint, hwm
+        self.pipes = None
+
+    def _open(self):
+        self.pipes = _Sockets()
+        zmq = self.pipes.zmq
+        self.tasks = self.pipes.socket(zmq.PULL, self.hwm)
+        self.tasks.connect(self.task_endpoint)
+        self.results = self.pipes.socket(zmq.PUSH, self.hwm)
+        self.results.connect(self.result_endpoint)
+        self.results.send(_SEQ.pack(_HELLO))
+
+    def _loop(self):
+        while True:
+            frames = self.tasks.recv_multipart(copy=False)
+            result = self.map_func(loads_frames(frames[1:]))
+            if result is None:
+                self.results.send_multipart([frames[0], b''])
+            else:
+                self.results.send_multipart([frames[0]] + dumps_frames(result), copy=False)
+
+    def _report(self, text):
+        if self.pipes is not None:
+            self.results.send_multipart([_ERROR_TAG, text.encode('utf-8')])
+
+    def _close(self):
+        if self.pipes is not None:
+            self.pipes.close(linger=_ZMQCollector.report_grace)
+
+
+class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
+    """Map the datapoints of ``ds`` with ``map_func`` in ``num_proc`` worker processes
+    (forked in :meth:`reset_state`), which exchange datapoints with the parent over ZeroMQ
+    ``ipc://`` pipes. See the module docstring for the ``strict`` modes.
+
+    ``ds`` is reset and iterated in the parent; ``map_func`` runs in the workers (each with
+    its own ``np.random`` / ``random`` seed). Datapoints and results must be serializable by
+    :func:`~tensorpack_lite.utils.serialize.dumps`; arrays of 16 KiB or more travel without
+    copies, so ``ds`` must not modify an array after yielding it.
+
+    Args:
+        ds (DataFlow): the datapoints to map.
+        num_proc (int): number of worker processes (default: half the CPUs, at least 1).
+        map_func (callable): datapoint -> datapoint, or None to drop it (non-strict mode).
+        buffer_size (int): datapoints kept in the workers.
+        strict (bool): produce the datapoints in the order of ``ds``.
+
+    Example::
+
+        df = MultiProcessMapData(DataFromList(files, shuffle=True), num_proc=4,
+                                 map_func=load_and_augment, strict=True)
+    """
+
+    def __init__(self, ds, num_proc=None, map_func=None, buffer_size=200, strict=False):
+        if num_proc is None:
+            num_proc = max(1, mp.cpu_count() // 2)
+        if int(num_proc) < 1 or map_func is None:
+            raise ValueError("MultiProcessMapData needs num_proc >= 1 and a map_func, got {} and {!r}"
+                             .format(num_proc, map_func))
+        _ParallelMapData.__init__(self, ds, buffer_size, strict)
+        _ParallelBase.__init__(self)
+        self.num_proc = int(num_proc)
+        self.map_func = map_func
+
+    def _start_workers(self):
+        self._check_reset()
+        name = type(self).__name__
+        hwm = 2 * self._buffer_size  # more than can ever be in flight: sends never block
+        ipc = _IPCDir('map')
+        task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
+        workers = _WorkerProcesses([
+            _MapWorker(name, k, os.getpid(), self.map_func, task_endpoint, result_endpoint, hwm)
+            for k in range(self.num_proc)])
+        pipes = _Sockets()
+        self._set_cleanup(workers.close, pipes.close, ipc.cleanup)
+        zmq = pipes.zmq
+        self._tasks = pipes.socket(zmq.PUSH, hwm)
+        self._tasks.bind(task_endpoint)
+        results = pipes.socket(zmq.PULL, hwm)
+        results.bind(result_endpoint)
+        workers.start()
+        self._collector = _ZMQCollector(name, results, workers)
+        for _ in range(self.num_proc):  # wait until all are connected, so that tasks are spread
+            frames = self._from_workers(self._collector.recv)
+            assert _SEQ.unpack(frames[0].bytes)[0] == _HELLO
+
+    def _send(self, seq, dp):
+        self._tasks.send_multipart([_SEQ.pack(seq)] + dumps_frames(dp), copy=False)
+
+    def _recv(self):
+        frames = self._from_workers(self._collector.recv)
+        seq = _SEQ.unpack(frames[0].bytes)[0]
+        if len(frames) == 2 and not frames[1].bytes:
+            return seq, _DROPPED
+        return seq, loads_frames(frames[1:])
+
+
+MultiProcessMapData = MultiProcessMapDataZMQ
