@@ -25,11 +25,17 @@ from .dataflow import (
     DataFromGenerator, DataFromIterable, DataFromList, FixedSizeData, JoinData,
     LocallyShuffleData, MapData, MapDataComponent, PrintData, ProxyDataFlow, RepeatedData,
     RepeatedDataPoint, RNGDataFlow, SelectComponent, TestDataSpeed)
+from .models import (
+    AvgPooling, BatchNorm, BatchRenorm, BNReLU, ConcatWith, Conv2D, Conv2DTranspose, Dropout,
+    FixedUnPooling, FullyConnected, GlobalAvgPooling, InstanceNorm, l1_regularizer, l2_regularizer,
+    LayerNorm, layer_register, LeakyReLU, LinearWrap, Maxout, MaxPooling, regularize_cost,
+    regularize_cost_from_collection)
 from .input_source import (
     BatchQueueInput, DummyConstantInput, FeedfreeInput, FeedInput, InputSource, PlaceholderInput,
     QueueInput, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
 from .predict import (MultiProcessDatasetPredictor, OfflinePredictor, OnlinePredictor, PredictConfig,
                       PredictorBase, SimpleDatasetPredictor)
+from .tfutils.argscope import argscope, get_arg_scope
 from .tfutils.common import get_global_step_var
 from .tfutils.sessinit import (
     ChainInit, DictRestore, JustCurrentSession, SaverRestore, SaverRestoreRelaxed, SessionInit, SmartInit,
@@ -62,11 +68,17 @@ __all__ = [
     # input_source
     'BatchQueueInput', 'DummyConstantInput', 'FeedfreeInput', 'FeedInput', 'InputSource',
     'PlaceholderInput', 'QueueInput', 'StagingInput', 'TensorInput', 'TFDatasetInput', 'ZMQInput',
+    # models
+    'AvgPooling', 'BatchNorm', 'BatchRenorm', 'BNReLU', 'ConcatWith', 'Conv2D', 'Conv2DTranspose',
+    'Dropout', 'FixedUnPooling', 'FullyConnected', 'GlobalAvgPooling', 'InstanceNorm', 'l1_regularizer',
+    'l2_regularizer', 'LayerNorm', 'layer_register', 'LeakyReLU', 'LinearWrap', 'Maxout', 'MaxPooling',
+    'regularize_cost', 'regularize_cost_from_collection',
     # predict
     'MultiProcessDatasetPredictor', 'OfflinePredictor', 'OnlinePredictor', 'PredictConfig',
     'PredictorBase', 'SimpleDatasetPredictor',
     # tfutils
-    'get_global_step_var', 'ChainInit', 'DictRestore', 'JustCurrentSession', 'SaverRestore',
+    'argscope', 'get_arg_scope', 'get_global_step_var', 'ChainInit', 'DictRestore', 'JustCurrentSession',
+    'SaverRestore',
     'SaverRestoreRelaxed', 'SessionInit', 'SmartInit', 'get_model_loader', 'TowerContext',
     'get_current_tower_context',
     # train

@@ -34,6 +34,12 @@ CONTRACT = {
         'DataFromGenerator', 'DataFromIterable', 'BatchData', 'BatchDataByShape', 'MapData',
         'MapDataComponent', 'RepeatedData', 'RepeatedDataPoint', 'FixedSizeData', 'ConcatData',
         'JoinData', 'LocallyShuffleData', 'SelectComponent', 'CacheData', 'PrintData', 'TestDataSpeed'],
+    'tensorpack_lite.models': [
+        'layer_register', 'Conv2D', 'Conv2DTranspose', 'FullyConnected', 'BatchNorm', 'BatchRenorm',
+        'LayerNorm', 'InstanceNorm', 'MaxPooling', 'AvgPooling', 'GlobalAvgPooling', 'FixedUnPooling',
+        'Dropout', 'LeakyReLU', 'BNReLU', 'Maxout', 'ConcatWith', 'LinearWrap', 'regularize_cost',
+        'regularize_cost_from_collection', 'l2_regularizer', 'l1_regularizer'],
+    'tensorpack_lite.tfutils.argscope': ['argscope', 'get_arg_scope'],
 }
 
 SUBMODULE_ONLY = {
@@ -73,6 +79,8 @@ SUBMODULE_ONLY = {
     'tensorpack_lite.utils.concurrency': ['StoppableThread', 'ShareSessionThread',
                                           'ensure_proc_terminate', 'start_proc_mask_signal'],
     'tensorpack_lite.utils.gpu': ['get_num_gpu'],
+    'tensorpack_lite.utils.viz': ['stack_patches', 'gen_stack_patches', 'draw_boxes', 'interactive_imshow'],
+    'tensorpack_lite.dataflow.dataset': ['Mnist', 'FashionMnist', 'Cifar10', 'Digits'],
 }
 
 
