@@ -289,6 +289,7 @@ class _EnqueueingInput(FeedfreeInput):
     def __init__(self, queue=None):
         self.queue = queue
         self.thread = None
+        self._last_dequeue = []
 
     def _datapoints(self):
         raise NotImplementedError()
@@ -324,7 +325,10 @@ class _EnqueueingInput(FeedfreeInput):
         return placeholder.shape
 
     def _get_input_tensors(self):
-        with tf.device('/cpu:0'), self.cached_name_scope():
+        # Several towers dequeue in one step: each dequeue waits for the previous one, so
+        # tower i always gets the i-th datapoint of the step.
+        with tf.device('/cpu:0'), self.cached_name_scope(), \
+                tf.control_dependencies(self._last_dequeue):
             ret = self._dequeue()
             if isinstance(ret, tf.Tensor):  # a queue of one component gives a bare tensor
                 ret = [ret]
@@ -333,6 +337,7 @@ class _EnqueueingInput(FeedfreeInput):
                     type(self).__name__, len(ret), len(self._input_placehdrs)))
             for tensor, placeholder in zip(ret, self._input_placehdrs):
                 tensor.set_shape(self._static_shape(placeholder))
+            self._last_dequeue = [ret[0].op]
             return ret
 
     def _create_ema_callbacks(self):
@@ -630,6 +635,7 @@ class TFDatasetInput(FeedfreeInput):
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError("TFDatasetInput takes a tf.data.Dataset, got {!r}".format(dataset))
         self._dataset = dataset
+        self._last_get_next = []
 
     def _setup(self, input_signature):
         self._spec = input_signature
@@ -658,10 +664,13 @@ class TFDatasetInput(FeedfreeInput):
         self._init_op.run()
 
     def _get_input_tensors(self):
-        ret = self._iterator.get_next()
+        # as in QueueInput: the i-th call (tower) gets the i-th element of a step
+        with tf.control_dependencies(self._last_get_next):
+            ret = self._iterator.get_next()
         if isinstance(ret, tf.Tensor):
             ret = [ret]
         ret = list(ret)
+        self._last_get_next = [ret[0].op]
         for tensor, spec in zip(ret, self._spec):
             tensor.set_shape(spec.shape)
         return ret
