@@ -5,9 +5,11 @@ from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, 
 from .interface import apply_default_prefetch, launch_train_with_config
 from .model_desc import ModelDesc, ModelDescBase
 from .tower import SingleCostTrainer, TowerTrainer
-from .trainers import NoOpTrainer, QueueInputTrainer, SimpleTrainer
+from .trainers import (AsyncMultiGPUTrainer, NoOpTrainer, QueueInputTrainer, SimpleTrainer,
+                       SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated)
 
 __all__ = ['StopTraining', 'TrainLoop', 'Trainer', 'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS',
            'TrainConfig', 'AutoResumeTrainConfig', 'apply_default_prefetch', 'launch_train_with_config',
            'ModelDesc', 'ModelDescBase', 'SingleCostTrainer', 'TowerTrainer', 'NoOpTrainer',
-           'QueueInputTrainer', 'SimpleTrainer']
+           'QueueInputTrainer', 'SimpleTrainer', 'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer',
+           'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer']
