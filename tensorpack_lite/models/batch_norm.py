@@ -72,8 +72,27 @@ def _ema_op(variable, value, momentum, name):
     return variable.assign_sub((variable - value) * (1.0 - momentum), name=name, read_value=False)
 
 
+def _fused_format(x, axis):
+    """The data format of the fused batch-norm kernel for ``x``, or None when it does not
+    apply (it takes 4-D float32 inputs with the channels on axis 1 or 3)."""
+    if x.shape.rank != 4 or x.dtype.base_dtype != tf.float32:
+        return None
+    return {1: 'NCHW', 3: 'NHWC'}.get(axis)
+
+
+def _fused_affine(beta, gamma, num_chan, dtype):
+    return (tf.ones([num_chan], dtype) if gamma is None else gamma,
+            tf.zeros([num_chan], dtype) if beta is None else beta)
+
+
 def _normalize(x, axis, mean, variance, beta, gamma, epsilon):
+    """``(x - mean) / sqrt(variance + epsilon) * gamma + beta`` per channel (``axis``)."""
     ndims = x.shape.rank
+    data_format = _fused_format(x, axis)
+    if data_format is not None:
+        scale, offset = _fused_affine(beta, gamma, x.shape[axis], x.dtype.base_dtype)
+        return tfv1.nn.fused_batch_norm(x, scale, offset, mean=mean, variance=variance, epsilon=epsilon,
+                                        data_format=data_format, is_training=False)[0]
     return tf.nn.batch_normalization(
         x, _broadcastable(mean, ndims, axis), _broadcastable(variance, ndims, axis),
         _broadcastable(beta, ndims, axis), _broadcastable(gamma, ndims, axis), epsilon)
@@ -120,32 +139,38 @@ def _check_sync_statistics(sync_statistics, training, ctx):
     return True
 
 
-def _batch_statistics(x, axis, virtual_batch_size):
-    """``(normalizer, mean, variance)``: the batch mean and (biased) variance of ``x`` per
-    channel, and ``normalizer(beta, gamma, epsilon)`` that normalizes ``x`` with them. With
-    ``virtual_batch_size``, each group of that many samples is normalized by its own
-    statistics, and the statistics returned are their averages over the groups."""
+def _batch_normalize(x, axis, beta, gamma, epsilon, virtual_batch_size):
+    """Normalize ``x`` by the statistics of its batch: ``(output, mean, variance)``, the
+    variance being the biased one. With ``virtual_batch_size``, each group of that many
+    samples is normalized by its own statistics, and the statistics returned are their
+    averages over the groups."""
     ndims = x.shape.rank
-    if not virtual_batch_size:
+    data_format = _fused_format(x, axis)
+    if virtual_batch_size:
+        return _ghost_batch_normalize(x, axis, beta, gamma, epsilon, int(virtual_batch_size))
+    if data_format is None:
         mean, variance = tf.nn.moments(x, _reduction_axes(ndims, axis))
+        return _normalize(x, axis, mean, variance, beta, gamma, epsilon), mean, variance
+    # the fused kernel is about twice as fast on CPUs; its variance has Bessel's correction
+    scale, offset = _fused_affine(beta, gamma, x.shape[axis], x.dtype.base_dtype)
+    out, mean, unbiased = tfv1.nn.fused_batch_norm(x, scale, offset, epsilon=epsilon, data_format=data_format,
+                                                   is_training=True)
+    count = tf.cast(tf.size(x) // tf.shape(x)[axis], unbiased.dtype)
+    return out, mean, unbiased * (count - 1) / count
 
-        def normalizer(beta, gamma, eps):
-            return _normalize(x, axis, mean, variance, beta, gamma, eps)
-        return normalizer, mean, variance
+
+def _ghost_batch_normalize(x, axis, beta, gamma, epsilon, virtual_batch_size):
+    ndims = x.shape.rank
     # [G * v, ...] -> [G, v, ...]: statistics over every axis but the groups' and the channels'
-    grouped = tf.reshape(x, tf.concat([[-1, int(virtual_batch_size)], tf.shape(x)[1:]], axis=0))
+    grouped = tf.reshape(x, tf.concat([[-1, virtual_batch_size], tf.shape(x)[1:]], axis=0))
     group_mean, group_var = tf.nn.moments(grouped, [i for i in range(1, ndims + 1) if i != axis + 1],
                                           keepdims=True)
-
-    def normalizer(beta, gamma, eps):
-        out = tf.nn.batch_normalization(grouped, group_mean, group_var,
-                                        _broadcastable(beta, ndims + 1, axis + 1),
-                                        _broadcastable(gamma, ndims + 1, axis + 1), eps)
-        out = tf.reshape(out, tf.shape(x))
-        out.set_shape(x.shape)
-        return out
+    out = tf.nn.batch_normalization(grouped, group_mean, group_var, _broadcastable(beta, ndims + 1, axis + 1),
+                                    _broadcastable(gamma, ndims + 1, axis + 1), epsilon)
+    out = tf.reshape(out, tf.shape(x))
+    out.set_shape(x.shape)
     other_axes = [i for i in range(ndims + 1) if i != axis + 1]
-    return normalizer, tf.reduce_mean(group_mean, other_axes), tf.reduce_mean(group_var, other_axes)
+    return out, tf.reduce_mean(group_mean, other_axes), tf.reduce_mean(group_var, other_axes)
 
 
 @layer_register()
@@ -216,8 +241,7 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
 
     updates = []
     if training:
-        normalizer, batch_mean, batch_var = _batch_statistics(inputs, axis, virtual_batch_size)
-        xn = normalizer(beta, gamma, epsilon)
+        xn, batch_mean, batch_var = _batch_normalize(inputs, axis, beta, gamma, epsilon, virtual_batch_size)
         if do_ema_update:
             updates = [_ema_op(moving_mean, batch_mean, momentum, 'mean_ema_op'),
                        _ema_op(moving_var, batch_var, momentum, 'var_ema_op')]
