@@ -57,6 +57,16 @@ def _empty_cost(name):
     return tf.constant(0, dtype=tf.float32, name='empty_' + name)
 
 
+def _items_of_this_tower(ctx, key):
+    """What to regularize in collection ``key``: None in an inference tower; the items the
+    tower added when it has its own variables; else the whole collection."""
+    if ctx is not None and not ctx.is_training:
+        return None
+    if ctx is not None and ctx.has_own_variables:
+        return ctx.get_collection_in_tower(key)
+    return tfv1.get_collection(key)
+
+
 def regularize_cost(regex, func, name='regularize_cost'):
     """The sum of ``func(v)`` over the trainable variables ``v`` whose op name matches
     ``regex`` (``re.search``), named ``name``.
@@ -73,13 +83,9 @@ def regularize_cost(regex, func, name='regularize_cost'):
     if not regex:
         raise ValueError("regularize_cost() needs a non-empty regex.")
     ctx = get_current_tower_context()
-    if ctx is not None and not ctx.is_training:
+    params = _items_of_this_tower(ctx, tfv1.GraphKeys.TRAINABLE_VARIABLES)
+    if params is None:
         return _empty_cost(name)
-    if ctx is not None and ctx.has_own_variables:
-        params = ctx.get_collection_in_tower(tfv1.GraphKeys.TRAINABLE_VARIABLES)
-    else:
-        params = tfv1.trainable_variables()
-
     costs, names = [], []
     with tfv1.name_scope(name + '_internals'):
         for param in params:
@@ -105,13 +111,7 @@ def regularize_cost_from_collection(name='regularize_cost'):
         x = FullyConnected('fc', x, 10, kernel_regularizer=l2_regularizer(1e-4))
         cost = tf.add(cost, regularize_cost_from_collection(), name='total_cost')
     """
-    ctx = get_current_tower_context()
-    if ctx is not None and not ctx.is_training:
-        return _empty_cost(name)
-    if ctx is not None and ctx.has_own_variables:
-        losses = ctx.get_collection_in_tower(tfv1.GraphKeys.REGULARIZATION_LOSSES)
-    else:
-        losses = tfv1.get_collection(tfv1.GraphKeys.REGULARIZATION_LOSSES)
+    losses = _items_of_this_tower(get_current_tower_context(), tfv1.GraphKeys.REGULARIZATION_LOSSES)
     if not losses:
         return _empty_cost(name)
     logger.info("regularize_cost_from_collection() found {} regularizers in REGULARIZATION_LOSSES.".format(
