@@ -8,9 +8,11 @@ import pytest
 
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.models import (
-    BatchNorm, ConcatWith, Conv2D, Dropout, FullyConnected, LinearWrap, MaxPooling, get_registered_layer,
-    l1_regularizer, l2_regularizer, layer_register, regularize_cost, regularize_cost_from_collection)
-from tensorpack_lite.tfutils.argscope import argscope, enable_argscope_for_function, get_arg_scope
+    BatchNorm, ConcatWith, Conv2D, Dropout, FullyConnected, LinearWrap, MaxPooling, disable_layer_logging,
+    get_registered_layer, l1_regularizer, l2_regularizer, layer_register, regularize_cost,
+    regularize_cost_from_collection)
+from tensorpack_lite.tfutils.argscope import (
+    argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope)
 from tensorpack_lite.tfutils.tower import PredictTowerContext, TowerContext, TrainTowerContext
 
 
@@ -226,3 +228,24 @@ def test_regularize_cost_from_collection():
         total = regularize_cost_from_collection(name='reg')
     assert total.name == 'reg:0'
     np.testing.assert_allclose(run(total), 1.0 + 6.0, rtol=1e-6)     # 2 * 1 / 2 + 3 * 2
+
+
+def test_enable_argscope_for_module_and_disable_layer_logging(log_records):
+    import types
+    from tensorpack_lite.models import registry
+    module = types.ModuleType('my_layers')
+
+    def double(x, factor=2.0):
+        return x * factor
+    double.__module__ = 'my_layers'
+    module.double = double
+    enable_argscope_for_module(module, log_shape=False)
+    with argscope(module.double, factor=5.0):
+        out = module.double(tf.ones([1]))
+    np.testing.assert_allclose(run(out), [5.0])
+    try:
+        disable_layer_logging()
+        Conv2D('quiet', tfv1.placeholder(tf.float32, [None, 4, 4, 1]), 2, 3)
+    finally:
+        registry._ShapeLogging.enabled = True
+    assert shape_logs(log_records) == []
