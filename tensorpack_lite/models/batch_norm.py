@@ -16,7 +16,7 @@ from ..utils import logger
 from ..utils.argtools import log_once
 from .registry import layer_register
 from .tflayer import channel_axis, convert_to_tflayer_args
-from .utils import check_input_rank, describe_layer, finish_output, known_dim
+from .utils import affine_variables, broadcastable, check_input_rank, describe_layer, finish_output, known_dim
 
 __all__ = ['BatchNorm', 'BatchRenorm']
 
@@ -40,23 +40,6 @@ def _owns_model_variables(ctx):
     """Whether moving statistics created here go to MODEL_VARIABLES: only in the main
     training tower (or outside towers)."""
     return ctx is None or ctx.is_main_training_tower
-
-
-def _broadcastable(vector, ndims, axis):
-    """``vector`` of shape [C] reshaped to broadcast along ``axis`` of a rank-``ndims`` input."""
-    if vector is None or axis == ndims - 1:
-        return vector
-    shape = [1] * ndims
-    shape[axis] = -1
-    return tf.reshape(vector, shape)
-
-
-def _affine_variables(num_chan, center, scale, beta_initializer, gamma_initializer, dtype):
-    beta = tfv1.get_variable('beta', [num_chan], dtype=dtype, initializer=beta_initializer) \
-        if center else None
-    gamma = tfv1.get_variable('gamma', [num_chan], dtype=dtype,
-                              initializer=gamma_initializer or tfv1.ones_initializer()) if scale else None
-    return beta, gamma
 
 
 def _statistics_variable(name, num_chan, init_value, ctx, dtype):
@@ -94,8 +77,8 @@ def _normalize(x, axis, mean, variance, beta, gamma, epsilon):
         return tfv1.nn.fused_batch_norm(x, scale, offset, mean=mean, variance=variance, epsilon=epsilon,
                                         data_format=data_format, is_training=False)[0]
     return tf.nn.batch_normalization(
-        x, _broadcastable(mean, ndims, axis), _broadcastable(variance, ndims, axis),
-        _broadcastable(beta, ndims, axis), _broadcastable(gamma, ndims, axis), epsilon)
+        x, broadcastable(mean, ndims, axis), broadcastable(variance, ndims, axis),
+        broadcastable(beta, ndims, axis), broadcastable(gamma, ndims, axis), epsilon)
 
 
 def _reduction_axes(ndims, axis):
@@ -165,8 +148,8 @@ def _ghost_batch_normalize(x, axis, beta, gamma, epsilon, virtual_batch_size):
     grouped = tf.reshape(x, tf.concat([[-1, virtual_batch_size], tf.shape(x)[1:]], axis=0))
     group_mean, group_var = tf.nn.moments(grouped, [i for i in range(1, ndims + 1) if i != axis + 1],
                                           keepdims=True)
-    out = tf.nn.batch_normalization(grouped, group_mean, group_var, _broadcastable(beta, ndims + 1, axis + 1),
-                                    _broadcastable(gamma, ndims + 1, axis + 1), epsilon)
+    out = tf.nn.batch_normalization(grouped, group_mean, group_var, broadcastable(beta, ndims + 1, axis + 1),
+                                    broadcastable(gamma, ndims + 1, axis + 1), epsilon)
     out = tf.reshape(out, tf.shape(x))
     out.set_shape(x.shape)
     other_axes = [i for i in range(ndims + 1) if i != axis + 1]
@@ -235,7 +218,7 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
         log_once("Some BatchNorm layer uses moving_mean/moving_variance in training.", 'warn')
 
     dtype = inputs.dtype.base_dtype
-    beta, gamma = _affine_variables(num_chan, center, scale, beta_initializer, gamma_initializer, dtype)
+    beta, gamma = affine_variables(num_chan, center, scale, beta_initializer, gamma_initializer, dtype)
     moving_mean = _statistics_variable('mean/EMA', num_chan, 0.0, ctx, dtype)
     moving_var = _statistics_variable('variance/EMA', num_chan, 1.0, ctx, dtype)
 
@@ -291,8 +274,8 @@ def BatchRenorm(x, rmax, dmax, momentum=0.9, epsilon=1e-5, center=True, scale=Tr
     axis = channel_axis(data_format, ndims)
     num_chan = known_dim(x, axis, 'number of channels', 'BatchRenorm')
     dtype = x.dtype.base_dtype
-    beta, gamma = _affine_variables(num_chan, center, scale, tfv1.zeros_initializer(), gamma_initializer,
-                                    dtype)
+    beta, gamma = affine_variables(num_chan, center, scale, tfv1.zeros_initializer(), gamma_initializer,
+                                   dtype)
     moving_mean = _statistics_variable('moving_mean', num_chan, 0.0, ctx, dtype)
     moving_var = _statistics_variable('moving_variance', num_chan, 1.0, ctx, dtype)
     renorm_mean = _statistics_variable('renorm_mean', num_chan, 0.0, ctx, dtype)
@@ -306,12 +289,12 @@ def BatchRenorm(x, rmax, dmax, momentum=0.9, epsilon=1e-5, center=True, scale=Tr
     batch_std = tf.sqrt(batch_var + epsilon)
     r = tf.stop_gradient(tf.clip_by_value(batch_std / renorm_std, 1.0 / rmax, rmax), name='r')
     d = tf.stop_gradient(tf.clip_by_value((batch_mean - renorm_mean) / renorm_std, -dmax, dmax), name='d')
-    renormalized = (x - _broadcastable(batch_mean, ndims, axis)) * _broadcastable(r / batch_std, ndims, axis)
-    renormalized = renormalized + _broadcastable(d, ndims, axis)
+    renormalized = (x - broadcastable(batch_mean, ndims, axis)) * broadcastable(r / batch_std, ndims, axis)
+    renormalized = renormalized + broadcastable(d, ndims, axis)
     if gamma is not None:
-        renormalized = renormalized * _broadcastable(gamma, ndims, axis)
+        renormalized = renormalized * broadcastable(gamma, ndims, axis)
     if beta is not None:
-        renormalized = renormalized + _broadcastable(beta, ndims, axis)
+        renormalized = renormalized + broadcastable(beta, ndims, axis)
     if ctx is None or ctx.is_main_training_tower:
         for op in (_ema_op(moving_mean, batch_mean, momentum, 'mean_ema_op'),
                    _ema_op(moving_var, batch_var, momentum, 'var_ema_op'),

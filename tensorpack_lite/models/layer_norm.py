@@ -4,7 +4,7 @@ from ..compat import tf, tfv1
 from ..utils.argtools import log_once
 from .registry import layer_register
 from .tflayer import channel_axis, convert_to_tflayer_args
-from .utils import check_input_rank, finish_output, known_dim
+from .utils import affine_variables, broadcastable, check_input_rank, finish_output, known_dim
 
 __all__ = ['LayerNorm', 'InstanceNorm']
 
@@ -13,16 +13,11 @@ def _normalize_per_sample(x, moment_axes, chan_axis, num_chan, epsilon, center, 
     """Normalize ``x`` by its moments over ``moment_axes``, then scale and shift per channel
     by the variables ``gamma`` and ``beta``."""
     mean, variance = tf.nn.moments(x, moment_axes, keepdims=True)
-    param_shape = [1] * x.shape.rank
-    param_shape[chan_axis] = num_chan
-    dtype = x.dtype.base_dtype
-    beta = tfv1.get_variable('beta', [num_chan], dtype=dtype, initializer=tfv1.zeros_initializer()) \
-        if center else None
-    gamma = tfv1.get_variable('gamma', [num_chan], dtype=dtype, initializer=gamma_initializer) \
-        if scale else None
-    out = tf.nn.batch_normalization(
-        x, mean, variance, None if beta is None else tf.reshape(beta, param_shape),
-        None if gamma is None else tf.reshape(gamma, param_shape), epsilon)
+    beta, gamma = affine_variables(num_chan, center, scale, tfv1.zeros_initializer(), gamma_initializer,
+                                   x.dtype.base_dtype)
+    ndims = x.shape.rank
+    out = tf.nn.batch_normalization(x, mean, variance, broadcastable(beta, ndims, chan_axis),
+                                    broadcastable(gamma, ndims, chan_axis), epsilon)
     return finish_output(out, gamma=gamma, beta=beta)
 
 

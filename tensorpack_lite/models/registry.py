@@ -98,13 +98,18 @@ def _shapes_for_log(tensors):
         return type(tensors).__name__
 
 
+def _without_tower_prefix(scope_name):
+    """'tower1/conv0' -> 'conv0': the same layer in every tower."""
+    return re.sub('tower[0-9]+/', '', scope_name)
+
+
 def _should_log(log_shape, scope_name):
     if not (log_shape and _ShapeLogging.enabled):
         return False
     ctx = get_current_tower_context()
     if ctx is not None and ctx.is_training and not ctx.is_main_training_tower:
         return False
-    return re.sub('tower[0-9]+/', '', scope_name) not in _logged_layer_names()
+    return _without_tower_prefix(scope_name) not in _logged_layer_names()
 
 
 def layer_register(log_shape=False, use_scope=True):
@@ -147,7 +152,7 @@ def layer_register(log_shape=False, use_scope=True):
                 outputs = _build(func, "{} '{}'".format(layer_name, scope.name), args, actual_args)
                 if do_log:
                     logger.info("{} output: {}".format(scope.name, _shapes_for_log(outputs)))
-                    _logged_layer_names().add(re.sub('tower[0-9]+/', '', scope.name))
+                    _logged_layer_names().add(_without_tower_prefix(scope.name))
             return outputs
 
         wrapped_func.symbolic_function = func

@@ -5,7 +5,8 @@ from ..compat import tf, tfv1
 from .registry import current_layer_description
 
 __all__ = ['VariableHolder', 'describe_layer', 'check_input_rank', 'known_dim', 'finish_output',
-           'shape_text', 'static_or_dynamic_shape', 'shape_argument']
+           'shape_text', 'static_or_dynamic_shape', 'shape_argument', 'broadcastable',
+           'affine_variables']
 
 
 class VariableHolder(object):
@@ -79,6 +80,25 @@ def shape_argument(dims):
     if any(isinstance(d, tf.Tensor) for d in dims):
         return tf.stack(dims)
     return dims
+
+
+def broadcastable(vector, ndims, axis):
+    """``vector`` of shape [C] reshaped to broadcast along ``axis`` of a rank-``ndims`` input."""
+    if vector is None or axis == ndims - 1:
+        return vector
+    shape = [1] * ndims
+    shape[axis] = -1
+    return tf.reshape(vector, shape)
+
+
+def affine_variables(num_chan, center, scale, beta_initializer, gamma_initializer, dtype):
+    """The per-channel shift ``beta`` (when ``center``) and scale ``gamma`` (when ``scale``) of
+    a normalization layer, each None when not wanted."""
+    beta = tfv1.get_variable('beta', [num_chan], dtype=dtype, initializer=beta_initializer) \
+        if center else None
+    gamma = tfv1.get_variable('gamma', [num_chan], dtype=dtype,
+                              initializer=gamma_initializer or tfv1.ones_initializer()) if scale else None
+    return beta, gamma
 
 
 def finish_output(x, activation=None, activity_regularizer=None, **variables):
