@@ -1,0 +1,276 @@
+"""Data-parallel training across processes with Horovod: one process (rank) per device.
+
+Start one copy of the training script per rank with ``horovodrun``::
+
+    horovodrun -np 2 -H localhost:2 --gloo python train.py
+
+and in the script::
+
+    trainer = HorovodTrainer()
+    if trainer.is_chief:                       # rank 0 writes logs, stats and checkpoints
+        logger.set_logger_dir('train_log/run1')
+    df = RankShardData(my_dataflow, trainer.rank, trainer.size)   # this rank's share
+    launch_train_with_config(TrainConfig(model=Model(), dataflow=BatchData(df, 32), ...), trainer)
+
+Horovod 0.28.1 (its last release) builds against TensorFlow up to 2.18.1; see
+``docs/horovod.md`` for the installation and ``.ci/horovod_env.sh`` for a ready environment.
+"""
+
+import multiprocessing
+
+import numpy as np
+
+from ..callbacks.base import Callback
+from ..callbacks.monitor import JSONWriter, TFEventWriter
+from ..compat import tf, tfv1
+from ..dataflow.base import ProxyDataFlow
+from ..tfutils.sesscreate import NewSessionCreator
+from ..tfutils.tower import TrainTowerContext
+from ..utils import logger
+from ..utils.gpu import get_num_gpu
+from .base import StopTraining
+from .tower import SingleCostTrainer
+
+__all__ = ['HorovodTrainer', 'RankShardData']
+
+INSTALL_COMMAND = ("HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
+                   "pip install --no-build-isolation horovod==0.28.1")
+
+_SHUT_DOWN_MESSAGE = 'Horovod has been shut down'
+
+
+def import_horovod():
+    """``horovod.tensorflow``, or an ImportError that says how to install it."""
+    try:
+        import horovod.tensorflow as hvd
+    except (ImportError, tf.errors.NotFoundError) as err:
+        raise ImportError(
+            "HorovodTrainer needs horovod built for TensorFlow, which cannot be imported here: "
+            "{}: {}. Install TensorFlow <= 2.18.1 (horovod 0.28.1, its last release, does not build "
+            "against newer versions; TensorFlow {} is installed), e.g. `pip install "
+            "tensorflow-cpu==2.18.1`, then `{}` (needs cmake and g++). In a tensorpack_lite "
+            "checkout, `bash .ci/horovod_env.sh` builds such an environment.".format(
+                type(err).__name__, err, tf.__version__, INSTALL_COMMAND)) from err
+    return hvd
+
+
+class RankShardData(ProxyDataFlow):
+    """The share of one rank of a DataFlow: datapoints ``rank``, ``rank + size``,
+    ``rank + 2 * size``... of every epoch of ``ds``.
+
+    Every rank gets the same number of datapoints, ``len(ds) // size`` (an incomplete last
+    group of ``size`` datapoints is dropped on all ranks), so every rank runs the same number
+    of steps: each step is a collective operation that all ranks must join. ``ds`` must yield
+    the same datapoints in the same order on every rank (e.g. shuffle with the same seed).
+
+    Example::
+
+        df = RankShardData(DataFromList(samples, shuffle=False), trainer.rank, trainer.size)
+        df = BatchData(df, 32)    # 32 per rank: 32 * size per step in total
+    """
+
+    def __init__(self, ds, rank, size):
+        super().__init__(ds)
+        for name, value in (('rank', rank), ('size', size)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError("RankShardData: {} must be an integer, got {!r}".format(name, value))
+        if size < 1:
+            raise ValueError("RankShardData: size must be at least 1, got {}".format(size))
+        if not 0 <= rank < size:
+            raise ValueError("RankShardData: rank must be in [0, {}), got {}".format(size, rank))
+        self.rank, self.size = int(rank), int(size)
+
+    def __len__(self):
+        return len(self.ds) // self.size
+
+    def __iter__(self):
+        mine = None
+        for index, dp in enumerate(self.ds):
+            position = index % self.size
+            if position == self.rank:
+                mine = dp
+            if position == self.size - 1:
+                yield mine
+
+
+class _BroadcastEveryEpoch(Callback):
+    """Copies every global variable from rank 0 to all ranks at each epoch's end."""
+
+    _chief_only = False
+
+    def _trigger(self):
+        self.trainer.broadcast_variables()
+
+
+class HorovodTrainer(SingleCostTrainer):
+    """Data-parallel training with one process per device, synchronised by Horovod.
+
+    Each rank builds one training tower on its device and takes its own batches (so the
+    total batch of a step is the per-rank batch x ``size``); the gradients are averaged (or
+    summed) across ranks with ``hvd.allreduce`` before each rank applies them, so all ranks
+    keep identical variables. After the session is initialized (``session_init`` runs on
+    rank 0 only), rank 0's variables are broadcast to all ranks, and again at each epoch's
+    end when :attr:`BROADCAST_EVERY_EPOCH` (e.g. for statistics that are not trained).
+
+    Rank 0 is the chief (``is_chief``): only it runs chief-only callbacks (e.g.
+    :class:`ModelSaver`), and only it writes files. On other ranks, :class:`TFEventWriter`
+    and :class:`JSONWriter` are not registered and, when training starts, the logger stops
+    writing into the logger directory (set it on rank 0 only to leave no file at all).
+    When training ends on one rank (finished, stopped or failed), it shuts Horovod down,
+    which ends the training of the other ranks too (see :meth:`main_loop`).
+
+    Notes:
+
+    * Start the script with ``horovodrun -np N ...``; one rank per GPU. With GPUs, each rank
+      sees only the GPU of its local rank (``visible_device_list``), so do not use the GPU in
+      TensorFlow before the trainer is created.
+    * Give each rank its own share of the data, e.g. with :class:`RankShardData` or with a
+      per-rank random seed; every rank must run the same number of steps.
+    * Build the same graph on every rank: callbacks that create variables must run on all
+      ranks. Ranks with different variables fail with an error naming them.
+    * Use :attr:`rank`, :attr:`size` and :attr:`local_rank` (or ``hvd.rank()``) for code
+      that depends on the rank.
+
+    Args:
+        average (bool): average the gradients over ranks (True) or sum them.
+        compression: ``hvd.Compression.none`` (default) or ``hvd.Compression.fp16`` to send
+            the gradients as float16.
+    """
+
+    BROADCAST_EVERY_EPOCH = True
+    """Broadcast the variables of rank 0 at the end of every epoch too."""
+
+    def __init__(self, average=True, compression=None):
+        hvd = import_horovod()
+        if compression is None:
+            compression = hvd.Compression.none
+        if not (isinstance(compression, type) and issubclass(compression, hvd.compression.Compressor)):
+            raise TypeError("HorovodTrainer: compression must be a horovod compressor such as "
+                            "hvd.Compression.none or hvd.Compression.fp16, got {!r}".format(compression))
+        self.hvd = hvd
+        hvd.init()
+        self._average = bool(average)
+        self._compression = compression
+        self._rank, self._size, self._local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        self._local_size = hvd.local_size()
+        self.is_chief = self._rank == 0
+        self._broadcast_op = None
+        super().__init__()
+        logger.info("[HorovodTrainer] rank {} of {} (local rank {}), gradients {} with {}.".format(
+            self._rank, self._size, self._local_rank, 'averaged' if self._average else 'summed',
+            compression.__name__))
+
+    rank = property(lambda self: self._rank, doc="This process's rank (0 is the chief).")
+    size = property(lambda self: self._size, doc="The number of ranks.")
+    local_rank = property(lambda self: self._local_rank, doc="This process's rank on its machine.")
+
+    # ----- graph -------------------------------------------------------------------------------
+
+    def _setup_graph(self, input, get_cost_fn, get_opt_fn):
+        logger.info("Building graph for the training tower of rank {} ...".format(self._rank))
+        with TrainTowerContext(''):
+            grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)()
+            grads = self.allreduce(grads)
+            self.train_op = get_opt_fn().apply_gradients(grads, name='train_op')
+        return [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
+
+    def allreduce(self, grads):
+        """Average (or sum) a list of (gradient, variable) across ranks."""
+        if self._size == 1:
+            return grads
+        op = self.hvd.Average if self._average else self.hvd.Sum
+        with tf.name_scope('AllReduce'):
+            return [(self.hvd.allreduce(grad, op=op, compression=self._compression), var)
+                    for grad, var in grads]
+
+    # ----- only rank 0 writes files ------------------------------------------------------------
+
+    def register_callback(self, cb):
+        if not self.is_chief and isinstance(cb, (TFEventWriter, JSONWriter)):
+            logger.info("Rank {}: {} skipped, only rank 0 writes files.".format(
+                self._rank, type(cb).__name__))
+            return False
+        return super().register_callback(cb)
+
+    def setup_callbacks(self, callbacks, monitors):
+        if not self.is_chief and logger.get_logger_dir() is not None:
+            logger.info("Rank {}: only rank 0 writes into the logger directory; this rank stops "
+                        "writing into {}.".format(self._rank, logger.get_logger_dir()))
+            logger._detach_file_handler()
+        super().setup_callbacks(callbacks, monitors)
+
+    # ----- session -----------------------------------------------------------------------------
+
+    def initialize(self, session_creator, session_init):
+        """Create the session as usual (``session_init`` runs on rank 0), check that all ranks
+        built the same variables, then broadcast rank 0's variables to every rank."""
+        if not isinstance(session_creator, NewSessionCreator):
+            raise ValueError("HorovodTrainer needs a NewSessionCreator (it sets the devices of each "
+                             "rank in its config), got {}".format(type(session_creator).__name__))
+        self._configure_session(session_creator)
+        variables = tfv1.global_variables()
+        with tf.name_scope('HorovodTrainer'):
+            gather_names = self._build_variable_names_gather(variables)
+            self._broadcast_op = self.hvd.broadcast_variables(variables, root_rank=0)
+        super().initialize(session_creator, session_init)
+        self._check_same_variables(*self.sess.run(gather_names))
+        if self.is_chief:
+            logger.info("Broadcasting {} global variables to {} ranks ...".format(
+                len(variables), self._size))
+        else:
+            logger.info("Rank {}: waiting for the variables of rank 0 ...".format(self._rank))
+        self.broadcast_variables()
+
+    def _configure_session(self, session_creator):
+        config = session_creator.config
+        if get_num_gpu() > 0:
+            config.gpu_options.visible_device_list = str(self._local_rank)
+        if not session_creator.user_provided_config:
+            config.inter_op_parallelism_threads = max(1, multiprocessing.cpu_count() // self._local_size)
+
+    def _build_variable_names_gather(self, variables):
+        names = '\n'.join(sorted(v.op.name for v in variables)).encode('utf-8')
+        blob = tf.constant(np.frombuffer(names, dtype=np.uint8))
+        return (self.hvd.allgather(blob, name='variable_names'),
+                self.hvd.allgather(tf.constant([len(names)], tf.int64), name='variable_names_size'))
+
+    def _check_same_variables(self, blobs, sizes):
+        """Raise on every rank when the ranks built different variables (a broadcast would hang)."""
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        per_rank = [set(blobs[offsets[r]:offsets[r + 1]].tobytes().decode('utf-8').split('\n'))
+                    for r in range(len(sizes))]
+        differences = []
+        for r, names in enumerate(per_rank[1:], start=1):
+            if names != per_rank[0]:
+                differences.append("rank {} lacks {} and has extra {}".format(
+                    r, sorted(per_rank[0] - names)[:10], sorted(names - per_rank[0])[:10]))
+        if differences:
+            raise RuntimeError(
+                "HorovodTrainer: the ranks built different global variables; compared with rank 0: "
+                "{}. Every rank must build the same graph (callbacks that create variables must "
+                "not be chief-only).".format('; '.join(differences)))
+
+    def broadcast_variables(self):
+        """Copy every global variable of rank 0 to all ranks (all ranks must call it)."""
+        self.sess.run(self._broadcast_op)
+
+    # ----- end of training ---------------------------------------------------------------------
+
+    def _run_epochs(self):
+        try:
+            super()._run_epochs()
+        except tf.errors.UnknownError as err:
+            if _SHUT_DOWN_MESSAGE not in str(err.message):
+                raise
+            raise StopTraining("rank {}: another rank ended its training and shut Horovod down".format(
+                self._rank)) from err
+
+    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
+        """Run the epochs, then shut Horovod down, whatever ended the loop. A rank whose
+        collective operations fail because another rank shut down stops as if a callback
+        raised :class:`StopTraining`; one that failed makes ``horovodrun`` exit non-zero."""
+        try:
+            super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
+        finally:
+            logger.info("Rank {}: shutting Horovod down.".format(self._rank))
+            self.hvd.shutdown()

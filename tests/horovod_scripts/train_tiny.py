@@ -1,0 +1,163 @@
+"""A tiny regression model trained with HorovodTrainer, one copy per rank, for tests/test_horovod.py.
+
+    horovodrun -np 2 -H localhost:2 --gloo python train_tiny.py --out DIR [options]
+
+Each rank trains on its share (RankShardData) of the same deterministic data and, when
+training ends, writes ``DIR/rank<r>.json`` (its final weights, pid, how training ended).
+Rank r starts from its own initial weights (seed ``INIT_SEED + r``), so equal final weights
+prove that rank 0's were broadcast. The test trains the same model on one process with
+:func:`train_single` on the batches of both ranks concatenated, for comparison.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from tensorpack_lite.callbacks import Callback, ModelSaver
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.tfutils.summary import add_moving_summary
+from tensorpack_lite.train import ModelDesc, StopTraining, TrainConfig, launch_train_with_config
+from tensorpack_lite.utils import logger
+
+INIT_SEED = 100
+FEATURES = 6
+HIDDEN = 5
+
+
+class TinyModel(ModelDesc):
+    """6 -> 5 (tanh) -> 1, mean squared error, SGD with momentum (so slots are broadcast too)."""
+
+    def __init__(self, init_seed, lr):
+        self.init_seed, self.lr = init_seed, lr
+
+    def inputs(self):
+        return [tf.TensorSpec([None, FEATURES], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
+
+    def build_graph(self, x, y):
+        rng = np.random.RandomState(self.init_seed)
+        w0 = tfv1.get_variable('fc0/W', initializer=rng.randn(FEATURES, HIDDEN).astype('float32'))
+        b0 = tfv1.get_variable('fc0/b', initializer=rng.randn(HIDDEN).astype('float32') * 0.1)
+        w1 = tfv1.get_variable('fc1/W', initializer=rng.randn(HIDDEN, 1).astype('float32'))
+        pred = tf.squeeze(tf.matmul(tf.tanh(tf.matmul(x, w0) + b0), w1), 1)
+        cost = tf.reduce_mean(tf.square(pred - y), name='cost')
+        add_moving_summary(cost)
+        return cost
+
+    def optimizer(self):
+        return tfv1.train.MomentumOptimizer(self.lr, 0.9)
+
+
+def make_samples(num):
+    """``num`` deterministic [x, y] datapoints."""
+    rng = np.random.RandomState(0)
+    x = rng.randn(num, FEATURES).astype('float32')
+    y = np.sin(x @ rng.randn(FEATURES)).astype('float32')
+    return [[a, b] for a, b in zip(x, y)]
+
+
+class DumpWeights(Callback):
+    """Runs on every rank: puts the rank as a scalar each epoch, and writes the final
+    trainable weights when training ends."""
+
+    _chief_only = False
+
+    def __init__(self, path, rank):
+        self.path, self.rank = path, rank
+        self.stopped = None
+
+    def _trigger(self):
+        self.trainer.monitors.put_scalar('rank', self.rank)
+
+    def _after_train(self):
+        names = [v.op.name for v in tfv1.trainable_variables()]
+        values = self.trainer.sess.run(tfv1.trainable_variables())
+        with open(self.path, 'w') as f:
+            json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
+                       'weights': {n: v.tolist() for n, v in zip(names, values)}}, f)
+
+
+class StopAtStep(Callback):
+    """Chief-only: ends training on rank 0 after ``step`` steps."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def _trigger_step(self):
+        if self.trainer.global_step >= self.step:
+            raise StopTraining("rank 0 stops at step {}".format(self.step))
+
+
+class ChiefOnlyVariable(Callback):
+    """Chief-only and creates a variable: makes rank 0's graph differ from the others'."""
+
+    def _setup_graph(self):
+        tfv1.get_variable('only_on_chief', initializer=1.0)
+
+
+def train_single(samples, batch, lr, steps_per_epoch, max_epoch):
+    """The reference: SimpleTrainer on one process, ``batch`` datapoints per step; returns
+    the final trainable weights by variable name."""
+    from tensorpack_lite.train import SimpleTrainer
+    model = TinyModel(INIT_SEED, lr)
+    result = {}
+
+    class ReadWeights(Callback):
+        def _after_train(self):
+            variables = tfv1.trainable_variables()
+            result.update(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
+
+    config = TrainConfig(model=model, dataflow=BatchData(DataFromList(samples, shuffle=False), batch),
+                         callbacks=[ReadWeights()], monitors=[], steps_per_epoch=steps_per_epoch,
+                         max_epoch=max_epoch)
+    launch_train_with_config(config, SimpleTrainer())
+    return result
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--out', required=True, help='directory for rank<r>.json')
+    parser.add_argument('--logdir', help='logger directory (rank<r> is appended with --per-rank-logdir)')
+    parser.add_argument('--per-rank-logdir', action='store_true')
+    parser.add_argument('--batch', type=int, default=4, help='per rank')
+    parser.add_argument('--steps-per-epoch', type=int, default=3)
+    parser.add_argument('--epochs', type=int, default=2)
+    parser.add_argument('--lr', type=float, default=0.05)
+    parser.add_argument('--sum', action='store_true', help='sum the gradients instead of averaging')
+    parser.add_argument('--fp16', action='store_true', help='fp16 gradient compression')
+    parser.add_argument('--stop-at-step', type=int, help='rank 0 stops training after this step')
+    parser.add_argument('--chief-only-variable', action='store_true')
+    return parser.parse_args(argv)
+
+
+def main(argv):
+    from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
+    args = parse_args(argv)
+    import horovod.tensorflow as hvd
+    trainer = HorovodTrainer(average=not args.sum,
+                             compression=hvd.Compression.fp16 if args.fp16 else None)
+    if args.logdir:   # on every rank: HorovodTrainer keeps ranks > 0 from writing there
+        logdir = args.logdir
+        if args.per_rank_logdir:
+            logdir = os.path.join(logdir, 'rank{}'.format(trainer.rank))
+        logger.set_logger_dir(logdir, action='k')
+    num = args.steps_per_epoch * args.batch * trainer.size
+    df = BatchData(RankShardData(DataFromList(make_samples(num), shuffle=False), trainer.rank, trainer.size),
+                   args.batch)
+    callbacks = [DumpWeights(os.path.join(args.out, 'rank{}.json'.format(trainer.rank)), trainer.rank)]
+    if args.logdir:
+        callbacks.append(ModelSaver())
+    if args.stop_at_step:
+        callbacks.append(StopAtStep(args.stop_at_step))
+    if args.chief_only_variable:
+        callbacks.append(ChiefOnlyVariable())
+    config = TrainConfig(model=TinyModel(INIT_SEED + trainer.rank, args.lr), dataflow=df,
+                         callbacks=callbacks, max_epoch=args.epochs)
+    launch_train_with_config(config, trainer)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])

@@ -1,0 +1,192 @@
+"""HorovodTrainer: 2 real processes on localhost through horovodrun (Gloo), in the second
+environment built by .ci/horovod_env.sh (horovod 0.28.1 does not build against the newest
+TensorFlow); the one-process reference runs here, in the main environment."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, 'tests', 'horovod_scripts', 'train_tiny.py')
+ENV_SCRIPT = os.path.join(REPO, '.ci', 'horovod_env.sh')
+RUN_TIMEOUT = 150
+BATCH, STEPS, EPOCHS, LR = 4, 3, 2, 0.05
+
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import train_tiny  # noqa: E402
+
+
+# ----- without horovod (main environment) ----------------------------------------------------
+
+def test_without_horovod_the_error_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, 'horovod', None)
+    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    with pytest.raises(ImportError) as info:
+        HorovodTrainer()
+    message = str(info.value)
+    assert 'HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1' in message
+    assert 'horovod==0.28.1' in message and '2.18.1' in message
+
+
+def test_rank_shard_data_splits_evenly():
+    df = DataFromList([[i] for i in range(11)], shuffle=False)
+    shards = [RankShardData(df, rank, 3) for rank in range(3)]
+    for shard in shards:
+        shard.reset_state()
+    taken = [[dp[0] for dp in shard] for shard in shards]
+    assert taken == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]   # 9 and 10 form no complete group
+    assert [len(s) for s in shards] == [3, 3, 3]
+    with pytest.raises(ValueError, match='rank must be in'):
+        RankShardData(df, 3, 3)
+    with pytest.raises(ValueError, match='size must be at least 1'):
+        RankShardData(df, 0, 0)
+    with pytest.raises(TypeError, match='rank must be an integer'):
+        RankShardData(df, 0.5, 2)
+
+
+# ----- two ranks (second environment) --------------------------------------------------------
+
+@pytest.fixture(scope='session')
+def horovod_python():
+    """The Python of the Horovod environment: $TENSORPACK_LITE_HOROVOD_PYTHON, else the one
+    .ci/horovod_env.sh builds (or reuses: seconds once built)."""
+    python = os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON')
+    if python:
+        return python
+    proc = subprocess.run(['bash', ENV_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=3600)
+    found = re.findall(r'^HOROVOD_PYTHON=(.+)$', proc.stdout, re.M)
+    if proc.returncode != 0 or not found:
+        pytest.fail("bash .ci/horovod_env.sh failed (exit {}):\n{}".format(proc.returncode, proc.stdout))
+    return found[-1]
+
+
+def _kill_tree(proc):
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
+    except psutil.NoSuchProcess:
+        family = []
+    for p in family:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def run_two_ranks(python, out_dir, *args):
+    """``horovodrun -np 2`` on train_tiny.py; returns (exit code, output, seconds)."""
+    horovodrun = os.path.join(os.path.dirname(python), 'horovodrun')
+    command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', python, SCRIPT,
+               '--out', str(out_dir), '--batch', str(BATCH), '--steps-per-epoch', str(STEPS),
+               '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
+               TENSORPACK_LOGGER_ACTION='k')
+    start = time.time()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=str(out_dir), start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        output, _ = proc.communicate()
+        pytest.fail("horovodrun did not finish in {} s (killed):\n{}".format(RUN_TIMEOUT, output[-6000:]))
+    return proc.returncode, output, time.time() - start
+
+
+def load_rank(out_dir, rank):
+    with open(os.path.join(str(out_dir), 'rank{}.json'.format(rank))) as f:
+        result = json.load(f)
+    result['weights'] = {k: np.asarray(v, np.float32) for k, v in result['weights'].items()}
+    return result
+
+
+def assert_same_weights(a, b, rtol, atol):
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=rtol, atol=atol, err_msg=name)
+
+
+def reference_weights(lr, steps_per_epoch=STEPS, max_epoch=EPOCHS):
+    """One process, batches of both ranks concatenated, starting from rank 0's weights."""
+    samples = train_tiny.make_samples(STEPS * BATCH * 2)
+    return train_tiny.train_single(samples, 2 * BATCH, lr, steps_per_epoch, max_epoch)
+
+
+def files_in(directory):
+    return sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+
+
+def test_two_ranks_average_like_one_process_and_only_rank0_writes(horovod_python, tmp_path):
+    logdir = tmp_path / 'logs'
+    code, output, _ = run_two_ranks(horovod_python, tmp_path, '--logdir', str(logdir), '--per-rank-logdir')
+    assert code == 0, output[-6000:]
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert rank0['global_step'] == rank1['global_step'] == STEPS * EPOCHS
+    # rank 1 started from other weights: equal results need the broadcast and the allreduce
+    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
+    assert_same_weights(rank0['weights'], reference_weights(LR), rtol=1e-4, atol=1e-5)
+
+    chief_dir, other_dir = str(logdir / 'rank0'), str(logdir / 'rank1')
+    chief_files = files_in(chief_dir)
+    assert 'checkpoint' in chief_files and 'model-{}.index'.format(STEPS * EPOCHS) in chief_files
+    assert any(f.startswith('events.out.tfevents') for f in chief_files)
+    stats = json.load(open(os.path.join(chief_dir, 'stats.json')))
+    assert [s['epoch_num'] for s in stats] == [1, 2] and all(s['rank'] == 0 for s in stats)
+    other_files = files_in(other_dir)
+    written = [f for f in other_files if f.startswith(('checkpoint', 'model-', 'stats', 'events', 'graph-'))]
+    assert not written, other_files
+    with open(os.path.join(other_dir, 'log.log')) as f:
+        assert 'Start Epoch' not in f.read()   # its log stopped when training started
+
+
+def test_two_ranks_sum_in_a_shared_logdir(horovod_python, tmp_path):
+    logdir = tmp_path / 'logs'
+    code, output, _ = run_two_ranks(horovod_python, tmp_path, '--logdir', str(logdir), '--sum')
+    assert code == 0, output[-6000:]
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
+    # summing the two per-rank mean gradients is one process's mean gradient times 2
+    assert_same_weights(rank0['weights'], reference_weights(2 * LR), rtol=1e-4, atol=1e-5)
+
+    files = files_in(str(logdir))
+    assert 'checkpoint' in files and 'stats.json' in files
+    events = [f for f in files if f.startswith('events.out.tfevents')]
+    assert events and all('.{}.'.format(rank0['pid']) in f for f in events), (events, rank0['pid'])
+    stats = json.load(open(str(logdir / 'stats.json')))
+    assert [s['rank'] for s in stats] == [0, 0]
+    # Both ranks opened log.log (the logger backs up a file it finds): only rank 0 logged training
+    # there; rank 1 logged its end to the terminal only.
+    logs = [open(str(logdir / f)).read() for f in files if f.startswith('log.log')]
+    assert [text for text in logs if 'Start Epoch' in text and 'Rank 0: shutting Horovod down' in text]
+    assert 'Rank 1: shutting Horovod down' in output
+    assert not [text for text in logs if 'Rank 1: shutting Horovod down' in text]
+
+
+def test_rank0_stopping_ends_every_rank_with_fp16_gradients(horovod_python, tmp_path):
+    code, output, seconds = run_two_ranks(horovod_python, tmp_path, '--fp16', '--stop-at-step', '2',
+                                          '--epochs', '3')
+    assert code == 0, output[-6000:]
+    assert 'another rank ended its training' in output
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert rank0['global_step'] == 2
+    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
+    reference = reference_weights(LR, steps_per_epoch=2, max_epoch=1)
+    assert_same_weights(rank0['weights'], reference, rtol=1e-2, atol=1e-3)   # float16 gradients
+
+
+def test_ranks_with_different_variables_fail_with_a_clear_error(horovod_python, tmp_path):
+    code, output, _ = run_two_ranks(horovod_python, tmp_path, '--chief-only-variable')
+    assert code != 0
+    assert 'the ranks built different global variables' in output
+    assert "rank 1 lacks ['only_on_chief']" in output
