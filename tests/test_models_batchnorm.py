@@ -12,8 +12,10 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.models import (BatchNorm, Conv2D, Dropout, FullyConnected, MaxPooling, l2_regularizer,
                                     regularize_cost)
 from tensorpack_lite.tfutils.argscope import argscope
+from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.tower import PredictTowerContext, TowerContext, TrainTowerContext
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
+                                   launch_train_with_config)
 
 from helpers import RecordCost, cross_entropy_cost, labelled_batches
 
@@ -244,3 +246,28 @@ def test_convnet_trains_with_simple_trainer_and_updates_batchnorm(digits):
     np.testing.assert_array_equal(reader.before[0], np.zeros(16))
     assert np.abs(reader.after[0] - reader.before[0]).min() > 1e-4      # every channel moved
     assert np.abs(reader.after[1] - reader.before[1]).min() > 1e-4
+
+
+def test_convnet_trains_replicated_on_two_virtual_cpus(digits):
+    images, labels = digits
+    variables = {}
+
+    class ReadAll(Callback):
+        def _setup_graph(self):
+            variables['UPDATE_OPS'] = [op.name for op in update_ops()]
+
+        def _after_train(self):
+            all_vars = tfv1.global_variables() + tfv1.local_variables()
+            variables.update(zip([v.op.name for v in all_vars], self.trainer.sess.run(all_vars)))
+
+    config = TrainConfig(model=DigitsConvNet(), dataflow=labelled_batches(images, labels, 16, shuffle=True),
+                         callbacks=[ReadAll()], monitors=[], steps_per_epoch=8, max_epoch=1,
+                         session_creator=NewSessionCreator(config=tfv1.ConfigProto(device_count={'CPU': 2})))
+    launch_train_with_config(config, SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'], mode='cpu'))
+    # only the main tower updates; its moving averages are the global ones, the replica's local
+    assert variables['UPDATE_OPS'] == ['tower0/bn0/mean_ema_op', 'tower0/bn0/var_ema_op']
+    assert np.abs(variables['bn0/mean/EMA']).min() > 1e-4
+    assert sorted(v.op.name for v in tfv1.get_collection(tfv1.GraphKeys.MODEL_VARIABLES)) == [
+        'bn0/mean/EMA', 'bn0/variance/EMA']
+    assert sorted(v.op.name for v in tfv1.local_variables() if v.op.name.endswith('/EMA')) == [
+        'tower1/bn0/mean/EMA', 'tower1/bn0/variance/EMA']
