@@ -9,11 +9,14 @@ import threading
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks import Callback, ModelSaver
+from tensorpack_lite.callbacks import (
+    Callback, ClassificationError, DataParallelInferenceRunner, InferenceRunner, ModelSaver, ScalarStats)
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput, StagingInput
-from tensorpack_lite.predict import OfflinePredictor, PredictConfig
+from tensorpack_lite.predict import (
+    DataParallelOfflinePredictor, MultiTowerOfflinePredictor, OfflinePredictor, PredictConfig)
+from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import SaverRestore
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
@@ -40,8 +43,11 @@ def cpus(k):
     return ['/cpu:{}'.format(i) for i in range(k)]
 
 
-def cpu_session_creator(k):
-    return NewSessionCreator(config=tfv1.ConfigProto(device_count={'CPU': k}))
+def cpu_session_creator(k, soft_placement=True):
+    config = get_default_sess_config()
+    config.device_count['CPU'] = k
+    config.allow_soft_placement = soft_placement
+    return NewSessionCreator(config=config)
 
 
 def tower_batches(digits, k, steps=STEPS):
@@ -239,12 +245,15 @@ def test_replicated_checkpoint_restores_into_single_tower_models(digits, logdir)
 # ----- bad input --------------------------------------------------------------------------------
 
 def run_with_timeout(func, seconds=60):
-    """Run func() in a thread; its exception is re-raised; still running after `seconds` fails."""
+    """Run func() in a thread (in the caller's default graph); its exception is re-raised;
+    still running after `seconds` fails."""
     outcome = {}
+    graph = tfv1.get_default_graph()
 
     def target():
         try:
-            func()
+            with graph.as_default():
+                func()
         except BaseException as err:   # noqa: B902 - handed to the test
             outcome['error'] = err
     thread = threading.Thread(target=target, daemon=True)
@@ -255,8 +264,8 @@ def run_with_timeout(func, seconds=60):
         raise outcome['error']
 
 
-@pytest.mark.parametrize('mode', ['collective', 'gpu'])
-def test_more_towers_than_devices_is_an_error_before_any_step(digits, mode):
+@pytest.mark.parametrize('mode, soft_placement', [('collective', True), ('gpu', True), ('collective', False)])
+def test_more_towers_than_devices_is_an_error_before_any_step(digits, mode, soft_placement):
     trainer = SyncMultiGPUTrainerReplicated(cpus(3), mode=mode)
     model = DigitsMLP()
     trainer.setup_graph(model.get_input_signature(), QueueInput(DataFromList(tower_batches(digits, 3))),
@@ -264,8 +273,13 @@ def test_more_towers_than_devices_is_an_error_before_any_step(digits, mode):
 
     def launch():
         trainer.train_with_defaults(monitors=[], extra_callbacks=[], steps_per_epoch=1, max_epoch=1,
-                                    session_creator=cpu_session_creator(2))
-    with pytest.raises(ValueError, match=r"tower 2 is on device '/cpu:2', which this session does not have"):
+                                    session_creator=cpu_session_creator(2, soft_placement))
+    if soft_placement:   # the towers' ops would silently share the devices: checked before training
+        expected = pytest.raises(ValueError, match=r"tower 2 is on device '/cpu:2', which this session does "
+                                                   r"not have .*device_count=\{'CPU': 3\}")
+    else:                # TensorFlow refuses to place the ops when the session is initialized
+        expected = pytest.raises(tf.errors.InvalidArgumentError, match='CPU:2')
+    with expected:
         run_with_timeout(launch)
     assert trainer.global_step == 0
 
@@ -309,3 +323,65 @@ def test_staging_input_keeps_the_order_of_towers(digits, reference):
         for tower, image in enumerate(images):
             np.testing.assert_array_equal(image, batches[step * k + tower][0])
     assert_matches_reference(values, reference(k))
+
+
+# ----- multi-tower inference --------------------------------------------------------------------
+
+class DigitsMLPWithError(DigitsMLP):
+    def outputs(self, logits, label):
+        tf.cast(tf.not_equal(tf.argmax(logits, 1, output_type=tf.int32), label), tf.float32,
+                name='incorrect_vector')
+        return super().outputs(logits, label)
+
+
+def test_multi_tower_predictors_give_the_numbers_of_the_offline_predictor(digits, log_records):
+    images = digits[0][:30]
+
+    def config(k=1):
+        return PredictConfig(model=DigitsMLP(), input_names=['image'], output_names=['logits'],
+                             session_creator=cpu_session_creator(k))
+    expected, = OfflinePredictor(config())(images)
+
+    multi = MultiTowerOfflinePredictor(config(2), cpus(2))
+    assert len(multi.get_predictors()) == 2
+    for k, predictor in enumerate(multi.get_predictors()):
+        assert tf.DeviceSpec.from_string(predictor.output_tensors[0].device).device_index == k
+        np.testing.assert_allclose(predictor(images)[0], expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(multi(images)[0], expected, rtol=1e-6, atol=1e-6)
+    assert multi.get_predictor(3) is multi.get_predictors()[1]
+    assert any('round-robin' in m for m in log_records.messages(logging.WARNING))
+    assert sorted(v.op.name for v in multi.graph.get_collection(tfv1.GraphKeys.GLOBAL_VARIABLES)) == \
+        sorted(MAIN_VARIABLES)
+
+    parallel = DataParallelOfflinePredictor(config(2), cpus(2))
+    assert [t.name for t in parallel.input_tensors] == ['tower0_image:0', 'tower1_image:0']
+    first, second = parallel(images[:10], images[10:])
+    np.testing.assert_allclose(np.concatenate([first, second]), expected, rtol=1e-6, atol=1e-6)
+
+    with pytest.raises(ValueError, match="tower 2 is on device '/cpu:2'"):
+        MultiTowerOfflinePredictor(config(2), cpus(3))
+
+
+def test_data_parallel_inference_runner_matches_the_single_tower_runner(digits):
+    images, labels = digits
+    test = DataFromList([[images[i:min(i + 32, 1100)], labels[i:min(i + 32, 1100)]]
+                         for i in range(1000, 1100, 32)], shuffle=False)
+    assert [len(dp[1]) for dp in test.lst] == [32, 32, 32, 4]   # 3 towers: one parallel run + 1 alone
+    single = InferenceRunner(test, [ScalarStats('cost'), ClassificationError()])
+    parallel = DataParallelInferenceRunner(test, [ScalarStats('cost', prefix='dp'),
+                                                  ClassificationError(summary_name='dp_error')], cpus(3))
+    trainer = SyncMultiGPUTrainerReplicated(cpus(2))
+    model = DigitsMLPWithError(lr=0.3)
+    trainer.setup_graph(model.get_input_signature(),
+                        QueueInput(DataFromList(tower_batches(digits, 2, steps=10), shuffle=False)),
+                        model.build_graph, model.get_optimizer)
+    trainer.train_with_defaults(callbacks=[single, parallel], monitors=[], extra_callbacks=[],
+                                steps_per_epoch=5, max_epoch=2, session_creator=cpu_session_creator(3))
+    history = {name: [v for _, v in trainer.monitors.get_history(name)]
+               for name in ('validation_cost', 'dp_cost', 'validation_error', 'dp_error')}
+    assert len(history['dp_cost']) == 2 and history['validation_cost'][1] < history['validation_cost'][0]
+    np.testing.assert_allclose(history['dp_cost'], history['validation_cost'], rtol=1e-6)
+    np.testing.assert_allclose(history['dp_error'], history['validation_error'], rtol=1e-6)
+    assert [h.ns_name for h in parallel.tower_handles] == ['InferenceTower{}'.format(k) for k in range(3)]
+    with pytest.raises(TypeError, match='DataFlow or a QueueInput'):
+        DataParallelInferenceRunner(FeedInput(test), [ScalarStats('cost')], cpus(2))

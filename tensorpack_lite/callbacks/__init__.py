@@ -8,7 +8,7 @@ from .graph import ProcessTensors, RunOp, RunUpdateOps
 from .group import Callbacks
 from .hooks import CallbackToHook, HookToCallback
 from .inference import ClassificationError, Inferencer, ScalarStats
-from .inference_runner import InferenceRunner, InferenceRunnerBase
+from .inference_runner import DataParallelInferenceRunner, InferenceRunner, InferenceRunnerBase
 from .misc import EstimatedTimeLeft
 from .monitor import (JSONWriter, MonitorBase, Monitors, NoOpMonitor, ScalarPrinter,
                       SendMonitorData, TFEventWriter)
@@ -29,6 +29,7 @@ __all__ = [
     'ProcessTensors', 'RunOp', 'RunUpdateOps',
     'CallbackToHook', 'HookToCallback',
     'ClassificationError', 'Inferencer', 'ScalarStats', 'InferenceRunner', 'InferenceRunnerBase',
+    'DataParallelInferenceRunner',
     'EstimatedTimeLeft',
     'JSONWriter', 'MonitorBase', 'Monitors', 'NoOpMonitor', 'ScalarPrinter', 'SendMonitorData',
     'TFEventWriter',

@@ -13,7 +13,8 @@ Example::
 
 from ..compat import tf, tfv1
 from ..dataflow.base import DataFlow
-from ..input_source.input_source import FeedInput, StagingInput
+from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
+from ..input_source.input_source import FeedInput, QueueInput, StagingInput
 from ..input_source.input_source_base import InputSource
 from ..tfutils.hooked_session import HookedSession
 from ..tfutils.tower import TowerFunc, build_predict_tower
@@ -23,7 +24,7 @@ from .base import Callback, name_culprit
 from .group import Callbacks
 from .inference import Inferencer
 
-__all__ = ['InferenceRunnerBase', 'InferenceRunner']
+__all__ = ['InferenceRunnerBase', 'InferenceRunner', 'DataParallelInferenceRunner']
 
 
 class _InferencerToHook(tfv1.train.SessionRunHook):
@@ -110,9 +111,13 @@ class InferenceRunnerBase(Callback):
     def _trigger(self):
         for inf in self.infs:
             inf.before_inference()
-        self._input_source.reset_state()
+        self._reset_input()
         self._run_pass()
         self._report()
+
+    def _reset_input(self):
+        """Make the input start a new pass."""
+        self._input_source.reset_state()
 
     def _report(self):
         """Put the statistics of every inferencer into the trainer's monitors."""
@@ -126,19 +131,24 @@ class InferenceRunnerBase(Callback):
                 self.trainer.monitors.put_scalar(name, value)
 
     def _run_pass(self):
-        step = 0
+        self._steps_done = 0
         try:
             with get_tqdm(total=self._size, desc=str(self)) as pbar:
-                for step in range(self._size):
-                    self._hooked_sess.run(fetches=[])
-                    pbar.update()
+                self._run_steps(pbar)
         except (StopIteration, tf.errors.OutOfRangeError, tf.errors.CancelledError) as err:
             # Not left to propagate: the trainer takes OutOfRangeError as the end of training.
             reason = type(err).__name__ + (': {}'.format(err) if str(err) else '')
             raise RuntimeError(
                 "{}: the input ran out after {} of the {} steps of a pass ({}); the size of its "
                 "input is wrong, or the input cannot be restarted by reset_state()".format(
-                    self, step, self._size, reason)) from err
+                    self, self._steps_done, self._size, reason)) from err
+
+    def _run_steps(self, pbar):
+        """The runs of one pass; ``self._steps_done`` counts the datapoints consumed."""
+        for _ in range(self._size):
+            self._hooked_sess.run(fetches=[])
+            self._steps_done += 1
+            pbar.update()
 
     def _after_train(self):
         try:
@@ -244,3 +254,120 @@ class InferenceRunner(InferenceRunnerBase):
 
     def __str__(self):
         return "InferenceRunner({})".format(self._tower_name)
+
+
+class _InferencerToParallelHook(_InferencerToHook):
+    """Fetches an inferencer's tensors in every tower and gives it one tower's values at a
+    time, in tower order."""
+
+    def __init__(self, inf, fetches_per_tower):
+        super().__init__(inf, [t for fetches in fetches_per_tower for t in fetches])
+        self._per_tower = len(fetches_per_tower[0])
+
+    def after_run(self, ctx, run_values):
+        results = run_values.results
+        for start in range(0, len(results), self._per_tower):
+            super().after_run(ctx, tfv1.train.SessionRunValues(
+                results=results[start:start + self._per_tower], options=run_values.options,
+                run_metadata=run_values.run_metadata))
+
+
+class DataParallelInferenceRunner(InferenceRunnerBase):
+    """Validation with one inference tower per device: each run of a pass gives one
+    datapoint (batch) to every tower, so k towers go through the data k batches at a time;
+    the datapoints left over (fewer than k) run on the first tower. Inferencers receive the
+    batches in the order of the data, as with :class:`InferenceRunner`.
+
+    Args:
+        input (DataFlow or QueueInput): a DataFlow is wrapped in a :class:`QueueInput`; its
+            size gives the batches of a pass. Each pass restarts the data from its beginning.
+        infs (Inferencer or list[Inferencer]): what to compute.
+        gpus (int or list): the towers: a number of GPUs, GPU ids, or device strings such as
+            ``['/cpu:0', '/cpu:1']``.
+        tower_name (str): the prefix of the towers' names (``InferenceTower0``, ...).
+        tower_func (TowerFunc): builds the towers; ``trainer.tower_func`` by default.
+
+    Example::
+
+        DataParallelInferenceRunner(BatchData(test_df, 64, remainder=True),
+                                    [ScalarStats('cost')], gpus=['/cpu:0', '/cpu:1'])
+    """
+
+    def __init__(self, input, infs, gpus, tower_name='InferenceTower', tower_func=None):
+        if isinstance(input, DataFlow):
+            input = QueueInput(input)
+        if not isinstance(input, QueueInput):
+            raise TypeError("DataParallelInferenceRunner takes a DataFlow or a QueueInput, got {!r}".format(
+                input))
+        if not isinstance(tower_name, str) or not tower_name:
+            raise ValueError("DataParallelInferenceRunner: tower_name must be a non-empty str, got "
+                             "{!r}".format(tower_name))
+        if tower_func is not None and not isinstance(tower_func, TowerFunc):
+            raise TypeError("DataParallelInferenceRunner: tower_func must be a TowerFunc, got {!r}".format(
+                tower_func))
+        self._towers = interpret_towers(gpus, 'DataParallelInferenceRunner')
+        self._devices = [tower_device(t) for t in self._towers]
+        self._tower_names = ['{}{}'.format(tower_name, k) for k in range(len(self._towers))]
+        self._tower_func = tower_func
+        self._parallel_hooks = []
+        self._parallel_sess = None
+        self._handles = []
+        super().__init__(input, infs)
+
+    @property
+    def tower_handles(self):
+        """The :class:`TowerTensorHandle` of every tower (after ``setup_graph``)."""
+        return list(self._handles)
+
+    def _setup_graph(self):
+        tower_func = self._tower_func or getattr(self.trainer, 'tower_func', None)
+        if tower_func is None:
+            raise RuntimeError("DataParallelInferenceRunner needs a tower function: the trainer {} has none "
+                               "(use a TowerTrainer or give tower_func=)".format(type(self.trainer).__name__))
+        input_callbacks = self._input_source.setup(tower_func.input_signature)
+        vs_for_predictor = getattr(self.trainer, '_vs_name_for_predictor', lambda index: '')
+        for index, (name, device) in enumerate(zip(self._tower_names, self._devices)):
+            self._handles.append(build_predict_tower(tower_func, self._input_source.get_input_tensors(), name,
+                                                     device, vs_for_predictor(index)))
+        for inf in self.infs:
+            fetches = [self._lookup_fetches(inf, handle) for handle in self._handles]
+            self.register_hook(_InferencerToHook(inf, fetches[0]))
+            self._parallel_hooks.append(_InferencerToParallelHook(inf, fetches))
+        for inf in self.infs:
+            inf.setup_graph(self.trainer)
+        self._input_callbacks = Callbacks(input_callbacks)
+        self._input_callbacks.setup_graph(self.trainer)
+        for hook in self._input_callbacks.get_hooks():
+            self.register_hook(hook)
+            self._parallel_hooks.append(hook)
+
+    @staticmethod
+    def _lookup_fetches(inf, handle):
+        try:
+            return handle.get_tensors(inf.get_fetches())
+        except KeyError as err:
+            raise KeyError("DataParallelInferenceRunner: {} fetches a tensor that is not in the inference "
+                           "tower: {}".format(inf, err.args[0] if err.args else err)) from None
+
+    def _before_train(self):
+        check_session_devices(self.trainer.sess, self._devices, str(self))
+        super()._before_train()
+        self._parallel_sess = HookedSession(self.trainer.sess, self._parallel_hooks)
+
+    def _reset_input(self):
+        super()._reset_input()
+        self._input_source.refill_queue()   # drop what the last pass left in the queue
+
+    def _run_steps(self, pbar):
+        num_tower = len(self._handles)
+        while self._size - self._steps_done >= num_tower:
+            self._parallel_sess.run(fetches=[])
+            self._steps_done += num_tower
+            pbar.update(num_tower)
+        while self._steps_done < self._size:
+            self._hooked_sess.run(fetches=[])
+            self._steps_done += 1
+            pbar.update()
+
+    def __str__(self):
+        return "DataParallelInferenceRunner({})".format(', '.join(self._tower_names))

@@ -3,7 +3,8 @@
 from .base import AsyncPredictorBase, OfflinePredictor, OnlinePredictor, PredictorBase
 from .config import PredictConfig
 from .dataset import DatasetPredictorBase, MultiProcessDatasetPredictor, SimpleDatasetPredictor
+from .multigpu import DataParallelOfflinePredictor, MultiTowerOfflinePredictor
 
 __all__ = ['PredictorBase', 'AsyncPredictorBase', 'OnlinePredictor', 'OfflinePredictor',
            'PredictConfig', 'DatasetPredictorBase', 'SimpleDatasetPredictor',
-           'MultiProcessDatasetPredictor']
+           'MultiProcessDatasetPredictor', 'MultiTowerOfflinePredictor', 'DataParallelOfflinePredictor']

@@ -348,9 +348,12 @@ class PredictTowerContext(BaseTowerContext):
 
 def build_predict_tower(tower_func, inputs, tower_name, device=0, vs_name=''):
     """Call ``tower_func(*inputs)`` as an inference tower ``tower_name`` that reuses the
-    training variables, on GPU ``device`` (-1: the CPU), at the root name scope, and return
-    its :class:`TowerTensorHandle`."""
-    device_name = '/gpu:{}'.format(device) if device >= 0 else '/cpu:0'
+    training variables, on GPU ``device`` (-1: the CPU; or a device string such as
+    ``'/cpu:1'``), at the root name scope, and return its :class:`TowerTensorHandle`."""
+    if isinstance(device, str):
+        device_name = device
+    else:
+        device_name = '/gpu:{}'.format(device) if device >= 0 else '/cpu:0'
     logger.info("Building inference tower '{}' on device {}{} ...".format(
         tower_name, device_name, " with variable scope '{}'".format(vs_name) if vs_name else ''))
     with tfv1.name_scope(None), tfv1.variable_scope(tfv1.get_variable_scope(), reuse=True), \
