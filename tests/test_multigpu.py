@@ -385,3 +385,21 @@ def test_data_parallel_inference_runner_matches_the_single_tower_runner(digits):
     assert [h.ns_name for h in parallel.tower_handles] == ['InferenceTower{}'.format(k) for k in range(3)]
     with pytest.raises(TypeError, match='DataFlow or a QueueInput'):
         DataParallelInferenceRunner(FeedInput(test), [ScalarStats('cost')], cpus(2))
+
+
+def test_replicated_warns_about_optimizer_state_shared_by_replicas(log_records):
+    class AdamMLP(DigitsMLP):
+        def optimizer(self):
+            return tfv1.train.AdamOptimizer(1e-3)
+
+    trainer = SyncMultiGPUTrainerReplicated(cpus(2))
+    model = AdamMLP()
+    trainer.setup_graph(model.get_input_signature(), QueueInput(DataFromList([[np.zeros((1, 64), 'float32'),
+                                                                              np.zeros(1, 'int32')]])),
+                        model.build_graph, model.get_optimizer)
+    warning, = [m for m in log_records.messages(logging.WARNING) if 'not per variable' in m]
+    assert 'beta1_power' in warning and 'beta2_power' in warning and 'fc0/W' not in warning
+    # the replicas' Adam slots are local and synced from the main tower's
+    local = sorted(v.op.name for v in tfv1.local_variables())
+    assert 'tower1/fc0/W/Adam' in local and 'tower1/fc0/W/Adam_1' in local
+    assert not [v.op.name for v in tfv1.global_variables() if v.op.name.startswith('tower')]
