@@ -51,14 +51,17 @@ class InferenceRunnerBase(Callback):
 
     A pass is ``input.size()`` runs of a hooked session of the runner's own, whose hooks
     are the inferencers' fetches and the InputSource's callbacks (e.g. the one feeding
-    placeholders); the input is reset before every pass. Subclasses build the graph in
-    ``_setup_graph``: they register one hook per inferencer (:meth:`register_hook`) and set
-    ``self._input_callbacks`` to a set-up :class:`Callbacks` of the input's callbacks.
+    placeholders); the input is reset before every pass. In ``setup_graph`` the input is set
+    up with the signature of the tower function (``tower_func``, else the trainer's); then
+    subclasses build their towers in :meth:`_build_towers`, which registers one hook per
+    inferencer (:meth:`register_hook`).
 
     Args:
         input (InputSource): the data; its ``size()`` (steps in one pass) must be known.
         infs (Inferencer or list[Inferencer]): what to compute.
     """
+
+    _tower_func = None
 
     def __init__(self, input, infs):
         if not isinstance(input, InputSource):
@@ -77,6 +80,14 @@ class InferenceRunnerBase(Callback):
         self._hooks = []
         self._input_callbacks = None
         self._hooked_sess = None
+
+    @classmethod
+    def _check_tower_args(cls, tower_name, tower_func):
+        if not isinstance(tower_name, str) or not tower_name:
+            raise ValueError("{}: tower_name must be a non-empty str, got {!r}".format(
+                cls.__name__, tower_name))
+        if tower_func is not None and not isinstance(tower_func, TowerFunc):
+            raise TypeError("{}: tower_func must be a TowerFunc, got {!r}".format(cls.__name__, tower_func))
 
     def _get_size(self, input):
         owner = type(self).__name__
@@ -99,6 +110,50 @@ class InferenceRunnerBase(Callback):
         if self._hooked_sess is not None:
             raise RuntimeError("{}.register_hook() must be called before training".format(self))
         self._hooks.append(hook)
+
+    def _setup_graph(self):
+        tower_func = self._tower_func
+        if tower_func is None:
+            tower_func = getattr(self.trainer, 'tower_func', None)
+            if tower_func is None:
+                raise RuntimeError("{} needs a tower function: the trainer {} has no tower_func (use a "
+                                   "TowerTrainer or give tower_func=)".format(
+                                       type(self).__name__, type(self.trainer).__name__))
+        if self._input_source.setup_done():
+            raise RuntimeError("{}: its InputSource {} is already set up (an InputSource feeds one "
+                               "trainer or runner)".format(type(self).__name__,
+                                                           type(self._input_source).__name__))
+        input_callbacks = self._input_source.setup(tower_func.input_signature)
+        self._build_towers(tower_func)
+        for inf in self.infs:
+            inf.setup_graph(self.trainer)
+        # The input's callbacks run in this runner's own session (only their setup_graph,
+        # before_train, before_run/after_run and after_train are used).
+        self._input_callbacks = Callbacks(input_callbacks)
+        self._input_callbacks.setup_graph(self.trainer)
+        for hook in self._input_callbacks.get_hooks():
+            self._register_input_hook(hook)
+
+    def _build_towers(self, tower_func):
+        """Build the inference tower(s) on the input's tensors and register the inferencers'
+        hooks."""
+        raise NotImplementedError()
+
+    def _register_input_hook(self, hook):
+        self.register_hook(hook)
+
+    def _lookup_fetches(self, inf, handle):
+        """The tensors ``inf`` fetches, in the tower ``handle``."""
+        tensors = []
+        for name in inf.get_fetches():
+            try:
+                tensors.append(handle.get_tensor(name))
+            except KeyError:
+                tower = handle.ns_name
+                raise KeyError("{}: {} fetches tensor '{}', which is not in the inference tower '{}' (the "
+                               "graph has no '{}/{}')".format(
+                                   type(self).__name__, inf, name, tower, tower, name)) from None
+        return tensors
 
     def _before_train(self):
         self._hooked_sess = HookedSession(self.trainer.sess, self._hooks)
@@ -192,12 +247,7 @@ class InferenceRunner(InferenceRunnerBase):
         if isinstance(input, StagingInput):
             raise TypeError("InferenceRunner cannot use a StagingInput (it only stages for "
                             "training steps); give it the wrapped InputSource")
-        if not isinstance(tower_name, str) or not tower_name:
-            raise ValueError("InferenceRunner: tower_name must be a non-empty str, got {!r}".format(
-                tower_name))
-        if tower_func is not None and not isinstance(tower_func, TowerFunc):
-            raise TypeError("InferenceRunner: tower_func must be a TowerFunc, got {!r}".format(
-                tower_func))
+        self._check_tower_args(tower_name, tower_func)
         if isinstance(device, bool) or not isinstance(device, int):
             raise TypeError("InferenceRunner: device must be an int (-1 for the CPU), got {!r}".format(
                 device))
@@ -212,45 +262,13 @@ class InferenceRunner(InferenceRunnerBase):
         """The :class:`TowerTensorHandle` of the inference tower (after ``setup_graph``)."""
         return self._tower_handle
 
-    def _setup_graph(self):
-        tower_func = self._tower_func
-        if tower_func is None:
-            tower_func = getattr(self.trainer, 'tower_func', None)
-            if tower_func is None:
-                raise RuntimeError("InferenceRunner needs a tower function: the trainer {} has no "
-                                   "tower_func (use a TowerTrainer or give tower_func=)".format(
-                                       type(self.trainer).__name__))
-        if self._input_source.setup_done():
-            raise RuntimeError("InferenceRunner: its InputSource {} is already set up (an InputSource "
-                               "feeds one trainer or runner)".format(type(self._input_source).__name__))
-        input_callbacks = self._input_source.setup(tower_func.input_signature)
-        self._tower_handle = self._build_tower(tower_func, self._input_source.get_input_tensors())
-        for inf in self.infs:
-            self.register_hook(_InferencerToHook(inf, self._lookup_fetches(inf)))
-        for inf in self.infs:
-            inf.setup_graph(self.trainer)
-        # The input's callbacks run in this runner's own session (only their setup_graph,
-        # before_train, before_run/after_run and after_train are used).
-        self._input_callbacks = Callbacks(input_callbacks)
-        self._input_callbacks.setup_graph(self.trainer)
-        for hook in self._input_callbacks.get_hooks():
-            self.register_hook(hook)
-
-    def _build_tower(self, tower_func, inputs):
+    def _build_towers(self, tower_func):
         vs_for_predictor = getattr(self.trainer, '_vs_name_for_predictor', None)
         vs_name = vs_for_predictor(self._device_id) if vs_for_predictor is not None else ''
-        return build_predict_tower(tower_func, inputs, self._tower_name, self._device_id, vs_name)
-
-    def _lookup_fetches(self, inf):
-        tensors = []
-        for name in inf.get_fetches():
-            try:
-                tensors.append(self._tower_handle.get_tensor(name))
-            except KeyError:
-                raise KeyError("InferenceRunner: {} fetches tensor '{}', which is not in the inference "
-                               "tower '{}' (the graph has no '{}/{}')".format(
-                                   inf, name, self._tower_name, self._tower_name, name)) from None
-        return tensors
+        self._tower_handle = build_predict_tower(tower_func, self._input_source.get_input_tensors(),
+                                                 self._tower_name, self._device_id, vs_name)
+        for inf in self.infs:
+            self.register_hook(_InferencerToHook(inf, self._lookup_fetches(inf, self._tower_handle)))
 
     def __str__(self):
         return "InferenceRunner({})".format(self._tower_name)
@@ -299,12 +317,7 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         if not isinstance(input, QueueInput):
             raise TypeError("DataParallelInferenceRunner takes a DataFlow or a QueueInput, got {!r}".format(
                 input))
-        if not isinstance(tower_name, str) or not tower_name:
-            raise ValueError("DataParallelInferenceRunner: tower_name must be a non-empty str, got "
-                             "{!r}".format(tower_name))
-        if tower_func is not None and not isinstance(tower_func, TowerFunc):
-            raise TypeError("DataParallelInferenceRunner: tower_func must be a TowerFunc, got {!r}".format(
-                tower_func))
+        self._check_tower_args(tower_name, tower_func)
         self._towers = interpret_towers(gpus, 'DataParallelInferenceRunner')
         self._devices = [tower_device(t) for t in self._towers]
         self._tower_names = ['{}{}'.format(tower_name, k) for k in range(len(self._towers))]
@@ -319,12 +332,7 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         """The :class:`TowerTensorHandle` of every tower (after ``setup_graph``)."""
         return list(self._handles)
 
-    def _setup_graph(self):
-        tower_func = self._tower_func or getattr(self.trainer, 'tower_func', None)
-        if tower_func is None:
-            raise RuntimeError("DataParallelInferenceRunner needs a tower function: the trainer {} has none "
-                               "(use a TowerTrainer or give tower_func=)".format(type(self.trainer).__name__))
-        input_callbacks = self._input_source.setup(tower_func.input_signature)
+    def _build_towers(self, tower_func):
         vs_for_predictor = getattr(self.trainer, '_vs_name_for_predictor', lambda index: '')
         for index, (name, device) in enumerate(zip(self._tower_names, self._devices)):
             self._handles.append(build_predict_tower(tower_func, self._input_source.get_input_tensors(), name,
@@ -333,21 +341,10 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
             fetches = [self._lookup_fetches(inf, handle) for handle in self._handles]
             self.register_hook(_InferencerToHook(inf, fetches[0]))
             self._parallel_hooks.append(_InferencerToParallelHook(inf, fetches))
-        for inf in self.infs:
-            inf.setup_graph(self.trainer)
-        self._input_callbacks = Callbacks(input_callbacks)
-        self._input_callbacks.setup_graph(self.trainer)
-        for hook in self._input_callbacks.get_hooks():
-            self.register_hook(hook)
-            self._parallel_hooks.append(hook)
 
-    @staticmethod
-    def _lookup_fetches(inf, handle):
-        try:
-            return handle.get_tensors(inf.get_fetches())
-        except KeyError as err:
-            raise KeyError("DataParallelInferenceRunner: {} fetches a tensor that is not in the inference "
-                           "tower: {}".format(inf, err.args[0] if err.args else err)) from None
+    def _register_input_hook(self, hook):
+        self.register_hook(hook)
+        self._parallel_hooks.append(hook)
 
     def _before_train(self):
         check_session_devices(self.trainer.sess, self._devices, str(self))
