@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.callbacks import (
-    Callback, ClassificationError, DataParallelInferenceRunner, InferenceRunner, ModelSaver, ScalarStats)
+    Callback, ClassificationError, DataParallelInferenceRunner, InferenceRunner, ModelSaver, RunUpdateOps,
+    ScalarStats)
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput, StagingInput
@@ -19,10 +20,12 @@ from tensorpack_lite.predict import (
 from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import SaverRestore
+from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
 from tensorpack_lite.train import (
     AsyncMultiGPUTrainer, ModelDesc, SimpleTrainer, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
     SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config)
+from tensorpack_lite.utils.naming import MOVING_SUMMARY_OPS_KEY
 
 from helpers import DigitsMLPBase, cross_entropy_cost
 
@@ -169,6 +172,27 @@ def test_launch_train_with_config_stages_the_queue_of_the_towers(digits, referen
 
 def records_text(records):
     return '\n'.join(records.messages(logging.DEBUG))
+
+
+class CountingMLP(DigitsMLP):
+    """Adds a moving summary of the cost and an update op counting the steps of its tower."""
+
+    def outputs(self, logits, label):
+        cost = super().outputs(logits, label)
+        counter = tfv1.get_variable('counter', initializer=0, trainable=False)
+        tfv1.add_to_collection(tfv1.GraphKeys.UPDATE_OPS, tfv1.assign_add(counter, 1))
+        add_moving_summary(cost)
+        return cost
+
+
+def test_replicated_runs_update_ops_and_summaries_of_the_main_tower_only(digits):
+    k = 2
+    trainer = SyncMultiGPUTrainerReplicated(cpus(k), mode='collective')
+    trainer.BROADCAST_EVERY_EPOCH = False
+    values = train(trainer, QueueInput(DataFromList(tower_batches(digits, k), shuffle=False)), k,
+                   callbacks=[RunUpdateOps()], model=CountingMLP())
+    assert values['counter'] == STEPS and values['tower1/counter'] == 0
+    assert [t.name for t in tfv1.get_collection(MOVING_SUMMARY_OPS_KEY)] == ['EMA/cost_EMA:0']
 
 
 def test_sync_multigpu_trainer_is_a_parameter_server_on_the_cpu():
