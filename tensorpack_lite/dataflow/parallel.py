@@ -16,6 +16,7 @@ See docs/dataflow.md for choosing a runner, start methods and cleanup guarantees
 
 import itertools
 import multiprocessing as mp
+import multiprocessing.util
 import os
 import pickle
 import queue
@@ -205,11 +206,12 @@ class _WorkerProcesses(object):
 class _IPCDir(object):
     """A private temporary directory for ``ipc://`` endpoints, removed by :meth:`cleanup`."""
 
-    _MAX_PATH = 100  # sockaddr_un.sun_path is 108 bytes on Linux, fewer elsewhere
+    _MAX_PATH = 103  # sockaddr_un.sun_path: 108 bytes on Linux, 104 on macOS, with a final NUL
+    _MAX_SUFFIX = 36  # '/tplite-runner-XXXXXXXX/' + the endpoint's name
 
     def __init__(self, prefix):
         base = tempfile.gettempdir()
-        if len(base) > self._MAX_PATH - 40:
+        if len(base) + self._MAX_SUFFIX > self._MAX_PATH:
             base = '/tmp'
         self.path = tempfile.mkdtemp(prefix='tplite-{}-'.format(prefix), dir=base)
         self._owner_pid = os.getpid()
@@ -280,9 +282,10 @@ class _ZMQCollector(object):
         """The frames of the next message that is not an error report."""
         while True:
             ready = dict(self._poller.poll())
+            if len(ready) > (self.socket in ready):  # a worker ended: do not wait for the others
+                self._raise_for_dead_worker()
             if self.socket in ready:
                 return self._check(self.socket.recv_multipart(copy=False))
-            self._raise_for_dead_worker()
 
     def _check(self, frames):
         if frames[0].bytes == _ERROR_TAG:
@@ -320,8 +323,10 @@ class _ParallelBase(DataFlow):
 
     def _set_cleanup(self, *actions):
         """Run ``actions`` (callables not holding ``self``) once: at :meth:`close`, when this
-        object is garbage-collected, or at interpreter exit."""
-        self._finalizer = weakref.finalize(self, _run_all, actions)
+        object is garbage-collected, or when the process exits -- also a process started by
+        ``multiprocessing``, which would otherwise wait for our workers before exiting."""
+        self._finalizer = multiprocessing.util.Finalize(self, _run_all, args=(actions,),
+                                                        exitpriority=10)
 
     def close(self):
         """Stop the workers and release the pipes (idempotent). Also happens automatically
@@ -531,22 +536,28 @@ class MultiProcessRunner(_ParallelBase, ProxyDataFlow):
         self._set_cleanup(workers.close, q.close, q.cancel_join_thread)
         workers.start()
         self._workers = workers
+        self._next_check = 0.0
 
     def _get(self):
         while True:
+            if time.monotonic() >= self._next_check:  # even while the others keep producing
+                self._next_check = time.monotonic() + self.poll_interval
+                self._raise_for_dead_worker()
             try:
                 item = self.queue.get(timeout=self.poll_interval)
             except queue.Empty:
-                dead = self._workers.dead()
-                if dead is not None:
-                    self._drain_reports(self._workers.join_timeout)
-                    name, proc = dead
-                    raise DataFlowWorkerError("{} (pid {}) {} without reporting an error".format(
-                        name, proc.pid, _describe_exit(proc.exitcode)))
                 continue
             if isinstance(item, _WorkerFailure):
                 raise DataFlowWorkerError(item.text)
             return pickle.loads(item)
+
+    def _raise_for_dead_worker(self):
+        dead = self._workers.dead()
+        if dead is not None:
+            self._drain_reports(_ZMQCollector.report_grace)
+            name, proc = dead
+            raise DataFlowWorkerError("{} (pid {}) {} without reporting an error".format(
+                name, proc.pid, _describe_exit(proc.exitcode)))
 
     def _drain_reports(self, grace):
         deadline = time.time() + grace

@@ -277,7 +277,8 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
             assert _SEQ.unpack(frames[0].bytes)[0] == _HELLO
 
     def _send(self, seq, dp):
-        self._tasks.send_multipart([_SEQ.pack(seq)] + dumps_frames(dp), copy=False)
+        frames = [_SEQ.pack(seq)] + dumps_frames(dp)
+        self._from_workers(lambda: self._tasks.send_multipart(frames, copy=False))
 
     def _recv(self):
         frames = self._from_workers(self._collector.recv)

@@ -1,0 +1,406 @@
+"""dataflow.parallel / parallel_map: completeness and order, worker seeds, and faults with real
+processes (a worker raising, a worker killed, the parent killed, Ctrl-C in the parent)."""
+
+import gc
+import glob
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from tensorpack_lite.dataflow import (DataFlow, DataFlowWorkerError, DataFromList, MultiProcessMapData,
+                                      MultiProcessMapDataZMQ, MultiProcessPrefetchData, MultiProcessRunner,
+                                      MultiProcessRunnerZMQ, MultiThreadMapData, MultiThreadPrefetchData,
+                                      MultiThreadRunner, PrefetchData, PrefetchDataZMQ, RNGDataFlow)
+from tensorpack_lite.utils import utils as rng_utils
+
+FORK = mp.get_context('fork')
+
+
+class Numbered(DataFlow):
+    """[a 64x64 float32 array (16 KiB: sent as its own frame) filled with i, i, a small array]."""
+
+    def __init__(self, n, delay=0.0):
+        self.n, self.delay = n, delay
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            if self.delay:
+                time.sleep(self.delay)
+            yield [np.full((64, 64), i, np.float32), i, np.arange(3, dtype=np.int16) + i]
+
+
+class Failing(DataFlow):
+    """Three datapoints, then ValueError."""
+
+    def __iter__(self):
+        for i in range(3):
+            yield [i]
+        raise ValueError('boom after 3')
+
+
+class Draws(RNGDataFlow):
+    """[pid, a draw of self.rng, a draw of np.random] forever."""
+
+    def __iter__(self):
+        while True:
+            yield [os.getpid(), int(self.rng.randint(1 << 30)), int(np.random.randint(1 << 30))]
+
+
+class Opaque(object):
+    pass
+
+
+def slow_identity(dp):
+    time.sleep(0.001 * (dp[1] % 4))  # later datapoints often finish first
+    return dp
+
+
+def ipc_dirs():
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), 'tplite-*')))
+
+
+def gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_gone(pids, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline and not all(gone(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if not gone(p)]
+
+
+def children():
+    return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE}
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    """Every worker started by a test has ended once the test has closed its dataflows."""
+    before, dirs = children(), ipc_dirs()
+    yield
+    if children() - before:
+        gc.collect()  # dataflows only dropped, not closed
+    assert wait_gone(children() - before) == []
+    assert ipc_dirs() - dirs == set()
+
+
+def values(dps):
+    return [int(dp[1]) for dp in dps]
+
+
+def take(df, n):
+    itr = iter(df)
+    return [next(itr) for _ in range(n)]
+
+
+RUNNERS = {
+    'zmq': lambda ds, n: MultiProcessRunnerZMQ(ds, num_proc=n, hwm=4),
+    'queue': lambda ds, n: MultiProcessRunner(ds, num_prefetch=4, num_proc=n),
+}
+
+
+# ---------------------------------------------------------------- runners
+
+@pytest.mark.parametrize('kind', sorted(RUNNERS))
+def test_runner_one_worker_keeps_order_and_values(kind):
+    before = children()
+    df = RUNNERS[kind](Numbered(12), 1)
+    assert len(df) == 12
+    df.reset_state()
+    workers = children() - before
+    assert len(workers) == 1
+    for _ in range(2):  # two epochs, each exactly the epoch of ds
+        out = list(df)
+        assert values(out) == list(range(12))
+        for i, (big, label, small) in enumerate(out):
+            assert big.dtype == np.float32 and big.shape == (64, 64) and (big == i).all()
+            assert small.dtype == np.int16 and small.tolist() == [i, i + 1, i + 2]
+    df.close()
+    assert wait_gone(workers, 5) == []
+
+
+@pytest.mark.parametrize('kind', sorted(RUNNERS))
+def test_runner_workers_run_their_own_copies(kind):
+    df = RUNNERS[kind](Numbered(10), 2)
+    df.reset_state()
+    out = values(list(df) + list(df) + list(df))
+    assert len(out) == 30 and sorted(set(out)) == list(range(10))
+    assert max(out.count(i) for i in range(10)) >= 2  # each worker goes through all of ds
+    del df  # garbage collection ends the workers (checked by the fixture)
+
+
+def _first_draws(seed, monkeypatch):
+    monkeypatch.setattr(rng_utils, '_RNG_SEED', seed)
+    df = MultiProcessRunnerZMQ(Draws(), num_proc=2)
+    df.reset_state()
+    firsts = {}
+    itr = iter(df)
+    while len(firsts) < 2:
+        pid, draw, np_draw = next(itr)
+        firsts.setdefault(pid, (draw, np_draw))
+    df.close()
+    return sorted(firsts.values())
+
+
+def test_each_worker_has_its_own_seed(monkeypatch):
+    unseeded = _first_draws(None, monkeypatch)
+    assert unseeded[0][0] != unseeded[1][0] and unseeded[0][1] != unseeded[1][1]
+    seeded = _first_draws(42, monkeypatch)
+    assert seeded[0][0] != seeded[1][0] and seeded[0][1] != seeded[1][1]
+    assert _first_draws(42, monkeypatch) == seeded  # reproducible with fix_rng_seed
+
+
+def test_runner_misuse_is_explained():
+    df = MultiProcessRunnerZMQ(Numbered(2))
+    with pytest.raises(RuntimeError, match='reset_state'):
+        next(iter(df))
+    df.reset_state()
+    with pytest.raises(RuntimeError, match='called twice'):
+        df.reset_state()
+    df.close()
+    with pytest.raises(ValueError, match='num_proc'):
+        MultiProcessRunnerZMQ(Numbered(2), num_proc=0)
+
+
+def test_tensorpack_aliases():
+    assert PrefetchData is MultiProcessRunner and MultiProcessPrefetchData is MultiProcessRunner
+    assert PrefetchDataZMQ is MultiProcessRunnerZMQ and MultiThreadPrefetchData is MultiThreadRunner
+    assert MultiProcessMapData is MultiProcessMapDataZMQ
+
+
+def test_multi_thread_runner_and_its_errors():
+    df = MultiThreadRunner(lambda: DataFromList([[i] for i in range(5)], shuffle=False), 3, 2)
+    assert len(df) == 5
+    df.reset_state()
+    out = [dp[0] for dp in take(df, 30)]
+    assert sorted(set(out)) == list(range(5)) and len(out) == 30
+    df.close()
+
+    bad = MultiThreadRunner(Failing, 2, 2)
+    bad.reset_state()
+    start = time.time()
+    with pytest.raises(DataFlowWorkerError, match='raised ValueError: boom after 3') as info:
+        take(bad, 100)
+    assert time.time() - start < 5
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+# ---------------------------------------------------------------- parallel map
+
+MAPPERS = {
+    'process': lambda ds, f, **kw: MultiProcessMapData(ds, num_proc=3, map_func=f, **kw),
+    'thread': lambda ds, f, **kw: MultiThreadMapData(ds, num_thread=3, map_func=f, **kw),
+}
+
+
+@pytest.mark.parametrize('kind', sorted(MAPPERS))
+def test_map_strict_gives_every_datapoint_once_in_order(kind):
+    df = MAPPERS[kind](Numbered(60), slow_identity, buffer_size=9, strict=True)
+    df.reset_state()
+    for _ in range(2):
+        out = list(df)
+        assert values(out) == list(range(60))
+        assert all((big == i).all() for i, (big, _, _) in enumerate(out))
+    # an epoch left early does not leak into the next one
+    assert values(take(df, 5)) == list(range(5))
+    assert values(list(df)) == list(range(60))
+    df.close()
+
+
+@pytest.mark.parametrize('kind', sorted(MAPPERS))
+def test_map_unordered_gives_every_datapoint_once(kind):
+    def drop_odd(dp):
+        return slow_identity(dp) if dp[1] % 2 == 0 else None
+    df = MAPPERS[kind](Numbered(60), slow_identity, buffer_size=9)
+    df.reset_state()
+    for _ in range(2):
+        assert sorted(values(list(df))) == list(range(60))
+    df.close()
+    df = MAPPERS[kind](Numbered(20), drop_odd, buffer_size=5)
+    df.reset_state()
+    assert sorted(values(list(df))) == list(range(0, 20, 2))
+    df.close()
+
+
+def test_map_strict_refuses_none():
+    df = MultiThreadMapData(Numbered(4), num_thread=2, map_func=lambda dp: None, strict=True)
+    df.reset_state()
+    with pytest.raises(ValueError, match='returned None'):
+        list(df)
+    df.close()
+
+
+def _pid_and_draw(dp):
+    return [os.getpid(), int(np.random.randint(1 << 30))]
+
+
+def test_map_workers_have_their_own_seed():
+    df = MultiProcessMapData(Numbered(40), num_proc=2, map_func=_pid_and_draw, buffer_size=4)
+    df.reset_state()
+    first = {}
+    for pid, draw in df:
+        first.setdefault(pid, draw)
+    df.close()
+    assert len(first) == 2 and len(set(first.values())) == 2
+
+
+# ---------------------------------------------------------------- faults
+
+def _failing_map(dp):
+    if dp[1] == 5:
+        raise ValueError('boom after 3')
+    return dp
+
+
+FAILING = {
+    'zmq': lambda: MultiProcessRunnerZMQ(Failing(), num_proc=2),
+    'queue': lambda: MultiProcessRunner(Failing(), num_prefetch=2, num_proc=2),
+    'map': lambda: MultiProcessMapData(Numbered(20), num_proc=2, map_func=_failing_map, strict=True),
+}
+
+
+@pytest.mark.parametrize('kind', sorted(FAILING))
+def test_worker_exception_is_raised_by_the_parent(kind):
+    before = children()
+    df = FAILING[kind]()
+    df.reset_state()
+    workers = children() - before
+    start = time.time()
+    with pytest.raises(DataFlowWorkerError) as info:
+        for _ in range(3):
+            list(df)
+    assert time.time() - start < 5
+    message = str(info.value)
+    assert 'raised ValueError: boom after 3' in message and 'worker #' in message
+    assert 'traceback in the worker' in message
+    with pytest.raises(DataFlowWorkerError, match='boom after 3'):  # for good
+        list(df)
+    assert wait_gone(workers, 5) == []  # the failure closed the other workers too
+
+
+def _killable(kind):
+    if kind == 'map':
+        return MultiProcessMapData(Numbered(10 ** 6), num_proc=2, map_func=slow_identity, buffer_size=4)
+    return RUNNERS[kind](Numbered(10 ** 6, delay=0.01), 2)
+
+
+@pytest.mark.parametrize('kind', ['map', 'queue', 'zmq'])
+def test_worker_killed_makes_the_parent_fail(kind):
+    before = children()
+    df = _killable(kind)
+    df.reset_state()
+    workers = sorted(children() - before)
+    itr = iter(df)
+    next(itr)
+    os.kill(workers[0], signal.SIGKILL)
+    start = time.time()
+    with pytest.raises(DataFlowWorkerError) as info:
+        for _ in range(10 ** 6):
+            next(itr)
+    assert time.time() - start < 5
+    assert 'killed by signal SIGKILL' in str(info.value) and str(workers[0]) in str(info.value)
+    assert wait_gone(workers, 5) == []
+
+
+@pytest.mark.parametrize('where', ['runner', 'map'])
+def test_unserializable_datapoint_names_type_and_component(where):
+    if where == 'runner':
+        df = MultiProcessRunnerZMQ(DataFromList([[np.zeros(3), {'mask': Opaque()}]], shuffle=False))
+    else:
+        df = MultiProcessMapData(Numbered(3), num_proc=1, map_func=lambda dp: [dp[0], Opaque()])
+    df.reset_state()
+    with pytest.raises(DataFlowWorkerError) as info:
+        list(df)
+    message = str(info.value)
+    assert 'TypeError' in message and 'Opaque' in message
+    assert ("datapoint[1]['mask']" if where == 'runner' else 'datapoint[1]') in message
+
+
+def _parent_that_gets_killed(conn):
+    """Starts three kinds of workers, reports their pids and ipc dirs, then waits."""
+    before = children()
+    dirs = ipc_dirs()
+    flows = [MultiProcessRunnerZMQ(Numbered(10 ** 6), num_proc=2, hwm=2),
+             MultiProcessRunner(Numbered(10 ** 6), num_prefetch=2, num_proc=1),
+             MultiProcessMapData(Numbered(10 ** 6), num_proc=2, map_func=slow_identity, buffer_size=4)]
+    for df in flows:
+        df.reset_state()
+        next(iter(df))
+    conn.send((sorted(children() - before), sorted(ipc_dirs() - dirs)))
+    time.sleep(60)
+
+
+def test_parent_killed_takes_its_workers_along():
+    recv, send = FORK.Pipe(duplex=False)
+    parent = FORK.Process(target=_parent_that_gets_killed, args=(send,))
+    parent.start()
+    try:
+        assert recv.poll(30), "the parent did not start its workers"
+        workers, dirs = recv.recv()
+        assert len(workers) == 5 and not any(gone(p) for p in workers)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.join(5)
+        assert wait_gone(workers, 5) == []
+    finally:
+        parent.kill()
+        parent.join(5)
+        for path in dirs:  # a parent killed with SIGKILL cannot remove its (empty) ipc directory
+            subprocess.run(['rm', '-rf', path], timeout=10)
+
+
+class Endless(DataFlow):
+    def __iter__(self):
+        while True:
+            time.sleep(0.01)
+            yield [np.zeros((64, 64), np.float32), 1]
+
+
+def _parent_that_gets_interrupted(conn, tmpdir):
+    """Runs a map over a runner (4 workers, ipc dirs in ``tmpdir``) until Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    tempfile.tempdir = tmpdir
+    mapper = MultiProcessMapData(MultiProcessRunnerZMQ(Endless(), num_proc=2), num_proc=2,
+                                 map_func=slow_identity, buffer_size=4)
+    mapper.reset_state()
+    itr = iter(mapper)
+    next(itr)
+    try:
+        conn.send(sorted(children()))
+        for _ in itr:
+            pass
+    except KeyboardInterrupt:
+        conn.send('interrupted')
+        raise
+
+
+def test_ctrl_c_in_the_parent_ends_everything(tmp_path):
+    recv, send = FORK.Pipe(duplex=False)
+    parent = FORK.Process(target=_parent_that_gets_interrupted, args=(send, str(tmp_path)))
+    parent.start()
+    try:
+        assert recv.poll(30), "the parent did not start its workers"
+        workers = recv.recv()
+        assert len(workers) == 4 and len(os.listdir(tmp_path)) == 2
+        os.kill(parent.pid, signal.SIGINT)
+        assert recv.poll(10) and recv.recv() == 'interrupted'
+        parent.join(10)
+        assert parent.exitcode == 1  # KeyboardInterrupt went up, and the process ended
+        assert wait_gone(workers, 5) == []
+        assert os.listdir(tmp_path) == []  # the ipc directories are removed
+    finally:
+        parent.kill()
+        parent.join(5)
