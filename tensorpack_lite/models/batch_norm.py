@@ -13,10 +13,10 @@ Rules (as tensorpack 0.11):
 from ..compat import tf, tfv1
 from ..tfutils.tower import get_current_tower_context
 from ..utils import logger
-from ..utils.argtools import log_once
 from .registry import layer_register
 from .tflayer import channel_axis, convert_to_tflayer_args
-from .utils import affine_variables, broadcastable, check_input_rank, describe_layer, finish_output, known_dim
+from .utils import (affine_variables, broadcastable, check_input_rank, describe_layer, finish_output,
+                    known_dim, log_once_per_graph)
 
 __all__ = ['BatchNorm', 'BatchRenorm']
 
@@ -92,8 +92,8 @@ def _ema_update_mode(ema_update, internal_update):
         raise ValueError("{}: ema_update must be one of {}, got {!r}".format(
             describe_layer('BatchNorm'), _EMA_UPDATE_MODES, ema_update))
     if internal_update is not None:
-        log_once("BatchNorm(internal_update=) is deprecated: use ema_update='internal' or 'collection'.",
-                 'warn')
+        log_once_per_graph("BatchNorm(internal_update=) is deprecated: use ema_update='internal' or "
+                           "'collection'.", 'warn')
         if ema_update != 'default':
             raise ValueError("{}: give either internal_update (deprecated) or ema_update, not both.".format(
                 describe_layer('BatchNorm')))
@@ -215,7 +215,7 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
     main_or_inference = ctx is None or ctx.is_main_training_tower or not ctx.is_training
     do_ema_update = training and main_or_inference and ema_update != 'skip'
     if not training and ctx is not None and ctx.is_main_training_tower:
-        log_once("Some BatchNorm layer uses moving_mean/moving_variance in training.", 'warn')
+        log_once_per_graph("Some BatchNorm layer uses moving_mean/moving_variance in training.", 'warn')
 
     dtype = inputs.dtype.base_dtype
     beta, gamma = affine_variables(num_chan, center, scale, beta_initializer, gamma_initializer, dtype)

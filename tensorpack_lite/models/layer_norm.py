@@ -1,10 +1,10 @@
 """Normalizations by the statistics of each sample: layer and instance normalization."""
 
 from ..compat import tf, tfv1
-from ..utils.argtools import log_once
 from .registry import layer_register
 from .tflayer import channel_axis, convert_to_tflayer_args
-from .utils import affine_variables, broadcastable, check_input_rank, finish_output, known_dim
+from .utils import (affine_variables, broadcastable, check_input_rank, finish_output, known_dim,
+                    log_once_per_graph)
 
 __all__ = ['LayerNorm', 'InstanceNorm']
 
@@ -60,7 +60,7 @@ def InstanceNorm(x, epsilon=1e-5, center=True, scale=True, gamma_initializer=tfv
     """
     check_input_rank(x, (4,), 'InstanceNorm')
     if use_affine is not None:
-        log_once("InstanceNorm(use_affine=) is deprecated: use center= and scale=.", 'warn')
+        log_once_per_graph("InstanceNorm(use_affine=) is deprecated: use center= and scale=.", 'warn')
         center = scale = use_affine
     chan_axis = channel_axis(data_format)
     num_chan = known_dim(x, chan_axis, 'number of channels', 'InstanceNorm')

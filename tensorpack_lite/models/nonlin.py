@@ -1,11 +1,10 @@
 """Nonlinearities that are layers: Maxout, PReLU, LeakyReLU, BNReLU."""
 
 from ..compat import tf, tfv1
-from ..utils.argtools import log_once
 from .batch_norm import BatchNorm
 from .registry import layer_register
-from .utils import (VariableHolder, check_input_rank, describe_layer, known_dim, shape_argument,
-                    static_or_dynamic_shape)
+from .utils import (VariableHolder, check_input_rank, describe_layer, known_dim, log_once_per_graph,
+                    shape_argument, static_or_dynamic_shape)
 
 __all__ = ['Maxout', 'PReLU', 'LeakyReLU', 'BNReLU']
 
@@ -35,7 +34,7 @@ def PReLU(x, init=0.001, name=None):
     Variable names: ``alpha``.
     """
     if name is not None:
-        log_once("PReLU(name=...) is deprecated: the output is named 'output'.", 'warn')
+        log_once_per_graph("PReLU(name=...) is deprecated: the output is named 'output'.", 'warn')
     alpha = tfv1.get_variable('alpha', [], dtype=x.dtype.base_dtype,
                               initializer=tfv1.constant_initializer(init))
     out = tf.add(tf.nn.relu(x), alpha * tf.minimum(x, 0.0), name='output')
@@ -59,5 +58,5 @@ def BNReLU(x, name=None):
         x = Conv2D('conv0', x, 32, 3, activation=BNReLU)
     """
     if name is not None:
-        log_once("BNReLU(name=...) is deprecated: the output is named by its layer.", 'warn')
+        log_once_per_graph("BNReLU(name=...) is deprecated: the output is named by its layer.", 'warn')
     return tf.nn.relu(BatchNorm('bn', x), name=name)

@@ -6,17 +6,11 @@ import re
 from ..compat import tf, tfv1
 from ..tfutils.tower import get_current_tower_context
 from ..utils import logger
-from ..utils.argtools import graph_memoized
 from .registry import layer_register
-from .utils import describe_layer
+from .utils import describe_layer, log_once_per_graph
 
 __all__ = ['regularize_cost', 'regularize_cost_from_collection', 'l2_regularizer', 'l1_regularizer',
            'Dropout']
-
-
-@graph_memoized
-def _log_once_per_graph(message):
-    logger.info(message)
 
 
 def _check_scale(scale, name):
@@ -97,7 +91,7 @@ def regularize_cost(regex, func, name='regularize_cost'):
     prefix = ctx.vs_name + '/' if ctx is not None and ctx.vs_name else ''
     names = [n[len(prefix):] if prefix and n.startswith(prefix) else n for n in names]
     logger.info("regularize_cost() found {} variables to regularize.".format(len(names)))
-    _log_once_per_graph("The following tensors will be regularized: {}".format(', '.join(names)))
+    log_once_per_graph("The following tensors will be regularized: {}".format(', '.join(names)))
     return tf.add_n(costs, name=name)
 
 
@@ -133,7 +127,7 @@ def _dropout_rate(args, rate, keep_prob):
                            "tensorpack), not the rate to drop. Pass rate= to be explicit.")
         return 1 - args[0]
     if keep_prob is not None:
-        _log_once_per_graph("Dropout(keep_prob=) is deprecated: use rate=1-keep_prob.")
+        log_once_per_graph("Dropout(keep_prob=) is deprecated: use rate=1-keep_prob.", 'warn')
         return 1 - keep_prob
     return 0.5 if rate is None else rate
 

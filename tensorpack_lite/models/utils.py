@@ -2,11 +2,13 @@
 that name the layer, and the finishing steps (activation, ``output`` tensor)."""
 
 from ..compat import tf, tfv1
+from ..utils import logger
+from ..utils.argtools import graph_memoized
 from .registry import current_layer_description
 
 __all__ = ['VariableHolder', 'describe_layer', 'check_input_rank', 'known_dim', 'finish_output',
            'shape_text', 'static_or_dynamic_shape', 'shape_argument', 'broadcastable',
-           'affine_variables']
+           'affine_variables', 'log_once_per_graph']
 
 
 class VariableHolder(object):
@@ -39,6 +41,13 @@ class VariableHolder(object):
 
     def __repr__(self):
         return "VariableHolder({})".format(', '.join(sorted(self._vars)))
+
+
+@graph_memoized
+def log_once_per_graph(message, level='info'):
+    """Log ``message`` with ``logger.<level>`` once per default graph (a new model logs
+    again)."""
+    getattr(logger, level)(message)
 
 
 def describe_layer(layer_type):
