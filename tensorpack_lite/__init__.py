@@ -11,7 +11,8 @@ from .libinfo import __version__
 from .utils import logger
 
 from .callbacks import (
-    Callback, CallbackFactory, Callbacks, CallbackToHook, ClassificationError, DumpParamAsImage,
+    Callback, CallbackFactory, Callbacks, CallbackToHook, ClassificationError, DataParallelInferenceRunner,
+    DumpParamAsImage,
     DumpTensorAsImage, DumpTensors, EnableCallbackIf, InjectShell, SendStat,
     EstimatedTimeLeft, GPUUtilizationTracker, GraphVarParam, HookToCallback, HumanHyperParamSetter,
     HyperParam, HyperParamSetter, HyperParamSetterWithFunc, Inferencer, InferenceRunner, JSONWriter,
@@ -25,6 +26,10 @@ from .dataflow import (
     DataFromGenerator, DataFromIterable, DataFromList, FixedSizeData, JoinData,
     LocallyShuffleData, MapData, MapDataComponent, PrintData, ProxyDataFlow, RepeatedData,
     RepeatedDataPoint, RNGDataFlow, SelectComponent, TestDataSpeed)
+from .graph_builder import (
+    aggregate_grads, allreduce_grads, AsyncMultiGPUBuilder, average_grads, DataParallelBuilder,
+    GradientPacker, LeastLoadedDeviceSetter, merge_grad_list, override_to_local_variable, split_grad_list,
+    SyncMultiGPUParameterServerBuilder, SyncMultiGPUReplicatedBuilder)
 from .models import (
     AvgPooling, BatchNorm, BatchRenorm, BNReLU, ConcatWith, Conv2D, Conv2DTranspose, Dropout,
     FixedUnPooling, FullyConnected, GlobalAvgPooling, InstanceNorm, l1_regularizer, l2_regularizer,
@@ -33,8 +38,8 @@ from .models import (
 from .input_source import (
     BatchQueueInput, DummyConstantInput, FeedfreeInput, FeedInput, InputSource, PlaceholderInput,
     QueueInput, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
-from .predict import (MultiProcessDatasetPredictor, OfflinePredictor, OnlinePredictor, PredictConfig,
-                      PredictorBase, SimpleDatasetPredictor)
+from .predict import (DataParallelOfflinePredictor, MultiProcessDatasetPredictor, MultiTowerOfflinePredictor,
+                      OfflinePredictor, OnlinePredictor, PredictConfig, PredictorBase, SimpleDatasetPredictor)
 from .tfutils.argscope import argscope, get_arg_scope
 from .tfutils.common import get_global_step_var
 from .tfutils.sessinit import (
@@ -45,12 +50,14 @@ from .train import (
     DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, launch_train_with_config, ModelDesc,
     ModelDescBase,
     NoOpTrainer, QueueInputTrainer, SimpleTrainer, SingleCostTrainer, StopTraining, TowerTrainer,
-    TrainConfig, Trainer)
+    TrainConfig, Trainer, AsyncMultiGPUTrainer, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
+    SyncMultiGPUTrainerReplicated)
 
 __all__ = [
     'tfv1', 'logger', '__version__',
     # callbacks
     'Callback', 'CallbackFactory', 'Callbacks', 'CallbackToHook', 'ClassificationError',
+    'DataParallelInferenceRunner',
     'DumpParamAsImage', 'DumpTensorAsImage', 'DumpTensors', 'InjectShell', 'SendStat',
     'EnableCallbackIf', 'EstimatedTimeLeft', 'GPUUtilizationTracker', 'GraphVarParam', 'HookToCallback',
     'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter', 'HyperParamSetterWithFunc', 'Inferencer',
@@ -68,13 +75,18 @@ __all__ = [
     # input_source
     'BatchQueueInput', 'DummyConstantInput', 'FeedfreeInput', 'FeedInput', 'InputSource',
     'PlaceholderInput', 'QueueInput', 'StagingInput', 'TensorInput', 'TFDatasetInput', 'ZMQInput',
+    # graph_builder
+    'aggregate_grads', 'allreduce_grads', 'AsyncMultiGPUBuilder', 'average_grads', 'DataParallelBuilder',
+    'GradientPacker', 'LeastLoadedDeviceSetter', 'merge_grad_list', 'override_to_local_variable',
+    'split_grad_list', 'SyncMultiGPUParameterServerBuilder', 'SyncMultiGPUReplicatedBuilder',
     # models
     'AvgPooling', 'BatchNorm', 'BatchRenorm', 'BNReLU', 'ConcatWith', 'Conv2D', 'Conv2DTranspose',
     'Dropout', 'FixedUnPooling', 'FullyConnected', 'GlobalAvgPooling', 'InstanceNorm', 'l1_regularizer',
     'l2_regularizer', 'LayerNorm', 'layer_register', 'LeakyReLU', 'LinearWrap', 'Maxout', 'MaxPooling',
     'regularize_cost', 'regularize_cost_from_collection',
     # predict
-    'MultiProcessDatasetPredictor', 'OfflinePredictor', 'OnlinePredictor', 'PredictConfig',
+    'DataParallelOfflinePredictor', 'MultiTowerOfflinePredictor', 'MultiProcessDatasetPredictor',
+    'OfflinePredictor', 'OnlinePredictor', 'PredictConfig',
     'PredictorBase', 'SimpleDatasetPredictor',
     # tfutils
     'argscope', 'get_arg_scope', 'get_global_step_var', 'ChainInit', 'DictRestore', 'JustCurrentSession',
@@ -85,5 +97,6 @@ __all__ = [
     'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'AutoResumeTrainConfig', 'launch_train_with_config',
     'ModelDesc',
     'ModelDescBase', 'NoOpTrainer', 'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer',
-    'StopTraining', 'TowerTrainer', 'TrainConfig', 'Trainer',
+    'StopTraining', 'TowerTrainer', 'TrainConfig', 'Trainer', 'AsyncMultiGPUTrainer', 'SyncMultiGPUTrainer',
+    'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainerReplicated',
 ]

@@ -10,13 +10,20 @@ CONTRACT = {
     'tensorpack_lite.train': [
         'Trainer', 'StopTraining', 'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'TowerTrainer',
         'SingleCostTrainer', 'SimpleTrainer', 'NoOpTrainer', 'QueueInputTrainer', 'TrainConfig',
-        'launch_train_with_config', 'ModelDesc', 'ModelDescBase', 'AutoResumeTrainConfig'],
+        'launch_train_with_config', 'ModelDesc', 'ModelDescBase', 'AutoResumeTrainConfig',
+        'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerReplicated',
+        'AsyncMultiGPUTrainer'],
+    'tensorpack_lite.graph_builder': [
+        'DataParallelBuilder', 'SyncMultiGPUParameterServerBuilder', 'SyncMultiGPUReplicatedBuilder',
+        'AsyncMultiGPUBuilder', 'LeastLoadedDeviceSetter', 'override_to_local_variable', 'allreduce_grads',
+        'average_grads', 'aggregate_grads', 'split_grad_list', 'merge_grad_list', 'GradientPacker'],
     'tensorpack_lite.input_source': [
         'InputSource', 'PlaceholderInput', 'FeedInput', 'FeedfreeInput', 'QueueInput',
         'BatchQueueInput', 'TensorInput', 'DummyConstantInput', 'ZMQInput', 'TFDatasetInput',
         'StagingInput'],
     'tensorpack_lite.predict': ['PredictorBase', 'OnlinePredictor', 'OfflinePredictor', 'PredictConfig',
-                                'SimpleDatasetPredictor', 'MultiProcessDatasetPredictor'],
+                                'SimpleDatasetPredictor', 'MultiProcessDatasetPredictor',
+                                'MultiTowerOfflinePredictor', 'DataParallelOfflinePredictor'],
     'tensorpack_lite.callbacks': [
         'Callback', 'ProxyCallback', 'CallbackFactory', 'Callbacks', 'PeriodicTrigger',
         'PeriodicCallback', 'EnableCallbackIf', 'ProgressBar', 'EstimatedTimeLeft',
@@ -28,7 +35,7 @@ CONTRACT = {
         'ClassificationError', 'HyperParam', 'GraphVarParam', 'ObjAttrParam', 'HyperParamSetter',
         'HumanHyperParamSetter', 'ScheduledHyperParamSetter', 'HyperParamSetterWithFunc',
         'StatMonitorParamSetter', 'DumpTensors', 'DumpTensorAsImage', 'DumpParamAsImage', 'SendStat',
-        'InjectShell'],
+        'InjectShell', 'DataParallelInferenceRunner'],
     'tensorpack_lite.dataflow': [
         'DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated', 'DataFromList',
         'DataFromGenerator', 'DataFromIterable', 'BatchData', 'BatchDataByShape', 'MapData',
