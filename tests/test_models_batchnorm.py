@@ -172,6 +172,9 @@ def test_batchnorm_errors_name_the_layer():
         with pytest.raises(ValueError,
                            match=r"BatchNorm 'bn3' expects a 2-D or 4-D input, got shape \(2, 3, 4\)"):
             BatchNorm('bn3', tf.ones([2, 3, 4]))
+        with pytest.raises(ValueError, match=r"BatchNorm 'ax': axis must be 1 or 1 \(or -1\) for a 2-D"):
+            BatchNorm('ax', x, axis=0)
+        assert BatchNorm('last', x, axis=-1, ema_update='skip').variables.beta.shape.as_list() == [4]
         with pytest.raises(ValueError, match="BatchNorm 'e': ema_update must be one of"):
             BatchNorm('e', x, ema_update='sometimes')
         with pytest.raises(ValueError, match="BatchNorm 'both': give either internal_update"):

@@ -205,8 +205,10 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
     ndims = inputs.shape.rank
     if axis is None:
         axis = channel_axis(data_format, ndims)
+    elif isinstance(axis, int) and -ndims <= axis < 0:
+        axis += ndims
     if axis not in (1, ndims - 1):
-        raise ValueError("{}: axis must be 1 or {} for a {}-D input, got {}".format(
+        raise ValueError("{}: axis must be 1 or {} (or -1) for a {}-D input, got {}".format(
             describe_layer('BatchNorm'), ndims - 1, ndims, axis))
     num_chan = known_dim(inputs, axis, 'number of channels', 'BatchNorm')
     ema_update = _ema_update_mode(ema_update, internal_update)
