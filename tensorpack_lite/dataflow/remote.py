@@ -28,7 +28,7 @@ _FORMATS = {
 }
 
 
-def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False):
+def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, log_interval=60):
     """Run ``df`` forever (epoch after epoch) and send every datapoint to ``addr`` on a PUSH
     socket. Returns only through an exception (e.g. KeyboardInterrupt).
 
@@ -43,6 +43,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False):
             (:func:`~tensorpack_lite.utils.serialize.dumps_frames`), read by
             :class:`RemoteDataZMQ` only.
         bind (bool): bind to ``addr`` rather than connect to it.
+        log_interval (float): seconds between two logs of the sending speed.
 
     Raises:
         TypeError: a datapoint cannot be serialized; the message names the component
@@ -63,8 +64,9 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False):
             socket.connect(addr)
         df.reset_state()
         logger.info("Sending the datapoints of {} to {} ...".format(type(df).__name__, addr))
+        last_log, sent_since = time.monotonic(), 0
         for epoch in itertools.count(1):
-            start, count = time.perf_counter(), 0
+            count = 0
             for count, dp in enumerate(df, 1):
                 if multipart:
                     socket.send_multipart(dumps_frames(dp), copy=False)
@@ -73,9 +75,12 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False):
             if count == 0:
                 raise RuntimeError("send_dataflow_zmq: an epoch of {} produced no datapoint".format(
                     type(df).__name__))
-            elapsed = time.perf_counter() - start
-            logger.info("send_dataflow_zmq: epoch {} sent, {} datapoints in {:.2f} s ({:.1f}/s)".format(
-                epoch, count, elapsed, count / max(elapsed, 1e-9)))
+            sent_since += count
+            elapsed = time.monotonic() - last_log
+            if epoch == 1 or elapsed >= log_interval:
+                logger.info("send_dataflow_zmq: {} epochs sent; {:.1f} datapoints/s".format(
+                    epoch, sent_since / max(elapsed, 1e-9)))
+                last_log, sent_since = time.monotonic(), 0
     finally:
         socket.close(linger=0)
         ctx.term()
