@@ -492,3 +492,20 @@ def test_staging_input_only_wraps_feedfree_inputs():
         StagingInput(FeedInput(batched_df()))
     with pytest.raises(TypeError, match='another StagingInput'):
         StagingInput(StagingInput(QueueInput(batched_df())))
+
+
+def test_staging_areas_follow_the_tower_device():
+    """In data-parallel training each tower's staging area lives on that tower's device,
+    whatever device the wrapped source dequeues on."""
+    source = StagingInput(QueueInput(batched_df()))
+    source.setup(signature())
+    devices = []
+    for index in range(2):
+        with tf.device('/cpu:{}'.format(index)):
+            outputs = source.get_input_tensors()
+        devices.append(outputs[0].device)
+    assert [d.lower().endswith('cpu:{}'.format(i)) for i, d in enumerate(devices)] == [True, True], devices
+    pinned = StagingInput(QueueInput(batched_df()), device='/cpu:1')
+    pinned.setup(signature())
+    with tf.device('/cpu:0'):
+        assert pinned.get_input_tensors()[0].device.lower().endswith('cpu:1')

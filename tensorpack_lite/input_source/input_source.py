@@ -8,6 +8,7 @@ Every source is used the same way by a trainer::
     # ... build the model on `tensors`, then train with `callbacks` registered.
 """
 
+import contextlib
 import threading
 from itertools import chain
 
@@ -726,6 +727,11 @@ def _depends_on(ops, target):
     return False
 
 
+def _maybe_device(device):
+    """``tf.device(device)``, or no change of device when it is None."""
+    return tf.device(device) if device is not None else contextlib.nullcontext()
+
+
 class StagingInput(FeedfreeInput):
     """Prefetch the tensors of another feed-free source into a ``StagingArea`` (e.g. on the
     GPU), so that each step consumes data that was staged during the previous one.
@@ -736,7 +742,8 @@ class StagingInput(FeedfreeInput):
     Args:
         input (FeedfreeInput): the source to prefetch from (not a StagingInput).
         nr_stage (int): elements staged ahead.
-        device (str): where the staging areas live; by default the device of the input.
+        device (str): where the staging areas live; by default the device in effect where
+            :meth:`get_input_tensors` is called (each tower's device in data-parallel training).
 
     Example::
 
@@ -827,11 +834,11 @@ class StagingInput(FeedfreeInput):
         from tensorflow.python.ops.data_flow_ops import StagingArea
         inputs = self._input.get_input_tensors()
         with self.cached_name_scope():
-            with tf.device(self._device if self._device is not None else inputs[0].device):
+            with _maybe_device(self._device):
                 area = StagingArea([t.dtype.base_dtype for t in inputs], shapes=None)
-            self._stage_ops.append(area.put(inputs))
+                self._stage_ops.append(area.put(inputs))
+                outputs = area.get()
             self._areas.append(area)
-            outputs = area.get()
             if isinstance(outputs, tf.Tensor):
                 outputs = [outputs]
             outputs = list(outputs)
