@@ -43,6 +43,7 @@ def test_conv2d_shapes_names_and_numbers():
     assert out.shape.as_list() == [None, 6, 6, 4]
     assert variables_by_name() == {'conv1/W': [3, 3, 3, 4], 'conv1/b': [4]}
     assert out.variables.W.op.name == 'conv1/W' and out.variables.b.op.name == 'conv1/b'
+    assert [v.op.name for v in out.variables.all()] == ['conv1/W', 'conv1/b']
     value = run(out, {x: np.ones([2, 6, 6, 3])})
     # 'same' padding with a kernel of ones: 27 inside, 18 on edges, 12 at corners; + 0.5
     assert value[0, 2, 2, 0] == 27.5 and value[0, 0, 3, 1] == 18.5 and value[1, 0, 0, 3] == 12.5

@@ -11,6 +11,7 @@ from tensorpack_lite.models import (
     BatchNorm, ConcatWith, Conv2D, Dropout, FullyConnected, LinearWrap, MaxPooling, disable_layer_logging,
     get_registered_layer, l1_regularizer, l2_regularizer, layer_register, regularize_cost,
     regularize_cost_from_collection)
+from tensorpack_lite.models import common
 from tensorpack_lite.tfutils.argscope import (
     argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope)
 from tensorpack_lite.tfutils.tower import PredictTowerContext, TowerContext, TrainTowerContext
@@ -56,6 +57,7 @@ def test_layer_call_forms_and_scopes():
     assert Negate(x).name == 'Neg:0'
     assert get_registered_layer('ScaleBy') is ScaleBy and ScaleBy.use_scope is True
     assert AddOne.use_scope is None and get_registered_layer('NoSuchLayer') is None
+    assert common.layer_register is layer_register     # tensorpack's import path for custom layers
     with pytest.raises(TypeError, match=r"ScaleBy must be called as ScaleBy\('name', input, \.\.\.\)"):
         ScaleBy(x)
     with pytest.raises(TypeError, match=r"ScaleBy\('s2', \.\.\.\) needs an input tensor"):
