@@ -48,20 +48,26 @@ pick_base_python() {
 
 env_is_complete() {
     [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$WANTED" ] && [ -x "$ENV_DIR/bin/horovodrun" ] &&
-        "$ENV_DIR/bin/python" -c 'import tensorflow, horovod.tensorflow' >/dev/null 2>&1
+        env_python -c 'import tensorflow, horovod.tensorflow' >/dev/null 2>&1
+}
+
+# The env's Python, run from / without PYTHONPATH: sees only what is installed in the env.
+env_python() {
+    (cd / && env -u PYTHONPATH "$ENV_DIR/bin/python" "$@")
 }
 
 # Install the editable checkout unless the env already imports tensorpack_lite from $REPO.
 ensure_checkout_installed() {
     local where
-    where="$("$ENV_DIR/bin/python" -c 'import importlib.util as u, os
+    where="$(env_python -c 'import importlib.util as u, os
 spec = u.find_spec("tensorpack_lite")
 print(os.path.dirname(os.path.dirname(spec.origin)) if spec else "")' 2>/dev/null || true)"
     if [ "$where" = "$REPO" ]; then
         say "tensorpack_lite already installed from $REPO"
     else
         say "installing this checkout ($REPO) in editable mode"
-        run_logged "$ENV_DIR/bin/python" -m pip install -e "$REPO[test]"
+        # Named with the checkout so that pip keeps TensorFlow (and numpy) at versions it supports.
+        run_logged "$ENV_DIR/bin/python" -m pip install -e "$REPO[test]" "tensorflow-cpu==$TF_VERSION"
     fi
 }
 
@@ -101,14 +107,20 @@ needs one (set TENSORPACK_LITE_HOROVOD_BASE_PYTHON to its path)"
     local start=$SECONDS
     # horovod's build imports tensorflow, so it builds inside this env (no build isolation);
     # pip keeps the built wheel in its cache for the next build on this machine.
-    run_logged env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-        HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo \
-        "$py" -m pip install --no-build-isolation "horovod==$HOROVOD_VERSION"
+    local build_env=(env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
+                     HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_CPU_OPERATIONS=gloo)
+    run_logged "${build_env[@]}" "$py" -m pip install --no-build-isolation "horovod==$HOROVOD_VERSION"
+    if ! env_python -c 'import horovod.tensorflow' >>"$LOG" 2>&1; then
+        # e.g. a horovod left from a build against another TensorFlow: build it afresh
+        say "horovod.tensorflow does not import; rebuilding horovod without pip's cache"
+        run_logged "${build_env[@]}" "$py" -m pip install --no-build-isolation --force-reinstall \
+            --no-deps --no-cache-dir "horovod==$HOROVOD_VERSION"
+    fi
     say "horovod installed in $((SECONDS - start)) s"
     ensure_checkout_installed
     say "checking the build"
     run_logged "$ENV_DIR/bin/horovodrun" --check-build
-    "$py" -c 'import horovod.tensorflow as hvd, sys; sys.exit(not hvd.gloo_built())' ||
+    env_python -c 'import horovod.tensorflow as hvd, sys; sys.exit(not hvd.gloo_built())' ||
         die "horovod was built without Gloo (see $LOG)"
     echo "$WANTED" >"$MARKER"
 }

@@ -104,9 +104,13 @@ def run_two_ranks(python, out_dir, *args):
     return proc.returncode, output, time.time() - start
 
 
+def read_text(path):
+    with open(str(path)) as f:
+        return f.read()
+
+
 def load_rank(out_dir, rank):
-    with open(os.path.join(str(out_dir), 'rank{}.json'.format(rank))) as f:
-        result = json.load(f)
+    result = json.loads(read_text(os.path.join(str(out_dir), 'rank{}.json'.format(rank))))
     result['weights'] = {k: np.asarray(v, np.float32) for k, v in result['weights'].items()}
     return result
 
@@ -141,13 +145,12 @@ def test_two_ranks_average_like_one_process_and_only_rank0_writes(horovod_python
     chief_files = files_in(chief_dir)
     assert 'checkpoint' in chief_files and 'model-{}.index'.format(STEPS * EPOCHS) in chief_files
     assert any(f.startswith('events.out.tfevents') for f in chief_files)
-    stats = json.load(open(os.path.join(chief_dir, 'stats.json')))
+    stats = json.loads(read_text(os.path.join(chief_dir, 'stats.json')))
     assert [s['epoch_num'] for s in stats] == [1, 2] and all(s['rank'] == 0 for s in stats)
     other_files = files_in(other_dir)
     written = [f for f in other_files if f.startswith(('checkpoint', 'model-', 'stats', 'events', 'graph-'))]
     assert not written, other_files
-    with open(os.path.join(other_dir, 'log.log')) as f:
-        assert 'Start Epoch' not in f.read()   # its log stopped when training started
+    assert 'Start Epoch' not in read_text(os.path.join(other_dir, 'log.log'))   # stopped at training start
 
 
 def test_two_ranks_sum_in_a_shared_logdir(horovod_python, tmp_path):
@@ -163,11 +166,11 @@ def test_two_ranks_sum_in_a_shared_logdir(horovod_python, tmp_path):
     assert 'checkpoint' in files and 'stats.json' in files
     events = [f for f in files if f.startswith('events.out.tfevents')]
     assert events and all('.{}.'.format(rank0['pid']) in f for f in events), (events, rank0['pid'])
-    stats = json.load(open(str(logdir / 'stats.json')))
+    stats = json.loads(read_text(logdir / 'stats.json'))
     assert [s['rank'] for s in stats] == [0, 0]
     # Both ranks opened log.log (the logger backs up a file it finds): only rank 0 logged training
     # there; rank 1 logged its end to the terminal only.
-    logs = [open(str(logdir / f)).read() for f in files if f.startswith('log.log')]
+    logs = [read_text(logdir / f) for f in files if f.startswith('log.log')]
     assert [text for text in logs if 'Start Epoch' in text and 'Rank 0: shutting Horovod down' in text]
     assert 'Rank 1: shutting Horovod down' in output
     assert not [text for text in logs if 'Rank 1: shutting Horovod down' in text]
