@@ -5,7 +5,7 @@ import collections
 import numpy as np
 import pytest
 
-from tensorpack_lite.utils.serialize import dumps, loads
+from tensorpack_lite.utils.serialize import dumps, dumps_frames, loads, loads_frames
 
 DTYPES = ['bool', 'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8',
           'uint16', 'uint32', 'uint64', 'complex64', 'complex128', '>i4', '>f8']
@@ -114,3 +114,66 @@ def test_unserializable_component_is_named(obj, where, what):
         dumps(obj)
     message = str(info.value)
     assert where in message and what in message
+
+
+# ---------------------------------------------------------------- object arrays of strings
+
+@pytest.mark.parametrize('arr', [
+    np.array([[b'ab', b''], [b'\x00\xff', b'xyz']], dtype=object),  # what TF gives for tf.string
+    np.array(['é', 'text'], dtype=object),
+    np.empty((0, 3), dtype=object),
+], ids=['bytes', 'str', 'empty'])
+def test_object_arrays_of_strings_round_trip(arr):
+    for out in (loads(dumps([arr]))[0], loads_frames(dumps_frames([arr], min_frame_bytes=1))[0]):
+        assert out.dtype == object and out.shape == arr.shape
+        assert out.tolist() == arr.tolist()
+
+
+def test_mixed_object_array_is_refused():
+    with pytest.raises(TypeError, match=r'datapoint\[0\].*object arrays of only bytes or only str'):
+        dumps([np.array([b'a', 'b'], dtype=object)])
+
+
+# ---------------------------------------------------------------- frames
+
+def test_frames_carry_big_arrays_without_copies():
+    big = np.arange(64 * 64, dtype='float32').reshape(64, 64)        # 16 KiB: its own frame
+    strided = np.arange(20000, dtype='int64').reshape(100, 200)[:, ::2]  # copied once, then framed
+    small = np.arange(10, dtype='int16')                              # inline in the header
+    dp = [big, {'s': strided, 'small': small, 'n': 3}, np.float16(2.5)]
+    frames = dumps_frames(dp)
+    assert len(frames) == 3 and isinstance(frames[0], bytes)
+    assert np.shares_memory(np.frombuffer(frames[1], np.uint8), big)  # a view, not a copy
+    out = loads_frames([bytes(f) for f in frames])
+    np.testing.assert_array_equal(out[0], big)
+    np.testing.assert_array_equal(out[1]['s'], strided)
+    assert out[1]['s'].flags.c_contiguous and out[1]['s'].dtype == np.int64
+    np.testing.assert_array_equal(out[1]['small'], small)
+    assert out[1]['n'] == 3 and type(out[2]) is np.float16 and out[2] == 2.5
+    # zero-copy loads: the array is a view of the frame it came in
+    frame = bytearray(frames[1])
+    view = loads_frames([frames[0], frame, bytes(frames[2])])[0]
+    frame[:4] = np.float32(-1).tobytes()
+    assert view[0, 0] == -1
+
+
+def test_frames_without_big_arrays_are_a_plain_dumps_message():
+    dp = [np.arange(5), 'x', {'k': np.bool_(True)}]
+    frames = dumps_frames(dp)
+    assert frames == [dumps(dp)]
+    assert loads_frames(frames)[2]['k'] == np.bool_(True)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_frames_round_trip_every_dtype(dtype):
+    arr = np.resize(_sample(dtype), (50, 40))
+    out = loads_frames(dumps_frames([arr], min_frame_bytes=1))[0]
+    assert out.dtype == arr.dtype and out.shape == arr.shape
+    np.testing.assert_array_equal(out, arr)
+
+
+def test_frames_name_what_cannot_be_serialized():
+    with pytest.raises(TypeError, match=r"dumps_frames\(\).*Opaque at datapoint\[1\]\['k'\]"):
+        dumps_frames([np.zeros(10000), {'k': Opaque()}])
+    with pytest.raises(ValueError, match='refers to frame 1 of 1'):
+        loads_frames(dumps_frames([np.zeros(10000)])[:1])

@@ -324,6 +324,9 @@ def _parse_example(tf, record, specs):
             tensor = data
         elif dtype == np.bool_:
             tensor = tf.cast(tf.io.decode_raw(data[0], tf.uint8), tf.bool)
+        elif dtype.kind == 'u' and dtype.itemsize >= 4:  # decode_raw has no uint32/uint64
+            signed = tf.io.decode_raw(data[0], tf.as_dtype(np.dtype('i{}'.format(dtype.itemsize))))
+            tensor = tf.bitcast(signed, tf.as_dtype(dtype.newbyteorder('=')))
         else:
             tensor = tf.io.decode_raw(data[0], tf.as_dtype(dtype.newbyteorder('=')))
         tensor = tf.reshape(tensor, shape)
