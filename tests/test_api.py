@@ -61,6 +61,8 @@ SUBMODULE_ONLY = {
         'get_default_sess_config', 'get_global_step_var', 'get_global_step_value',
         'get_op_tensor_name', 'get_tensors_by_names', 'get_op_or_tensor_by_name',
         'get_tf_version_tuple'],
+    'tensorpack_lite.tfutils.scope_utils': ['auto_reuse_variable_scope', 'under_name_scope',
+                                            'under_variable_scope'],
     'tensorpack_lite.tfutils.collection': ['backup_collection', 'restore_collection', 'freeze_collection'],
     'tensorpack_lite.tfutils.model_utils': ['describe_trainable_vars', 'get_shape_str'],
     'tensorpack_lite.tfutils.summary': ['create_scalar_summary', 'create_image_summary',
