@@ -177,3 +177,19 @@ def test_frames_name_what_cannot_be_serialized():
         dumps_frames([np.zeros(10000), {'k': Opaque()}])
     with pytest.raises(ValueError, match='refers to frame 1 of 1'):
         loads_frames(dumps_frames([np.zeros(10000)])[:1])
+
+
+def test_dumps_keeps_big_arrays_out_of_the_document():
+    big = np.arange(10000, dtype='float64').reshape(100, 100)
+    dp = [big, {'half': big[::2].astype('float32'), 'small': np.arange(3)}, 'x']
+    buf = dumps(dp)
+    assert buf[:4] == b'TPLF' and len(buf) < big.nbytes + big.nbytes // 4 + 1000  # one copy each
+    out = loads(buf)
+    np.testing.assert_array_equal(out[0], big)
+    np.testing.assert_array_equal(out[1]['half'], big[::2].astype('float32'))
+    assert out[1]['small'].tolist() == [0, 1, 2] and out[2] == 'x'
+    for arr in (out[0], out[1]['half']):  # aligned, read-only views of the message
+        assert arr.flags.aligned and not arr.flags.writeable
+        assert np.shares_memory(arr, np.frombuffer(buf, np.uint8))
+    with pytest.raises(ValueError, match='truncated'):
+        loads(buf[:-10])

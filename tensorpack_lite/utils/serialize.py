@@ -1,15 +1,23 @@
 """Serialize datapoints to bytes with msgpack, numpy arrays included.
 
 :func:`dumps` accepts what msgpack packs natively (None, bool, int, float, str, bytes, lists,
-tuples, dicts) plus numpy arrays and numpy scalars, nested in any way. An array travels as a
-msgpack extension holding its dtype, its shape and its raw bytes, so any non-object dtype
-(bool, float16, int64, complex, fixed-width strings...) round-trips exactly. Object arrays
-whose elements are all ``bytes`` (what TensorFlow returns for string tensors) or all ``str``
-round-trip too; other object arrays and structured dtypes are refused.
+tuples, dicts) plus numpy arrays and numpy scalars, nested in any way. An array travels with
+its dtype, its shape and its raw bytes, so any non-object dtype (bool, float16, int64,
+complex, fixed-width strings...) round-trips exactly. Object arrays whose elements are all
+``bytes`` (what TensorFlow returns for string tensors) or all ``str`` round-trip too; other
+object arrays and structured dtypes are refused.
 
-:func:`loads` does not copy array data: each array is a read-only view
-(``np.frombuffer``) of the bytes msgpack extracted for it. Call ``.copy()`` to get a writable
-array. Tuples come back as lists, as usual with msgpack.
+The format: a small array is a msgpack extension inside the msgpack document. Arrays of
+:data:`MIN_FRAME_BYTES` or more are stored after the document instead (copied once, 16-byte
+aligned) and the document refers to them; such a message starts with ``b'TPLF'``, a uint32
+count of arrays and a uint64 length of the document, followed by the document, one
+(offset, length) uint64 pair per array, and the arrays' bytes. A message without big arrays
+is a plain msgpack document.
+
+:func:`loads` does not copy array data: each array is a view (``np.frombuffer``) of the
+message (read-only when the message is ``bytes``) or of the bytes msgpack extracted for a
+small array. Call ``.copy()`` to get an array of its own. Tuples come back as lists, as
+usual with msgpack.
 
 Example::
 
@@ -17,8 +25,8 @@ Example::
     image, extra = loads(buf)   # image: int64 (2, 3), read-only; extra['label']: np.float32
 
 :func:`dumps_frames` / :func:`loads_frames` are the multi-part form used between processes
-(e.g. ``zmq`` ``send_multipart(frames, copy=False)``): big arrays are not copied into the
-message but travel as separate frames that point at the arrays' own memory.
+(e.g. ``zmq`` ``send_multipart(frames, copy=False)``): big arrays are not copied at all but
+travel as separate frames that point at the arrays' own memory.
 """
 
 import struct
@@ -34,6 +42,8 @@ _EXT_FRAME = 3  # an array whose data is in a separate frame (dumps_frames)
 _EXT_STRINGS = 4  # an object array of bytes or of str
 _PREFIX = struct.Struct('<II')  # length of the msgpack header, offset of the array data
 _DATA_ALIGNMENT = 16
+_CONTAINER_MAGIC = b'TPLF'
+_CONTAINER = struct.Struct('<4sIQ')  # magic, number of big arrays, length of the msgpack document
 
 _NATIVE_LEAVES = (type(None), bool, int, float, str, bytes, bytearray, memoryview)
 
@@ -157,11 +167,49 @@ def dumps(obj):
         TypeError: naming the type and the position (e.g. ``datapoint[1]['mask']``) of the
             first component that cannot be serialized.
     """
-    return _packb(obj, _encode, 'dumps')
+    frames = _dumps_frames(obj, MIN_FRAME_BYTES, 'dumps')
+    if len(frames) == 1:
+        return frames[0]
+    header, count = frames[0], len(frames) - 1
+    position = _CONTAINER.size + len(header) + 16 * count
+    pieces, table = [], []
+    for frame in frames[1:]:
+        padding = -position % _DATA_ALIGNMENT  # keep the data aligned for the view made by loads()
+        pieces += [b'\0' * padding, frame]
+        table += [position + padding, frame.nbytes]
+        position += padding + frame.nbytes
+    return b''.join([_CONTAINER.pack(_CONTAINER_MAGIC, count, len(header)), header,
+                     struct.pack('<{}Q'.format(2 * count), *table)] + pieces)
+
+
+def loads(buf):
+    """Rebuild the object serialized by :func:`dumps` from ``buf`` (bytes, bytearray,
+    memoryview or anything with the buffer protocol, e.g. a ``zmq.Frame.buffer``).
+
+    Arrays are views of ``buf`` or of the bytes msgpack extracted (no further copy)."""
+    return loads_frames(_split_container(memoryview(buf).cast('B')))
+
+
+def _split_container(view):
+    """The frames of a message made by :func:`dumps` (one frame if it is plain msgpack)."""
+    if view.nbytes < _CONTAINER.size or view[:4] != _CONTAINER_MAGIC:
+        return [view]
+    _, count, header_len = _CONTAINER.unpack_from(view)
+    table_start = _CONTAINER.size + header_len
+    if table_start + 16 * count > view.nbytes:
+        raise ValueError("loads(): truncated message ({} bytes)".format(view.nbytes))
+    table = struct.unpack_from('<{}Q'.format(2 * count), view, table_start)
+    frames = [view[_CONTAINER.size:table_start]]
+    for start, length in zip(table[::2], table[1::2]):
+        if start + length > view.nbytes:
+            raise ValueError("loads(): truncated message ({} bytes)".format(view.nbytes))
+        frames.append(view[start:start + length])
+    return frames
 
 
 MIN_FRAME_BYTES = 16384
-"""Arrays of at least this many bytes get their own frame in :func:`dumps_frames`."""
+"""Arrays of at least this many bytes are not packed into the msgpack document but carried
+as separate frames (:func:`dumps_frames`) or after the document (:func:`dumps`)."""
 
 
 def dumps_frames(obj, min_frame_bytes=MIN_FRAME_BYTES):
@@ -181,6 +229,10 @@ def dumps_frames(obj, min_frame_bytes=MIN_FRAME_BYTES):
         sock.send_multipart(dumps_frames(dp), copy=False)
         dp = loads_frames(sock.recv_multipart(copy=False))
     """
+    return _dumps_frames(obj, min_frame_bytes, 'dumps_frames')
+
+
+def _dumps_frames(obj, min_frame_bytes, caller):
     frames = [None]
 
     def encode(value):
@@ -193,7 +245,7 @@ def dumps_frames(obj, min_frame_bytes=MIN_FRAME_BYTES):
                 [data.dtype.str, list(data.shape), len(frames) - 1]))
         return _encode(value)
 
-    frames[0] = _packb(obj, encode, 'dumps_frames')
+    frames[0] = _packb(obj, encode, caller)
     return frames
 
 
@@ -204,7 +256,8 @@ def _frame_buffer(frame):
 
 def loads_frames(frames):
     """Rebuild the object serialized by :func:`dumps_frames` from its frames (bytes,
-    memoryviews or ``zmq.Frame`` s). Arrays are read-only views of the frames (no copy)."""
+    memoryviews or ``zmq.Frame`` s). Arrays are views of the frames (no copy): writable if
+    the frames are (zmq frames are), read-only otherwise."""
     if not frames:
         raise ValueError("loads_frames() needs at least the header frame")
 
@@ -219,11 +272,3 @@ def loads_frames(frames):
 
     return msgpack.unpackb(_frame_buffer(frames[0]), raw=False, ext_hook=decode,
                            strict_map_key=False)
-
-
-def loads(buf):
-    """Rebuild the object serialized by :func:`dumps` from ``buf`` (bytes, bytearray,
-    memoryview or anything with the buffer protocol, e.g. a ``zmq.Frame.buffer``).
-
-    Arrays are read-only views of the data msgpack extracted (no further copy)."""
-    return msgpack.unpackb(buf, raw=False, ext_hook=_decode, strict_map_key=False)
