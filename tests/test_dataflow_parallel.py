@@ -3,6 +3,7 @@ processes (a worker raising, a worker killed, the parent killed, Ctrl-C in the p
 
 import gc
 import glob
+import mmap
 import multiprocessing as mp
 import os
 import signal
@@ -141,6 +142,47 @@ def test_runner_workers_run_their_own_copies(kind):
     assert len(out) == 30 and sorted(set(out)) == list(range(10))
     assert max(out.count(i) for i in range(10)) >= 2  # each worker goes through all of ds
     del df  # garbage collection ends the workers (checked by the fixture)
+
+
+class BigNumbered(DataFlow):
+    """[a 1.5 MiB array filled with i (big enough for a shared-memory slot), i]."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [np.full((768, 512), i, np.float32), i]
+
+
+def through_shared_memory(arr):
+    """Whether ``arr`` views a shared-memory slot (an mmap) rather than a message."""
+    while arr is not None:
+        if isinstance(arr, mmap.mmap):
+            return True
+        arr = getattr(arr, 'base', None) if isinstance(arr, np.ndarray) else getattr(arr, 'obj', None)
+    return False
+
+
+def test_zmq_runner_shared_memory_slots_are_never_overwritten_while_in_use():
+    df = MultiProcessRunnerZMQ(BigNumbered(12), num_proc=1, hwm=2)
+    df.shared_memory_slots = 3
+    df.reset_state()
+    kept = list(df)  # all kept: 3 in slots, the others through the pipe
+    assert values(kept) == list(range(12))
+    assert sum(through_shared_memory(dp[0]) for dp in kept) >= 3
+    for i, (big, _) in enumerate(kept):  # nothing was overwritten by a later datapoint
+        assert big.shape == (768, 512) and (big == i).all()
+    del kept, big
+    gc.collect()
+    # the slots came back: the next epoch goes through shared memory again, values intact
+    again = list(df)
+    assert values(again) == list(range(12)) and all((dp[0] == dp[1]).all() for dp in again)
+    assert sum(through_shared_memory(dp[0]) for dp in again) >= 3
+    df.close()
 
 
 def _first_draws(seed, monkeypatch):

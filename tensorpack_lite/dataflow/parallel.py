@@ -15,6 +15,7 @@ See docs/dataflow.md for choosing a runner, start methods and cleanup guarantees
 """
 
 import itertools
+import mmap
 import multiprocessing as mp
 import multiprocessing.util
 import os
@@ -23,6 +24,7 @@ import queue
 import random
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import threading
@@ -379,12 +381,66 @@ def _warn_duplication(name, num):
 
 # ------------------------------------------------------------------ MultiProcessRunnerZMQ
 
-class _PushWorker(_ProcessWorker):
-    """Runs ``ds`` forever and sends every datapoint to the parent, big arrays zero-copy."""
+class _SharedSlots(object):
+    """Shared-memory slots through which one worker hands big arrays to the parent with a
+    single copy (a pipe costs two copies through the kernel, and page faults).
 
-    def __init__(self, owner, idx, parent_pid, ds, endpoint, hwm):
+    Made by the parent before the fork (anonymous shared mappings, inherited by the worker):
+    ``count`` slots of ``size`` bytes and one state byte per slot (0: free). The worker copies
+    an array into a free slot and sends only the slot's number; the parent hands out arrays
+    viewing the slot and frees the slot when the last of them is garbage-collected. Without
+    a free slot (the consumer keeps arrays), or for an array too big, the worker sends the
+    array through the pipe instead. Pages are allocated as slots are first used.
+    """
+
+    min_bytes = 1 << 20
+    """Arrays smaller than this go through the pipe."""
+
+    def __init__(self, count, size):
+        self.count, self.size = count, size
+        self.memory = mmap.mmap(-1, count * size)  # MAP_SHARED | MAP_ANONYMOUS
+        self.states = mmap.mmap(-1, count)
+
+    # --- in the worker
+    def put(self, frame):
+        """Copy ``frame`` (a memoryview) into a free slot: the slot's descriptor, or None."""
+        if not self.min_bytes <= frame.nbytes <= self.size:
+            return None
+        slot = self.states.find(b'\0')
+        if slot < 0:
+            return None
+        self.states[slot] = 1
+        np.copyto(np.frombuffer(self.memory, np.uint8, frame.nbytes, slot * self.size),
+                  np.frombuffer(frame, np.uint8))
+        return _SLOT.pack(slot, frame.nbytes)
+
+    # --- in the parent
+    def take(self, descriptor):
+        """A uint8 array viewing the slot described; the slot is freed with the array."""
+        slot, nbytes = _SLOT.unpack(descriptor)
+        arr = np.frombuffer(self.memory, np.uint8, nbytes, slot * self.size)
+        # views of arr (and loads_frames' arrays, through memoryviews) keep arr alive
+        weakref.finalize(arr, _free_slot, self.states, slot)
+        return arr
+
+
+def _free_slot(states, slot):
+    states[slot] = 0
+
+
+_SLOT = struct.Struct('<IQ')  # slot number, bytes used
+_IN_PIPE, _IN_SLOT = b'p', b's'  # where each data frame of a message is
+_WORKER = struct.Struct('<H')  # which worker sent a message (first bytes of its layout)
+
+
+class _PushWorker(_ProcessWorker):
+    """Runs ``ds`` forever and sends every datapoint to the parent, as
+    ``[header, layout, frame...]``: ``layout`` gives the worker's number, then for each big
+    array whether its frame holds its bytes (sent zero-copy) or the descriptor of a slot."""
+
+    def __init__(self, owner, idx, parent_pid, ds, endpoint, hwm, slots):
         super(_PushWorker, self).__init__(owner, idx, parent_pid)
-        self.ds, self.endpoint, self.hwm = ds, endpoint, hwm
+        self.ds, self.endpoint, self.hwm, self.slots = ds, endpoint, hwm, slots
         self.pipes = None
 
     def _open(self):
@@ -395,7 +451,14 @@ class _PushWorker(_ProcessWorker):
 
     def _loop(self):
         for dp in _repeat_forever(self.ds, self.name):
-            self.socket.send_multipart(dumps_frames(dp), copy=False)
+            frames = dumps_frames(dp)
+            layout = bytearray(_WORKER.pack(self.idx) + _IN_PIPE * (len(frames) - 1))
+            if self.slots is not None:
+                for k in range(1, len(frames)):
+                    descriptor = self.slots.put(frames[k])
+                    if descriptor is not None:
+                        frames[k], layout[_WORKER.size + k - 1] = descriptor, _IN_SLOT[0]
+            self.socket.send_multipart([frames[0], bytes(layout)] + frames[1:], copy=False)
 
     def _report(self, text):
         if self.pipes is not None:
@@ -419,7 +482,9 @@ class MultiProcessRunnerZMQ(_ParallelBase):
       are i.i.d.; shard ``ds`` by worker otherwise (docs/dataflow.md).
 
     Arrays of 16 KiB or more travel without copies in the worker: a dataflow must not modify
-    an array after yielding it. Received arrays are read-only views of the message.
+    an array after yielding it. Arrays of 1 MiB or more go through shared memory when a slot
+    is free (one copy in all; see :attr:`shared_memory_slots`). Received arrays are views of
+    the message or of a slot; small ones are read-only.
 
     Args:
         ds (DataFlow): the dataflow to run.
@@ -433,6 +498,11 @@ class MultiProcessRunnerZMQ(_ParallelBase):
         for images, labels in df:
             ...
     """
+
+    shared_memory_slots = 8
+    """Shared-memory slots per worker for arrays of 1 MiB or more (0: always use the pipe)."""
+    shared_memory_slot_bytes = 64 << 20
+    """Size of a slot: bigger arrays go through the pipe. Memory is used as slots fill."""
 
     def __init__(self, ds, num_proc=1, hwm=50):
         super(MultiProcessRunnerZMQ, self).__init__()
@@ -454,8 +524,11 @@ class MultiProcessRunnerZMQ(_ParallelBase):
         name = type(self).__name__
         ipc = _IPCDir('runner')
         endpoint = ipc.endpoint('data')
-        workers = _WorkerProcesses([_PushWorker(name, k, os.getpid(), self.ds, endpoint, self._hwm)
-                                    for k in range(self.num_proc)])
+        self._slots = [_SharedSlots(self.shared_memory_slots, self.shared_memory_slot_bytes)
+                       if self.shared_memory_slots > 0 else None for _ in range(self.num_proc)]
+        workers = _WorkerProcesses([
+            _PushWorker(name, k, os.getpid(), self.ds, endpoint, self._hwm, self._slots[k])
+            for k in range(self.num_proc)])
         pipes = _Sockets()
         self._set_cleanup(workers.close, pipes.close, ipc.cleanup)
         socket = pipes.socket(pipes.zmq.PULL, self._hwm)
@@ -463,8 +536,18 @@ class MultiProcessRunnerZMQ(_ParallelBase):
         workers.start()
         self._collector = _ZMQCollector(name, socket, workers)
 
+    def _recv(self):
+        frames = self._collector.recv()
+        header, layout, data = frames[0], frames[1].bytes, frames[2:]
+        where = layout[_WORKER.size:]
+        if _IN_SLOT[0] in where:
+            slots = self._slots[_WORKER.unpack_from(layout)[0]]
+            data = [slots.take(frame.bytes) if w == _IN_SLOT[0] else frame
+                    for w, frame in zip(where, data)]
+        return loads_frames([header] + data)
+
     def __iter__(self):
-        yield from self._iterate(lambda: loads_frames(self._collector.recv()), self._size)
+        yield from self._iterate(self._recv, self._size)
 
 
 # ------------------------------------------------------------------ MultiProcessRunner
