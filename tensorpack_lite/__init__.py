@@ -48,10 +48,9 @@ from .tfutils.sessinit import (
 from .tfutils.tower import TowerContext, get_current_tower_context
 from .train import (
     DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, launch_train_with_config, ModelDesc,
-    ModelDescBase,
-    NoOpTrainer, QueueInputTrainer, SimpleTrainer, SingleCostTrainer, StopTraining, TowerTrainer,
-    TrainConfig, Trainer, AsyncMultiGPUTrainer, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
-    SyncMultiGPUTrainerReplicated)
+    ModelDescBase, NoOpTrainer, QueueInputTrainer, SimpleTrainer, SingleCostTrainer, StopTraining,
+    TowerTrainer, TrainConfig, Trainer, AsyncMultiGPUTrainer, HorovodTrainer, SyncMultiGPUTrainer,
+    SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated)
 
 __all__ = [
     'tfv1', 'logger', '__version__',
@@ -95,8 +94,7 @@ __all__ = [
     'get_current_tower_context',
     # train
     'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'AutoResumeTrainConfig', 'launch_train_with_config',
-    'ModelDesc',
-    'ModelDescBase', 'NoOpTrainer', 'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer',
-    'StopTraining', 'TowerTrainer', 'TrainConfig', 'Trainer', 'AsyncMultiGPUTrainer', 'SyncMultiGPUTrainer',
-    'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainerReplicated',
+    'ModelDesc', 'ModelDescBase', 'NoOpTrainer', 'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer',
+    'StopTraining', 'TowerTrainer', 'TrainConfig', 'Trainer', 'AsyncMultiGPUTrainer', 'HorovodTrainer',
+    'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainerReplicated',
 ]

@@ -12,7 +12,7 @@ CONTRACT = {
         'SingleCostTrainer', 'SimpleTrainer', 'NoOpTrainer', 'QueueInputTrainer', 'TrainConfig',
         'launch_train_with_config', 'ModelDesc', 'ModelDescBase', 'AutoResumeTrainConfig',
         'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerReplicated',
-        'AsyncMultiGPUTrainer'],
+        'AsyncMultiGPUTrainer', 'HorovodTrainer'],
     'tensorpack_lite.graph_builder': [
         'DataParallelBuilder', 'SyncMultiGPUParameterServerBuilder', 'SyncMultiGPUReplicatedBuilder',
         'AsyncMultiGPUBuilder', 'LeastLoadedDeviceSetter', 'override_to_local_variable', 'allreduce_grads',

@@ -26,15 +26,23 @@ from .base import Callback
 __all__ = ['ModelSaver', 'MinSaver', 'MaxSaver']
 
 
-def _resolve_checkpoint_dir(owner, checkpoint_dir):
+def _default_checkpoint_dir(checkpoint_dir):
+    """``checkpoint_dir``, or the logger directory when it is None (None if neither is set)."""
     if checkpoint_dir is None:
         checkpoint_dir = logger.get_logger_dir()
-        if checkpoint_dir is None:
-            raise ValueError("{} has nowhere to save: pass checkpoint_dir= or set the logger "
-                             "directory first (logger.set_logger_dir).".format(owner))
-    checkpoint_dir = os.path.normpath(os.path.expanduser(os.fspath(checkpoint_dir)))
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    return checkpoint_dir
+    if checkpoint_dir is None:
+        return None
+    return os.path.normpath(os.path.expanduser(os.fspath(checkpoint_dir)))
+
+
+def _prepare_checkpoint_dir(callback):
+    """Create ``callback.checkpoint_dir``; a clear error when there is none. Called when the
+    callback is set up, so that a chief-only saver made on a non-chief process (which has no
+    logger directory and never sets it up) is harmless."""
+    if callback.checkpoint_dir is None:
+        raise ValueError("{} has nowhere to save: pass checkpoint_dir= or set the logger "
+                         "directory first (logger.set_logger_dir).".format(type(callback).__name__))
+    os.makedirs(callback.checkpoint_dir, exist_ok=True)
 
 
 class ModelSaver(Callback):
@@ -71,11 +79,16 @@ class ModelSaver(Callback):
         self.var_collections = list(var_collections)
         self._max_to_keep = max_to_keep
         self._keep_every_n_hours = keep_checkpoint_every_n_hours
-        self.checkpoint_dir = _resolve_checkpoint_dir('ModelSaver', checkpoint_dir)
-        self.path = os.path.join(self.checkpoint_dir, 'model')
+        self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self._last_saved_step = None
 
+    @property
+    def path(self):
+        """The prefix of the checkpoints (``<checkpoint_dir>/model``)."""
+        return os.path.join(self.checkpoint_dir, 'model')
+
     def _setup_graph(self):
+        _prepare_checkpoint_dir(self)
         variables = []
         for key in self.var_collections:
             for var in tfv1.get_collection(key):
@@ -214,7 +227,7 @@ class MinSaver(Callback):
         self.reverse = bool(reverse)
         self.filename = filename or '{}-{}'.format('max' if self.reverse else 'min',
                                                    monitor_stat.replace('/', '_'))
-        self.checkpoint_dir = _resolve_checkpoint_dir(type(self).__name__, checkpoint_dir)
+        self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self.best = None
         self._last_seen_step = None
 
@@ -222,6 +235,9 @@ class MinSaver(Callback):
     def best_path(self):
         """The prefix of the best checkpoint."""
         return os.path.join(self.checkpoint_dir, self.filename)
+
+    def _setup_graph(self):
+        _prepare_checkpoint_dir(self)
 
     def _before_train(self):
         _recover_copy(self.best_path)

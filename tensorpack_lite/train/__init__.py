@@ -3,6 +3,7 @@
 from .base import StopTraining, TrainLoop, Trainer
 from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, TrainConfig
 from .interface import apply_default_prefetch, launch_train_with_config
+from .horovod_trainer import HorovodTrainer, RankShardData
 from .model_desc import ModelDesc, ModelDescBase
 from .tower import SingleCostTrainer, TowerTrainer
 from .trainers import (AsyncMultiGPUTrainer, NoOpTrainer, QueueInputTrainer, SimpleTrainer,
@@ -12,4 +13,4 @@ __all__ = ['StopTraining', 'TrainLoop', 'Trainer', 'DEFAULT_CALLBACKS', 'DEFAULT
            'TrainConfig', 'AutoResumeTrainConfig', 'apply_default_prefetch', 'launch_train_with_config',
            'ModelDesc', 'ModelDescBase', 'SingleCostTrainer', 'TowerTrainer', 'NoOpTrainer',
            'QueueInputTrainer', 'SimpleTrainer', 'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer',
-           'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer']
+           'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer', 'HorovodTrainer', 'RankShardData']

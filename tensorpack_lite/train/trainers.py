@@ -10,10 +10,11 @@ from ..input_source.input_source import QueueInput
 from ..input_source.input_source_base import FeedfreeInput
 from ..tfutils.tower import TrainTowerContext
 from ..utils import logger
+from .horovod_trainer import HorovodTrainer  # tensorpack's path: train.trainers.HorovodTrainer
 from .tower import SingleCostTrainer
 
 __all__ = ['SimpleTrainer', 'NoOpTrainer', 'QueueInputTrainer', 'SyncMultiGPUTrainerParameterServer',
-           'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer']
+           'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer', 'HorovodTrainer']
 
 
 class SimpleTrainer(SingleCostTrainer):
