@@ -214,6 +214,8 @@ def test_runner_misuse_is_explained():
     with pytest.raises(RuntimeError, match='called twice'):
         df.reset_state()
     df.close()
+    with pytest.raises(RuntimeError, match='was closed'):
+        next(iter(df))
     with pytest.raises(ValueError, match='num_proc'):
         MultiProcessRunnerZMQ(Numbered(2), num_proc=0)
 

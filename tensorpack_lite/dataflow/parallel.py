@@ -176,10 +176,6 @@ class _WorkerProcesses(object):
     def sentinels(self):
         return [p.sentinel for p in self.procs]
 
-    @property
-    def pids(self):
-        return [p.pid for p in self.procs]
-
     def dead(self, timeout=0):
         """``(name, process)`` of a worker that ended, or None."""
         ended = wait_for_sentinels(self.sentinels, timeout)
@@ -270,9 +266,8 @@ class _ZMQCollector(object):
     report_grace = 1.0
     """Seconds to wait, after a worker ended, for the error report it may have sent."""
 
-    def __init__(self, owner, pull_socket, workers):
+    def __init__(self, pull_socket, workers):
         zmq = _zmq()
-        self.owner = owner
         self.socket = pull_socket
         self.workers = workers
         self._poller = zmq.Poller()
@@ -341,6 +336,8 @@ class _ParallelBase(DataFlow):
         closed and the failure raised, now and at every later call."""
         if not self._reset_done:
             raise RuntimeError("{}: call reset_state() before iterating".format(type(self).__name__))
+        if self._failure is None and not self._finalizer.still_active():
+            raise RuntimeError("{} was closed".format(type(self).__name__))
         if self._failure is None:
             try:
                 return get()
@@ -375,8 +372,8 @@ def _len_or_minus_one(ds):
 def _warn_duplication(name, num):
     if num > 1:
         logger.info("[{}] Runs {} copies of the dataflow: this assumes its datapoints are "
-                    "i.i.d. (an epoch then holds duplicates). Shard the data per worker "
-                    "otherwise (see docs/dataflow.md).".format(name, num))
+                    "i.i.d. (an epoch then holds duplicates). To see every datapoint once, map "
+                    "with MultiProcessMapData instead (see docs/dataflow.md).".format(name, num))
 
 
 # ------------------------------------------------------------------ MultiProcessRunnerZMQ
@@ -479,7 +476,7 @@ class MultiProcessRunnerZMQ(_ParallelBase):
     * ``num_proc=1``: the datapoints of ``ds`` in the same order.
     * ``num_proc>1``: each worker produces all of ``ds``, so an epoch (``len(ds)``
       datapoints) mixes the workers' outputs: the same distribution only if the datapoints
-      are i.i.d.; shard ``ds`` by worker otherwise (docs/dataflow.md).
+      are i.i.d.; to see every datapoint once, use :class:`MultiProcessMapData` instead.
 
     Arrays of 16 KiB or more travel without copies in the worker: a dataflow must not modify
     an array after yielding it. Arrays of 1 MiB or more go through shared memory when a slot
@@ -534,7 +531,7 @@ class MultiProcessRunnerZMQ(_ParallelBase):
         socket = pipes.socket(pipes.zmq.PULL, self._hwm)
         socket.bind(endpoint)
         workers.start()
-        self._collector = _ZMQCollector(name, socket, workers)
+        self._collector = _ZMQCollector(socket, workers)
 
     def _recv(self):
         frames = self._collector.recv()

@@ -271,7 +271,7 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
         results = pipes.socket(zmq.PULL, hwm)
         results.bind(result_endpoint)
         workers.start()
-        self._collector = _ZMQCollector(name, results, workers)
+        self._collector = _ZMQCollector(results, workers)
         for _ in range(self.num_proc):  # wait until all are connected, so that tasks are spread
             frames = self._from_workers(self._collector.recv)
             assert _SEQ.unpack(frames[0].bytes)[0] == _HELLO
