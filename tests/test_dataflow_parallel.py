@@ -280,6 +280,16 @@ def test_map_unordered_gives_every_datapoint_once(kind):
     df.close()
 
 
+def test_map_thread_error_is_raised_for_good():
+    df = MultiThreadMapData(Numbered(20), num_thread=2, map_func=_failing_map, strict=True)
+    df.reset_state()
+    for _ in range(2):
+        with pytest.raises(DataFlowWorkerError, match='thread #. raised ValueError: boom after 3') as info:
+            list(df)
+        assert isinstance(info.value.__cause__, ValueError)
+    df.close()
+
+
 def test_map_strict_refuses_none():
     df = MultiThreadMapData(Numbered(4), num_thread=2, map_func=lambda dp: None, strict=True)
     df.reset_state()

@@ -144,6 +144,7 @@ class MultiThreadMapData(_ParallelMapData):
         self.num_thread = int(num_thread)
         self.map_func = map_func
         self._threads = []
+        self._failure = None
 
     def _start_workers(self):
         if self._threads:
@@ -156,14 +157,22 @@ class MultiThreadMapData(_ParallelMapData):
         self._finalizer = weakref.finalize(self, _stop_map_threads, self._inq, self._threads)
 
     def _send(self, seq, dp):
+        self._raise_failure()
         self._inq.put((seq, dp))
 
     def _recv(self):
+        self._raise_failure()
         seq, result = self._outq.get()
         if isinstance(result, _ThreadFailure):
+            self._failure = result.error
             self.close()
-            raise result.error
+            self._raise_failure()
         return seq, result
+
+    def _raise_failure(self):
+        """After a thread failed, the same error at every use (the threads are stopped)."""
+        if self._failure is not None:
+            raise self._failure
 
     def close(self):
         """Stop the threads (also done when this object is garbage-collected)."""
