@@ -5,7 +5,8 @@ Moves batches (by default 64x224x224x3 uint8 images + 64 int32 labels, 9.6 MB) t
 * memcpy: ``np.copyto`` of the batch in this process (the bandwidth bound of one copy);
 * mp.Queue baseline: a worker puts the batch into a plain ``multiprocessing.Queue``;
 * MultiProcessRunner: the library's queue runner;
-* MultiProcessRunnerZMQ: the library's ZeroMQ runner (1 worker, and 2 workers).
+* MultiProcessRunnerZMQ: the library's ZeroMQ runner (1 worker, and 2 workers), and with its
+  shared-memory slots turned off (every array through the ipc pipe).
 
 The worker's dataflow yields the same prebuilt batch each time, so only the transport is
 measured. Each path runs ``--rounds`` times (interleaved); the medians are printed, with the
@@ -102,12 +103,19 @@ def run_runner(make):
     return run
 
 
+def zmq_pipe_only(ds):
+    df = MultiProcessRunnerZMQ(ds, num_proc=1, hwm=8)
+    df.shared_memory_slots = 0  # every array through the ipc pipe (zero-copy send, no slots)
+    return df
+
+
 TRANSPORTS = [
     ('memcpy', run_memcpy),
     ('mp.Queue baseline', run_mp_queue),
     ('MultiProcessRunner', run_runner(lambda ds: MultiProcessRunner(ds, num_prefetch=8, num_proc=1))),
     ('MultiProcessRunnerZMQ', run_runner(lambda ds: MultiProcessRunnerZMQ(ds, num_proc=1, hwm=8))),
     ('MultiProcessRunnerZMQ x2', run_runner(lambda ds: MultiProcessRunnerZMQ(ds, num_proc=2, hwm=8))),
+    ('MultiProcessRunnerZMQ pipe', run_runner(zmq_pipe_only)),
 ]
 
 
