@@ -11,6 +11,7 @@ from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import DataFromList, RemoteDataZMQ, send_dataflow_zmq
 from tensorpack_lite.input_source import QueueInput, ZMQInput
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.utils.serialize import dumps
 
 FORK = mp.get_context('fork')
 
@@ -103,7 +104,9 @@ def _train(data, steps):
 
 def test_training_from_a_remote_sender_equals_local_training(digits, tmp_path):
     images, labels = digits
-    df = labelled_batches(images[:320], labels[:320], batch=32)
+    df = labelled_batches(images[:640], labels[:640], batch=64)
+    df.reset_state()
+    assert dumps(next(iter(df)))[:4] == b'TPLF'  # 16 KiB images: the array travels after the document
     steps = 7  # the epochs of the trainer and of the dataflow (10 batches) do not line up
     local = _train(QueueInput(df), steps)
     addr = 'ipc://' + str(tmp_path / 'train-pipe')
