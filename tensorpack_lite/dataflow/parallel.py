@@ -301,7 +301,27 @@ class _ZMQCollector(object):
                                   "memory?)".format(name, proc.pid, _describe_exit(proc.exitcode)))
 
 
-class _ParallelBase(DataFlow):
+class _Closable(object):
+    """A parallel DataFlow whose workers, once started, are ended by a finalizer."""
+
+    _finalizer = None
+
+    def close(self):
+        """Stop the workers and release what they use (idempotent). Also happens
+        automatically when the dataflow is garbage-collected or the program exits."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+def _thread_error(name, err):
+    """The :class:`DataFlowWorkerError` for ``err`` raised in the thread ``name``."""
+    error = DataFlowWorkerError("{} raised {}: {}\n--- traceback in the thread ---\n{}".format(
+        name, type(err).__name__, err, ''.join(traceback.format_exception(err))))
+    error.__cause__ = err
+    return error
+
+
+class _ParallelBase(_Closable, DataFlow):
     """What the process runners share: reset once, fail for good after a worker failure,
     release everything (workers, sockets, ipc directory) on :meth:`close`, at garbage
     collection or at exit."""
@@ -309,7 +329,6 @@ class _ParallelBase(DataFlow):
     def __init__(self):
         self._reset_done = False
         self._failure = None
-        self._finalizer = None
         self._guard = DataFlowReentrantGuard(type(self).__name__)
 
     def _check_reset(self):
@@ -324,12 +343,6 @@ class _ParallelBase(DataFlow):
         ``multiprocessing``, which would otherwise wait for our workers before exiting."""
         self._finalizer = multiprocessing.util.Finalize(self, _run_all, args=(actions,),
                                                         exitpriority=10)
-
-    def close(self):
-        """Stop the workers and release the pipes (idempotent). Also happens automatically
-        when the dataflow is garbage-collected or the program exits."""
-        if self._finalizer is not None:
-            self._finalizer()
 
     def _from_workers(self, get):
         """``get()``; after a worker failure (this one or an earlier one), everything is
@@ -670,7 +683,7 @@ class _ThreadWorker(StoppableThread):
                 self._on_error(self.name, err)
 
 
-class MultiThreadRunner(DataFlow):
+class MultiThreadRunner(_Closable, DataFlow):
     """Run several DataFlows, one per thread, and yield what they produce (an infinite
     iteration, as in tensorpack).
 
@@ -700,9 +713,7 @@ class MultiThreadRunner(DataFlow):
 
     def _record_error(self, name, err):
         if self._error is None:
-            self._error = DataFlowWorkerError("{} raised {}: {}\n--- traceback in the thread ---\n{}".format(
-                name, type(err).__name__, err, ''.join(traceback.format_exception(err))))
-            self._error.__cause__ = err
+            self._error = _thread_error(name, err)
 
     def reset_state(self):
         """Reset every thread's DataFlow (here, in the calling thread) and start the threads."""
@@ -725,12 +736,6 @@ class MultiThreadRunner(DataFlow):
             except queue.Empty:
                 continue
             yield dp
-
-    def close(self):
-        """Stop the threads (also done when this object is garbage-collected)."""
-        finalizer = getattr(self, '_finalizer', None)
-        if finalizer is not None:
-            finalizer()
 
 
 def _stop_threads(threads):

@@ -19,13 +19,12 @@ import os
 import queue
 import struct
 import threading
-import traceback
 import weakref
 
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlowReentrantGuard, ProxyDataFlow
-from .parallel import (_ERROR_TAG, DataFlowWorkerError, _IPCDir, _ParallelBase, _ProcessWorker,
-                       _Sockets, _WorkerProcesses, _ZMQCollector)
+from .parallel import (_ERROR_TAG, _Closable, _IPCDir, _ParallelBase, _ProcessWorker, _Sockets,
+                       _thread_error, _WorkerProcesses, _ZMQCollector)
 
 __all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ']
 
@@ -112,12 +111,10 @@ class _MapThread(threading.Thread):
 
 class _ThreadFailure(object):
     def __init__(self, name, err):
-        self.error = DataFlowWorkerError("{} raised {}: {}\n--- traceback in the thread ---\n{}".format(
-            name, type(err).__name__, err, ''.join(traceback.format_exception(err))))
-        self.error.__cause__ = err
+        self.error = _thread_error(name, err)
 
 
-class MultiThreadMapData(_ParallelMapData):
+class MultiThreadMapData(_Closable, _ParallelMapData):
     """Map the datapoints of ``ds`` with ``map_func`` in ``num_thread`` threads.
 
     Useful when ``map_func`` releases the GIL (I/O, OpenCV, most numpy). See the module
@@ -171,14 +168,10 @@ class MultiThreadMapData(_ParallelMapData):
 
     def _raise_failure(self):
         """After a thread failed, the same error at every use (the threads are stopped)."""
+        if not self._threads:
+            raise RuntimeError("MultiThreadMapData: call reset_state() before iterating")
         if self._failure is not None:
             raise self._failure
-
-    def close(self):
-        """Stop the threads (also done when this object is garbage-collected)."""
-        finalizer = getattr(self, '_finalizer', None)
-        if finalizer is not None:
-            finalizer()
 
 
 def _stop_map_threads(inq, threads):
