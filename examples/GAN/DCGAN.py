@@ -127,7 +127,7 @@ def get_parser(description, logdir):
     parser.add_argument('--steps-per-epoch', type=int, default=100, help='default 100')
     parser.add_argument('--logdir', default=logdir,
                         help='where logs, checkpoints and samples.png go (replaced if it exists; '
-                             'default {})'.format(logdir))
+                             'default %(default)s)')
     parser.add_argument('--sample', action='store_true', help='only write samples from --load')
     parser.add_argument('--load', help='checkpoint to sample from (with --sample)')
     parser.add_argument('--out', default='samples.png', help='PNG written by --sample')

@@ -108,6 +108,15 @@ def get_data(data_dir, batch, max_shift):
     return BatchData(train, batch, remainder=False), BatchData(test, test_batch)
 
 
+def lr_schedule(epochs):
+    """1e-3 for the first half of the epochs, then three steps down to 3e-5 for the last
+    tenth: a list of (epoch, learning rate), one per epoch at most."""
+    points = {}
+    for fraction, lr in ((0.5, 3e-4), (0.75, 1e-4), (0.9, 3e-5)):
+        points[max(2, int(epochs * fraction))] = lr    # a later point wins a shared epoch
+    return sorted(points.items())
+
+
 def get_config(args):
     train, test = get_data(args.data, args.batch, args.shift)
     epochs = args.max_epoch
@@ -119,9 +128,7 @@ def get_config(args):
             InferenceRunner(test, [ScalarStats(['cross_entropy_loss', 'accuracy']),
                                    ClassificationError('incorrect_vector')]),
             MaxSaver('validation_accuracy'),
-            # 1e-3 for the first half, then three steps down to 3e-5 near the end.
-            ScheduledHyperParamSetter('learning_rate', [
-                (epochs // 2, 3e-4), (epochs * 3 // 4, 1e-4), (epochs * 9 // 10, 3e-5)]),
+            ScheduledHyperParamSetter('learning_rate', lr_schedule(epochs)),
         ],
         steps_per_epoch=args.steps_per_epoch or len(train),
         max_epoch=epochs)
@@ -136,7 +143,8 @@ def main():
     parser.add_argument('--shift', type=int, default=3,
                         help='random training shifts of up to this many pixels (default 3; 0: none)')
     parser.add_argument('--logdir', default='train_log/mnist-convnet',
-                        help='where logs, stats.json and checkpoints go (replaced if it exists)')
+                        help='where logs, stats.json and checkpoints go (replaced if it exists; '
+                             'default %(default)s)')
     args = parser.parse_args()
 
     logger.set_logger_dir(args.logdir, action='d')
