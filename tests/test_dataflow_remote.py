@@ -41,7 +41,8 @@ class Sender(object):
 
 
 def numbered(n, offset=0):
-    return DataFromList([[np.full((40, 50), i + offset, np.float32), np.int64(i + offset),
+    """Datapoints with a 19 KB array: it travels after the msgpack document, or in a frame."""
+    return DataFromList([[np.full((80, 60), i + offset, np.float32), np.int64(i + offset),
                           {'name': 'dp{}'.format(i + offset), 'mask': np.arange(i + 1) % 2 == 0}]
                          for i in range(n)], shuffle=False)
 
@@ -57,7 +58,7 @@ def test_remote_data_receives_every_datapoint_in_order(tmp_path, fmt):
     itr.close()
     assert [int(dp[1]) for dp in out] == list(range(6)) * 2
     for i, (image, label, extra) in enumerate(out[:6]):
-        assert image.dtype == np.float32 and image.shape == (40, 50) and (image == i).all()
+        assert image.dtype == np.float32 and image.shape == (80, 60) and (image == i).all()
         assert type(label) is np.int64
         assert extra['name'] == 'dp{}'.format(i) and extra['mask'].dtype == bool
         np.testing.assert_array_equal(extra['mask'], np.arange(i + 1) % 2 == 0)

@@ -16,7 +16,7 @@ import itertools
 import time
 
 from ..utils import logger
-from ..utils.serialize import dumps, dumps_frames, loads_frames
+from ..utils.serialize import dumps, dumps_frames, loads, loads_frames
 from .base import DataFlow, DataFlowReentrantGuard
 
 __all__ = ['send_dataflow_zmq', 'RemoteDataZMQ']
@@ -86,6 +86,13 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, log_interval=60
         ctx.term()
 
 
+def _decode(frames):
+    """A datapoint from one ``dumps()`` message or from ``dumps_frames()`` frames."""
+    if len(frames) == 1:
+        return loads(frames[0].buffer)
+    return loads_frames(frames)
+
+
 class RemoteDataZMQ(DataFlow):
     """The datapoints sent by :func:`send_dataflow_zmq` (any format) from one or two
     endpoints; an infinite DataFlow.
@@ -128,7 +135,7 @@ class RemoteDataZMQ(DataFlow):
                     poller.register(sock, zmq.POLLIN)
                 while True:
                     for sock, _ in poller.poll():
-                        dp = loads_frames(sock.recv_multipart(copy=False))
+                        dp = _decode(sock.recv_multipart(copy=False))
                         if sock is sockets[0]:
                             self.cnt1 += 1
                         else:
