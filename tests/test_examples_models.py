@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from tensorpack_lite import Callback, DataFromList, FullyConnected, ModelDesc, QueueInput
+from tensorpack_lite import Callback, DataFromList, FeedInput, FullyConnected, ModelDesc, QueueInput
 from tensorpack_lite.compat import tfv1 as tf
 from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
@@ -112,10 +112,13 @@ def test_multigpu_gan_trainer_on_two_virtual_cpus():
     assert changed == [(True, True)] * 3
 
 
-def test_multigpu_gan_trainer_needs_the_devices_in_the_session():
-    trainer = GAN.MultiGPUGANTrainer(['/cpu:0', '/cpu:1'], QueueInput(points()), TinyGAN())
-    with pytest.raises(ValueError, match="tower 1 is on device '/cpu:1'"):
-        train(trainer, 1)
+def test_multigpu_gan_trainer_needs_the_devices_and_a_feedfree_input():
+    with pytest.raises(TypeError, match='MultiGPUGANTrainer with 2 towers needs a feed-free InputSource'):
+        GAN.MultiGPUGANTrainer(['/cpu:0', '/cpu:1'], FeedInput(points()), TinyGAN())
+    with tf.Graph().as_default():
+        trainer = GAN.MultiGPUGANTrainer(['/cpu:0', '/cpu:1'], QueueInput(points()), TinyGAN())
+        with pytest.raises(ValueError, match="tower 1 is on device '/cpu:1'"):
+            train(trainer, 1)
 
 
 class NotAGAN(ModelDesc):

@@ -12,7 +12,7 @@ with an InputSource::
 
 import numbers
 
-from tensorpack_lite import Callback, ModelDescBase, StagingInput, TowerTrainer, logger
+from tensorpack_lite import Callback, FeedfreeInput, ModelDescBase, StagingInput, TowerTrainer, logger
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.graph_builder import (
     DataParallelBuilder, LeastLoadedDeviceSetter, check_session_devices, interpret_towers, tower_device)
@@ -158,7 +158,13 @@ class GANTrainer(_GANTrainerBase):
         super().__init__(input, model)
 
     def _prepare_input(self, input):
-        return StagingInput(input) if len(self.devices) > 1 else input
+        if len(self.devices) <= 1:
+            return input
+        if not isinstance(input, FeedfreeInput):
+            raise TypeError("{} with {} towers needs a feed-free InputSource (e.g. QueueInput), so that each "
+                            "tower takes its own batch; got {}.".format(
+                                type(self).__name__, len(self.devices), type(input).__name__))
+        return StagingInput(input)
 
     def _build_graph(self, input):
         d_loss, g_loss = self._build_losses(input)
