@@ -19,9 +19,9 @@ import argparse
 import numpy as np
 
 from tensorpack_lite import (
-    ClassificationError, Conv2D, InferenceRunner, LinearWrap, MaxSaver, ModelDesc,
+    BatchData, BNReLU, ClassificationError, Conv2D, InferenceRunner, LinearWrap, MaxSaver, ModelDesc,
     ModelSaver, ProxyDataFlow, ScalarStats, ScheduledHyperParamSetter, SimpleTrainer, TrainConfig,
-    BatchData, argscope, l2_regularizer, launch_train_with_config, logger, regularize_cost)
+    argscope, l2_regularizer, launch_train_with_config, logger, regularize_cost)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.dataflow.dataset import Digits, Mnist
 from tensorpack_lite.tfutils.summary import add_moving_summary, add_param_summary
@@ -31,7 +31,7 @@ IMAGE_SIZE = 28
 
 
 class Model(ModelDesc):
-    """Four 3x3 convolutions, two poolings, a 512-unit hidden layer with dropout."""
+    """Four 3x3 convolutions with BatchNorm, two poolings, a 512-unit hidden layer with dropout."""
 
     def inputs(self):
         return [tf.TensorSpec((None, IMAGE_SIZE, IMAGE_SIZE), tf.float32, 'input'),
@@ -39,7 +39,7 @@ class Model(ModelDesc):
 
     def build_graph(self, image, label):
         image = tf.expand_dims(image * 2 - 1, 3)   # [0, 1] -> [-1, 1], add a channel axis
-        with argscope(Conv2D, kernel_size=3, activation=tf.nn.relu, filters=32):
+        with argscope(Conv2D, kernel_size=3, activation=BNReLU, use_bias=False, filters=32):
             logits = (LinearWrap(image)
                       .Conv2D('conv0')
                       .MaxPooling('pool0', 2)
