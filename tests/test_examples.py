@@ -17,10 +17,14 @@ from test_horovod import _kill_tree, horovod_python  # noqa: F401
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def example_env():
+    """The environment of an example's process: this checkout importable, no GPU."""
+    return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
+                TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+
+
 def run_example(relpath, args, cwd):
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
-               TF_CPP_MIN_LOG_LEVEL='2')
-    return subprocess.run([sys.executable, os.path.join(REPO, relpath)] + args, cwd=cwd, env=env,
+    return subprocess.run([sys.executable, os.path.join(REPO, relpath)] + args, cwd=cwd, env=example_env(),
                           capture_output=True, text=True, timeout=300)
 
 
@@ -48,11 +52,6 @@ def test_digits_custom_trainer_help(tmp_path):
 EXAMPLES = ['examples/basics/mnist-convnet.py', 'examples/basics/cifar-convnet.py',
             'examples/GAN/DCGAN.py', 'examples/GAN/WGAN.py',
             'examples/multigpu/multigpu-digits.py', 'examples/horovod/horovod-digits.py']
-
-
-def example_env():
-    return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
-                TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
 
 
 def read_stats(logdir):
