@@ -2,9 +2,11 @@
 """Wasserstein GAN (Arjovsky et al. 2017) on handwritten digits, then a PNG sheet of samples.
 
 The networks are DCGAN.py's, except that the critic (the discriminator) uses LayerNorm
-instead of BatchNorm; the losses are the Wasserstein ones, the critic's weights are clipped
-to [-0.01, 0.01] after every step and it is updated five times per generator update
-(SeparateGANTrainer with g_period=5). Same command line as DCGAN.py:
+instead of BatchNorm; the losses are the Wasserstein ones and the critic's weights are clipped
+to [-0.01, 0.01] after every step. The generator is updated every step and the critic every
+third step (SeparateGANTrainer with d_period=3, tensorpack's schedule for this example; the
+paper's five critic updates per generator update, ``g_period=5``, learns much slower here).
+Same command line as DCGAN.py:
 
     python examples/GAN/WGAN.py                                   # train, then sample
     python examples/GAN/WGAN.py --max-epoch 1 --steps-per-epoch 5  # smoke run
@@ -55,5 +57,5 @@ class ClipCallback(Callback):
 if __name__ == '__main__':
     DCGAN.run(DCGAN.get_parser(__doc__.split('\n')[1], 'train_log/WGAN'),
               lambda args: Model(args.image_size, args.batch, args.z_dim),
-              lambda input, model: SeparateGANTrainer(input, model, g_period=5),
+              lambda input, model: SeparateGANTrainer(input, model, d_period=3),
               [ClipCallback()], 'GAN_loss/d_loss')
