@@ -2,7 +2,7 @@
 """DCGAN (Radford et al. 2015) on handwritten digits, then a PNG sheet of generated samples.
 
 By default it learns the 8x8 digits scikit-learn ships, resized to 16x16 (nothing to
-download); the default run (2000 steps) takes 2-3 minutes on 2 CPU cores. After training, 100 samples
+download); the default run (2000 steps) takes 1-2 minutes on 2 CPU cores. After training, 100 samples
 from the last checkpoint are written to ``<logdir>/samples.png``.
 
     python examples/GAN/DCGAN.py                                   # train, then sample

@@ -2,9 +2,10 @@
 """Train a small convnet on handwritten digits, validating after every epoch.
 
 By default the data are the real 8x8 digits scikit-learn ships (nothing to download),
-resized to 28x28 and randomly shifted for training; the default run reaches about 98%
-test accuracy in a couple of minutes on 2 CPU cores. With ``--data DIR`` it trains on
-MNIST read from the standard IDX files in DIR (gzipped or not).
+resized to 28x28 and randomly shifted for training; the default run (20 epochs) reaches
+97.6-98.7% accuracy on the 297 test digits in about a minute on 2 CPU cores (five of them
+are hard enough that every run gets them wrong). With ``--data DIR`` it trains on MNIST
+read from the standard IDX files in DIR (gzipped or not).
 
     python examples/basics/mnist-convnet.py                      # Digits
     python examples/basics/mnist-convnet.py --data ~/mnist_data  # MNIST
