@@ -94,7 +94,7 @@ def test_mnist_convnet_smoke(tmp_path):
     assert [s['epoch_num'] for s in stats] == [1, 2, 3, 4]
     assert stats[-1]['global_step'] == 32
     assert stats[-1]['validation_cross_entropy_loss'] < stats[0]['validation_cross_entropy_loss']
-    assert stats[-1]['validation_accuracy'] > 0.4    # 10 classes; 32 steps of 64 digits
+    assert stats[-1]['validation_accuracy'] > 0.7    # 10 classes; 32 steps of 64 digits (about 0.9)
     assert abs(stats[-1]['validation_accuracy'] - (1 - stats[-1]['validation_error'])) < 1e-6
     assert [s['learning_rate'] for s in stats] == pytest.approx([1e-3, 3e-4, 3e-5, 3e-5])
     files = os.listdir(logdir)
@@ -208,7 +208,7 @@ def test_multigpu_example_on_two_virtual_cpus(tmp_path):
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2, 3] and stats[-1]['global_step'] == 24
     assert stats[-1]['validation_cross_entropy_loss'] < stats[0]['validation_cross_entropy_loss']
-    assert stats[-1]['validation_accuracy'] > 0.5
+    assert stats[-1]['validation_accuracy'] > 0.7    # about 0.86 after 24 steps
     assert 'model-24.index' in os.listdir(logdir)
     assert 'Trained 2 towers on /cpu:0, /cpu:1' in output
 
