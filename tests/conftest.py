@@ -2,6 +2,8 @@
 the fixtures several modules use. Shared non-fixture helpers are in helpers.py."""
 
 import os
+import re
+import subprocess
 import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -49,3 +51,19 @@ def digits():
     from sklearn.datasets import load_digits
     data = load_digits()
     return (data.data / 16.0).astype('float32'), data.target.astype('int32')
+
+
+@pytest.fixture(scope='session')
+def horovod_python():
+    """The Python of the Horovod environment: $TENSORPACK_LITE_HOROVOD_PYTHON, else the one
+    .ci/horovod_env.sh builds (or reuses: seconds once built). Built once per test session."""
+    python = os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON')
+    if python:
+        return python
+    script = os.path.join(os.path.dirname(_TESTS_DIR), '.ci', 'horovod_env.sh')
+    proc = subprocess.run(['bash', script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=3600)
+    found = re.findall(r'^HOROVOD_PYTHON=(.+)$', proc.stdout, re.M)
+    if proc.returncode != 0 or not found:
+        pytest.fail("bash .ci/horovod_env.sh failed (exit {}):\n{}".format(proc.returncode, proc.stdout))
+    return found[-1]

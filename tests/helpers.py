@@ -5,8 +5,10 @@ Import them as ``from helpers import ...``: conftest.py puts this directory on s
 
 import contextlib
 import logging
+import signal
 
 import numpy as np
+import psutil
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.compat import tf, tfv1
@@ -156,3 +158,16 @@ def labelled_batches(images, labels, batch, shuffle=False, remainder=False):
     """A DataFlow of [images, labels] batches."""
     return BatchData(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=shuffle), batch,
                      remainder=remainder)
+
+
+def kill_process_tree(proc):
+    """SIGKILL a subprocess.Popen and every process under it (a timed-out launcher's ranks)."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
+    except psutil.NoSuchProcess:
+        family = []
+    for member in family:
+        try:
+            member.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass

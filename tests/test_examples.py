@@ -11,8 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-# The Horovod environment's fixture (built or reused by .ci/horovod_env.sh) and process cleanup.
-from test_horovod import _kill_tree, horovod_python  # noqa: F401
+from helpers import kill_process_tree
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -213,7 +212,7 @@ def test_multigpu_example_on_two_virtual_cpus(tmp_path):
     assert 'Trained 2 towers on /cpu:0, /cpu:1' in output
 
 
-def test_horovod_example_with_two_ranks(horovod_python, tmp_path):  # noqa: F811
+def test_horovod_example_with_two_ranks(horovod_python, tmp_path):
     horovodrun = os.path.join(os.path.dirname(horovod_python), 'horovodrun')
     logdir = tmp_path / 'log'
     command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', horovod_python,
@@ -224,7 +223,7 @@ def test_horovod_example_with_two_ranks(horovod_python, tmp_path):  # noqa: F811
     try:
         output, _ = proc.communicate(timeout=150)
     except subprocess.TimeoutExpired:
-        _kill_tree(proc)
+        kill_process_tree(proc)
         output, _ = proc.communicate()
         pytest.fail("horovodrun did not finish in 150 s (killed):\n" + output[-6000:])
     assert proc.returncode == 0, output[-6000:]

@@ -4,22 +4,19 @@ TensorFlow); the one-process reference runs here, in the main environment."""
 
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
-import psutil
 import pytest
 
+from helpers import kill_process_tree
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'tests', 'horovod_scripts', 'train_tiny.py')
-ENV_SCRIPT = os.path.join(REPO, '.ci', 'horovod_env.sh')
 RUN_TIMEOUT = 150
 BATCH, STEPS, EPOCHS, LR = 4, 3, 2, 0.05
 
@@ -57,33 +54,6 @@ def test_rank_shard_data_splits_evenly():
 
 # ----- two ranks (second environment) --------------------------------------------------------
 
-@pytest.fixture(scope='session')
-def horovod_python():
-    """The Python of the Horovod environment: $TENSORPACK_LITE_HOROVOD_PYTHON, else the one
-    .ci/horovod_env.sh builds (or reuses: seconds once built)."""
-    python = os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON')
-    if python:
-        return python
-    proc = subprocess.run(['bash', ENV_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=3600)
-    found = re.findall(r'^HOROVOD_PYTHON=(.+)$', proc.stdout, re.M)
-    if proc.returncode != 0 or not found:
-        pytest.fail("bash .ci/horovod_env.sh failed (exit {}):\n{}".format(proc.returncode, proc.stdout))
-    return found[-1]
-
-
-def _kill_tree(proc):
-    try:
-        family = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
-    except psutil.NoSuchProcess:
-        family = []
-    for p in family:
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-
-
 def run_two_ranks(python, out_dir, *args):
     """``horovodrun -np 2`` on train_tiny.py; returns (exit code, output, seconds)."""
     horovodrun = os.path.join(os.path.dirname(python), 'horovodrun')
@@ -98,7 +68,7 @@ def run_two_ranks(python, out_dir, *args):
     try:
         output, _ = proc.communicate(timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
-        _kill_tree(proc)
+        kill_process_tree(proc)
         output, _ = proc.communicate()
         pytest.fail("horovodrun did not finish in {} s (killed):\n{}".format(RUN_TIMEOUT, output[-6000:]))
     return proc.returncode, output, time.time() - start
