@@ -21,6 +21,7 @@ from tensorpack_lite import (
     OfflinePredictor, PredictConfig, QueueInput, SelectComponent, SmartInit, argscope, logger)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.dataflow.dataset import Digits
+from tensorpack_lite.tfutils.scope_utils import auto_reuse_variable_scope
 from tensorpack_lite.utils.viz import stack_patches
 
 
@@ -55,6 +56,7 @@ class Model(GANModelDesc):
             x = Conv2DTranspose('deconv{}'.format(self.num_up), x, 1, activation=tf.identity)
         return tf.tanh(x, name='gen')
 
+    @auto_reuse_variable_scope
     def discriminator(self, images):
         """One logit per image: strided convolutions down to 4x4, then a linear layer."""
         with argscope(Conv2D, kernel_size=4, strides=2):
@@ -81,8 +83,8 @@ class Model(GANModelDesc):
             # The discriminator sees the real and the fake batch separately (its BatchNorm
             # statistics are per batch), with the same variables, and both with a little
             # Gaussian noise ("instance noise"), which keeps it from winning too easily on
-            # this small dataset.
-            with tf.variable_scope('discrim', reuse=tf.AUTO_REUSE):
+            # this small dataset. The second call reuses the first one's variables.
+            with tf.variable_scope('discrim'):
                 logits_real = self.discriminator(add_noise(image_pos, self.INPUT_NOISE))
                 logits_fake = self.discriminator(add_noise(image_gen, self.INPUT_NOISE))
         self.build_losses(logits_real, logits_fake)
