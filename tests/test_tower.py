@@ -281,3 +281,19 @@ def test_collection_guard_order_freeze_and_diff_log(caplog):
     assert tfv1.get_collection('frozen') == []
     assert guard.get_collection_in_tower('frozen') == []
     assert guard.get_collection_in_tower('never') == []
+
+
+@pytest.mark.parametrize('visible, device, expected', [
+    ('', 0, '/device:CPU:0'),        # a GPU id on a machine without GPUs: the CPU
+    ('', -1, '/device:CPU:0'),
+    ('0,1', 1, '/device:GPU:1'),     # with GPUs: the GPU asked for
+    ('', '/cpu:1', '/device:CPU:1'),
+])
+def test_predict_tower_device(monkeypatch, visible, device, expected):
+    from tensorpack_lite.tfutils.tower import build_predict_tower
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', visible)
+    with TowerContext('', is_training=True):
+        linear_tower(*placeholders())
+    func = TowerFunc(linear_tower, SIG)
+    handle = build_predict_tower(func, placeholders('_p'), 'tower-pred', device)
+    assert handle['pred'].device == expected

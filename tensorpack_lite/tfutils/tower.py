@@ -34,6 +34,7 @@ Example::
 
 from ..compat import tf, tfv1
 from ..utils import logger
+from ..utils.gpu import get_num_gpu
 from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 from .collection import CollectionGuard
 from .common import get_op_tensor_name
@@ -348,12 +349,14 @@ class PredictTowerContext(BaseTowerContext):
 
 def build_predict_tower(tower_func, inputs, tower_name, device=0, vs_name=''):
     """Call ``tower_func(*inputs)`` as an inference tower ``tower_name`` that reuses the
-    training variables, on GPU ``device`` (-1: the CPU; or a device string such as
-    ``'/cpu:1'``), at the root name scope, and return its :class:`TowerTensorHandle`."""
+    training variables, on GPU ``device`` (-1, or any id where there is no GPU: the CPU; or a
+    device string such as ``'/cpu:1'``), at the root name scope, and return its :class:`TowerTensorHandle`."""
     if isinstance(device, str):
         device_name = device
+    elif device >= 0 and get_num_gpu() > 0:
+        device_name = '/gpu:{}'.format(device)
     else:
-        device_name = '/gpu:{}'.format(device) if device >= 0 else '/cpu:0'
+        device_name = '/cpu:0'  # also for a GPU id on a machine without GPUs
     logger.info("Building inference tower '{}' on device {}{} ...".format(
         tower_name, device_name, " with variable scope '{}'".format(vs_name) if vs_name else ''))
     with tfv1.name_scope(None), tfv1.variable_scope(tfv1.get_variable_scope(), reuse=True), \
