@@ -384,6 +384,17 @@ def test_unserializable_datapoint_names_type_and_component(where):
     assert ("datapoint[1]['mask']" if where == 'runner' else 'datapoint[1]') in message
 
 
+def test_map_worker_that_never_starts_is_an_error(monkeypatch):
+    from tensorpack_lite.dataflow import parallel_map
+    monkeypatch.setattr(parallel_map._MapWorker, '_open', lambda self: time.sleep(60))
+    monkeypatch.setattr(MultiProcessMapDataZMQ, 'startup_timeout', 1.0)
+    df = MultiProcessMapData(Numbered(3), num_proc=2, map_func=slow_identity)
+    start = time.time()
+    with pytest.raises(DataFlowWorkerError, match=r'worker\(s\) \[0, 1\] did not start within 1.0 s'):
+        df.reset_state()
+    assert time.time() - start < 10  # and the workers are gone (checked by the fixture)
+
+
 def _parent_that_gets_killed(conn):
     """Starts three kinds of workers, reports their pids and ipc dirs, then waits."""
     before = children()

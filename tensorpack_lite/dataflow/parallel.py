@@ -3,8 +3,8 @@
 * :class:`MultiProcessRunnerZMQ` -- worker processes send datapoints over a ZeroMQ ``ipc://``
   pipe, big arrays without copies (:func:`~tensorpack_lite.utils.serialize.dumps_frames`). The
   fast one: use it for large datapoints.
-* :class:`MultiProcessRunner` -- worker processes put pickled datapoints into a
-  ``multiprocessing.Queue``; no ZeroMQ needed, slower for big arrays.
+* :class:`MultiProcessRunner` -- worker processes send pickled datapoints through
+  ``multiprocessing`` pipes; no ZeroMQ needed, slower for big arrays.
 * :class:`MultiThreadRunner` -- threads in this process, each with its own DataFlow; for work
   that releases the GIL (I/O, OpenCV, numpy).
 
@@ -37,8 +37,7 @@ import numpy as np
 
 from ..utils import logger
 from ..utils import utils as _utils
-from ..utils.concurrency import (StoppableThread, enable_death_signal, ensure_proc_terminate,
-                                 start_proc_mask_signal)
+from ..utils.concurrency import StoppableThread, enable_death_signal, ensure_proc_terminate, mask_sigint
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 
@@ -128,6 +127,12 @@ class _ProcessWorker(object):
         finally:
             self._close()
 
+    def before_fork(self):
+        """In the parent, just before this worker is forked."""
+
+    def after_fork(self):
+        """In the parent, just after this worker was forked."""
+
     def _open(self):
         pass
 
@@ -164,12 +169,17 @@ class _WorkerProcesses(object):
 
     def __init__(self, workers):
         ctx = _start_method_context()
+        self.workers = workers
         self.names = [w.name for w in workers]
         self.procs = [ctx.Process(target=w.run, name=w.name) for w in workers]
         self._owner_pid = os.getpid()
 
     def start(self):
-        start_proc_mask_signal(self.procs)
+        with mask_sigint():  # Ctrl-C then reaches the parent only
+            for worker, proc in zip(self.workers, self.procs):
+                worker.before_fork()
+                proc.start()
+                worker.after_fork()
         ensure_proc_terminate(self.procs)
 
     @property
@@ -275,14 +285,19 @@ class _ZMQCollector(object):
         for fd in workers.sentinels:
             self._poller.register(fd, zmq.POLLIN)
 
-    def recv(self):
-        """The frames of the next message that is not an error report."""
+    def recv(self, timeout=None):
+        """The frames of the next message that is not an error report; None if ``timeout``
+        seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            ready = dict(self._poller.poll())
+            wait_ms = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            ready = dict(self._poller.poll(wait_ms))
             if len(ready) > (self.socket in ready):  # a worker ended: do not wait for the others
                 self._raise_for_dead_worker()
             if self.socket in ready:
                 return self._check(self.socket.recv_multipart(copy=False))
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
 
     def _check(self, frames):
         if frames[0].bytes == _ERROR_TAG:
@@ -365,6 +380,10 @@ class _ParallelBase(_Closable, DataFlow):
                 if size > 0 and k >= size:
                     return
                 yield self._from_workers(get_one)
+
+
+def _closer(pipe_worker):
+    return lambda: pipe_worker.reader.close()
 
 
 def _run_all(actions):
@@ -562,49 +581,58 @@ class MultiProcessRunnerZMQ(_ParallelBase):
 
 # ------------------------------------------------------------------ MultiProcessRunner
 
-class _QueueWorker(_ProcessWorker):
-    """Runs ``ds`` forever and puts every pickled datapoint into a multiprocessing queue."""
+class _PipeWorker(_ProcessWorker):
+    """Runs ``ds`` forever and sends every pickled datapoint through a pipe of its own,
+    after taking a token of the shared semaphore ``tokens`` (given back by the parent on
+    receipt): at most ``num_prefetch`` datapoints wait in all the pipes together.
 
-    def __init__(self, owner, idx, parent_pid, ds, q):
-        super(_QueueWorker, self).__init__(owner, idx, parent_pid)
-        self.ds, self.queue = ds, q
+    The pipe is made just before this worker is forked and the parent closes its writing
+    end just after, so that the worker is its only writer: when it dies, even in the middle
+    of a datapoint, the parent reads an end of file instead of waiting forever.
+    """
+
+    def __init__(self, owner, idx, parent_pid, ds, tokens):
+        super(_PipeWorker, self).__init__(owner, idx, parent_pid)
+        self.ds, self.tokens = ds, tokens
+        self.reader = self.writer = None
+
+    def before_fork(self):
+        self.reader, self.writer = mp.Pipe(duplex=False)
+
+    def after_fork(self):
+        self.writer.close()
 
     def _open(self):
+        self.reader.close()
         self.ds.reset_state()
 
     def _loop(self):
         for dp in _repeat_forever(self.ds, self.name):
-            # pickled here, not in the queue's feeder thread, so that an error reaches us
             try:
                 buf = pickle.dumps(dp, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as err:
                 raise TypeError("cannot pickle a datapoint of type {}: {}".format(
                     type(dp).__name__, err)) from err
-            self.queue.put(buf)
+            self.tokens.acquire()
+            self.writer.send_bytes(_DATA_TAG + buf)
 
     def _report(self, text):
-        self.queue.put(_WorkerFailure(text))
-        self.queue.close()
-        self.queue.join_thread()
+        self.writer.send_bytes(_REPORT_TAG + text.encode('utf-8'))
 
 
-class _WorkerFailure(object):
-    def __init__(self, text):
-        self.text = text
+_DATA_TAG, _REPORT_TAG = b'D', b'E'  # first byte of a message of _PipeWorker
 
 
 class MultiProcessRunner(_ParallelBase, ProxyDataFlow):
-    """Run ``ds`` in ``num_proc`` worker processes that put datapoints into a
-    ``multiprocessing.Queue`` (pickled). Same guarantees as :class:`MultiProcessRunnerZMQ`,
-    without ZeroMQ, but slower for big arrays.
+    """Run ``ds`` in ``num_proc`` worker processes that send pickled datapoints through
+    ``multiprocessing`` pipes, at most ``num_prefetch`` of them waiting at a time. Same
+    guarantees as :class:`MultiProcessRunnerZMQ`, without ZeroMQ, but slower for big arrays.
 
     Args:
         ds (DataFlow): the dataflow to run.
-        num_prefetch (int): size of the queue.
+        num_prefetch (int): how many datapoints may wait to be read.
         num_proc (int): number of worker processes.
     """
-
-    poll_interval = 0.2
 
     def __init__(self, ds, num_prefetch, num_proc):
         ProxyDataFlow.__init__(self, ds)
@@ -620,47 +648,42 @@ class MultiProcessRunner(_ParallelBase, ProxyDataFlow):
     def reset_state(self):
         """Fork the workers (once)."""
         self._check_reset()
-        ctx = _start_method_context()
-        self.queue = ctx.Queue(self.num_prefetch)
+        self._tokens = _start_method_context().Semaphore(self.num_prefetch)
         name = type(self).__name__
-        workers = _WorkerProcesses([_QueueWorker(name, k, os.getpid(), self.ds, self.queue)
-                                    for k in range(self.num_proc)])
-        q = self.queue
-        self._set_cleanup(workers.close, q.close, q.cancel_join_thread)
+        self._pipe_workers = [_PipeWorker(name, k, os.getpid(), self.ds, self._tokens)
+                              for k in range(self.num_proc)]
+        workers = _WorkerProcesses(self._pipe_workers)
+        self._set_cleanup(workers.close, *[_closer(w) for w in self._pipe_workers])
         workers.start()
         self._workers = workers
-        self._next_check = 0.0
+        self._turn = 0
 
     def _get(self):
+        readers = [w.reader for w in self._pipe_workers]
         while True:
-            if time.monotonic() >= self._next_check:  # even while the others keep producing
-                self._next_check = time.monotonic() + self.poll_interval
-                self._raise_for_dead_worker()
-            try:
-                item = self.queue.get(timeout=self.poll_interval)
-            except queue.Empty:
-                continue
-            if isinstance(item, _WorkerFailure):
-                raise DataFlowWorkerError(item.text)
-            return pickle.loads(item)
+            ready = wait_for_sentinels(readers + self._workers.sentinels)
+            self._turn = (self._turn + 1) % len(readers)  # take turns among ready workers
+            for k in itertools.chain(range(self._turn, len(readers)), range(self._turn)):
+                if readers[k] in ready:
+                    return self._read(k)
+            dead = self._workers.dead()  # a worker ended and its pipe is empty
+            if dead is not None:
+                name, proc = dead
+                raise DataFlowWorkerError("{} (pid {}) {} without reporting an error".format(
+                    name, proc.pid, _describe_exit(proc.exitcode)))
 
-    def _raise_for_dead_worker(self):
-        dead = self._workers.dead()
-        if dead is not None:
-            self._drain_reports(_ZMQCollector.report_grace)
-            name, proc = dead
+    def _read(self, k):
+        try:
+            msg = self._pipe_workers[k].reader.recv_bytes()
+        except EOFError:
+            proc = self._workers.procs[k]
+            proc.join(self._workers.join_timeout)
             raise DataFlowWorkerError("{} (pid {}) {} without reporting an error".format(
-                name, proc.pid, _describe_exit(proc.exitcode)))
-
-    def _drain_reports(self, grace):
-        deadline = time.time() + grace
-        while time.time() < deadline:
-            try:
-                item = self.queue.get(timeout=0.1)
-            except queue.Empty:
-                return
-            if isinstance(item, _WorkerFailure):
-                raise DataFlowWorkerError(item.text)
+                self._workers.names[k], proc.pid, _describe_exit(proc.exitcode))) from None
+        if msg[:1] == _REPORT_TAG:
+            raise DataFlowWorkerError(msg[1:].decode('utf-8', 'replace'))
+        self._tokens.release()
+        return pickle.loads(memoryview(msg)[1:])
 
     def __iter__(self):
         yield from self._iterate(self._get, self._size)

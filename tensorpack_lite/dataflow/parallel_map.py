@@ -23,8 +23,8 @@ import weakref
 
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlowReentrantGuard, ProxyDataFlow
-from .parallel import (_ERROR_TAG, _Closable, _IPCDir, _ParallelBase, _ProcessWorker, _Sockets,
-                       _thread_error, _WorkerProcesses, _ZMQCollector)
+from .parallel import (_ERROR_TAG, DataFlowWorkerError, _Closable, _IPCDir, _ParallelBase,
+                       _ProcessWorker, _Sockets, _thread_error, _WorkerProcesses, _ZMQCollector)
 
 __all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ']
 
@@ -182,7 +182,8 @@ def _stop_map_threads(inq, threads):
 # ------------------------------------------------------------------ processes
 
 _SEQ = struct.Struct('<q')
-_HELLO = -1  # sequence number of the message a worker sends once connected
+_HELLO = -1  # sequence number of the message a worker sends once connected, with its number
+_WORKER_ID = struct.Struct('<H')
 
 
 class _MapWorker(_ProcessWorker):
@@ -202,7 +203,7 @@ class _MapWorker(_ProcessWorker):
         self.tasks.connect(self.task_endpoint)
         self.results = self.pipes.socket(zmq.PUSH, self.hwm)
         self.results.connect(self.result_endpoint)
-        self.results.send(_SEQ.pack(_HELLO))
+        self.results.send_multipart([_SEQ.pack(_HELLO), _WORKER_ID.pack(self.idx)])
 
     def _loop(self):
         while True:
@@ -245,6 +246,9 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
                                  map_func=load_and_augment, strict=True)
     """
 
+    startup_timeout = 60.0
+    """Seconds :meth:`reset_state` waits for every worker to connect."""
+
     def __init__(self, ds, num_proc=None, map_func=None, buffer_size=200, strict=False):
         if num_proc is None:
             num_proc = max(1, mp.cpu_count() // 2)
@@ -274,9 +278,15 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
         results.bind(result_endpoint)
         workers.start()
         self._collector = _ZMQCollector(results, workers)
-        for _ in range(self.num_proc):  # wait until all are connected, so that tasks are spread
-            frames = self._from_workers(self._collector.recv)
-            assert _SEQ.unpack(frames[0].bytes)[0] == _HELLO
+        connected = set()
+        while len(connected) < self.num_proc:  # all connected: the first tasks are spread
+            frames = self._from_workers(lambda: self._collector.recv(self.startup_timeout))
+            if frames is None:
+                self._failure = DataFlowWorkerError("{}: worker(s) {} did not start within {} s".format(
+                    name, sorted(set(range(self.num_proc)) - connected), self.startup_timeout))
+                self.close()
+                raise self._failure
+            connected.add(_WORKER_ID.unpack(frames[1].bytes)[0])
 
     def _send(self, seq, dp):
         frames = [_SEQ.pack(seq)] + dumps_frames(dp)
