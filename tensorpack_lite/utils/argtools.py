@@ -9,8 +9,11 @@ from . import logger
 __all__ = ['map_arg', 'memoized', 'memoized_method', 'memoized_ignoreargs', 'graph_memoized',
            'shape2d', 'shape4d', 'call_only_once', 'log_once']
 
-memoized = functools.lru_cache(maxsize=None)
-"""Memoize a function on its (hashable) arguments."""
+
+def memoized(func):
+    """Memoize ``func`` on its (hashable) arguments, without limit
+    (``functools.lru_cache(maxsize=None)``)."""
+    return functools.lru_cache(maxsize=None)(func)
 
 
 def map_arg(**maps):
