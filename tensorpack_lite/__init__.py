@@ -24,8 +24,11 @@ from .callbacks import (
 from .dataflow import (
     BatchData, BatchDataByShape, CacheData, ConcatData, DataFlow, DataFlowTerminated,
     DataFromGenerator, DataFromIterable, DataFromList, FixedSizeData, JoinData,
-    LocallyShuffleData, MapData, MapDataComponent, PrintData, ProxyDataFlow, RepeatedData,
-    RepeatedDataPoint, RNGDataFlow, SelectComponent, TestDataSpeed)
+    LocallyShuffleData, MapData, MapDataComponent, MsgpackSerializer, MultiProcessMapData,
+    MultiProcessMapDataZMQ, MultiProcessPrefetchData, MultiProcessRunner, MultiProcessRunnerZMQ,
+    MultiThreadMapData, MultiThreadRunner, NumpySerializer, PrefetchData, PrefetchDataZMQ, PrintData,
+    ProxyDataFlow, RemoteDataZMQ, RepeatedData, RepeatedDataPoint, RNGDataFlow, SelectComponent,
+    send_dataflow_zmq, TestDataSpeed, TFRecordSerializer)
 from .graph_builder import (
     aggregate_grads, allreduce_grads, AsyncMultiGPUBuilder, average_grads, DataParallelBuilder,
     GradientPacker, LeastLoadedDeviceSetter, merge_grad_list, override_to_local_variable, split_grad_list,
@@ -71,6 +74,10 @@ __all__ = [
     'DataFromGenerator', 'DataFromIterable', 'DataFromList', 'FixedSizeData', 'JoinData',
     'LocallyShuffleData', 'MapData', 'MapDataComponent', 'PrintData', 'ProxyDataFlow',
     'RepeatedData', 'RepeatedDataPoint', 'RNGDataFlow', 'SelectComponent', 'TestDataSpeed',
+    'MsgpackSerializer', 'MultiProcessMapData', 'MultiProcessMapDataZMQ', 'MultiProcessPrefetchData',
+    'MultiProcessRunner', 'MultiProcessRunnerZMQ', 'MultiThreadMapData', 'MultiThreadRunner',
+    'NumpySerializer', 'PrefetchData', 'PrefetchDataZMQ', 'RemoteDataZMQ', 'send_dataflow_zmq',
+    'TFRecordSerializer',
     # input_source
     'BatchQueueInput', 'DummyConstantInput', 'FeedfreeInput', 'FeedInput', 'InputSource',
     'PlaceholderInput', 'QueueInput', 'StagingInput', 'TensorInput', 'TFDatasetInput', 'ZMQInput',

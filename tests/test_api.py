@@ -40,7 +40,10 @@ CONTRACT = {
         'DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated', 'DataFromList',
         'DataFromGenerator', 'DataFromIterable', 'BatchData', 'BatchDataByShape', 'MapData',
         'MapDataComponent', 'RepeatedData', 'RepeatedDataPoint', 'FixedSizeData', 'ConcatData',
-        'JoinData', 'LocallyShuffleData', 'SelectComponent', 'CacheData', 'PrintData', 'TestDataSpeed'],
+        'JoinData', 'LocallyShuffleData', 'SelectComponent', 'CacheData', 'PrintData', 'TestDataSpeed',
+        'MultiProcessRunner', 'MultiProcessRunnerZMQ', 'MultiThreadMapData', 'MultiProcessMapData',
+        'MultiProcessMapDataZMQ', 'MultiThreadRunner', 'PrefetchData', 'PrefetchDataZMQ', 'send_dataflow_zmq',
+        'RemoteDataZMQ', 'MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer'],
     'tensorpack_lite.models': [
         'layer_register', 'Conv2D', 'Conv2DTranspose', 'FullyConnected', 'BatchNorm', 'BatchRenorm',
         'LayerNorm', 'InstanceNorm', 'MaxPooling', 'AvgPooling', 'GlobalAvgPooling', 'FixedUnPooling',
