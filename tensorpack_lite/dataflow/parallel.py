@@ -247,22 +247,18 @@ class _Sockets(object):
     def __init__(self):
         self.zmq = _zmq()
         self.context = self.zmq.Context()
-        self._sockets = []
         self._owner_pid = os.getpid()
 
     def socket(self, kind, hwm):
         sock = self.context.socket(kind)
         sock.set_hwm(hwm)
-        self._sockets.append(sock)
         return sock
 
     def close(self, linger=0.0):
         """Close the sockets (waiting up to ``linger`` seconds to send what is queued)."""
         if os.getpid() != self._owner_pid:
             return
-        for sock in self._sockets:
-            sock.close(linger=int(linger * 1000))
-        self.context.term()
+        self.context.destroy(linger=int(linger * 1000))  # closes every socket, then terminates
 
 
 _ERROR_TAG = b''  # first frame of a worker's error report (a datapoint's header is never empty)
