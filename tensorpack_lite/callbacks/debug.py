@@ -23,6 +23,7 @@ from ..tfutils.common import get_op_tensor_name
 from ..tfutils.summary import _encode_png
 from ..utils import logger
 from ..utils.argtools import log_once
+from ..utils.fs import write_atomically
 from .base import Callback
 
 __all__ = ['DumpTensors', 'DumpTensorAsImage', 'DumpParamAsImage']
@@ -40,19 +41,6 @@ def _variable_of(tensor):
             if var.name == tensor.name:
                 return var
     return None
-
-
-def _write_atomically(path, write):
-    """Call ``write(file_object)`` on a temporary file next to ``path``, then rename it to
-    ``path``: a reader never sees a half-written file."""
-    tmp = '{}.tmp-{}'.format(path, os.getpid())
-    try:
-        with open(tmp, 'wb') as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _require_logger_dir(owner):
@@ -170,7 +158,7 @@ class DumpTensors(_EpochEndValues):
     def _trigger(self):
         values = self._get_values()
         path = os.path.join(self._log_dir, 'DumpTensor-{}.npz'.format(self.global_step))
-        _write_atomically(path, lambda f: np.savez(f, **dict(zip(self._names, values))))
+        write_atomically(path, lambda f: np.savez(f, **dict(zip(self._names, values))))
         self.last_dump = path
 
 
@@ -254,7 +242,7 @@ class DumpTensorAsImage(_EpochEndValues):
             if image.ndim == 2:
                 image = image[:, :, np.newaxis]
             encoded = _encode_png(np.ascontiguousarray(image))
-            _write_atomically(path, lambda f: f.write(encoded))
+            write_atomically(path, lambda f: f.write(encoded))
             self.last_files.append(path)
         if len({p.shape for p in pixels}) == 1:
             self.trainer.monitors.put_image(self.prefix, np.stack(pixels) if batch else pixels[0])

@@ -26,6 +26,7 @@ from tabulate import tabulate
 from ..compat import tfv1
 from ..tfutils.summary import create_image_summary, create_scalar_summary
 from ..utils import logger
+from ..utils.fs import write_atomically
 from .base import Callback
 
 __all__ = ['MonitorBase', 'NoOpMonitor', 'Monitors',
@@ -420,30 +421,8 @@ class JSONWriter(MonitorBase):
                 self._fname))
 
     def _write_stats(self):
-        """Write to a temporary file next to stats.json, sync it, then rename it over."""
-        tmp = '{}.{}.tmp'.format(self._fname, os.getpid())
-        try:
-            with open(tmp, 'w') as f:
-                json.dump(self._stats, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._fname)
-        except BaseException:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            raise
-        try:  # make the rename itself durable
-            dir_fd = os.open(self._dir, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
+        """Replace stats.json in one rename, its data synced first."""
+        write_atomically(self._fname, lambda f: json.dump(self._stats, f), mode='w')
 
 
 def _compile_regexes(patterns, arg):

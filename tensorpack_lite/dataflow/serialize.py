@@ -21,23 +21,11 @@ import msgpack
 import numpy as np
 
 from ..utils import logger
+from ..utils.fs import atomic_path, write_atomically
 from ..utils.serialize import dumps, loads
 from .base import DataFlow, RNGDataFlow
 
 __all__ = ['MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer']
-
-
-def _write_atomically(path, write):
-    """``write(file)`` into ``path + '.tmp'``, renamed to ``path`` once complete."""
-    path = os.fspath(path)
-    tmp = path + '.tmp'
-    try:
-        with open(tmp, 'wb') as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _datapoints(df, who):
@@ -98,7 +86,7 @@ class MsgpackSerializer(object):
             f.write(msgpack.packb(offsets))
             f.write(cls._FOOTER.pack(index_start, cls.MAGIC))
             logger.info("MsgpackSerializer: wrote {} datapoints to {}".format(len(offsets) - 1, path))
-        _write_atomically(path, write)
+        write_atomically(path, write)
 
     @staticmethod
     def load(path, shuffle=True):
@@ -137,7 +125,7 @@ class NumpySerializer(object):
                    for index, dp in _datapoints(df, 'NumpySerializer')]
         offsets = np.cumsum([0] + [len(r) for r in records], dtype=np.int64)
         data = np.frombuffer(b''.join(records), dtype=np.uint8)
-        _write_atomically(path, lambda f: np.savez(f, records=data, offsets=offsets))
+        write_atomically(path, lambda f: np.savez(f, records=data, offsets=offsets))
         logger.info("NumpySerializer: wrote {} datapoints to {}".format(len(records), path))
 
     @staticmethod
@@ -175,18 +163,12 @@ class TFRecordSerializer(object):
     def save(df, path):
         """Write one epoch of ``df`` to ``path``."""
         tf = _tf()
-        path = os.fspath(path)
-        tmp = path + '.tmp'
         count = 0
-        try:
+        with atomic_path(path) as tmp:
             with tf.io.TFRecordWriter(tmp) as writer:
                 for index, dp in _datapoints(df, 'TFRecordSerializer'):
                     writer.write(_to_example(tf, dp, index).SerializeToString())
                     count += 1
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
         logger.info("TFRecordSerializer: wrote {} datapoints to {}".format(count, path))
 
     @staticmethod

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 from ..compat import tfv1
 from ..utils import logger
+from ..utils.fs import write_atomically
 
 __all__ = ['ModelExporter']
 
@@ -106,14 +107,7 @@ class ModelExporter(object):
                     graph_def, [_op_name(t) for t in inputs], output_ops,
                     [t.dtype.as_datatype_enum for t in inputs], toco_compatible)
         data = graph_def.SerializeToString()
-        tmp = '{}.tmp-{}'.format(filename, os.getpid())
-        try:
-            with open(tmp, 'wb') as f:
-                f.write(data)
-            os.replace(tmp, filename)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        write_atomically(filename, lambda f: f.write(data))
         logger.info("ModelExporter: frozen graph written to {} (inputs {}, outputs {}).".format(
             filename, [t.name for t in inputs], [t.name for t in outputs]))
 

@@ -12,13 +12,13 @@ format written by ``tf.compat.v1.train.Saver`` and :class:`ModelSaver`.
 
 import os
 import re
-import uuid
 import zipfile
 
 import numpy as np
 
 from ..compat import tf, tfv1
 from ..utils import logger
+from ..utils.fs import write_atomically
 from .common import get_op_tensor_name
 
 __all__ = ['SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
@@ -147,22 +147,14 @@ def load_chkpt_vars(path):
 def _atomic_savez(path, arrays):
     """Write ``arrays`` as a compressed ``.npz`` to ``path`` via a temporary file + rename, so
     that ``path`` is either the old file or the complete new one."""
-    tmp = '{}.tmp{}'.format(path, uuid.uuid4().hex)
-    try:
-        with open(tmp, 'xb') as f:
-            # Written entry by entry (the .npz layout) rather than through np.savez, whose
-            # keyword arguments would clash with keys such as 'file'.
-            with zipfile.ZipFile(f, 'w', compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
-                for key, value in arrays.items():
-                    with zf.open(key + '.npy', 'w', force_zip64=True) as entry:
-                        np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    def write(f):
+        # Written entry by entry (the .npz layout) rather than through np.savez, whose
+        # keyword arguments would clash with keys such as 'file'.
+        with zipfile.ZipFile(f, 'w', compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+            for key, value in arrays.items():
+                with zf.open(key + '.npy', 'w', force_zip64=True) as entry:
+                    np.lib.format.write_array(entry, np.asanyarray(value), allow_pickle=False)
+    write_atomically(path, write)
 
 
 def save_chkpt_vars(dic, path):
