@@ -34,7 +34,7 @@ setup(
         'psutil>=5',
     ],
     extras_require={
-        'test': ['pytest>=7', 'scikit-learn>=1.0', 'matplotlib>=3.5'],
+        'test': ['pytest>=7', 'pytest-timeout>=2.1', 'scikit-learn>=1.0', 'matplotlib>=3.5'],
         'examples': ['scikit-learn>=1.0', 'matplotlib>=3.5'],
         'horovod': ['horovod==0.28.1'],
     },
