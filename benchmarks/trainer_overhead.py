@@ -22,13 +22,13 @@ import time
 import numpy as np
 
 from tensorpack_lite import tfv1 as tf
-from tensorpack_lite.callbacks import Callback
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import DummyConstantInput
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.tower import TrainTowerContext
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils import logger
+from timing import EpochTimer
 
 BATCH = 64
 
@@ -92,21 +92,6 @@ def bare_loop(model_cls, batches, epochs, feed):
             times.append(time.perf_counter() - start)
         sess.close()
     return times
-
-
-class EpochTimer(Callback):
-    """The time from each epoch's first step to the end of its last."""
-
-    _chief_only = False
-
-    def __init__(self):
-        self.times = []
-
-    def _before_epoch(self):
-        self._start = time.perf_counter()
-
-    def _after_epoch(self):
-        self.times.append(time.perf_counter() - self._start)
 
 
 def library_path(model_cls, batches, epochs, logdir, dummy):

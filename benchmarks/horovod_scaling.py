@@ -11,7 +11,7 @@ the configurations run in interleaved rounds and the medians are compared with (
 It runs in the Horovod environment (``bash .ci/horovod_env.sh`` builds it), found as
 $TENSORPACK_LITE_HOROVOD_PYTHON or built/reused by that script::
 
-    python benchmarks/horovod.py --rounds 3 --batch 128
+    python benchmarks/horovod_scaling.py --rounds 3 --batch 128
 
 On a machine with 2 cores, 2 processes share the cores a single process would use, so
 expect no speed-up there: the ratio shows the cost of the allreduce and of two processes.
@@ -24,7 +24,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULT_PREFIX = 'HOROVOD_BENCHMARK_RESULT '
@@ -33,13 +32,10 @@ RUN_TIMEOUT = 900
 
 def worker(args):
     """Train for ``args.epochs`` epochs and print the epoch times (on rank 0 only)."""
-    # This file is named horovod.py: its directory must not shadow the horovod package.
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    from tensorpack_lite.callbacks import Callback
     from tensorpack_lite.compat import tf, tfv1
     from tensorpack_lite.input_source import DummyConstantInput
     from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+    from timing import EpochTimer
 
     class MLP(ModelDesc):
         def inputs(self):
@@ -57,24 +53,12 @@ def worker(args):
         def optimizer(self):
             return tfv1.train.GradientDescentOptimizer(1e-3)
 
-    class EpochTimes(Callback):
-        _chief_only = False
-
-        def __init__(self):
-            self.times = []
-
-        def _before_epoch(self):
-            self._start = time.perf_counter()
-
-        def _after_epoch(self):
-            self.times.append(time.perf_counter() - self._start)
-
     if args.horovod:
         from tensorpack_lite.train.horovod_trainer import HorovodTrainer
         trainer = HorovodTrainer()
     else:
         trainer = SimpleTrainer()
-    timer = EpochTimes()
+    timer = EpochTimer()
     model = MLP()
     config = TrainConfig(model=model, data=DummyConstantInput([[args.batch, 784], [args.batch]]),
                          callbacks=[timer], extra_callbacks=[], monitors=[],
