@@ -12,6 +12,7 @@ import argparse
 import importlib
 import inspect
 import os
+import re
 import sys
 
 # The modules of the public contract (../shared/API.md), in reading order.
@@ -25,6 +26,8 @@ MODULES = [
     'tensorpack_lite.dataflow',
     'tensorpack_lite.dataflow.dataset',
     'tensorpack_lite.tfutils.tower',
+    'tensorpack_lite.tfutils.argscope',
+    'tensorpack_lite.tfutils.scope_utils',
     'tensorpack_lite.tfutils.sessinit',
     'tensorpack_lite.tfutils.sesscreate',
     'tensorpack_lite.tfutils.summary',
@@ -44,6 +47,7 @@ MODULES = [
     'tensorpack_lite.utils.concurrency',
     'tensorpack_lite.utils.viz',
     'tensorpack_lite.utils.gpu',
+    'tensorpack_lite.utils.fs',
 ]
 
 MISSING_DOC = '*(no docstring)*'
@@ -52,9 +56,10 @@ MISSING_DOC = '*(no docstring)*'
 def signature_of(obj):
     """``(a, b=1)`` for what has a Python signature, '' for what has none."""
     try:
-        return str(inspect.signature(obj))
+        signature = str(inspect.signature(obj))
     except (TypeError, ValueError):
         return ''
+    return re.sub(r' at 0x[0-9a-f]+', '', signature)  # default objects: the same text every run
 
 
 def docstring_of(obj):
