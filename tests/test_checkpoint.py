@@ -203,6 +203,24 @@ def test_min_and_max_saver_keep_the_best_checkpoint(logdir):
     assert isinstance(SmartInit(os.path.join(logdir, 'min-val-error')), SaverRestore)
 
 
+def test_relative_logger_directory_checkpoints_resolve(tmp_path, monkeypatch):
+    """A logger directory given relative to the working directory (the examples' default
+    train_log/NAME): the state file names checkpoints relative to the directory, so MaxSaver
+    and restoring find them, from there and after the directory is moved."""
+    from tensorpack_lite.utils import logger
+    monkeypatch.chdir(tmp_path)
+    logger.set_logger_dir(os.path.join('train_log', 'run'), action='d')
+    max_saver = MaxSaver('accuracy')
+    train([ModelSaver(), PutStat('accuracy', [0.5, 0.9]), max_saver], max_epoch=2)
+    assert max_saver.best == (6, 0.9)
+    with open(os.path.join('train_log', 'run', 'checkpoint')) as f:
+        assert 'model_checkpoint_path: "model-6"' in f.read()
+    os.rename('train_log', 'moved')
+    saved = load_chkpt_vars(os.path.join('moved', 'run'))
+    assert int(saved['global_step']) == 6
+    assert int(load_chkpt_vars(os.path.join('moved', 'run', 'max-accuracy'))['global_step']) == 6
+
+
 def test_min_saver_errors_name_the_stat_and_the_missing_checkpoint(tmp_path):
     with pytest.raises(KeyError, match="'val-error' was never put"):
         train([ModelSaver(checkpoint_dir=str(tmp_path)), MinSaver('val-error', checkpoint_dir=str(tmp_path))],

@@ -32,7 +32,10 @@ def _default_checkpoint_dir(checkpoint_dir):
         checkpoint_dir = logger.get_logger_dir()
     if checkpoint_dir is None:
         return None
-    return os.path.normpath(os.path.expanduser(os.fspath(checkpoint_dir)))
+    # Absolute: TF's Saver records a relative save path as it is given (relative to the
+    # working directory) in the 'checkpoint' state file, which readers resolve against the
+    # checkpoint directory; an absolute one is recorded relative to that directory.
+    return os.path.abspath(os.path.expanduser(os.fspath(checkpoint_dir)))
 
 
 def _prepare_checkpoint_dir(callback):

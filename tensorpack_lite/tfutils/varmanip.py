@@ -31,6 +31,10 @@ _STATE_FILE = 'checkpoint'
 
 def _checkpoint_from_state(dirname, given):
     """The checkpoint prefix that ``dirname/checkpoint`` points to."""
+    # Absolute, because get_checkpoint_state joins a relative entry with the directory as
+    # it is given: with a relative directory the result would be relative to the working
+    # directory, and joining it with the directory again would name a wrong path.
+    dirname = os.path.abspath(dirname)
     state_file = os.path.join(dirname, _STATE_FILE)
     if not os.path.isfile(state_file):
         raise FileNotFoundError(
