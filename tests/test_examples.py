@@ -85,9 +85,10 @@ def test_example_help(path, tmp_path, monkeypatch, capsys):
 
 
 def test_mnist_convnet_smoke(tmp_path):
-    logdir = tmp_path / 'log'
-    out = run_example('examples/basics/mnist-convnet.py',
-                      ['--max-epoch', '4', '--steps-per-epoch', '8', '--logdir', str(logdir)], cwd=tmp_path)
+    # The default log directory, relative to the working directory, as a user runs it.
+    logdir = tmp_path / 'train_log' / 'mnist-convnet'
+    out = run_example('examples/basics/mnist-convnet.py', ['--max-epoch', '4', '--steps-per-epoch', '8'],
+                      cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2, 3, 4]
