@@ -127,7 +127,7 @@ class _GANTrainerBase(TowerTrainer):
 
     def _build_graph(self, input):
         """Build the towers and the training op(s)."""
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement _build_graph()".format(type(self).__name__))
 
     def _minimize(self, loss, var_list, name):
         return self.model.get_optimizer().minimize(

@@ -137,7 +137,7 @@ class InferenceRunnerBase(Callback):
     def _build_towers(self, tower_func):
         """Build the inference tower(s) on the input's tensors and register the inferencers'
         hooks."""
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement _build_towers()".format(type(self).__name__))
 
     def _register_input_hook(self, hook):
         self.register_hook(hook)

@@ -137,10 +137,10 @@ class _ProcessWorker(object):
         pass
 
     def _loop(self):
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement _loop()".format(type(self).__name__))
 
     def _report(self, text):
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement _report()".format(type(self).__name__))
 
     def _close(self):
         pass

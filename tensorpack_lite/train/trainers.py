@@ -87,7 +87,7 @@ class _DataParallelTrainer(SingleCostTrainer):
 
     def _build_train_op(self, grad_list, get_opt_fn):
         """Set ``self.train_op`` from the towers' gradients; return extra callbacks."""
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement _build_train_op()".format(type(self).__name__))
 
 
 class SyncMultiGPUTrainerParameterServer(_DataParallelTrainer):
