@@ -16,6 +16,8 @@ with open(os.path.join(here, 'tensorpack_lite', 'libinfo.py')) as f:
 with open(os.path.join(here, 'README.md'), encoding='utf-8') as f:
     long_description = f.read()
 
+OPENCV = 'opencv-python-headless>=4.5'
+
 setup(
     name='tensorpack_lite',
     version=version['__version__'],
@@ -34,8 +36,15 @@ setup(
         'psutil>=5',
     ],
     extras_require={
-        'test': ['pytest>=7', 'pytest-timeout>=2.1', 'scikit-learn>=1.0', 'matplotlib>=3.5'],
-        'examples': ['scikit-learn>=1.0', 'matplotlib>=3.5'],
+        # image augmentation and image DataFlows (imgaug, ImageFromFile, AugmentImage*, ILSVRC12...)
+        'image': [OPENCV],
+        # LMDBSerializer, LMDBData, LMDBDataDecoder, CaffeLMDB
+        'lmdb': ['lmdb>=1.0'],
+        # HDF5Serializer, HDF5Data
+        'hdf5': ['h5py>=3.0'],
+        'test': ['pytest>=7', 'pytest-timeout>=2.1', 'scikit-learn>=1.0', 'matplotlib>=3.5', 'scipy>=1.7',
+                 OPENCV, 'lmdb>=1.0', 'h5py>=3.0'],
+        'examples': ['scikit-learn>=1.0', 'matplotlib>=3.5', OPENCV, 'lmdb>=1.0'],
         'horovod': ['horovod==0.28.1'],
     },
     classifiers=[

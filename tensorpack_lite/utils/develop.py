@@ -1,0 +1,53 @@
+"""Helpers for the library's own development: optional dependencies and deprecation notes.
+
+Optional packages (OpenCV, lmdb, h5py, ...) are imported on first use through
+:func:`import_optional`, so that a missing one is a single ImportError that names the
+package, the feature that needs it and the command that installs it::
+
+    cv2 = import_optional('cv2', extra='image', purpose='image augmentation')
+"""
+
+import importlib
+
+from .argtools import log_once
+
+__all__ = ['import_optional', 'log_deprecated']
+
+# The pip distribution that provides an importable module, where the two names differ.
+_DISTRIBUTION_OF = {
+    'cv2': 'opencv-python-headless',
+    'h5py': 'h5py',
+    'lmdb': 'lmdb',
+    'scipy': 'scipy',
+    'sklearn': 'scikit-learn',
+}
+
+
+def import_optional(module_name, extra=None, purpose=None):
+    """Import and return ``module_name``, or raise one ImportError saying how to install it.
+
+    Args:
+        module_name (str): the module to import, e.g. ``'cv2'``.
+        extra (str): the tensorpack_lite extra that installs it (``pip install tensorpack_lite[extra]``).
+        purpose (str): what needs it, for the message (e.g. ``'LMDBSerializer'``).
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as err:
+        distribution = _DISTRIBUTION_OF.get(module_name, module_name)
+        how = "pip install {}".format(distribution)
+        if extra is not None:
+            how += " (or: pip install 'tensorpack_lite[{}]')".format(extra)
+        raise ImportError("{} needs the Python package '{}', which could not be imported ({}). "
+                          "Install it with: {}".format(purpose or 'This feature', distribution, err, how)
+                          ) from err
+
+
+def log_deprecated(name, advice='', eos=''):
+    """Log once per process that ``name`` is deprecated, with ``advice`` and an end-of-support date."""
+    message = "{} is deprecated.".format(name)
+    if advice:
+        message += " " + advice
+    if eos:
+        message += " It will be removed after {}.".format(eos)
+    log_once(message, 'warn')
