@@ -1,12 +1,14 @@
-"""How many GPUs this process can use, found cheaply (without importing TensorFlow when possible)."""
+"""How many GPUs this process can use, found cheaply (without importing TensorFlow when possible),
+and choosing the visible GPUs for a block of code."""
 
 import os
 import re
 import shutil
 
 from . import logger
+from .utils import change_env
 
-__all__ = ['get_num_gpu', 'get_nr_gpu']
+__all__ = ['get_num_gpu', 'get_nr_gpu', 'change_gpu']
 
 _NVIDIA_SMI_TIMEOUT = 5
 
@@ -74,3 +76,19 @@ def get_num_gpu():
 
 get_nr_gpu = get_num_gpu
 """Old name of :func:`get_num_gpu`."""
+
+
+def change_gpu(val):
+    """A context in which ``$CUDA_VISIBLE_DEVICES`` is ``val``: a GPU index, a comma-separated
+    list, or -1 for no GPU (the empty value). The old value comes back afterwards.
+
+    It affects what CUDA sees only where it is read: in processes started inside the block,
+    or in this process before TensorFlow first touches the GPUs.
+
+    Example::
+
+        with change_gpu(1):
+            proc.start()      # the child process sees only GPU 1
+    """
+    val = str(val)
+    return change_env('CUDA_VISIBLE_DEVICES', '' if val == '-1' else val)

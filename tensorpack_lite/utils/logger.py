@@ -21,7 +21,7 @@ from datetime import datetime
 from termcolor import colored
 
 __all__ = ['set_logger_dir', 'auto_set_dir', 'get_logger_dir',
-           'info', 'warning', 'warn', 'error', 'exception', 'debug', 'critical', 'setLevel',
+           'info', 'warning', 'warn', 'error', 'exception', 'debug', 'critical', 'setLevel', 'addFilter',
            'LOG_FILE_NAME', 'ACTION_ENV_VAR']
 
 LOG_FILE_NAME = 'log.log'
@@ -83,6 +83,7 @@ exception = _logger.exception
 debug = _logger.debug
 critical = _logger.critical
 setLevel = _logger.setLevel
+addFilter = _logger.addFilter
 
 _LOGGER_DIR = None
 _FILE_HANDLER = None

@@ -10,7 +10,7 @@ Example::
 
 import numpy as np
 
-__all__ = ['StatCounter', 'RatioCounter', 'Accuracy', 'BinaryStatistics']
+__all__ = ['StatCounter', 'RatioCounter', 'Accuracy', 'BinaryStatistics', 'OnlineMoments']
 
 
 class StatCounter(object):
@@ -182,3 +182,46 @@ class BinaryStatistics(object):
         if self.nr_pos == 0:
             return 0
         return 1 - self.recall
+
+
+class OnlineMoments(object):
+    """Running mean and variance of the values fed, without keeping them (Welford's update).
+
+    Values may be numbers or arrays of one shape (moments are then elementwise).
+
+    Example::
+
+        moments = OnlineMoments()
+        for x in (1.0, 2.0, 4.0):
+            moments.feed(x)
+        moments.mean, moments.variance   # 7/3 and 7/3 (the unbiased sample variance)
+    """
+
+    def __init__(self):
+        self._count = 0
+        self._mean = 0
+        self._sum_sq_dev = 0     # the sum of squared deviations from the current mean
+
+    def feed(self, x):
+        """Add one value (a number, or an array of the shape of the earlier ones)."""
+        self._count += 1
+        delta = x - self._mean
+        self._mean = self._mean + delta / self._count
+        self._sum_sq_dev = self._sum_sq_dev + delta * (x - self._mean)
+
+    @property
+    def mean(self):
+        """The mean of the values fed (0 before any)."""
+        return self._mean
+
+    @property
+    def variance(self):
+        """The unbiased sample variance (divided by n - 1); needs two values or more."""
+        if self._count < 2:
+            raise ValueError("OnlineMoments.variance needs at least 2 values, got {}.".format(self._count))
+        return self._sum_sq_dev / (self._count - 1)
+
+    @property
+    def std(self):
+        """The square root of :attr:`variance`."""
+        return np.sqrt(self.variance)

@@ -10,6 +10,10 @@ Example::
         with total_timer('preprocess'):
             preprocess()
     print_total_timer()   # also runs at interpreter exit
+
+    speed = IterSpeedCounter(100)
+    for batch in batches:
+        speed()           # logs the time per call every 100 calls
 """
 
 import atexit
@@ -20,7 +24,7 @@ from timeit import default_timer as _now
 from . import logger
 from .stats import StatCounter
 
-__all__ = ['timed_operation', 'total_timer', 'print_total_timer', 'Timer']
+__all__ = ['timed_operation', 'total_timer', 'print_total_timer', 'Timer', 'IterSpeedCounter']
 
 
 @contextmanager
@@ -107,3 +111,34 @@ class Timer(object):
         """Seconds counted so far (running time only)."""
         end = self._paused_at if self._paused_at is not None else _now()
         return end - self._start - self._paused_total
+
+
+class IterSpeedCounter(object):
+    """A callable that counts its calls and, every ``print_every`` calls, logs the time since
+    the first one and the average time per call.
+
+    Args:
+        print_every (int): how many calls between two log lines.
+        name (str): how the log line starts (default ``'IterSpeed'``).
+    """
+
+    def __init__(self, print_every, name=None):
+        self.print_every = int(print_every)
+        if self.print_every < 1:
+            raise ValueError("IterSpeedCounter: print_every must be >= 1, got {!r}.".format(print_every))
+        self.name = name or 'IterSpeed'
+        self.cnt = 0
+        self.start = None
+
+    def reset(self):
+        """Restart the clock (the count goes on)."""
+        self.start = _now()
+
+    def __call__(self):
+        if self.cnt == 0:
+            self.reset()
+        self.cnt += 1
+        if self.cnt % self.print_every == 0:
+            elapsed = _now() - self.start
+            logger.info("{}: {:.2f} sec, {} times, {:.3g} sec/time".format(
+                self.name, elapsed, self.cnt, elapsed / self.cnt))

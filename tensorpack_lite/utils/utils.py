@@ -1,5 +1,7 @@
-"""Miscellaneous helpers: random generators, progress bars, human-readable durations."""
+"""Miscellaneous helpers: random generators, progress bars, human-readable durations,
+environment changes and once-per-call-site guards."""
 
+import inspect
 import os
 import sys
 from contextlib import contextmanager
@@ -11,12 +13,13 @@ from tqdm import tqdm
 from . import logger
 
 __all__ = ['get_rng', 'fix_rng_seed', 'get_tqdm', 'get_tqdm_kwargs', 'humanize_time_delta',
-           'change_env', 'get_time_str', 'PROGRESS_REFRESH_ENV_VAR']
+           'change_env', 'get_time_str', 'execute_only_once', 'PROGRESS_REFRESH_ENV_VAR']
 
 PROGRESS_REFRESH_ENV_VAR = 'TENSORPACK_PROGRESS_REFRESH'
 """Environment variable that overrides the refresh interval (seconds) of progress bars."""
 
 _RNG_SEED = None
+_CALL_SITES_SEEN = set()
 
 
 def fix_rng_seed(seed):
@@ -125,3 +128,23 @@ def change_env(name, value):
 def get_time_str():
     """The current time as ``'MMDD-HHMMSS'``, as used in backup names."""
     return datetime.now().strftime('%m%d-%H%M%S')
+
+
+def execute_only_once():
+    """True the first time it is called from a given line of code, False every later time.
+
+    The call site is the (file, line) of the caller, so each ``if execute_only_once():`` in
+    the code fires once per process.
+
+    Example::
+
+        for path in paths:
+            if execute_only_once():
+                logger.info("reading the first file")   # logged once, not once per path
+    """
+    caller = inspect.currentframe().f_back
+    site = (caller.f_code.co_filename, caller.f_lineno)
+    if site in _CALL_SITES_SEEN:
+        return False
+    _CALL_SITES_SEEN.add(site)
+    return True

@@ -1,9 +1,11 @@
-"""Image visualisation helpers: patch grids, boxes, and an interactive viewer.
+"""Image visualisation helpers: patch grids, boxes, heat maps, dumps of a DataFlow's images and
+an interactive viewer.
 
-Only numpy is needed, except :func:`interactive_imshow` (OpenCV and a display) and the text of
-:func:`draw_boxes`' labels (Pillow). Images are HxW or HxWxC arrays in [0, 255]; color images
-are in the channel order you use (tensorpack's convention is BGR), colors are given in the same
-order.
+Only numpy is needed, except :func:`interactive_imshow` (OpenCV and a display),
+:func:`dump_dataflow_images` (OpenCV to write or resize), :func:`intensity_to_rgb`
+(matplotlib) and the text of :func:`draw_boxes`' labels (Pillow). Images are HxW or HxWxC
+arrays in [0, 255]; color images are in the channel order you use (tensorpack's convention is
+BGR), colors are given in the same order.
 """
 
 import os
@@ -11,9 +13,12 @@ import sys
 
 import numpy as np
 
-from .argtools import log_once
+from .argtools import log_once, shape2d
+from .develop import import_optional
+from .fs import mkdir_p
 
-__all__ = ['stack_patches', 'gen_stack_patches', 'draw_boxes', 'interactive_imshow']
+__all__ = ['stack_patches', 'gen_stack_patches', 'draw_boxes', 'interactive_imshow', 'intensity_to_rgb',
+           'dump_dataflow_images']
 
 DEFAULT_BOX_COLOR = (15, 128, 15)
 
@@ -294,15 +299,12 @@ def interactive_imshow(img, lclick_cb=None, rclick_cb=None, **kwargs):
 
     Raises:
         RuntimeError: when there is no display (e.g. ``$DISPLAY`` is not set on Linux).
-        ImportError: when OpenCV is missing (``pip install opencv-python``).
+        ImportError: when OpenCV is missing (``pip install 'tensorpack_lite[image]'``).
     """
     if not _has_display():
         raise RuntimeError("interactive_imshow() needs a display, but neither $DISPLAY nor "
                            "$WAYLAND_DISPLAY is set; save the image to a file instead.")
-    try:
-        import cv2
-    except ImportError as err:
-        raise ImportError("interactive_imshow() needs OpenCV: pip install opencv-python") from err
+    cv2 = import_optional('cv2', extra='image', purpose='interactive_imshow()')
     window = 'tensorpack_lite'
     cv2.imshow(window, img)
 
@@ -323,3 +325,102 @@ def interactive_imshow(img, lclick_cb=None, rclick_cb=None, **kwargs):
         sys.exit()
     elif key == 's':
         cv2.imwrite('out.png', img)
+
+
+def intensity_to_rgb(intensity, cmap='cubehelix', normalize=False):
+    """Color a 2-D map of intensities (e.g. a saliency map) with a matplotlib colormap.
+
+    Args:
+        intensity (np.ndarray): an HxW array, values in [0, 1] (values outside are clipped by
+            the colormap).
+        cmap (str): the name of a matplotlib colormap.
+        normalize (bool): first rescale the values linearly to [0, 1] (a constant map becomes 0).
+
+    Returns:
+        np.ndarray: an HxWx3 float32 RGB image in [0, 255].
+
+    Example::
+
+        heat = intensity_to_rgb(saliency, cmap='jet', normalize=True)
+    """
+    intensity = np.asarray(intensity)
+    if intensity.ndim != 2:
+        raise ValueError("intensity_to_rgb(): intensity must be a 2-D (HxW) array, got shape {}.".format(
+            intensity.shape))
+    values = intensity.astype(np.float64)
+    if normalize:
+        values = values - values.min()
+        top = values.max()
+        if top > 0:
+            values = values / top
+    matplotlib = import_optional('matplotlib', purpose='intensity_to_rgb()')
+    try:
+        colormap = matplotlib.colormaps[cmap]
+    except KeyError:
+        raise ValueError("intensity_to_rgb(): unknown matplotlib colormap {!r}.".format(cmap))
+    return (colormap(values)[..., :3] * 255.0).astype(np.float32)
+
+
+def _dataflow_images(df, index, batched):
+    """The images of component ``index`` of ``df``'s datapoints, epoch after epoch."""
+    df.reset_state()
+    while True:
+        found = False
+        for dp in df:
+            for img in (dp[index] if batched else [dp[index]]):
+                found = True
+                yield img
+        if not found:
+            raise ValueError("dump_dataflow_images(): the DataFlow {!r} produced no image in a whole "
+                             "epoch.".format(df))
+
+
+def dump_dataflow_images(df, index=0, batched=True, number=1000, output_dir=None, scale=1, resize=None,
+                         viz=None, flipRGB=False):
+    """Write (and/or show) the images a DataFlow produces, to look at what a model is fed.
+
+    Images are taken from component ``index`` of the datapoints (over several epochs if
+    needed) until ``number`` have been handled. Each is multiplied by ``scale``, resized,
+    channel-flipped if asked, then written as ``output_dir/001.jpg``, ``002.jpg``... (values
+    clipped to [0, 255]) and/or gathered into grids shown with :func:`stack_patches`.
+
+    Args:
+        df (DataFlow): the DataFlow (its ``reset_state()`` is called).
+        index (int): which component holds the images.
+        batched (bool): the component is a batch of images (NHW or NHWC) rather than one
+            image (HW or HWC).
+        number (int): how many images to handle.
+        output_dir (str): where to write the images (created when missing); None writes nothing.
+        scale (float): multiply the values first (e.g. 255 for images in [0, 1]).
+        resize (int or (h, w)): the size to resize each image to.
+        viz ((rows, cols)): show the images in grids of this size (needs a display).
+        flipRGB (bool): reverse the channel order (RGB <-> BGR; OpenCV writes BGR).
+
+    Example::
+
+        dump_dataflow_images(BatchData(ds, 32), index=0, number=100, output_dir='dump', scale=255)
+    """
+    cv2 = None
+    if output_dir is not None or resize is not None:
+        cv2 = import_optional('cv2', extra='image', purpose='dump_dataflow_images()')
+    if output_dir is not None:
+        mkdir_p(output_dir)
+    grid_shape = shape2d(viz) if viz is not None else None
+    size = shape2d(resize) if resize is not None else None
+    shown = []
+    images = _dataflow_images(df, index, batched)
+    for count in range(1, number + 1):
+        img = np.asarray(next(images))
+        if scale != 1:
+            img = img * scale
+        if size is not None:
+            img = cv2.resize(img, (size[1], size[0]))     # OpenCV takes (width, height)
+        if flipRGB:
+            img = img[:, :, ::-1]
+        if output_dir is not None:
+            cv2.imwrite(os.path.join(output_dir, '{:03d}.jpg'.format(count)), _to_uint8(img))
+        if grid_shape is not None:
+            shown.append(img)
+            if len(shown) == grid_shape[0] * grid_shape[1]:
+                stack_patches(shown, grid_shape[0], grid_shape[1], viz=True)
+                shown = []

@@ -1,29 +1,16 @@
-"""What the datasets share: where their files live, and a DataFlow over image/label arrays."""
+"""What the datasets share: where their files live, and a DataFlow over image/label arrays.
+
+(:func:`get_dataset_path` and ``DATASET_ENV_VAR`` live in :mod:`tensorpack_lite.utils.fs`
+and are re-exported here.)"""
 
 import os
 
 import numpy as np
 
+from ...utils.fs import DATASET_ENV_VAR, get_dataset_path
 from ..base import RNGDataFlow
 
 __all__ = ['DATASET_ENV_VAR', 'get_dataset_path', 'find_dataset_file', 'ImageLabelData']
-
-DATASET_ENV_VAR = 'TENSORPACK_DATASET'
-"""Environment variable naming the directory that holds the datasets' directories."""
-
-
-def get_dataset_path(*names):
-    """``$TENSORPACK_DATASET/<names...>``, or ``~/tensorpack_data/<names...>`` when the variable
-    is not set. Nothing is created or downloaded.
-
-    Example::
-
-        get_dataset_path('mnist_data')   # e.g. '/data/mnist_data' with TENSORPACK_DATASET=/data
-    """
-    root = os.environ.get(DATASET_ENV_VAR)
-    if not root:
-        root = os.path.join(os.path.expanduser('~'), 'tensorpack_data')
-    return os.path.join(root, *names)
 
 
 def find_dataset_file(directory, candidates, dataset, where_to_get):
