@@ -13,6 +13,8 @@ Call ``reset_state()`` once, then iterate; each iteration is one epoch::
         ...
 """
 
+from ..utils.develop import LazyModule
+from . import dataset
 from .base import DataFlow, DataFlowTerminated, ProxyDataFlow, RNGDataFlow
 from .common import (BatchData, BatchDataByShape, CacheData, ConcatData, FixedSizeData, JoinData,
                      LocallyShuffleData, MapData, MapDataComponent, PrintData, RepeatedData,
@@ -25,7 +27,10 @@ from .raw import DataFromGenerator, DataFromIterable, DataFromList
 from .remote import RemoteDataZMQ, send_dataflow_zmq
 from .serialize import MsgpackSerializer, NumpySerializer, TFRecordSerializer
 
-__all__ = ['DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
+# Image augmentation needs OpenCV (the 'image' extra): imported when first used.
+imgaug = LazyModule('tensorpack_lite.dataflow.imgaug')
+
+__all__ = ['dataset', 'imgaug', 'DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
            'DataFromList', 'DataFromGenerator', 'DataFromIterable',
            'BatchData', 'BatchDataByShape', 'MapData', 'MapDataComponent',
            'RepeatedData', 'RepeatedDataPoint', 'FixedSizeData', 'ConcatData', 'JoinData',

@@ -5,13 +5,18 @@ Optional packages (OpenCV, lmdb, h5py, ...) are imported on first use through
 package, the feature that needs it and the command that installs it::
 
     cv2 = import_optional('cv2', extra='image', purpose='image augmentation')
+
+:class:`LazyModule` stands for a submodule that is imported on first use, so that a package
+can offer it as an attribute (``tensorpack_lite.imgaug``) without paying for, or requiring,
+what it imports.
 """
 
 import importlib
+import types
 
 from .argtools import log_once
 
-__all__ = ['import_optional', 'log_deprecated']
+__all__ = ['import_optional', 'log_deprecated', 'LazyModule']
 
 # The pip distribution that provides an importable module, where the two names differ.
 _DISTRIBUTION_OF = {
@@ -51,3 +56,30 @@ def log_deprecated(name, advice='', eos=''):
     if eos:
         message += " It will be removed after {}.".format(eos)
     log_once(message, 'warn')
+
+
+class LazyModule(types.ModuleType):
+    """A placeholder for the module ``import_name``, imported when one of its attributes is first read.
+
+    Example::
+
+        imgaug = LazyModule('tensorpack_lite.dataflow.imgaug')   # nothing imported yet
+        imgaug.Flip(horiz=True)                                    # imports it now
+    """
+
+    def __init__(self, import_name):
+        super().__init__(import_name)
+        self.__lazy_import_name = import_name
+
+    def __load(self):
+        return importlib.import_module(self.__lazy_import_name)
+
+    def __getattr__(self, name):
+        # Only called for attributes the placeholder itself lacks: everything of the real module.
+        return getattr(self.__load(), name)
+
+    def __dir__(self):
+        return dir(self.__load())
+
+    def __repr__(self):
+        return "<lazily imported module '{}'>".format(self.__lazy_import_name)
