@@ -24,10 +24,12 @@ from .registry import disable_layer_logging, get_registered_layer, layer_registe
 from .regularize import (Dropout, l1_regularizer, l2_regularizer, regularize_cost,
                          regularize_cost_from_collection)
 from .shapes import ConcatWith
+from .tflayer import rename_tflayer_get_variable
 from .utils import VariableHolder
 
 __all__ = [
-    'layer_register', 'get_registered_layer', 'disable_layer_logging', 'VariableHolder', 'LinearWrap',
+    'layer_register', 'get_registered_layer', 'disable_layer_logging', 'VariableHolder',
+    'rename_tflayer_get_variable', 'LinearWrap',
     'Conv2D', 'Conv2DTranspose', 'Deconv2D', 'FullyConnected',
     'BatchNorm', 'BatchRenorm', 'LayerNorm', 'InstanceNorm',
     'MaxPooling', 'AvgPooling', 'GlobalAvgPooling', 'FixedUnPooling',

@@ -4,6 +4,8 @@
 """
 
 from .registry import disable_layer_logging, get_registered_layer, layer_register
+from .tflayer import rename_tflayer_get_variable
 from .utils import VariableHolder
 
-__all__ = ['layer_register', 'VariableHolder', 'get_registered_layer', 'disable_layer_logging']
+__all__ = ['layer_register', 'VariableHolder', 'rename_tflayer_get_variable', 'get_registered_layer',
+           'disable_layer_logging']

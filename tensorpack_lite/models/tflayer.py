@@ -7,15 +7,27 @@ and the variables most layers create.
   and per layer e.g. ``out_channel``, ``kernel_shape``, ``stride``;
 * the first few arguments after the input may be positional (``Conv2D('c', x, 32, 3)``) and
   then win over defaults from argscope.
+
+:func:`rename_tflayer_get_variable` gives variables created with ``tf.layers``' names
+(``kernel``, ``bias``, ``moving_mean``...) tensorpack's names (``W``, ``b``, ``mean/EMA``...).
 """
 
 import functools
 
 from ..compat import tfv1
+from ..tfutils.varreplace import custom_getter_scope
 from .utils import describe_layer
 
 __all__ = ['get_data_format', 'convert_to_tflayer_args', 'default_kernel_initializer', 'kernel_and_bias',
-           'channel_axis']
+           'channel_axis', 'rename_get_variable', 'rename_tflayer_get_variable']
+
+# tf.layers' variable names -> tensorpack's
+_TFLAYER_TO_TENSORPACK_NAMES = {
+    'kernel': 'W',
+    'bias': 'b',
+    'moving_mean': 'mean/EMA',
+    'moving_variance': 'variance/EMA',
+}
 
 _DATA_FORMATS = {
     'channels_last': ('channels_last', 'NHWC'), 'nhwc': ('channels_last', 'NHWC'),
@@ -101,3 +113,34 @@ def kernel_and_bias(kernel_shape, bias_size, use_bias, kernel_initializer, bias_
         bias = tfv1.get_variable('b', [bias_size], dtype=dtype, initializer=bias_initializer,
                                  regularizer=bias_regularizer)
     return kernel, bias
+
+
+def rename_get_variable(mapping):
+    """A context in which ``tf.compat.v1.get_variable`` renames the variables whose last name
+    component is a key of ``mapping`` (e.g. ``{'kernel': 'W'}`` makes ``conv0/kernel``
+    ``conv0/W``). Existing variables are looked up under the new names too.
+
+    Args:
+        mapping (dict): old last name component -> new one.
+    """
+    def renaming_getter(getter, name, *args, **kwargs):
+        scope, _, base = name.rpartition('/')
+        if base in mapping:
+            name = scope + '/' + mapping[base] if scope else mapping[base]
+        return getter(name, *args, **kwargs)
+    return custom_getter_scope(renaming_getter)
+
+
+def rename_tflayer_get_variable():
+    """A context in which variables created with ``tf.layers``' names get tensorpack's:
+    ``kernel`` -> ``W``, ``bias`` -> ``b``, ``moving_mean`` -> ``mean/EMA``,
+    ``moving_variance`` -> ``variance/EMA``. It acts on ``tf.compat.v1.get_variable``, so it
+    serves any code written with those names (``tf.layers`` itself is not used by this library).
+
+    Example::
+
+        with rename_tflayer_get_variable(), tf.variable_scope('fc0'):
+            w = tf.get_variable('kernel', [10, 4])      # fc0/W
+            b = tf.get_variable('bias', [4])            # fc0/b
+    """
+    return rename_get_variable(_TFLAYER_TO_TENSORPACK_NAMES)

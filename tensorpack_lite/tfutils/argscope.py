@@ -10,9 +10,11 @@ Example::
 """
 
 import functools
+import inspect
 from collections import defaultdict
 from contextlib import contextmanager
 
+from ..compat import tf
 from ..utils import logger
 from .model_utils import get_shape_str
 from .tower import get_current_tower_context
@@ -60,28 +62,42 @@ def argscope(layers, **kwargs):
         _ARGSCOPE_STACK.pop()
 
 
+def _should_log_shapes(ctx):
+    """Shapes are logged outside towers and in the main training tower, not in the others."""
+    return ctx is None or 'tower' not in ctx.ns_name.lower() or ctx.is_main_training_tower
+
+
+def _is_tensor(x):
+    return isinstance(x, (tf.Tensor, tf.Variable))
+
+
 def enable_argscope_for_function(func, log_shape=True):
-    """Make a plain function (whose first argument is its input tensor) usable with
-    :func:`argscope`; with ``log_shape``, each call in the main training tower (or outside
-    towers) logs its input and output shapes.
+    """Make a plain function (whose first argument is its input tensor) take default
+    arguments from :func:`argscope`, under its ``__name__``; returns the wrapped function.
+
+    With ``log_shape``, each call outside towers or in the main training tower logs the shape
+    of its first input and of its (first) output, under the call's ``name=`` if it has one.
 
     Example::
 
-        Conv = enable_argscope_for_function(my_conv)
-        with argscope(Conv, kernel=3):
-            y = Conv(x, 16)
+        conv2d = enable_argscope_for_function(tf.nn.conv2d)
+        with argscope(conv2d, strides=[1, 1, 1, 1], padding='SAME'):
+            y = conv2d(x, kernel)
     """
-    name = func.__name__
+    if not callable(func):
+        raise TypeError("enable_argscope_for_function() takes a function, got {!r}.".format(func))
+    scope_name = func.__name__
 
     @functools.wraps(func)
     def wrapped_func(*args, **kwargs):
-        actual_args = get_arg_scope()[name]
+        actual_args = get_arg_scope()[scope_name]
         actual_args.update(kwargs)
         out = func(*args, **actual_args)
-        ctx = get_current_tower_context()
-        if log_shape and args and (ctx is None or ctx.is_main_training_tower):
-            first_out = out[0] if isinstance(out, tuple) else out
-            logger.info("'{}': {} --> {}".format(name, get_shape_str(args[0]), get_shape_str(first_out)))
+        first_out = out[0] if isinstance(out, tuple) and out else out
+        if log_shape and args and _is_tensor(args[0]) and _is_tensor(first_out) and \
+                _should_log_shapes(get_current_tower_context()):
+            logger.info("'{}': {} --> {}".format(kwargs.get('name') or scope_name, get_shape_str(args[0]),
+                                                 get_shape_str(first_out)))
         return out
 
     wrapped_func.__argscope_enabled__ = True
@@ -89,10 +105,17 @@ def enable_argscope_for_function(func, log_shape=True):
 
 
 def enable_argscope_for_module(module, log_shape=True):
-    """Apply :func:`enable_argscope_for_function` to every public function of ``module`` in
-    place (e.g. a module of your own layer functions)."""
-    for name in dir(module):
-        obj = getattr(module, name)
-        if not name.startswith('_') and callable(obj) and getattr(obj, '__module__', None) == \
-                module.__name__ and not isinstance(obj, type):
+    """Replace every Python function that is an attribute of ``module`` by its
+    :func:`enable_argscope_for_function` version, in place (a monkey-patch: it changes the
+    module for everyone who uses it). Functions already enabled are left as they are.
+
+    Example::
+
+        import my_layers                       # a module of plain layer functions
+        enable_argscope_for_module(my_layers)
+        with argscope(my_layers.dense, use_bias=False):
+            y = my_layers.dense(x, 10)
+    """
+    for name, obj in inspect.getmembers(module, inspect.isfunction):
+        if not getattr(obj, '__argscope_enabled__', False):
             setattr(module, name, enable_argscope_for_function(obj, log_shape=log_shape))

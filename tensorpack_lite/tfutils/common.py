@@ -1,11 +1,13 @@
-"""Common TensorFlow helpers: the default session config, the global step, lookups by name."""
+"""Common TensorFlow helpers: the default session config, the global step, lookups by name,
+the TensorFlow version (and :func:`collect_env_info`, re-exported from ``collect_env``)."""
 
 from ..compat import tf, tfv1
 from ..utils.argtools import graph_memoized
+from .collect_env import collect_env_info
 
 __all__ = ['get_default_sess_config', 'get_global_step_var', 'get_global_step_value',
            'get_op_tensor_name', 'get_tensors_by_names', 'get_op_or_tensor_by_name',
-           'get_tf_version_tuple']
+           'get_tf_version_tuple', 'collect_env_info']
 
 
 def get_default_sess_config(mem_fraction=0.99):
