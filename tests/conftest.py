@@ -2,9 +2,13 @@
 the fixtures several modules use. Shared non-fixture helpers are in helpers.py."""
 
 import os
+import queue
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -53,17 +57,81 @@ def digits():
     return (data.data / 16.0).astype('float32'), data.target.astype('int32')
 
 
-@pytest.fixture(scope='session')
-def horovod_python():
-    """The Python of the Horovod environment: $TENSORPACK_LITE_HOROVOD_PYTHON, else the one
-    .ci/horovod_env.sh builds (or reuses: seconds once built). Built once per test session."""
-    python = os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON')
-    if python:
-        return python
+# ----- the Horovod environment ------------------------------------------------------------------
+# Building it compiles horovod (minutes on a busy 2-core machine), so it happens once, after
+# collection and before the first test (outside every per-test time limit), with its progress
+# shown; a fixture then hands its Python to the tests that need it.
+
+_HOROVOD_BUILD_TIMEOUT = 3600
+_HOROVOD_HEARTBEAT = 30
+
+
+def _build_horovod_env(say):
+    """Run .ci/horovod_env.sh (build or reuse), showing its progress through ``say``.
+
+    Returns ``(python, None)``, or ``(None, error message)``. The build runs in its own process
+    group, ended as a whole if pytest is interrupted or the build outlives its time limit.
+    """
     script = os.path.join(os.path.dirname(_TESTS_DIR), '.ci', 'horovod_env.sh')
-    proc = subprocess.run(['bash', script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=3600)
-    found = re.findall(r'^HOROVOD_PYTHON=(.+)$', proc.stdout, re.M)
-    if proc.returncode != 0 or not found:
-        pytest.fail("bash .ci/horovod_env.sh failed (exit {}):\n{}".format(proc.returncode, proc.stdout))
-    return found[-1]
+    proc = subprocess.Popen(['bash', script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    lines = queue.Queue()   # the script's output lines, then None at its end
+
+    def read_output():
+        for text in proc.stdout:
+            lines.put(text)
+        lines.put(None)
+
+    threading.Thread(target=read_output, daemon=True).start()
+    output, start, last_said = [], time.monotonic(), time.monotonic()
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                line = ''
+            if line is None:
+                break
+            now = time.monotonic()
+            if line:
+                output.append(line)
+                say(line.rstrip())
+                last_said = now
+            elif now - last_said >= _HOROVOD_HEARTBEAT:
+                say('[horovod_env] still working: {:.0f} s so far'.format(now - start))
+                last_said = now
+            if now - start > _HOROVOD_BUILD_TIMEOUT:
+                return None, 'bash {} took more than {} s'.format(script, _HOROVOD_BUILD_TIMEOUT)
+        code = proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    found = re.findall(r'^HOROVOD_PYTHON=(.+)$', ''.join(output), re.M)
+    if code != 0 or not found:
+        return None, 'bash {} failed (exit {}):\n{}'.format(script, code, ''.join(output))
+    return found[-1], None
+
+
+def pytest_collection_finish(session):
+    """Make the Horovod environment ready before the first test, if a selected test needs it."""
+    session.config.horovod_env = (os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON'), None)
+    if session.config.horovod_env[0] or session.config.option.collectonly:
+        return
+    if not any('horovod_python' in getattr(item, 'fixturenames', ()) for item in session.items):
+        return
+    reporter = session.config.pluginmanager.get_plugin('terminalreporter')
+    say = reporter.write_line if reporter is not None else print
+    say('[horovod_env] making the Horovod environment ready (the first build on a machine takes '
+        '5-15 minutes)')
+    session.config.horovod_env = _build_horovod_env(say)
+
+
+@pytest.fixture(scope='session')
+def horovod_python(pytestconfig):
+    """The Python of the Horovod environment: $TENSORPACK_LITE_HOROVOD_PYTHON, else the one
+    .ci/horovod_env.sh built (or reused) before the first test."""
+    python, error = getattr(pytestconfig, 'horovod_env', (None, 'the Horovod environment was not built'))
+    if error:
+        pytest.fail(error)
+    return python
