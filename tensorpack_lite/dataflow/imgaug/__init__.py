@@ -5,13 +5,19 @@ Example::
 
     from tensorpack_lite.dataflow import imgaug
 
-    augmentor = imgaug.AugmentorList([imgaug.Identity()])
+    augmentor = imgaug.AugmentorList([imgaug.ResizeShortestEdge(256), imgaug.RandomCrop(224),
+                                      imgaug.Flip(horiz=True)])
     tfm = augmentor.get_transform(img)
-    img, points = tfm.apply_image(img), tfm.apply_coords(points)
+    img, points = tfm.apply_image(img), tfm.apply_coords(points)   # points: Nx2 (x, y)
 """
 
 from .base import Augmentor, AugmentorList, ImageAugmentor, PhotometricAugmentor
+from .crop import CenterCrop, GoogleNetRandomCropAndResize, RandomCrop, RandomCropRandomShape, RandomCutout
+from .deform import GaussianDeform, GaussianMap
+from .geometry import Affine, Rotation, RotationAndCropValid, Shift
 from .meta import Identity, MapImage, RandomApplyAug, RandomChooseAug, RandomOrderAug
+from .misc import Flip, RandomResize, Resize, ResizeShortestEdge, Transpose
+from .paste import BackgroundFiller, CenterPaste, ConstantBackgroundFiller, RandomPaste
 from .transform import (CropTransform, FlipTransform, LazyTransform, NoOpTransform, PhotometricTransform,
                         ResizeTransform, Transform, TransformFactory, TransformList, TransposeTransform,
                         WarpAffineTransform)
@@ -19,8 +25,18 @@ from .transform import (CropTransform, FlipTransform, LazyTransform, NoOpTransfo
 __all__ = [
     # base
     'ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor',
+    # crop
+    'RandomCrop', 'CenterCrop', 'RandomCropRandomShape', 'GoogleNetRandomCropAndResize', 'RandomCutout',
+    # deform
+    'GaussianMap', 'GaussianDeform',
+    # geometry
+    'Shift', 'Rotation', 'RotationAndCropValid', 'Affine',
     # meta
     'Identity', 'RandomApplyAug', 'RandomChooseAug', 'RandomOrderAug', 'MapImage',
+    # misc
+    'Flip', 'Resize', 'ResizeShortestEdge', 'RandomResize', 'Transpose',
+    # paste
+    'BackgroundFiller', 'ConstantBackgroundFiller', 'CenterPaste', 'RandomPaste',
     # transform
     'Transform', 'ResizeTransform', 'CropTransform', 'FlipTransform', 'TransposeTransform',
     'WarpAffineTransform', 'NoOpTransform', 'PhotometricTransform', 'TransformFactory',

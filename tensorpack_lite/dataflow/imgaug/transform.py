@@ -57,7 +57,7 @@ def constructor_repr(obj):
     return "imgaug.{}({})".format(type(obj).__name__, ', '.join(shown))
 
 
-def _keep_rank(result, img):
+def keep_rank(result, img):
     """OpenCV returns HxW for an HxWx1 input: give the channel axis back."""
     if img.ndim == 3 and result.ndim == 2:
         return result[:, :, np.newaxis]
@@ -120,7 +120,7 @@ class ResizeTransform(Transform):
         if tuple(img.shape[:2]) != (self.h, self.w):
             raise ValueError("{} was given an image of shape {}".format(self, img.shape))
         result = cv2.resize(img, (int(self.new_w), int(self.new_h)), interpolation=self.interp)
-        return _keep_rank(result, img)
+        return keep_rank(result, img)
 
     def apply_coords(self, coords):
         coords = self._coords(coords)
@@ -210,7 +210,7 @@ class WarpAffineTransform(Transform):
     def apply_image(self, img):
         result = cv2.warpAffine(img, self.mat, tuple(int(v) for v in self.dsize), flags=self.interp,
                                 borderMode=self.borderMode, borderValue=self.borderValue)
-        return _keep_rank(result, img)
+        return keep_rank(result, img)
 
     def apply_coords(self, coords):
         coords = self._coords(coords)
