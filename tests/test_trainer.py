@@ -106,27 +106,31 @@ def test_loop_runs_exact_epochs_and_steps_in_documented_order():
 
 
 def test_fetches_asked_in_before_run_arrive_in_after_run():
-    step_var = get_global_step_var()
     _, train_op = build_regression()
+    # a counter that changes only between steps (in _trigger_step, outside the hooked run), so
+    # the value each run fetches is known exactly: 0, 1, 2, 3
+    counter = tfv1.get_variable('between_steps', [], dtype=tf.int32, initializer=tfv1.zeros_initializer())
+    bump = tfv1.assign_add(counter, 1)
 
-    class FetchStep(Callback):
+    class FetchCounter(Callback):
         def _setup_graph(self):
             self.seen = []
-            self.read = tf.identity(step_var, name='step_copy')
+            self.read = tf.identity(counter, name='counter_copy')
 
         def _before_run(self, ctx):
-            return tfv1.train.SessionRunArgs(fetches={'step': self.read})
+            return tfv1.train.SessionRunArgs(fetches={'counter': self.read})
 
         def _after_run(self, ctx, values):
-            self.seen.append(int(values.results['step']))
+            self.seen.append(int(values.results['counter']))
 
-    cb = FetchStep()
+        def _trigger_step(self):
+            self.trainer.sess.run(bump)
+
+    cb = FetchCounter()
     trainer = Trainer()
     trainer.train_op = train_op
     train(trainer, [cb], steps_per_epoch=4, max_epoch=1)
-    # the fetch is evaluated in the same run as the increment: values are 0 or 1 ahead
-    assert len(cb.seen) == 4
-    assert all(later > earlier for earlier, later in zip(cb.seen, cb.seen[1:]))
+    assert cb.seen == [0, 1, 2, 3]
 
 
 def test_only_hooked_session_triggers_hooks():
