@@ -11,6 +11,7 @@ Example::
 """
 
 import contextlib
+import http.client
 import os
 import urllib.parse
 import urllib.request
@@ -104,6 +105,8 @@ def _fetch(url, target, desc):
                 out.write(chunk)
                 size += len(chunk)
                 bar.update(len(chunk))
+    if total is not None and size != total:
+        raise OSError("the transfer ended after {} of the {} bytes announced".format(size, total))
     return size
 
 
@@ -141,7 +144,7 @@ def download(url, dir, filename=None, expect_size=None):
     with atomic_path(path) as tmp:
         try:
             size = _fetch(url, tmp, filename)
-        except OSError as err:   # urllib's URLError and HTTPError are OSErrors
+        except (OSError, http.client.HTTPException) as err:   # URLError, HTTPError; IncompleteRead
             raise OSError("download(): failed to download {}: {}".format(url, err)) from err
         if size == 0:
             raise OSError("download(): {} gave an empty file.".format(url))

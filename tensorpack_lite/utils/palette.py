@@ -1,4 +1,4 @@
-"""A palette of 79 distinct colors for drawing many classes or instances.
+"""A palette of 79 colors for drawing many classes or instances.
 
 Example::
 
@@ -35,5 +35,5 @@ _COLORS = (
 )
 
 PALETTE_RGB = np.array(_COLORS, dtype=np.float32) * 255
-"""A (79, 3) float32 array: one RGB color per row, values in [0, 255]; the first colors are the
-most distinct."""
+"""A (79, 3) float32 array: one RGB color per row, values in [0, 255]. The first colors are the
+most distinct; a few of the later ones repeat earlier ones."""
