@@ -3,19 +3,20 @@ receive training statistics."""
 
 from .base import Callback, CallbackFactory, ProxyCallback
 from .concurrency import StartProcOrThread
-from .debug import DumpParamAsImage, DumpTensorAsImage, DumpTensors
-from .graph import ProcessTensors, RunOp, RunUpdateOps
+from .debug import DumpParamAsImage, DumpTensor, DumpTensorAsImage, DumpTensors
+from .graph import CheckNumerics, ProcessTensors, RunOp, RunUpdateOps
 from .group import Callbacks
-from .hooks import CallbackToHook, HookToCallback
-from .inference import ClassificationError, Inferencer, ScalarStats
+from .hooks import CallbackToHook, HookToCallback, TFLocalCLIDebugHook
+from .inference import BinaryClassificationStats, ClassificationError, Inferencer, ScalarStats
 from .inference_runner import DataParallelInferenceRunner, InferenceRunner, InferenceRunnerBase
 from .misc import EstimatedTimeLeft
-from .monitor import (JSONWriter, MonitorBase, Monitors, NoOpMonitor, ScalarPrinter,
+from .monitor import (CometMLMonitor, JSONWriter, MonitorBase, Monitors, NoOpMonitor, ScalarPrinter,
                       SendMonitorData, TFEventWriter)
 from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParamSetter,
                     HyperParamSetterWithFunc, ObjAttrParam, ScheduledHyperParamSetter,
                     StatMonitorParamSetter)
-from .prof import GPUUtilizationTracker, PeakMemoryTracker, ThroughputTracker
+from .prof import (GPUMemoryTracker, GPUUtilizationTracker, GraphProfiler, HostMemoryTracker,
+                   PeakMemoryTracker, ThroughputTracker)
 from .saver import MaxSaver, MinSaver, ModelSaver
 from .stats import InjectShell, SendStat
 from .steps import MaintainStepCounter, ProgressBar, SessionRunTimeout, TensorPrinter
@@ -25,17 +26,19 @@ from .trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
 __all__ = [
     'Callback', 'CallbackFactory', 'ProxyCallback', 'Callbacks',
     'StartProcOrThread',
-    'DumpParamAsImage', 'DumpTensorAsImage', 'DumpTensors', 'InjectShell', 'SendStat',
-    'ProcessTensors', 'RunOp', 'RunUpdateOps',
-    'CallbackToHook', 'HookToCallback',
-    'ClassificationError', 'Inferencer', 'ScalarStats', 'InferenceRunner', 'InferenceRunnerBase',
+    'DumpParamAsImage', 'DumpTensor', 'DumpTensorAsImage', 'DumpTensors', 'InjectShell', 'SendStat',
+    'CheckNumerics', 'ProcessTensors', 'RunOp', 'RunUpdateOps',
+    'CallbackToHook', 'HookToCallback', 'TFLocalCLIDebugHook',
+    'BinaryClassificationStats', 'ClassificationError', 'Inferencer', 'ScalarStats', 'InferenceRunner',
+    'InferenceRunnerBase',
     'DataParallelInferenceRunner',
     'EstimatedTimeLeft',
-    'JSONWriter', 'MonitorBase', 'Monitors', 'NoOpMonitor', 'ScalarPrinter', 'SendMonitorData',
-    'TFEventWriter',
+    'CometMLMonitor', 'JSONWriter', 'MonitorBase', 'Monitors', 'NoOpMonitor', 'ScalarPrinter',
+    'SendMonitorData', 'TFEventWriter',
     'GraphVarParam', 'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter',
     'HyperParamSetterWithFunc', 'ObjAttrParam', 'ScheduledHyperParamSetter', 'StatMonitorParamSetter',
-    'GPUUtilizationTracker', 'PeakMemoryTracker', 'ThroughputTracker',
+    'GPUMemoryTracker', 'GPUUtilizationTracker', 'GraphProfiler', 'HostMemoryTracker',
+    'PeakMemoryTracker', 'ThroughputTracker',
     'MaxSaver', 'MinSaver', 'ModelSaver',
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',
     'MergeAllSummaries', 'MovingAverageSummary', 'SimpleMovingAverage',

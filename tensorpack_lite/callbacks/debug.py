@@ -1,7 +1,8 @@
 """Callbacks that write tensor values to the logger directory after every epoch, for
 debugging and inspection.
 
-* :class:`DumpTensors` saves named tensors to ``DumpTensor-<global_step>.npz``.
+* :class:`DumpTensors` (also named ``DumpTensor``) saves named tensors to
+  ``DumpTensor-<global_step>.npz``.
 * :class:`DumpTensorAsImage` saves a tensor holding an image (or a batch of them) as PNG files.
 * :class:`DumpParamAsImage` does the same for a variable.
 
@@ -26,7 +27,7 @@ from ..utils.argtools import log_once
 from ..utils.fs import write_atomically
 from .base import Callback
 
-__all__ = ['DumpTensors', 'DumpTensorAsImage', 'DumpParamAsImage']
+__all__ = ['DumpTensors', 'DumpTensor', 'DumpTensorAsImage', 'DumpParamAsImage']
 
 
 def _variable_of(tensor):
@@ -160,6 +161,10 @@ class DumpTensors(_EpochEndValues):
         path = os.path.join(self._log_dir, 'DumpTensor-{}.npz'.format(self.global_step))
         write_atomically(path, lambda f: np.savez(f, **dict(zip(self._names, values))))
         self.last_dump = path
+
+
+DumpTensor = DumpTensors
+"""The other name tensorpack gives :class:`DumpTensors`."""
 
 
 def _split_images(value, owner):

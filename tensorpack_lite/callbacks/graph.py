@@ -4,6 +4,7 @@
 * :class:`RunUpdateOps` runs the ``UPDATE_OPS`` collection (e.g. batch-norm statistics)
   with every step.
 * :class:`ProcessTensors` fetches tensors with every step and hands their values to a function.
+* :class:`CheckNumerics` fails training as soon as a trainable variable holds NaN or Inf.
 """
 
 from ..compat import tf, tfv1
@@ -11,7 +12,7 @@ from ..tfutils.common import get_op_or_tensor_by_name
 from ..utils import logger
 from .base import Callback
 
-__all__ = ['RunOp', 'RunUpdateOps', 'ProcessTensors']
+__all__ = ['RunOp', 'RunUpdateOps', 'ProcessTensors', 'CheckNumerics']
 
 
 _VARIABLE_OP_TYPES = ('VarHandleOp', 'VariableV2', 'Variable')
@@ -212,3 +213,39 @@ class ProcessTensors(Callback):
 
     def _after_run(self, _, run_values):
         self._fn(*run_values.results)
+
+
+class CheckNumerics(RunOp):
+    """Check every trainable variable for NaN and Inf: before training, at every trigger
+    (by default the end of every epoch) and, with ``run_step``, along with every step.
+
+    A bad value fails training with ``tf.errors.InvalidArgumentError``, whose message names
+    the variable: ``CheckNumerics['fc0/W'] : Tensor had NaN values``. Checked along with a
+    step, a variable may be read before or after that step's update (so the problem may show
+    one step later).
+
+    Args:
+        run_as_trigger (bool): check at every :meth:`trigger`.
+        run_step (bool): check along with every ``hooked_sess.run``.
+
+    Example::
+
+        CheckNumerics(run_step=True)   # stop at the first step that produced a NaN
+    """
+
+    _chief_only = True
+
+    def __init__(self, run_as_trigger=True, run_step=False):
+        super().__init__(self._build_check, run_as_trigger=run_as_trigger, run_step=run_step)
+
+    def _build_check(self):
+        variables = tfv1.trainable_variables()
+        if not variables:
+            logger.warn("CheckNumerics: the graph has no trainable variable to check.")
+            return tf.no_op(name='CheckAllNumerics')
+        checks = [tf.debugging.check_numerics(v, "CheckNumerics['{}']".format(v.op.name)).op
+                  for v in variables]
+        return tf.group(*checks, name='CheckAllNumerics')
+
+    def __str__(self):
+        return 'CheckNumerics'

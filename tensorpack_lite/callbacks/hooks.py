@@ -1,9 +1,10 @@
-"""Adapters between tensorpack callbacks and TensorFlow's ``SessionRunHook``s."""
+"""Adapters between tensorpack callbacks and TensorFlow's ``SessionRunHook``s, and the
+TensorFlow debugger (tfdbg) as a callback."""
 
 from ..compat import tfv1
 from .base import Callback, name_culprit
 
-__all__ = ['CallbackToHook', 'HookToCallback']
+__all__ = ['CallbackToHook', 'HookToCallback', 'TFLocalCLIDebugHook']
 
 
 class CallbackToHook(tfv1.train.SessionRunHook):
@@ -62,3 +63,32 @@ class HookToCallback(Callback):
 
     def __str__(self):
         return "HookToCallback({})".format(type(self._hook).__name__)
+
+
+class TFLocalCLIDebugHook(HookToCallback):
+    """The interactive command-line TensorFlow debugger (tfdbg's ``LocalCLIDebugHook``) as a
+    callback: at the first hooked run it opens the debugger in the terminal, where each run
+    can be stepped through and its tensors inspected.
+
+    Args:
+        args, kwargs: passed to ``tensorflow.python.debug.LocalCLIDebugHook``
+            (``ui_type='readline'``, ``dump_root``, ``thread_name_filter``, ``config_file_path``).
+
+    Example::
+
+        from tensorflow.python import debug as tfdbg
+        debug = TFLocalCLIDebugHook(ui_type='readline')
+        debug.add_tensor_filter('has_inf_or_nan', tfdbg.has_inf_or_nan)
+        trainer.train_with_defaults(callbacks=[debug], ...)
+    """
+
+    _chief_only = True
+
+    def __init__(self, *args, **kwargs):
+        from tensorflow.python import debug as tfdbg
+        super().__init__(tfdbg.LocalCLIDebugHook(*args, **kwargs))
+
+    def add_tensor_filter(self, *args, **kwargs):
+        """Register a tensor filter with the debugger (see
+        ``LocalCLIDebugHook.add_tensor_filter(filter_name, tensor_filter)``)."""
+        self._hook.add_tensor_filter(*args, **kwargs)

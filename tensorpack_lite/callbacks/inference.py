@@ -10,6 +10,8 @@ Example::
 
     InferenceRunner(test_dataflow, [ScalarStats('cost'), ClassificationError('incorrect_vector')])
     # after each epoch: monitors get 'validation_cost' and 'validation_error'
+
+For a binary classifier, :class:`BinaryClassificationStats` reports precision and recall.
 """
 
 import numbers
@@ -17,10 +19,10 @@ import numbers
 import numpy as np
 
 from ..tfutils.common import get_op_tensor_name
-from ..utils.stats import RatioCounter
+from ..utils.stats import BinaryStatistics, RatioCounter
 from .base import Callback
 
-__all__ = ['Inferencer', 'ScalarStats', 'ClassificationError']
+__all__ = ['Inferencer', 'ScalarStats', 'ClassificationError', 'BinaryClassificationStats']
 
 
 class Inferencer(Callback):
@@ -194,3 +196,51 @@ class ClassificationError(Inferencer):
 
     def _after_inference(self):
         return {self.summary_name: float(self.err_stat.ratio)}
+
+
+class BinaryClassificationStats(Inferencer):
+    """Precision and recall of 0/1 predictions against 0/1 labels, counted over all the
+    samples of the pass (not averaged over batches), reported as ``<prefix>_precision``
+    and ``<prefix>_recall``. A rate whose denominator is 0 (nothing predicted positive, or
+    no positive label) is reported as 0.
+
+    Args:
+        pred_tensor_name (str): the tensor of 0/1 predictions in the inference tower.
+        label_tensor_name (str): the tensor of 0/1 labels, of the same shape.
+        prefix (str): put before the names of the statistics.
+
+    Example::
+
+        pred = tf.cast(tf.sigmoid(logit) > 0.5, tf.int32, name='pred')
+        InferenceRunner(test_df, BinaryClassificationStats('pred', 'label'))
+        # monitors get 'val_precision' and 'val_recall'
+    """
+
+    def __init__(self, pred_tensor_name, label_tensor_name, prefix='val'):
+        for arg, value in (('pred_tensor_name', pred_tensor_name),
+                           ('label_tensor_name', label_tensor_name), ('prefix', prefix)):
+            if not isinstance(value, str) or not value:
+                raise TypeError("BinaryClassificationStats: {} must be a non-empty str, got {!r}".format(
+                    arg, value))
+        self.pred_tensor_name = pred_tensor_name
+        self.label_tensor_name = label_tensor_name
+        self.prefix = prefix
+        self.stat = BinaryStatistics()
+
+    def _before_inference(self):
+        self.stat = BinaryStatistics()
+
+    def _get_fetches(self):
+        return [self.pred_tensor_name, self.label_tensor_name]
+
+    def _on_fetches(self, results):
+        pred, label = (np.asarray(r) for r in results)
+        if pred.shape != label.shape:
+            raise ValueError("BinaryClassificationStats: prediction '{}' has shape {} but label '{}' has "
+                             "shape {}".format(self.pred_tensor_name, pred.shape,
+                                               self.label_tensor_name, label.shape))
+        self.stat.feed(pred, label)
+
+    def _after_inference(self):
+        return {self.prefix + '_precision': float(self.stat.precision),
+                self.prefix + '_recall': float(self.stat.recall)}

@@ -24,13 +24,15 @@ import numpy as np
 from tabulate import tabulate
 
 from ..compat import tfv1
+from ..libinfo import __version__
 from ..tfutils.summary import create_image_summary, create_scalar_summary
 from ..utils import logger
+from ..utils.develop import import_optional
 from ..utils.fs import write_atomically
 from .base import Callback
 
 __all__ = ['MonitorBase', 'NoOpMonitor', 'Monitors',
-           'TFEventWriter', 'JSONWriter', 'ScalarPrinter', 'SendMonitorData']
+           'TFEventWriter', 'JSONWriter', 'ScalarPrinter', 'SendMonitorData', 'CometMLMonitor']
 
 _TOWER_PREFIX = re.compile(r'tower[0-9]+/')
 
@@ -550,3 +552,71 @@ class SendMonitorData(MonitorBase):
         self.last_returncode = ret
         if ret != 0:
             logger.error("SendMonitorData: command '{}' failed with return code {}.".format(cmd, ret))
+
+
+class CometMLMonitor(MonitorBase):
+    """Sends the scalars and images put into the monitors, and the graph, to an experiment
+    of comet.ml (``comet_ml.Experiment``).
+
+    Scalars are logged at the trainer's global step, images as JPEG named
+    ``<name>_step<global step>`` (``_<index>`` appended for each image of a batch); the end
+    of every epoch is logged, and the experiment is ended after training.
+
+    comet_ml is needed only to create the experiment here (when ``experiment`` is None); it
+    asks to be imported before TensorFlow. Its automatic capture of the terminal output is
+    off by default here, because it makes the progress bar look frozen.
+
+    Example::
+
+        import comet_ml   # first
+        CometMLMonitor(project_name='mnist', tags=['baseline'])
+        # or with an experiment of your own:
+        CometMLMonitor(experiment=comet_ml.Experiment(project_name='mnist'))
+    """
+
+    def __init__(self, experiment=None, tags=None, **kwargs):
+        """
+        Args:
+            experiment (comet_ml.Experiment): the experiment to send to; ``tags`` and
+                ``kwargs`` must then be left out.
+            tags (list[str]): tags of the experiment created here.
+            kwargs: arguments of ``comet_ml.Experiment`` (project name, API key...).
+        """
+        if experiment is not None:
+            if tags is not None or kwargs:
+                raise ValueError("CometMLMonitor: tags and Experiment arguments only apply to an experiment "
+                                 "created here; with experiment= given, got tags={!r} and {}".format(
+                                     tags, sorted(kwargs)))
+            self._exp = experiment
+        else:
+            comet_ml = import_optional('comet_ml', purpose='CometMLMonitor (without an experiment given)')
+            kwargs.setdefault('log_code', True)
+            kwargs.setdefault('auto_output_logging', None)
+            self._exp = comet_ml.Experiment(**kwargs)
+            if tags is not None:
+                self._exp.add_tags(list(tags))
+        self._exp.log_dependency('tensorpack_lite', __version__)
+
+    @property
+    def experiment(self):
+        """The ``comet_ml.Experiment`` the data goes to."""
+        return self._exp
+
+    def _before_train(self):
+        self._exp.set_model_graph(self.graph)
+
+    def process_scalar(self, name, value):
+        self._exp.log_metric(name, value, step=self.global_step)
+
+    def process_image(self, name, value):
+        self._exp.set_step(self.global_step)
+        for index, image in enumerate(value):
+            suffix = '_{}'.format(index) if len(value) > 1 else ''
+            self._exp.log_image(image, name='{}_step{}{}'.format(name, self.global_step, suffix),
+                                image_format='jpeg', image_minmax=(0, 255))
+
+    def _after_epoch(self):
+        self._exp.log_epoch_end(self.epoch_num)
+
+    def _after_train(self):
+        self._exp.end()

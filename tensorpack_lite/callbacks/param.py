@@ -368,16 +368,20 @@ class ScheduledHyperParamSetter(HyperParamSetter):
         step_based (bool): the points are global steps instead of epochs (the value is then
             checked after every step: ``(s, val)`` applies from the step run at
             ``global_step == s`` on).
-
-    The value is also set before training, for the point training starts from: a resumed run
-    (``starting_epoch > 1``, or a restored global step) continues with the scheduled value.
+        set_at_beginning (bool): what happens before training, at the point training starts
+            from (epoch ``starting_epoch - 1``, or the restored global step). True: the
+            parameter gets the value the schedule gives there, so a resumed run continues
+            with the scheduled value. False: it is set only when that point is itself in the
+            schedule (or, with ``interp='linear'``, lies between two points); otherwise it
+            keeps its value (a warning says when that differs from the schedule's) until the
+            next point of the schedule is reached.
 
     Example::
 
         ScheduledHyperParamSetter('learning_rate', [(30, 1e-2), (60, 1e-3), (85, 1e-4)])
     """
 
-    def __init__(self, param, schedule, interp=None, step_based=False):
+    def __init__(self, param, schedule, interp=None, step_based=False, set_at_beginning=True):
         if interp not in (None, 'linear'):
             raise ValueError("ScheduledHyperParamSetter: interp must be None or 'linear', got {!r}".format(
                 interp))
@@ -385,13 +389,44 @@ class ScheduledHyperParamSetter(HyperParamSetter):
         self.schedule = _check_schedule(schedule, 'step' if self._step else 'epoch')
         self.interp = interp
         self._points = [point for point, _ in self.schedule]
+        self._set_at_beginning = bool(set_at_beginning)
+        self._wait_for_scheduled_point = False
         super().__init__(param)
 
     def _current_point(self):
         return self.global_step if self._step else self.epoch_num
 
+    def _unit(self):
+        return 'step' if self._step else 'epoch'
+
+    def _is_scheduled_at(self, point):
+        """Whether the schedule itself sets a value at ``point``: one of its points, or a
+        point between two of them when interpolating."""
+        if point in self._points:
+            return True
+        return self.interp is not None and self._points[0] < point < self._points[-1]
+
+    def _before_train(self):
+        point = self._current_point()
+        if self._set_at_beginning or self._is_scheduled_at(point):
+            super()._before_train()
+            return
+        self._wait_for_scheduled_point = True
+        expected = self.value_at(point)
+        current = self.get_current_value()
+        if expected is not None and not _same_value(expected, current):
+            logger.warn("[ScheduledHyperParamSetter] By the schedule, {} should be {} at {} {}, but "
+                        "it is {}; with set_at_beginning=False it stays so until the next {} of "
+                        "the schedule.".format(self.param.readable_name, _fmt(expected), self._unit(),
+                                               point, _fmt(current), self._unit()))
+
     def _get_value_to_set(self):
-        return self.value_at(self._current_point())
+        point = self._current_point()
+        if self._wait_for_scheduled_point:
+            if not self._is_scheduled_at(point):
+                return None
+            self._wait_for_scheduled_point = False
+        return self.value_at(point)
 
     def value_at(self, point):
         """The scheduled value once ``point`` (an epoch or step) has finished; None before the

@@ -1,13 +1,15 @@
-"""Callbacks that measure the training: speed, GPU memory and GPU utilization.
+"""Callbacks that measure the training: speed, host and GPU memory, GPU utilization, and
+a profiler tracing the session runs.
 
-All three put their numbers into ``trainer.monitors`` once per epoch. The GPU trackers need
-a GPU: without one they log a single warning and then do nothing.
+The trackers put their numbers into ``trainer.monitors`` once per epoch. The GPU trackers
+need a GPU: without one they log a single warning and then do nothing. :class:`GraphProfiler`
+writes trace files into the logger directory.
 
 Example::
 
     trainer.train_with_defaults(
         callbacks=[ThroughputTracker(samples_per_step=64), PeakMemoryTracker(),
-                   GPUUtilizationTracker()],
+                   GPUUtilizationTracker(), HostMemoryTracker()],
         steps_per_epoch=1000, max_epoch=10)
 """
 
@@ -20,14 +22,17 @@ import threading
 import time
 
 import numpy as np
+import psutil
 
-from ..compat import tf
+from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.concurrency import StoppableThread
+from ..utils.fs import write_atomically
 from ..utils.gpu import get_num_gpu
 from .base import Callback
 
-__all__ = ['ThroughputTracker', 'PeakMemoryTracker', 'GPUUtilizationTracker']
+__all__ = ['ThroughputTracker', 'PeakMemoryTracker', 'GPUMemoryTracker', 'GPUUtilizationTracker',
+           'HostMemoryTracker', 'GraphProfiler']
 
 
 def _num_gpus():
@@ -157,11 +162,11 @@ class PeakMemoryTracker(_GPUTracker):
                 continue
             match = _GPU_DEVICE.match(dev) if isinstance(dev, str) else None
             if match is None:
-                raise ValueError("PeakMemoryTracker: device {!r} is not a GPU; use '/gpu:N' or an "
-                                 "integer N".format(dev))
+                raise ValueError("{}: device {!r} is not a GPU; use '/gpu:N' or an integer "
+                                 "N".format(type(self).__name__, dev))
             self._indices.append(int(match.group(1)))
         if not self._indices:
-            raise ValueError("PeakMemoryTracker: no device given")
+            raise ValueError("{}: no device given".format(type(self).__name__))
         self._peaks = None
 
     def _count_gpus(self):
@@ -170,8 +175,8 @@ class PeakMemoryTracker(_GPUTracker):
     def _setup_gpus(self, num_gpu):
         missing = [i for i in self._indices if i >= num_gpu]
         if missing:
-            raise ValueError("PeakMemoryTracker: GPU(s) {} requested, but only {} GPU(s) are "
-                             "visible".format(missing, num_gpu))
+            raise ValueError("{}: GPU(s) {} requested, but only {} GPU(s) are visible".format(
+                type(self).__name__, missing, num_gpu))
 
     def _before_epoch(self):
         if self._disabled:
@@ -197,6 +202,22 @@ class PeakMemoryTracker(_GPUTracker):
             return
         for index, peak in zip(self._indices, self._peaks):
             self.trainer.monitors.put_scalar('PeakMemory(MB)/gpu:{}'.format(index), peak / 1e6)
+
+
+class GPUMemoryTracker(PeakMemoryTracker):
+    """tensorpack's other name of :class:`PeakMemoryTracker`, tracking GPU 0 by default.
+
+    Example::
+
+        GPUMemoryTracker(devices=[0, 1])   # 'PeakMemory(MB)/gpu:0' and 'PeakMemory(MB)/gpu:1'
+    """
+
+    def __init__(self, devices=(0,)):
+        """
+        Args:
+            devices (list): GPU indices, or ``'/gpu:N'`` strings.
+        """
+        super().__init__(devices)
 
 
 # ----------------------------------------------------------------------------------------
@@ -330,3 +351,116 @@ class GPUUtilizationTracker(_GPUTracker):
 
     def _after_train(self):
         self._stop_sampler()
+
+
+# ----------------------------------------------------------------------------------------
+# Host memory
+
+
+class HostMemoryTracker(Callback):
+    """Puts the RAM still available on the host, in GB, as ``'HostFreeMemory (GB)'`` at every
+    trigger (by default after every epoch), and warns when it falls below
+    :attr:`low_memory_fraction` of the total. The amount is also logged when the graph is set
+    up and before training. Measured by ``psutil.virtual_memory().available``.
+    """
+
+    _chief_only = False
+
+    STAT_NAME = 'HostFreeMemory (GB)'
+
+    low_memory_fraction = 0.05
+    """Warn when less than this fraction of the host's RAM is available."""
+
+    @staticmethod
+    def _memory():
+        """(available, total) RAM of the host, in bytes."""
+        mem = psutil.virtual_memory()
+        return mem.available, mem.total
+
+    def _log_free(self, when):
+        available, _ = self._memory()
+        logger.info("[HostMemoryTracker] Free RAM in {} is {:.2f} GB.".format(when, available / 1024 ** 3))
+
+    def _setup_graph(self):
+        self._log_free('setup_graph()')
+
+    def _before_train(self):
+        self._log_free('before_train()')
+
+    def _trigger(self):
+        available, total = self._memory()
+        self.trainer.monitors.put_scalar(self.STAT_NAME, available / 1024 ** 3)
+        if available < self.low_memory_fraction * total:
+            logger.warn("[HostMemoryTracker] The host is low on memory: {:.2f} GB of {:.2f} GB "
+                        "available.".format(available / 1024 ** 3, total / 1024 ** 3))
+
+
+# ----------------------------------------------------------------------------------------
+# Profiling
+
+
+class GraphProfiler(Callback):
+    """Traces every hooked session run (``RunOptions.FULL_TRACE``) and writes what the run
+    recorded into the logger directory, named after the global step:
+
+    * ``chrome-trace-<step>.json`` (``dump_tracing``): a timeline of the ops, to open in
+      ``chrome://tracing`` (or Perfetto);
+    * ``runmetadata-<step>.pb`` (``dump_metadata``): the serialized ``RunMetadata``, for the
+      TensorFlow profiler tools;
+    * an event holding the metadata, tagged ``trace-<step>`` (``dump_event``), put into the
+      monitors (a :class:`TFEventWriter` writes it, for TensorBoard).
+
+    Tracing slows every run down: schedule it on a few steps, e.g.::
+
+        EnableCallbackIf(GraphProfiler(dump_tracing=True, dump_event=True),
+                         lambda self: 20 < self.trainer.global_step < 30)
+    """
+
+    def __init__(self, dump_metadata=False, dump_tracing=True, dump_event=False):
+        """
+        Args:
+            dump_metadata (bool): write the ``RunMetadata`` protos.
+            dump_tracing (bool): write Chrome trace files.
+            dump_event (bool): put the metadata into the monitors as an event.
+        """
+        self._dir = logger.get_logger_dir()
+        if self._dir is None or not os.path.isdir(self._dir):
+            raise RuntimeError("GraphProfiler writes into the logger directory, which is not set "
+                               "(or does not exist): call logger.set_logger_dir() first.")
+        self._dump_meta = bool(dump_metadata)
+        self._dump_tracing = bool(dump_tracing)
+        self._dump_event = bool(dump_event)
+        self._run_args = tfv1.train.SessionRunArgs(
+            fetches=None, options=tfv1.RunOptions(trace_level=tfv1.RunOptions.FULL_TRACE))
+
+    def _before_run(self, _):
+        return self._run_args
+
+    def _after_run(self, _, run_values):
+        metadata = run_values.run_metadata
+        if self._dump_meta:
+            self._write_metadata(metadata)
+        if self._dump_tracing:
+            self._write_tracing(metadata)
+        if self._dump_event:
+            self._put_event(metadata)
+
+    def _path(self, pattern):
+        return os.path.join(self._dir, pattern.format(self.global_step))
+
+    def _write_metadata(self, metadata):
+        data = metadata.SerializeToString()
+        write_atomically(self._path('runmetadata-{}.pb'), lambda f: f.write(data), durable=False)
+
+    def _write_tracing(self, metadata):
+        from tensorflow.python.client import timeline
+        trace = timeline.Timeline(step_stats=metadata.step_stats).generate_chrome_trace_format(
+            show_dataflow=True, show_memory=True)
+        write_atomically(self._path('chrome-trace-{}.json'), lambda f: f.write(trace), mode='w',
+                         durable=False)
+
+    def _put_event(self, metadata):
+        event = tfv1.Event()
+        event.tagged_run_metadata.tag = 'trace-{}'.format(self.global_step)
+        event.tagged_run_metadata.run_metadata = metadata.SerializeToString()
+        self.trainer.monitors.put_event(event)
