@@ -467,3 +467,18 @@ def test_works_without_tensorflow():
                "from tensorpack_lite.dataflow.imgaug.meta import Identity\n"
                "print('OK', Identity().augment(np.zeros((2, 2), np.uint8)).shape)\n")
     assert 'OK (2, 2)' in out.stdout, out.stderr
+
+
+def test_package_exports_every_module_name_once():
+    import importlib
+
+    from tensorpack_lite.dataflow import imgaug
+    modules = ['base', 'convert', 'crop', 'deform', 'external', 'geometry', 'imgproc', 'meta', 'misc',
+               'noise', 'paste', 'transform']
+    expected = []
+    for name in modules:
+        module = importlib.import_module('tensorpack_lite.dataflow.imgaug.' + name)
+        expected += module.__all__
+        for public in module.__all__:
+            assert getattr(imgaug, public) is getattr(module, public), (name, public)
+    assert sorted(imgaug.__all__) == sorted(expected) and len(set(expected)) == len(expected)

@@ -12,11 +12,16 @@ Example::
 """
 
 from .base import Augmentor, AugmentorList, ImageAugmentor, PhotometricAugmentor
+from .convert import ColorSpace, Grayscale, ToFloat32, ToUint8
 from .crop import CenterCrop, GoogleNetRandomCropAndResize, RandomCrop, RandomCropRandomShape, RandomCutout
 from .deform import GaussianDeform, GaussianMap
+from .external import Albumentations, IAAugmentor
 from .geometry import Affine, Rotation, RotationAndCropValid, Shift
+from .imgproc import (Brightness, BrightnessScale, Clip, Contrast, Gamma, GaussianBlur, Hue, Lighting,
+                      MeanVarianceNormalize, MinMaxNormalize, Saturation)
 from .meta import Identity, MapImage, RandomApplyAug, RandomChooseAug, RandomOrderAug
 from .misc import Flip, RandomResize, Resize, ResizeShortestEdge, Transpose
+from .noise import GaussianNoise, JpegNoise, SaltPepperNoise
 from .paste import BackgroundFiller, CenterPaste, ConstantBackgroundFiller, RandomPaste
 from .transform import (CropTransform, FlipTransform, LazyTransform, NoOpTransform, PhotometricTransform,
                         ResizeTransform, Transform, TransformFactory, TransformList, TransposeTransform,
@@ -25,16 +30,25 @@ from .transform import (CropTransform, FlipTransform, LazyTransform, NoOpTransfo
 __all__ = [
     # base
     'ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor',
+    # convert
+    'ColorSpace', 'Grayscale', 'ToUint8', 'ToFloat32',
     # crop
     'RandomCrop', 'CenterCrop', 'RandomCropRandomShape', 'GoogleNetRandomCropAndResize', 'RandomCutout',
     # deform
     'GaussianMap', 'GaussianDeform',
+    # external
+    'IAAugmentor', 'Albumentations',
     # geometry
     'Shift', 'Rotation', 'RotationAndCropValid', 'Affine',
+    # imgproc
+    'Hue', 'Brightness', 'BrightnessScale', 'Contrast', 'MeanVarianceNormalize', 'GaussianBlur', 'Gamma',
+    'Clip', 'Saturation', 'Lighting', 'MinMaxNormalize',
     # meta
     'Identity', 'RandomApplyAug', 'RandomChooseAug', 'RandomOrderAug', 'MapImage',
     # misc
     'Flip', 'Resize', 'ResizeShortestEdge', 'RandomResize', 'Transpose',
+    # noise
+    'JpegNoise', 'GaussianNoise', 'SaltPepperNoise',
     # paste
     'BackgroundFiller', 'ConstantBackgroundFiller', 'CenterPaste', 'RandomPaste',
     # transform
