@@ -14,8 +14,9 @@ from ..utils.utils import get_rng, get_tqdm
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 
 __all__ = ['TestDataSpeed', 'PrintData', 'BatchData', 'BatchDataByShape', 'FixedSizeData',
-           'MapData', 'MapDataComponent', 'RepeatedData', 'RepeatedDataPoint', 'ConcatData',
-           'JoinData', 'SelectComponent', 'LocallyShuffleData', 'CacheData']
+           'MapData', 'MapDataComponent', 'RepeatedData', 'RepeatedDataPoint', 'RandomChooseData',
+           'RandomMixData', 'ConcatData', 'JoinData', 'SelectComponent', 'LocallyShuffleData',
+           'CacheData']
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 
@@ -486,6 +487,115 @@ def _reset_each_once(dataflows):
         if id(df) not in seen:
             seen.add(id(df))
             df.reset_state()
+
+
+def _check_dataflows(df_lists, owner):
+    df_lists = list(df_lists)
+    if not df_lists:
+        raise ValueError("{}: df_lists is empty".format(owner))
+    for k, df in enumerate(df_lists):
+        if not isinstance(df, DataFlow):
+            raise TypeError("{}: entry #{} of df_lists is a {}, not a DataFlow".format(
+                owner, k, type(df).__name__))
+    return df_lists
+
+
+class RandomChooseData(RNGDataFlow):
+    """Produce each datapoint from one of several dataflows, drawn at random with given
+    probabilities (one ``self.rng.choice`` per datapoint). It stops as soon as the dataflow
+    drawn is exhausted, so it has no length.
+
+    Args:
+        df_lists (list): dataflows (chosen with equal probabilities), or ``(dataflow,
+            probability)`` pairs whose probabilities sum to 1.
+
+    Example::
+
+        df = RandomChooseData([(real_images, 0.7), (synthetic_images, 0.3)])
+    """
+
+    def __init__(self, df_lists):
+        super(RandomChooseData, self).__init__()
+        df_lists = list(df_lists)
+        pairs = [isinstance(entry, (tuple, list)) for entry in df_lists]
+        if df_lists and all(pairs):
+            if any(len(entry) != 2 for entry in df_lists):
+                raise ValueError("RandomChooseData: each entry of df_lists must be a DataFlow or a "
+                                 "(DataFlow, probability) pair, got {!r}".format(df_lists))
+            dataflows = _check_dataflows([df for df, _ in df_lists], 'RandomChooseData')
+            probs = [float(p) for _, p in df_lists]
+            if min(probs) < 0 or not np.isclose(sum(probs), 1.0):
+                raise ValueError("RandomChooseData: the probabilities {} must be >= 0 and sum to 1".format(
+                    probs))
+        elif any(pairs):
+            raise ValueError("RandomChooseData: df_lists mixes dataflows and (dataflow, probability) pairs")
+        else:
+            dataflows = _check_dataflows(df_lists, 'RandomChooseData')
+            probs = [1.0 / len(dataflows)] * len(dataflows)
+        self.df_lists = list(zip(dataflows, probs))
+
+    def reset_state(self):
+        super(RandomChooseData, self).reset_state()
+        _reset_each_once(df for df, _ in self.df_lists)
+
+    def __iter__(self):
+        itrs = [iter(df) for df, _ in self.df_lists]
+        probs = np.array([p for _, p in self.df_lists])
+        probs /= probs.sum()
+        while True:
+            k = self.rng.choice(len(itrs), p=probs)
+            try:
+                dp = next(itrs[k])
+            except StopIteration:
+                return
+            yield dp
+
+
+class RandomMixData(RNGDataFlow):
+    """Produce all datapoints of several dataflows, interleaved at random: every epoch is a
+    random order of ``len(df_1)`` datapoints of the first dataflow, ``len(df_2)`` of the
+    second, ... (each dataflow's own datapoints keep their order).
+
+    Args:
+        df_lists (list[DataFlow]): dataflows with a length.
+    """
+
+    def __init__(self, df_lists):
+        super(RandomMixData, self).__init__()
+        self.df_lists = _check_dataflows(df_lists, 'RandomMixData')
+        without_length = [k for k, df in enumerate(self.df_lists) if not _has_length(df)]
+        if without_length:
+            raise ValueError("RandomMixData: every dataflow needs a length; dataflow(s) #{} have none".format(
+                without_length))
+        self.sizes = [len(df) for df in self.df_lists]
+
+    def reset_state(self):
+        super(RandomMixData, self).reset_state()
+        _reset_each_once(self.df_lists)
+
+    def __len__(self):
+        return sum(self.sizes)
+
+    def __iter__(self):
+        order = np.arange(len(self))
+        self.rng.shuffle(order)
+        sources = np.searchsorted(np.cumsum(self.sizes), order, side='right')
+        itrs = [iter(df) for df in self.df_lists]
+        for k in sources:
+            try:
+                dp = next(itrs[k])
+            except StopIteration:
+                raise RuntimeError("RandomMixData: dataflow #{} ended before producing the {} datapoints "
+                                   "its len() promised".format(k, self.sizes[k])) from None
+            yield dp
+
+
+def _has_length(df):
+    try:
+        len(df)
+    except NotImplementedError:
+        return False
+    return True
 
 
 class ConcatData(DataFlow):

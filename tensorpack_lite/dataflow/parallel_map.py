@@ -1,6 +1,7 @@
 """Apply a function to the datapoints of a DataFlow in parallel: worker threads
 (:class:`MultiThreadMapData`) or worker processes fed over ZeroMQ
-(:class:`MultiProcessMapData`, also named :class:`MultiProcessMapDataZMQ`).
+(:class:`MultiProcessMapData`, also named :class:`MultiProcessMapDataZMQ`). The worker
+processes of :class:`MultiProcessMapAndBatchData` also batch what they map.
 
 The parent iterates ``ds`` (so ``ds`` is reset and iterated in the parent only) and keeps up
 to ``buffer_size`` datapoints in the workers. Two modes:
@@ -23,10 +24,13 @@ import weakref
 
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlowReentrantGuard, ProxyDataFlow
-from .parallel import (_ERROR_TAG, DataFlowWorkerError, _Closable, _IPCDir, _ParallelBase,
-                       _ProcessWorker, _Sockets, _thread_error, _WorkerProcesses, _ZMQCollector)
+from .common import BatchData
+from .parallel import (_ERROR_TAG, DataFlowWorkerError, _Closable, _IPCDir, _len_or_minus_one, _ParallelBase,
+                       _ProcessWorker, _repeat_forever, _Sockets, _thread_error, _WorkerProcesses,
+                       _ZMQCollector)
 
-__all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ']
+__all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ',
+           'MultiProcessMapAndBatchData', 'MultiProcessMapAndBatchDataZMQ']
 
 _DROPPED = object()  # what map_func's None becomes on the parent's side
 
@@ -223,7 +227,26 @@ class _MapWorker(_ProcessWorker):
             self.pipes.close(linger=_ZMQCollector.report_grace)
 
 
-class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
+class _GreetedWorkers(_ParallelBase):
+    """Process DataFlows whose ``num_proc`` :class:`_MapWorker` s each say hello on the
+    result socket once connected: :meth:`_wait_for_workers` waits for all of them."""
+
+    startup_timeout = 60.0
+    """Seconds :meth:`reset_state` waits for every worker to connect."""
+
+    def _wait_for_workers(self):
+        connected = set()
+        while len(connected) < self.num_proc:  # all connected: the first tasks are spread
+            frames = self._from_workers(lambda: self._collector.recv(self.startup_timeout))
+            if frames is None:
+                self._failure = DataFlowWorkerError("{}: worker(s) {} did not start within {} s".format(
+                    type(self).__name__, sorted(set(range(self.num_proc)) - connected), self.startup_timeout))
+                self.close()
+                raise self._failure
+            connected.add(_WORKER_ID.unpack(frames[1].bytes)[0])
+
+
+class MultiProcessMapDataZMQ(_ParallelMapData, _GreetedWorkers):
     """Map the datapoints of ``ds`` with ``map_func`` in ``num_proc`` worker processes
     (forked in :meth:`reset_state`), which exchange datapoints with the parent over ZeroMQ
     ``ipc://`` pipes. See the module docstring for the ``strict`` modes.
@@ -246,9 +269,6 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
                                  map_func=load_and_augment, strict=True)
     """
 
-    startup_timeout = 60.0
-    """Seconds :meth:`reset_state` waits for every worker to connect."""
-
     def __init__(self, ds, num_proc=None, map_func=None, buffer_size=200, strict=False):
         if num_proc is None:
             num_proc = max(1, mp.cpu_count() // 2)
@@ -256,7 +276,7 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
             raise ValueError("MultiProcessMapData needs num_proc >= 1 and a map_func, got {} and {!r}"
                              .format(num_proc, map_func))
         _ParallelMapData.__init__(self, ds, buffer_size, strict)
-        _ParallelBase.__init__(self)
+        _GreetedWorkers.__init__(self)
         self.num_proc = int(num_proc)
         self.map_func = map_func
 
@@ -278,15 +298,7 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
         results.bind(result_endpoint)
         workers.start()
         self._collector = _ZMQCollector(results, workers)
-        connected = set()
-        while len(connected) < self.num_proc:  # all connected: the first tasks are spread
-            frames = self._from_workers(lambda: self._collector.recv(self.startup_timeout))
-            if frames is None:
-                self._failure = DataFlowWorkerError("{}: worker(s) {} did not start within {} s".format(
-                    name, sorted(set(range(self.num_proc)) - connected), self.startup_timeout))
-                self.close()
-                raise self._failure
-            connected.add(_WORKER_ID.unpack(frames[1].bytes)[0])
+        self._wait_for_workers()
 
     def _send(self, seq, dp):
         frames = [_SEQ.pack(seq)] + dumps_frames(dp)
@@ -301,3 +313,142 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
 
 
 MultiProcessMapData = MultiProcessMapDataZMQ
+
+
+# ------------------------------------------------------------------ map and batch in processes
+
+class _DispatchWorker(_ProcessWorker):
+    """Runs ``ds`` forever and pushes its datapoints, as ``[seq, frames...]``, to the map
+    workers; its error report goes to the parent's result socket."""
+
+    def __init__(self, owner, idx, parent_pid, ds, task_endpoint, result_endpoint, hwm):
+        super(_DispatchWorker, self).__init__(owner, idx, parent_pid)
+        self.ds = ds
+        self.task_endpoint, self.result_endpoint, self.hwm = task_endpoint, result_endpoint, hwm
+        self.pipes = None
+
+    @property
+    def name(self):
+        return '{} dispatcher'.format(self.owner)
+
+    def _open(self):
+        self.pipes = _Sockets()
+        zmq = self.pipes.zmq
+        self.reports = self.pipes.socket(zmq.PUSH, 1)
+        self.reports.connect(self.result_endpoint)
+        self.tasks = self.pipes.socket(zmq.PUSH, self.hwm)
+        self.tasks.bind(self.task_endpoint)
+        self.ds.reset_state()
+
+    def _loop(self):
+        for seq, dp in enumerate(_repeat_forever(self.ds, self.name)):
+            self.tasks.send_multipart([_SEQ.pack(seq)] + dumps_frames(dp), copy=False)
+
+    def _report(self, text):
+        if self.pipes is not None:
+            self.reports.send_multipart([_ERROR_TAG, text.encode('utf-8')])
+
+    def _close(self):
+        if self.pipes is not None:
+            self.pipes.close(linger=_ZMQCollector.report_grace)
+
+
+class _MapBatchWorker(_MapWorker):
+    """A :class:`_MapWorker` that sends a batch of ``batch_size`` mapped datapoints at a time."""
+
+    def __init__(self, owner, idx, parent_pid, map_func, batch_size, task_endpoint, result_endpoint, hwm):
+        super(_MapBatchWorker, self).__init__(owner, idx, parent_pid, map_func, task_endpoint,
+                                              result_endpoint, hwm)
+        self.batch_size = batch_size
+
+    def _loop(self):
+        batch = []
+        while True:
+            frames = self.tasks.recv_multipart(copy=False)
+            result = self.map_func(loads_frames(frames[1:]))
+            if result is None:
+                continue
+            batch.append(result)
+            if len(batch) == self.batch_size:
+                self.results.send_multipart([frames[0]] + dumps_frames(BatchData.aggregate_batch(batch)),
+                                            copy=False)
+                batch = []
+
+
+class MultiProcessMapAndBatchDataZMQ(_GreetedWorkers):
+    """Map the datapoints of ``ds`` with ``map_func`` and batch them, both in ``num_proc``
+    worker processes, to hide the cost of batching too.
+
+    A dispatcher process runs ``ds`` epoch after epoch and hands its datapoints to the
+    workers; each worker maps them (dropping those for which ``map_func`` returns None) and
+    sends a batch, made as :class:`BatchData` does, of every ``batch_size`` it has mapped.
+    With ``num_proc=1`` the batches are those of ``BatchData(MapData(ds, map_func),
+    batch_size)`` (over an endless repetition of ``ds``); with more workers, a batch holds
+    datapoints in any order, possibly from two consecutive passes over ``ds``.
+
+    An iteration produces ``len(ds) // batch_size`` batches (forever if ``ds`` has no
+    length), continuing where the previous one stopped. Processes start in
+    :meth:`reset_state` (call it once); see :class:`MultiProcessMapDataZMQ` for what
+    datapoints may hold.
+
+    Args:
+        ds (DataFlow): the datapoints to map.
+        num_proc (int): number of worker processes.
+        map_func (callable): datapoint -> datapoint, or None to drop it.
+        batch_size (int): datapoints per batch.
+        buffer_size (int): datapoints (not batches) buffered; ``batch_size * 10`` by default.
+
+    Example::
+
+        df = MultiProcessMapAndBatchData(DataFromList(files), num_proc=4,
+                                         map_func=load_and_augment, batch_size=64)
+    """
+
+    def __init__(self, ds, num_proc, map_func, batch_size, buffer_size=None):
+        super(MultiProcessMapAndBatchDataZMQ, self).__init__()
+        if int(num_proc) < 1 or map_func is None or int(batch_size) < 1:
+            raise ValueError("MultiProcessMapAndBatchData needs num_proc >= 1, a map_func and batch_size "
+                             ">= 1, got {}, {!r} and {}".format(num_proc, map_func, batch_size))
+        self.ds = ds
+        self.num_proc, self.map_func, self.batch_size = int(num_proc), map_func, int(batch_size)
+        self.buffer_size = self.batch_size * 10 if buffer_size is None else int(buffer_size)
+        if self.buffer_size <= self.batch_size:
+            raise ValueError("MultiProcessMapAndBatchData: buffer_size ({}) must be larger than batch_size "
+                             "({})".format(self.buffer_size, self.batch_size))
+        size = _len_or_minus_one(ds)
+        if 0 <= size < self.batch_size:
+            raise ValueError("MultiProcessMapAndBatchData: batch_size={} is larger than len(ds)={}".format(
+                self.batch_size, size))
+        self._num_batches = size // self.batch_size if size > 0 else -1
+
+    def __len__(self):
+        return len(self.ds) // self.batch_size
+
+    def reset_state(self):
+        """Start the dispatcher and the workers (once)."""
+        self._check_reset()
+        name = type(self).__name__
+        ipc = _IPCDir('mapbatch')
+        task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
+        worker_hwm = max(self.batch_size, self.buffer_size // self.num_proc)
+        workers = _WorkerProcesses(
+            [_MapBatchWorker(name, k, os.getpid(), self.map_func, self.batch_size, task_endpoint,
+                             result_endpoint, worker_hwm) for k in range(self.num_proc)]
+            + [_DispatchWorker(name, self.num_proc, os.getpid(), self.ds, task_endpoint, result_endpoint,
+                               self.buffer_size)])
+        pipes = _Sockets()
+        self._set_cleanup(workers.close, pipes.close, ipc.cleanup)
+        results = pipes.socket(pipes.zmq.PULL, max(5, self.buffer_size // self.batch_size))
+        results.bind(result_endpoint)
+        workers.start()
+        self._collector = _ZMQCollector(results, workers)
+        self._wait_for_workers()
+
+    def _recv(self):
+        return loads_frames(self._collector.recv()[1:])
+
+    def __iter__(self):
+        yield from self._iterate(self._recv, self._num_batches)
+
+
+MultiProcessMapAndBatchData = MultiProcessMapAndBatchDataZMQ

@@ -1,11 +1,114 @@
-"""DataFlows that wrap plain Python data: a list, a generator, an iterable."""
+"""DataFlows that wrap plain Python data (a list, a generator, an iterable, a queue) or
+make up random data (:class:`FakeData`)."""
+
+from copy import copy
 
 import numpy as np
 
 from ..utils import logger
 from .base import DataFlow, RNGDataFlow, _LengthUnavailable
 
-__all__ = ['DataFromList', 'DataFromGenerator', 'DataFromIterable']
+__all__ = ['FakeData', 'DataFromQueue', 'DataFromList', 'DataFromGenerator', 'DataFromIterable']
+
+
+def _per_component(value, count, name, is_single):
+    """``value`` repeated ``count`` times if ``is_single(value)``, else the list ``value``
+    (which must have ``count`` entries)."""
+    if is_single(value):
+        return [value] * count
+    values = list(value)
+    if len(values) != count:
+        raise ValueError("FakeData: {} has {} entries but there are {} shapes".format(
+            name, len(values), count))
+    return values
+
+
+def _is_domain(value):
+    return (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(x, (int, float, np.number)) for x in value))
+
+
+class FakeData(RNGDataFlow):
+    """Random datapoints of given shapes and dtypes, e.g. to measure the speed of a model
+    without reading data.
+
+    Values are uniform in ``[low, high)``: floats (and complex numbers, real part only) are
+    ``self.rng.rand(*shape) * (high - low) + low``, integers come from ``self.rng.randint``
+    (tensorpack truncates floats instead), bools are fair coin flips.
+
+    Args:
+        shapes (list): the shape of each component, e.g. ``[[28, 28], [1]]``.
+        size (int): datapoints per epoch.
+        random (bool): draw new values for every datapoint; otherwise draw one datapoint at
+            the first epoch after :meth:`reset_state` and produce (shallow copies of) it
+            every time.
+        dtype (str or list): the dtype of every component, or one per component.
+        domain (tuple or list): ``(low, high)`` for every component, or one pair per component.
+
+    Example::
+
+        df = FakeData([[64, 224, 224, 3], [64]], size=1000, dtype=['float32', 'int32'],
+                      domain=[(0, 255), (0, 1000)])
+    """
+
+    def __init__(self, shapes, size=1000, random=True, dtype='float32', domain=(0, 1)):
+        super(FakeData, self).__init__()
+        self.shapes = [tuple(int(d) for d in shape) for shape in shapes]
+        self._size = int(size)
+        self.random = random
+        count = len(self.shapes)
+        self.dtype = [np.dtype(d) for d in _per_component(
+            dtype, count, 'dtype', lambda d: isinstance(d, (str, type, np.dtype)))]
+        self.domain = _per_component(domain, count, 'domain', _is_domain)
+        for k, (low, high) in enumerate(self.domain):
+            if not low < high:
+                raise ValueError("FakeData: the domain of component {} is ({}, {}), it needs low < high"
+                                 .format(k, low, high))
+        self._fixed = None
+
+    def __len__(self):
+        return self._size
+
+    def reset_state(self):
+        super(FakeData, self).reset_state()
+        self._fixed = None
+
+    def _draw(self, shape, dtype, low, high):
+        if dtype == np.bool_:
+            return self.rng.randint(0, 2, size=shape).astype(np.bool_)
+        if dtype.kind in 'iu':
+            return self.rng.randint(int(np.ceil(low)), int(np.ceil(high)), size=shape).astype(dtype)
+        return (self.rng.rand(*shape) * (high - low) + low).astype(dtype)
+
+    def _datapoint(self):
+        return [self._draw(shape, dtype, low, high)
+                for shape, dtype, (low, high) in zip(self.shapes, self.dtype, self.domain)]
+
+    def __iter__(self):
+        if self.random:
+            for _ in range(self._size):
+                yield self._datapoint()
+            return
+        if self._fixed is None:
+            self._fixed = self._datapoint()
+        for _ in range(self._size):
+            yield copy(self._fixed)
+
+
+class DataFromQueue(DataFlow):
+    """Produce what ``queue.get()`` returns, forever (no length).
+
+    Args:
+        queue: anything with a blocking ``get()``, e.g. a ``queue.Queue`` or a
+            ``multiprocessing.Queue`` fed by another thread or process.
+    """
+
+    def __init__(self, queue):
+        self.queue = queue
+
+    def __iter__(self):
+        while True:
+            yield self.queue.get()
 
 
 class DataFromList(RNGDataFlow):
