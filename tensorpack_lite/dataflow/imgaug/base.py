@@ -158,7 +158,20 @@ Augmentor = ImageAugmentor
 """The older name of :class:`ImageAugmentor`."""
 
 
-class AugmentorList(ImageAugmentor):
+class _CompositeAugmentor(ImageAugmentor):
+    """An augmentor made of other augmentors (``_members()``): resetting it resets them too."""
+
+    def _members(self):
+        raise NotImplementedError("{} must implement _members()".format(type(self).__name__))
+
+    def reset_state(self):
+        """Reset this augmentor's generator and those of its members."""
+        super(_CompositeAugmentor, self).reset_state()
+        for augmentor in self._members():
+            augmentor.reset_state()
+
+
+class AugmentorList(_CompositeAugmentor):
     """Several augmentors applied in order.
 
     Each augmentor decides its transform on the image the previous ones produced, so the
@@ -185,11 +198,8 @@ class AugmentorList(ImageAugmentor):
         self.augmentors = list(augmentors)
         super(AugmentorList, self).__init__()
 
-    def reset_state(self):
-        """Reset this list's generator and every augmentor's."""
-        super(AugmentorList, self).reset_state()
-        for augmentor in self.augmentors:
-            augmentor.reset_state()
+    def _members(self):
+        return self.augmentors
 
     def _get_transform(self, img):
         tfms = []

@@ -23,46 +23,52 @@ def _check_fits(augmentor, img_shape, h, w):
             augmentor, h, w, tuple(img_shape)))
 
 
-def _center_crop(img_h, img_w, h, w):
-    return CropTransform(int((img_h - h) * 0.5), int((img_w - w) * 0.5), h, w)
+def _centered_corner(img_h, img_w, h, w):
+    """The (row, column) of the top-left pixel of the central ``h x w`` region."""
+    return int((img_h - h) * 0.5), int((img_w - w) * 0.5)
 
 
-class RandomCrop(ImageAugmentor):
+class _FixedShapeCrop(ImageAugmentor):
+    """Cuts out a region of shape ``crop_shape``; subclasses choose its top-left corner."""
+
+    def __init__(self, crop_shape):
+        super(_FixedShapeCrop, self).__init__()
+        crop_shape = tuple(int(v) for v in shape2d(crop_shape))
+        self._init(locals())
+
+    def _corner(self, img_h, img_w):
+        """The (row, column) of the region's top-left pixel in an ``img_h x img_w`` image."""
+        raise NotImplementedError("{} must implement _corner(img_h, img_w)".format(type(self).__name__))
+
+    def _get_transform(self, img):
+        h, w = self.crop_shape
+        _check_fits(self, img.shape, h, w)
+        y0, x0 = self._corner(img.shape[0], img.shape[1])
+        return CropTransform(y0, x0, h, w)
+
+
+class RandomCrop(_FixedShapeCrop):
     """Cut out a region of fixed size at a random position.
 
     Args:
         crop_shape: ``(h, w)``, or an int for a square.
     """
 
-    def __init__(self, crop_shape):
-        super(RandomCrop, self).__init__()
-        crop_shape = tuple(int(v) for v in shape2d(crop_shape))
-        self._init(locals())
-
-    def _get_transform(self, img):
-        h, w = self.crop_shape
-        _check_fits(self, img.shape, h, w)
-        y0 = self.rng.randint(img.shape[0] - h + 1)
-        x0 = self.rng.randint(img.shape[1] - w + 1)
-        return CropTransform(y0, x0, h, w)
+    def _corner(self, img_h, img_w):
+        y0 = self.rng.randint(img_h - self.crop_shape[0] + 1)
+        x0 = self.rng.randint(img_w - self.crop_shape[1] + 1)
+        return y0, x0
 
 
-class CenterCrop(ImageAugmentor):
+class CenterCrop(_FixedShapeCrop):
     """Cut out the central region of fixed size.
 
     Args:
         crop_shape: ``(h, w)``, or an int for a square.
     """
 
-    def __init__(self, crop_shape):
-        super(CenterCrop, self).__init__()
-        crop_shape = tuple(int(v) for v in shape2d(crop_shape))
-        self._init(locals())
-
-    def _get_transform(self, img):
-        h, w = self.crop_shape
-        _check_fits(self, img.shape, h, w)
-        return _center_crop(img.shape[0], img.shape[1], h, w)
+    def _corner(self, img_h, img_w):
+        return _centered_corner(img_h, img_w, *self.crop_shape)
 
 
 class RandomCropRandomShape(ImageAugmentor):
@@ -126,7 +132,8 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
                 return TransformList([CropTransform(y0, x0, crop_h, crop_w),
                                       ResizeTransform(crop_h, crop_w, size, size, self.interp)])
         resize = _resize_shortest_edge(h, w, size, self.interp)
-        return TransformList([resize, _center_crop(resize.new_h, resize.new_w, size, size)])
+        y0, x0 = _centered_corner(resize.new_h, resize.new_w, size, size)
+        return TransformList([resize, CropTransform(y0, x0, size, size)])
 
 
 class RandomCutout(ImageAugmentor):

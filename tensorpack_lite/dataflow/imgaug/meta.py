@@ -1,7 +1,7 @@
 """Augmentors that combine or wrap others: do nothing, apply sometimes, pick one, shuffle the
 order, or map the image with a function."""
 
-from .base import ImageAugmentor
+from .base import ImageAugmentor, _CompositeAugmentor
 from .transform import NoOpTransform, TransformFactory, TransformList
 
 __all__ = ['Identity', 'RandomApplyAug', 'RandomChooseAug', 'RandomOrderAug', 'MapImage']
@@ -14,7 +14,7 @@ class Identity(ImageAugmentor):
         return NoOpTransform()
 
 
-class RandomApplyAug(ImageAugmentor):
+class RandomApplyAug(_CompositeAugmentor):
     """Apply ``aug`` with probability ``prob``, otherwise do nothing.
 
     Args:
@@ -28,9 +28,8 @@ class RandomApplyAug(ImageAugmentor):
         self._init(locals())
         super(RandomApplyAug, self).__init__()
 
-    def reset_state(self):
-        super(RandomApplyAug, self).reset_state()
-        self.aug.reset_state()
+    def _members(self):
+        return [self.aug]
 
     def _get_transform(self, img):
         if self.rng.rand() < self.prob:
@@ -38,7 +37,7 @@ class RandomApplyAug(ImageAugmentor):
         return NoOpTransform()
 
 
-class RandomChooseAug(ImageAugmentor):
+class RandomChooseAug(_CompositeAugmentor):
     """Apply one augmentor picked at random from a list.
 
     Args:
@@ -64,17 +63,15 @@ class RandomChooseAug(ImageAugmentor):
         self._init(locals())
         super(RandomChooseAug, self).__init__()
 
-    def reset_state(self):
-        super(RandomChooseAug, self).reset_state()
-        for augmentor in self.aug_lists:
-            augmentor.reset_state()
+    def _members(self):
+        return self.aug_lists
 
     def _get_transform(self, img):
         chosen = self.rng.choice(len(self.aug_lists), p=self.prob)
         return self.aug_lists[chosen].get_transform(img)
 
 
-class RandomOrderAug(ImageAugmentor):
+class RandomOrderAug(_CompositeAugmentor):
     """Apply all augmentors, in a random order.
 
     Every augmentor decides its transform on the input image, so they should not change its shape.
@@ -87,10 +84,8 @@ class RandomOrderAug(ImageAugmentor):
         self._init(locals())
         super(RandomOrderAug, self).__init__()
 
-    def reset_state(self):
-        super(RandomOrderAug, self).reset_state()
-        for augmentor in self.aug_lists:
-            augmentor.reset_state()
+    def _members(self):
+        return self.aug_lists
 
     def _get_transform(self, img):
         order = self.rng.permutation(len(self.aug_lists))
