@@ -302,7 +302,10 @@ def test_legacy_interface_still_works(seeded, log_records):
     invert = LegacyInvert()
     tfm = invert.get_transform(img)
     np.testing.assert_array_equal(tfm.apply_image(img), 255 - img)
-    np.testing.assert_array_equal(tfm.apply_coords(np.array([[1., 2.]])), [[1., 2.]])  # default: unchanged
+    coords = np.array([[1., 2.]])
+    moved = tfm.apply_coords(coords)
+    np.testing.assert_array_equal(moved, [[1., 2.]])  # the legacy default: unchanged
+    assert moved is not coords
 
 
 def test_deprecated_augment_methods(log_records):

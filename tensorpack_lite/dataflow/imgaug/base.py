@@ -19,8 +19,8 @@ import numpy as np
 from ...utils.argtools import log_once
 from ...utils.develop import log_deprecated
 from ...utils.utils import get_rng
-from .transform import PhotometricTransform, Transform, TransformFactory, TransformList, LazyTransform
-from .transform import constructor_repr
+from .transform import (LazyTransform, PhotometricTransform, Transform, TransformFactory, TransformList,
+                        constructor_repr)
 
 __all__ = ['ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor']
 
@@ -118,14 +118,15 @@ class ImageAugmentor(object):
             return param
         return TransformFactory(name="legacy " + type(self).__name__,
                                 apply_image=lambda image: self._augment(image, param),
-                                apply_coords=lambda coords: self._augment_coords(coords, param))
+                                apply_coords=lambda coords: self._augment_coords(np.array(coords), param))
 
     def _get_augment_params(self, img):
         """Legacy interface: the random choices for ``img``."""
         return None
 
     def _augment_coords(self, coords, param):
-        """Legacy interface: move ``coords`` as ``_augment(img, param)`` moves the pixels."""
+        """Legacy interface: move ``coords`` (a copy: may be changed in place) as ``_augment(img, param)``
+        moves the pixels."""
         return coords
 
     def augment(self, img):
