@@ -88,7 +88,8 @@ def test_binary_classification_stats_over_the_whole_pass():
     true_pos = np.sum((pred == 1) & (label == 1))
     precision, recall = true_pos / np.sum(pred == 1), true_pos / np.sum(label == 1)
     # batches of 7 (the last one of 2): a mean of per-batch rates would differ
-    batch_precisions = [np.sum(pred[i:i + 7] & label[i:i + 7]) / np.sum(pred[i:i + 7]) for i in range(0, 30, 7)]
+    batch_precisions = [np.sum(pred[i:i + 7] & label[i:i + 7]) / np.sum(pred[i:i + 7])
+                        for i in range(0, 30, 7)]
     assert not np.isclose(np.mean(batch_precisions), precision)
 
     points = [[xi, yi] for xi, yi in zip(x, label)]

@@ -2,8 +2,8 @@
 
 from .input_source import (BatchQueueInput, DummyConstantInput, FeedInput, PlaceholderInput,
                            QueueInput, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
-from .input_source_base import FeedfreeInput, InputSource, ProxyInputSource
+from .input_source_base import FeedfreeInput, InputSource, ProxyInputSource, remap_input_source
 
 __all__ = ['InputSource', 'PlaceholderInput', 'FeedInput', 'FeedfreeInput', 'QueueInput',
            'BatchQueueInput', 'TensorInput', 'DummyConstantInput', 'ZMQInput', 'TFDatasetInput',
-           'StagingInput', 'ProxyInputSource']
+           'StagingInput', 'ProxyInputSource', 'remap_input_source']

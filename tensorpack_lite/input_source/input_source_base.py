@@ -4,6 +4,9 @@ An InputSource is set up once with the model's input signature (a list of ``tf.T
 then hands out the input tensors for each tower (:meth:`InputSource.get_input_tensors`) and
 the callbacks that keep it running (:meth:`InputSource.get_callbacks`), e.g. a thread that
 fills a queue or a hook that feeds placeholders.
+
+:func:`remap_input_source` adapts a source to a model whose inputs differ from the source's
+components (more inputs, or another order).
 """
 
 from contextlib import contextmanager
@@ -12,7 +15,8 @@ from ..callbacks.base import CallbackFactory
 from ..compat import tf, tfv1
 from ..utils.argtools import call_only_once, memoized_method
 
-__all__ = ['InputSource', 'FeedfreeInput', 'ProxyInputSource', 'build_or_reuse_placeholder']
+__all__ = ['InputSource', 'FeedfreeInput', 'ProxyInputSource', 'build_or_reuse_placeholder',
+           'remap_input_source']
 
 
 def build_or_reuse_placeholder(tensor_spec):
@@ -77,10 +81,14 @@ class InputSource:
         one resets the source before training."""
         if not self.setup_done():
             raise RuntimeError("{}.get_callbacks() called before setup()".format(type(self).__name__))
-        callbacks = [CallbackFactory(before_train=lambda _: self.reset_state())] + self._get_callbacks()
+        callbacks = self._get_reset_callbacks() + self._get_callbacks()
         for cb in callbacks:
             cb.set_chief_only(False)
         return callbacks
+
+    def _get_reset_callbacks(self):
+        """The callbacks, first of all, that reset the source before training."""
+        return [CallbackFactory(before_train=lambda _: self.reset_state())]
 
     def _get_callbacks(self):
         return []
@@ -119,7 +127,8 @@ class FeedfreeInput(InputSource):
 class ProxyInputSource(InputSource):
     """Forwards everything to another InputSource; subclasses change one part of it.
 
-    The wrapped source's callbacks (which reset it before training) are the proxy's."""
+    The wrapped source's callbacks (which reset it before training) are the proxy's, and
+    resetting the proxy resets the wrapped source."""
 
     def __init__(self, input):
         if not isinstance(input, InputSource):
@@ -132,8 +141,89 @@ class ProxyInputSource(InputSource):
     def _setup(self, input_signature):
         self._input.setup(input_signature)
 
+    def _get_reset_callbacks(self):
+        return []   # the wrapped source's own callbacks reset it
+
     def _get_callbacks(self):
         return self._input.get_callbacks()
 
     def _size(self):
         return self._input.size()
+
+    def _reset_state(self):
+        self._input.reset_state()
+
+
+def _check_input_names(names):
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise TypeError("remap_input_source: names must be a list of input names, got {!r}".format(names))
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise TypeError("remap_input_source: every name must be a non-empty str, got {!r}".format(name))
+    if len(set(names)) != len(names):
+        raise ValueError("remap_input_source: duplicate names in {}".format(list(names)))
+    if not names:
+        raise ValueError("remap_input_source: names must not be empty")
+    return tuple(names)
+
+
+class _RemappedInput(ProxyInputSource):
+    """The source made by :func:`remap_input_source`: the wrapped source gives the inputs
+    ``names``, placeholders give the others."""
+
+    def __init__(self, input, names):
+        super().__init__(input)
+        self._names = _check_input_names(names)
+
+    def _setup(self, input_signature):
+        specs = {spec.name: spec for spec in input_signature}
+        unknown = [name for name in self._names if name not in specs]
+        if unknown:
+            raise ValueError("remap_input_source: {} are not inputs of the model, whose inputs are {}".format(
+                unknown, [spec.name for spec in input_signature]))
+        self._signature = list(input_signature)
+        self._placeholders = {spec.name: build_or_reuse_placeholder(spec) for spec in input_signature
+                              if spec.name not in self._names}
+        self._input.setup([specs[name] for name in self._names])
+
+    def _get_input_tensors(self):
+        produced = self._input.get_input_tensors()
+        if len(produced) != len(self._names):
+            raise ValueError("remap_input_source: {} gives {} tensors for the {} names {}".format(
+                type(self._input).__name__, len(produced), len(self._names), list(self._names)))
+        mapped = dict(zip(self._names, produced))
+        return [mapped[spec.name] if spec.name in mapped else self._placeholders[spec.name]
+                for spec in self._signature]
+
+    def __str__(self):
+        return 'Remapped{}({})'.format(type(self._input).__name__, ', '.join(self._names))
+
+
+class _RemappedFeedfreeInput(_RemappedInput, FeedfreeInput):
+    """:func:`remap_input_source` of a :class:`FeedfreeInput`: still a FeedfreeInput."""
+
+
+def remap_input_source(input, names):
+    """Use an InputSource with a model whose inputs are not exactly the source's components.
+
+    The source's components are the inputs ``names``, in this order; every other input of
+    the model is a placeholder (fed by nothing: the model must not need it, or something
+    else must feed it). The result is an InputSource, and a :class:`FeedfreeInput` when
+    ``input`` is one; its size, callbacks and resets are ``input``'s.
+
+    Args:
+        input (InputSource): gives one tensor per name.
+        names (list[str]): the names of the model's inputs that ``input`` gives, in the
+            order of its components.
+
+    Example::
+
+        # the model takes inputs 'score', 'label', 'image'; the DataFlow gives [image, label]
+        source = remap_input_source(QueueInput(ds), ['image', 'label'])
+        # 'score' is a placeholder
+    """
+    if not isinstance(input, InputSource):
+        raise TypeError("remap_input_source takes an InputSource, got {!r}".format(input))
+    if isinstance(input, FeedfreeInput):
+        return _RemappedFeedfreeInput(input, names)
+    return _RemappedInput(input, names)

@@ -102,8 +102,8 @@ class AsyncPredictorBase(PredictorBase):
         """
         Args:
             dp (list): the inputs of one task.
-            callback: called (from a worker thread) with the outputs, or with
-                ``(inputs, outputs)`` when :attr:`return_input`.
+            callback: called with the ``Future`` once it is done (from a worker thread, or
+                right away when it is already done); ``future.result()`` gives the outputs.
 
         Returns:
             concurrent.futures.Future: the outputs.

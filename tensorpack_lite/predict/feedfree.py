@@ -1,0 +1,102 @@
+"""FeedfreePredictor: run a model on the tensors of an InputSource, with nothing fed."""
+
+from ..callbacks.group import Callbacks
+from ..input_source.input_source_base import InputSource
+from ..tfutils.hooked_session import HookedSession
+from ..tfutils.tower import PredictTowerContext
+from .base import PredictorBase
+from .config import PredictConfig
+
+__all__ = ['FeedfreePredictor']
+
+
+class FeedfreePredictor(PredictorBase):
+    """A predictor whose inputs come from an :class:`InputSource` (e.g. a
+    :class:`QueueInput` or a :class:`TFDatasetInput`) instead of the caller: each call
+    ``predictor()`` takes the next inputs from the source and returns the outputs.
+
+    The model is built once, in an inference tower without name prefix, on the source's
+    tensors. The source's callbacks run as they would in a trainer, with this predictor in
+    the trainer's place (they may use its ``sess``): they start before the first call (e.g.
+    the thread filling a queue) and around every call (e.g. the hook of a
+    :class:`FeedInput`, which works too). When the source runs out, a call raises what the
+    source raises (``tf.errors.OutOfRangeError`` for a queue or a dataset). :meth:`close`
+    stops the source and closes the session.
+
+    Example::
+
+        predictor = FeedfreePredictor(
+            PredictConfig(model=MyModel(), output_names=['prob'], session_init=SmartInit(path)),
+            QueueInput(BatchData(test_df, 64)))
+        prob, = predictor()
+
+    Attributes:
+        graph (tf.Graph): the graph of the model.
+        sess: its session.
+    """
+
+    def __init__(self, config, input_source):
+        """
+        Args:
+            config (PredictConfig): the model and how to initialize it; ``return_input``
+                must be False (name the inputs in ``output_names`` to get them).
+            input_source (InputSource): not set up yet; it gives the inputs of the model's
+                input signature.
+        """
+        if not isinstance(config, PredictConfig):
+            raise TypeError("FeedfreePredictor takes a PredictConfig, got {!r}".format(config))
+        if not isinstance(input_source, InputSource):
+            raise TypeError("FeedfreePredictor takes an InputSource, got {!r}".format(input_source))
+        if config.return_input:
+            raise ValueError("FeedfreePredictor: return_input is not supported (nothing is given to a "
+                             "call); put the names of the inputs into output_names instead.")
+        if input_source.setup_done():
+            raise RuntimeError("FeedfreePredictor: the InputSource {} is already set up (an InputSource "
+                               "feeds one trainer or predictor)".format(type(input_source).__name__))
+        self._config = config
+        self._input_source = input_source
+        self.graph = config._maybe_create_graph()
+        with self.graph.as_default():
+            self._input_callbacks = Callbacks(input_source.setup(config.input_signature))
+            with PredictTowerContext(''):
+                config.tower_func(*input_source.get_input_tensors())
+            tower = config.tower_func.towers[-1]
+            self._output_tensors = PredictConfig._lookup(tower, config.output_names, 'output_names')
+            self._input_callbacks.setup_graph(self)
+            self._create_session()
+
+    def _create_session(self):
+        config = self._config
+        config.session_init._setup_graph()
+        self.sess = config.session_creator.create_session()
+        try:
+            if self.sess.graph is not self.graph:
+                raise ValueError("FeedfreePredictor: the session_creator {!r} made a session on another "
+                                 "graph than the predictor's.".format(config.session_creator))
+            if config.create_graph:
+                self.graph.finalize()
+            config.session_init._run_init(self.sess)
+            with self.sess.as_default():
+                self._input_callbacks.before_train()
+            self._hooked_sess = HookedSession(self.sess, self._input_callbacks.get_hooks())
+        except Exception:
+            self.sess.close()
+            raise
+
+    def _num_inputs(self):
+        return 0
+
+    def _do_call(self, dp):
+        if dp:
+            raise TypeError("FeedfreePredictor takes no inputs (they come from its {}), got {}".format(
+                type(self._input_source).__name__, len(dp)))
+        with self.sess.as_default():
+            return self._hooked_sess.run(self._output_tensors)
+
+    def close(self):
+        """Stop the InputSource (its callbacks' ``after_train``) and close the session."""
+        try:
+            with self.sess.as_default():
+                self._input_callbacks.after_train()
+        finally:
+            self.sess.close()
