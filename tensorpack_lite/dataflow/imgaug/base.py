@@ -87,13 +87,15 @@ class ImageAugmentor(object):
 
     def _check_image(self, img):
         """Raise an error naming this augmentor unless ``img`` is an HxW or HxWxC uint8/float array."""
-        name = ' '.join(repr(self).split())  # on one line
         if not isinstance(img, np.ndarray):
-            raise TypeError("{} needs a numpy array as the image, got a {}".format(name, type(img).__name__))
-        if img.dtype != np.uint8 and not np.issubdtype(img.dtype, np.floating):
-            raise TypeError("{} needs a uint8 or floating-point image, got dtype {}".format(name, img.dtype))
-        if img.ndim not in (2, 3):
-            raise ValueError("{} needs an image of shape HxW or HxWxC, got shape {}".format(name, img.shape))
+            error, problem = TypeError, "a numpy array as the image, got a {}".format(type(img).__name__)
+        elif img.dtype != np.uint8 and not np.issubdtype(img.dtype, np.floating):
+            error, problem = TypeError, "a uint8 or floating-point image, got dtype {}".format(img.dtype)
+        elif img.ndim not in (2, 3):
+            error, problem = ValueError, "an image of shape HxW or HxWxC, got shape {}".format(img.shape)
+        else:
+            return
+        raise error("{} needs {}".format(' '.join(repr(self).split()), problem))
 
     def get_transform(self, img):
         """Make the random choices for ``img`` and return them as a deterministic Transform.
