@@ -209,6 +209,7 @@ def test_ilsvrc12_val_in_both_layouts(tmp_path, val_by_synset, log_records):
     files = _reset(ILSVRC12Files(root, 'val', meta_dir=meta_dir))
     first_path, first_label = next(iter(files))
     sub = 'n01484850' if val_by_synset else ''
+    assert files.imglist[0] == (os.path.join(sub, 'ILSVRC2012_val_00000001.JPEG'), 2)   # relative to dir/val
     assert first_path == os.path.join(root, 'val', sub, 'ILSVRC2012_val_00000001.JPEG')
     assert first_label == 2
     # the wrong layout, given explicitly, names the image it does not find

@@ -106,10 +106,11 @@ class ImageFromFile(RNGDataFlow):
 class ImageFileLabelData(RNGDataFlow):
     """Produces ``[image, label]`` for each ``(file, label)`` of a list: the image decoded when
     produced, as an HxWx3 BGR uint8 array; the label an ``np.int32``. The image datasets
-    (ILSVRC12, TinyImageNet, Places365Standard) are this DataFlow over the list their files give.
+    (ILSVRC12, TinyImageNet, Places365Standard) are this DataFlow over the list their files give;
+    they may override :meth:`_load` (e.g. to produce the path, or to resolve a relative one).
 
     Args:
-        imglist (list[(str, int)]): the image files and their labels.
+        imglist (list[(str, int)]): the image files and their labels (kept as ``self.imglist``).
         shuffle (bool): produce them in a new random order every epoch.
     """
 
@@ -125,12 +126,12 @@ class ImageFileLabelData(RNGDataFlow):
         if self.shuffle:
             self.rng.shuffle(order)
         for k in order:
-            path, label = self.imglist[k]
-            yield [self._load(path), np.int32(label)]
+            fname, label = self.imglist[k]
+            yield [self._load(fname), np.int32(label)]
 
-    def _load(self, path):
-        """The first component of the datapoint of the file ``path``: the decoded image."""
-        return read_image(path, purpose=type(self).__name__)
+    def _load(self, fname):
+        """The first component of the datapoint of the file ``fname`` of imglist: the decoded image."""
+        return read_image(fname, purpose=type(self).__name__)
 
 
 # ----- augmenting datapoints ---------------------------------------------------------------------

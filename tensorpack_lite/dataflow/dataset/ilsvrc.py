@@ -125,6 +125,12 @@ def _check_choice(owner, argument, value, choices):
         raise ValueError("{}: {} must be one of {}, got {!r}.".format(owner, argument, choices, value))
 
 
+def _read_lines(path):
+    """``(line number, stripped line)`` of each non-blank line of the text file ``path``."""
+    with open(path) as f:
+        return [(number, line.strip()) for number, line in enumerate(f, 1) if line.strip()]
+
+
 def _missing_directory(owner, path, what):
     return FileNotFoundError("{}: the directory '{}' does not exist. It should hold {} (nothing is "
                              "downloaded; see docs/datasets.md).".format(owner, path, what))
@@ -155,8 +161,7 @@ class ILSVRCMeta(object):
         return find_dataset_file(self.dir, [name], 'ILSVRCMeta', self.WHERE_TO_GET)
 
     def _lines(self, name):
-        with open(self._file(name)) as f:
-            return [line.strip() for line in f if line.strip()]
+        return [line for _, line in _read_lines(self._file(name))]
 
     def get_synset_words_1000(self):
         """``{label: line of synset_words.txt}``, e.g. ``{0: 'n01440764 tench, Tinca tinca', ...}``."""
@@ -180,21 +185,18 @@ class ILSVRCMeta(object):
         synsets = self.get_synset_1000() if name != 'train' and dir_structure == 'train' else None
         path = self._file(name + '.txt')
         ret = []
-        with open(path) as f:
-            for number, line in enumerate(f, 1):
-                fields = line.split()
-                if not fields:
-                    continue
-                if len(fields) != 2 or not fields[1].isdigit():
-                    raise ValueError("ILSVRCMeta: line {} of '{}' should be '<image> <label>', got {!r}."
-                                     .format(number, path, line.rstrip('\n')))
-                fname, label = fields[0], int(fields[1])
-                if synsets is not None:
-                    if label not in synsets:
-                        raise ValueError("ILSVRCMeta: line {} of '{}' has label {}, which synsets.txt "
-                                         "does not have.".format(number, path, label))
-                    fname = os.path.join(synsets[label], fname)
-                ret.append((fname, label))
+        for number, line in _read_lines(path):
+            fields = line.split()
+            if len(fields) != 2 or not fields[1].isdigit():
+                raise ValueError("ILSVRCMeta: line {} of '{}' should be '<image> <label>', got {!r}."
+                                 .format(number, path, line))
+            fname, label = fields[0], int(fields[1])
+            if synsets is not None:
+                if label not in synsets:
+                    raise ValueError("ILSVRCMeta: line {} of '{}' has label {}, which synsets.txt "
+                                     "does not have.".format(number, path, label))
+                fname = os.path.join(synsets[label], fname)
+            ret.append((fname, label))
         if not ret:
             raise ValueError("ILSVRCMeta: '{}' lists no image.".format(path))
         return ret
@@ -255,9 +257,9 @@ class ILSVRC12Files(ImageFileLabelData):
             dir_structure = 'train'
         elif dir_structure is None:
             dir_structure = ILSVRCMeta.guess_dir_structure(self.full_dir)
-        imglist = [(os.path.join(self.full_dir, fname), label)
-                   for fname, label in ILSVRCMeta(meta_dir).get_image_list(name, dir_structure)]
-        for path, _ in imglist[:10]:
+        imglist = ILSVRCMeta(meta_dir).get_image_list(name, dir_structure)
+        for fname, _ in imglist[:10]:
+            path = os.path.join(self.full_dir, fname)
             if not os.path.isfile(path):
                 raise FileNotFoundError(
                     "{}: the image file '{}' does not exist (dir_structure is '{}': 'original' expects the "
@@ -265,8 +267,8 @@ class ILSVRC12Files(ImageFileLabelData):
                         owner, path, dir_structure, name))
         super(ILSVRC12Files, self).__init__(imglist, name == 'train' if shuffle is None else shuffle)
 
-    def _load(self, path):
-        return path
+    def _load(self, fname):
+        return os.path.join(self.full_dir, fname)
 
 
 class ILSVRC12(ILSVRC12Files):
@@ -296,8 +298,8 @@ class ILSVRC12(ILSVRC12Files):
         df = ILSVRC12('/data/imagenet', 'val', meta_dir='/data/ilsvrc_metadata')
     """
 
-    def _load(self, path):
-        return read_image(path, purpose='ILSVRC12')
+    def _load(self, fname):
+        return read_image(os.path.join(self.full_dir, fname), purpose='ILSVRC12')
 
     @staticmethod
     def get_training_bbox(bbox_dir, imglist):
@@ -356,8 +358,8 @@ class TinyImageNet(ImageFileLabelData):
         dir = os.path.expanduser(dir)
         self.full_dir = os.path.join(dir, name)
         self.name = name
-        with open(find_dataset_file(dir, ['wnids.txt'], 'TinyImageNet', self.WHERE_TO_GET)) as f:
-            wnids = [line.strip() for line in f if line.strip()]
+        wnids = [line for _, line in _read_lines(
+            find_dataset_file(dir, ['wnids.txt'], 'TinyImageNet', self.WHERE_TO_GET))]
         if len(set(wnids)) != len(wnids):
             raise ValueError("TinyImageNet: '{}' lists a class twice.".format(os.path.join(dir, 'wnids.txt')))
         imglist = self._train_list(wnids) if name == 'train' else self._val_list(wnids)
@@ -376,13 +378,10 @@ class TinyImageNet(ImageFileLabelData):
         label_of = {wnid: label for label, wnid in enumerate(wnids)}
         path = find_dataset_file(self.full_dir, ['val_annotations.txt'], 'TinyImageNet', self.WHERE_TO_GET)
         imglist = []
-        with open(path) as f:
-            for number, line in enumerate(f, 1):
-                fields = line.split()
-                if not fields:
-                    continue
-                if len(fields) < 2 or fields[1] not in label_of:
-                    raise ValueError("TinyImageNet: line {} of '{}' should be '<file> <wnid> ...' with a "
-                                     "wnid of wnids.txt, got {!r}.".format(number, path, line.rstrip('\n')))
-                imglist.append((os.path.join(self.full_dir, 'images', fields[0]), label_of[fields[1]]))
+        for number, line in _read_lines(path):
+            fields = line.split()
+            if len(fields) < 2 or fields[1] not in label_of:
+                raise ValueError("TinyImageNet: line {} of '{}' should be '<file> <wnid> ...' with a wnid "
+                                 "of wnids.txt, got {!r}.".format(number, path, line))
+            imglist.append((os.path.join(self.full_dir, 'images', fields[0]), label_of[fields[1]]))
         return imglist
