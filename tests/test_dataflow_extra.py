@@ -270,8 +270,7 @@ def test_worker_and_dispatcher_failures_are_reported(closing):
     with pytest.raises(DataFlowWorkerError,
                        match=r'worker #\d .* raised ValueError: cannot map datapoint five'):
         epoch(df)
-    dispatcher_fails = MultiProcessMapAndBatchData(FailingAfterTwo(), num_proc=1, map_func=fail_on_five,
-                                                   batch_size=4)
+    dispatcher_fails = MultiProcessMapAndBatchData(FailingAfterTwo(), num_proc=1, map_func=list, batch_size=4)
     closing(dispatcher_fails)
     dispatcher_fails.reset_state()
     with pytest.raises(DataFlowWorkerError, match=r'dispatcher .* raised OSError: dataset file vanished'):

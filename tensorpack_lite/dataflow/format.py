@@ -5,7 +5,7 @@ The packages each format needs (``lmdb``, ``h5py``, ``scikit-learn``) are import
 DataFlow is created, not when this module is imported. Example::
 
     df = LMDBDataDecoder(LMDBData('/data/train.lmdb', shuffle=True),
-                         lambda key, value: [decode_jpeg(value), int(key[-1:])])
+                         lambda key, value: [decode_jpeg(value), labels[key]])
     df = HDF5Data('/data/train.h5', ['images', 'labels'], shuffle=True)
 
 To save a DataFlow in LMDB or HDF5, see :class:`~tensorpack_lite.dataflow.serialize.LMDBSerializer`
@@ -32,6 +32,23 @@ LMDB_KEYS_ENTRY = b'__keys__'
 BYTES_ATTRIBUTE = 'tensorpack_lite_bytes'
 """Attribute of an HDF5 dataset of variable-length uint8 arrays that are ``bytes`` objects
 (HDF5 strings cannot hold NUL bytes, encoded images can): see :func:`bytes_to_hdf5`."""
+
+
+class _IndexedData(RNGDataFlow):
+    """Template of the DataFlows whose datapoints are read by index: ``_read(k)`` for
+    ``k < len(self)``, in order, or in a new random order every epoch when ``self.shuffle``."""
+
+    shuffle = False
+
+    def _read(self, k):
+        raise NotImplementedError("{} must implement _read()".format(type(self).__name__))
+
+    def __iter__(self):
+        order = np.arange(len(self))
+        if self.shuffle:
+            self.rng.shuffle(order)
+        for k in order:
+            yield self._read(int(k))
 
 
 # ------------------------------------------------------------------ LMDB
@@ -374,7 +391,7 @@ def _read_hdf5_dataset(h5py, f, data_path, filename):
     return bytes_from_hdf5(values) if dataset.attrs.get(BYTES_ATTRIBUTE, False) else values
 
 
-class HDF5Data(RNGDataFlow):
+class HDF5Data(_IndexedData):
     """Zip datasets of an HDF5 file along their first dimension: datapoint ``i`` is
     ``[f[path][i] for path in data_paths]``. The datasets are read into memory at once.
 
@@ -413,17 +430,13 @@ class HDF5Data(RNGDataFlow):
     def __len__(self):
         return self._size
 
-    def __iter__(self):
-        order = np.arange(self._size)
-        if self.shuffle:
-            self.rng.shuffle(order)
-        for k in order:
-            yield [values[k] for values in self.dps]
+    def _read(self, k):
+        return [values[k] for values in self.dps]
 
 
 # ------------------------------------------------------------------ SVMlight
 
-class SVMLightData(RNGDataFlow):
+class SVMLightData(_IndexedData):
     """The ``[x, y]`` pairs of an SVMlight / libsvm text file, read with scikit-learn's
     ``load_svmlight_file``: ``x`` is a dense float64 vector, ``y`` a float64 number.
 
@@ -449,9 +462,5 @@ class SVMLightData(RNGDataFlow):
     def __len__(self):
         return len(self.y)
 
-    def __iter__(self):
-        order = np.arange(len(self.y))
-        if self.shuffle:
-            self.rng.shuffle(order)
-        for k in order:
-            yield [self.X[k], self.y[k]]
+    def _read(self, k):
+        return [self.X[k], self.y[k]]

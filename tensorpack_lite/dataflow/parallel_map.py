@@ -190,7 +190,22 @@ _HELLO = -1  # sequence number of the message a worker sends once connected, wit
 _WORKER_ID = struct.Struct('<H')
 
 
-class _MapWorker(_ProcessWorker):
+class _ZMQWorker(_ProcessWorker):
+    """A worker process with ZeroMQ sockets (``self.pipes``, made by ``_open``), whose error
+    report goes through its ``self.results`` socket."""
+
+    pipes = None
+
+    def _report(self, text):
+        if self.pipes is not None:
+            self.results.send_multipart([_ERROR_TAG, text.encode('utf-8')])
+
+    def _close(self):
+        if self.pipes is not None:
+            self.pipes.close(linger=_ZMQCollector.report_grace)
+
+
+class _MapWorker(_ZMQWorker):
     """Receives ``[seq, datapoint frames...]``, sends back ``[seq, result frames...]`` (or
     ``[seq, b'']`` when ``map_func`` returns None)."""
 
@@ -198,7 +213,6 @@ class _MapWorker(_ProcessWorker):
         super(_MapWorker, self).__init__(owner, idx, parent_pid)
         self.map_func = map_func
         self.task_endpoint, self.result_endpoint, self.hwm = task_endpoint, result_endpoint, hwm
-        self.pipes = None
 
     def _open(self):
         self.pipes = _Sockets()
@@ -217,14 +231,6 @@ class _MapWorker(_ProcessWorker):
                 self.results.send_multipart([frames[0], b''])
             else:
                 self.results.send_multipart([frames[0]] + dumps_frames(result), copy=False)
-
-    def _report(self, text):
-        if self.pipes is not None:
-            self.results.send_multipart([_ERROR_TAG, text.encode('utf-8')])
-
-    def _close(self):
-        if self.pipes is not None:
-            self.pipes.close(linger=_ZMQCollector.report_grace)
 
 
 class _GreetedWorkers(_ParallelBase):
@@ -317,7 +323,7 @@ MultiProcessMapData = MultiProcessMapDataZMQ
 
 # ------------------------------------------------------------------ map and batch in processes
 
-class _DispatchWorker(_ProcessWorker):
+class _DispatchWorker(_ZMQWorker):
     """Runs ``ds`` forever and pushes its datapoints, as ``[seq, frames...]``, to the map
     workers; its error report goes to the parent's result socket."""
 
@@ -325,7 +331,6 @@ class _DispatchWorker(_ProcessWorker):
         super(_DispatchWorker, self).__init__(owner, idx, parent_pid)
         self.ds = ds
         self.task_endpoint, self.result_endpoint, self.hwm = task_endpoint, result_endpoint, hwm
-        self.pipes = None
 
     @property
     def name(self):
@@ -334,8 +339,8 @@ class _DispatchWorker(_ProcessWorker):
     def _open(self):
         self.pipes = _Sockets()
         zmq = self.pipes.zmq
-        self.reports = self.pipes.socket(zmq.PUSH, 1)
-        self.reports.connect(self.result_endpoint)
+        self.results = self.pipes.socket(zmq.PUSH, 1)  # for an error report only
+        self.results.connect(self.result_endpoint)
         self.tasks = self.pipes.socket(zmq.PUSH, self.hwm)
         self.tasks.bind(self.task_endpoint)
         self.ds.reset_state()
@@ -343,14 +348,6 @@ class _DispatchWorker(_ProcessWorker):
     def _loop(self):
         for seq, dp in enumerate(_repeat_forever(self.ds, self.name)):
             self.tasks.send_multipart([_SEQ.pack(seq)] + dumps_frames(dp), copy=False)
-
-    def _report(self, text):
-        if self.pipes is not None:
-            self.reports.send_multipart([_ERROR_TAG, text.encode('utf-8')])
-
-    def _close(self):
-        if self.pipes is not None:
-            self.pipes.close(linger=_ZMQCollector.report_grace)
 
 
 class _MapBatchWorker(_MapWorker):

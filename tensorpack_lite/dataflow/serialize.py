@@ -28,9 +28,9 @@ from ..utils import logger
 from ..utils.develop import import_optional
 from ..utils.fs import atomic_path, write_atomically
 from ..utils.serialize import _is_string_array, dumps, loads
-from .base import DataFlow, RNGDataFlow
-from .format import (BYTES_ATTRIBUTE, LMDB_KEYS_ENTRY, HDF5Data, LMDBData, LMDBDataDecoder, bytes_to_hdf5,
-                     lmdb_map_size, open_lmdb_readonly)
+from .base import DataFlow
+from .format import (BYTES_ATTRIBUTE, LMDB_KEYS_ENTRY, HDF5Data, LMDBData, LMDBDataDecoder, _IndexedData,
+                     bytes_to_hdf5, lmdb_map_size, open_lmdb_readonly)
 
 __all__ = ['LMDBSerializer', 'MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer', 'HDF5Serializer']
 
@@ -51,21 +51,14 @@ def _serialize(dp, index, who):
         raise TypeError("{}.save(): datapoint #{}: {}".format(who, index, err)) from None
 
 
-class _RecordsData(RNGDataFlow):
-    """Datapoints decoded from ``records(i)``, ``i < size``, in order or shuffled."""
+class _RecordsData(_IndexedData):
+    """Datapoints decoded by ``read(i)``, ``i < size``, in order or shuffled."""
 
     def __init__(self, size, read, shuffle):
         self._size, self._read, self.shuffle = size, read, shuffle
 
     def __len__(self):
         return self._size
-
-    def __iter__(self):
-        order = np.arange(self._size)
-        if self.shuffle:
-            self.rng.shuffle(order)
-        for k in order:
-            yield self._read(int(k))
 
 
 # ------------------------------------------------------------------ LMDB
