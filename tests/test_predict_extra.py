@@ -295,9 +295,10 @@ def test_async_predictor_results_equal_the_synchronous_ones(session):
     assert not any(t.is_alive() for t in async_pred.threads)
     assert sorted(map(id, done)) == sorted(map(id, futures))   # every callback once, with its future
     batches = workers[0].batches + workers[1].batches
-    # the tasks were all waiting: batches are full, except the last one of each worker
+    # the 23 tasks were all waiting: a worker's batch is full unless the queue ran dry, which
+    # happens once per worker; then the synchronous call makes a batch of its own
     assert sum(batches) == 24 and max(batches) == 4
-    assert sum(1 for n in batches[:-1] if n < 4) <= 2
+    assert sum(1 for n in batches if n < 4) <= 3
 
 
 def test_async_predictor_error_reaches_only_the_bad_task(session):
