@@ -89,12 +89,21 @@ def test_public_names():
                 'PrefetchData', 'MultiProcessPrefetchData', 'PrefetchDataZMQ', 'MultiThreadPrefetchData',
                 'MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ',
                 'send_dataflow_zmq', 'RemoteDataZMQ', 'MsgpackSerializer', 'NumpySerializer',
-                'TFRecordSerializer'}
+                'TFRecordSerializer',
+                # second round: formats, extra flows, image flows (tested in their own modules)
+                'DataFromQueue', 'FakeData', 'RandomChooseData', 'RandomMixData', 'MultiProcessMapAndBatchData',
+                'MultiProcessMapAndBatchDataZMQ', 'LMDBSerializer', 'HDF5Serializer', 'LMDBData',
+                'LMDBDataDecoder', 'CaffeLMDB', 'HDF5Data', 'SVMLightData', 'ImageFromFile',
+                'AugmentImageComponent', 'AugmentImageComponents', 'AugmentImageCoordinates'}
+    modules = {'dataset', 'imgaug'}
     aliases = {'PrefetchData': 'MultiProcessRunner', 'MultiProcessPrefetchData': 'MultiProcessRunner',
                'PrefetchDataZMQ': 'MultiProcessRunnerZMQ', 'MultiThreadPrefetchData': 'MultiThreadRunner',
-               'MultiProcessMapData': 'MultiProcessMapDataZMQ'}
-    assert set(df.__all__) == expected
-    assert len(df.__all__) == len(expected)
+               'MultiProcessMapData': 'MultiProcessMapDataZMQ',
+               'MultiProcessMapAndBatchData': 'MultiProcessMapAndBatchDataZMQ'}
+    assert set(df.__all__) == expected | modules
+    assert len(df.__all__) == len(expected | modules)
+    assert df.dataset.__name__ == 'tensorpack_lite.dataflow.dataset'
+    assert df.imgaug.ImageAugmentor.__module__ == 'tensorpack_lite.dataflow.imgaug.base'
     for name in expected:
         assert getattr(df, name).__name__ == aliases.get(name, name), name
 

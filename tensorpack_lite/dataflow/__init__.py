@@ -17,26 +17,35 @@ from ..utils.develop import LazyModule
 from . import dataset
 from .base import DataFlow, DataFlowTerminated, ProxyDataFlow, RNGDataFlow
 from .common import (BatchData, BatchDataByShape, CacheData, ConcatData, FixedSizeData, JoinData,
-                     LocallyShuffleData, MapData, MapDataComponent, PrintData, RepeatedData,
-                     RepeatedDataPoint, SelectComponent, TestDataSpeed)
+                     LocallyShuffleData, MapData, MapDataComponent, PrintData, RandomChooseData,
+                     RandomMixData, RepeatedData, RepeatedDataPoint, SelectComponent, TestDataSpeed)
+from .format import CaffeLMDB, HDF5Data, LMDBData, LMDBDataDecoder, SVMLightData
+from .image import AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates, ImageFromFile
 from .parallel import (DataFlowWorkerError, MultiProcessPrefetchData, MultiProcessRunner,
                        MultiProcessRunnerZMQ, MultiThreadPrefetchData, MultiThreadRunner, PrefetchData,
                        PrefetchDataZMQ)
-from .parallel_map import MultiProcessMapData, MultiProcessMapDataZMQ, MultiThreadMapData
-from .raw import DataFromGenerator, DataFromIterable, DataFromList
+from .parallel_map import (MultiProcessMapAndBatchData, MultiProcessMapAndBatchDataZMQ,
+                           MultiProcessMapData,
+                           MultiProcessMapDataZMQ, MultiThreadMapData)
+from .raw import DataFromGenerator, DataFromIterable, DataFromList, DataFromQueue, FakeData
 from .remote import RemoteDataZMQ, send_dataflow_zmq
-from .serialize import MsgpackSerializer, NumpySerializer, TFRecordSerializer
+from .serialize import (HDF5Serializer, LMDBSerializer, MsgpackSerializer, NumpySerializer,
+                        TFRecordSerializer)
 
 # Image augmentation needs OpenCV (the 'image' extra): imported when first used.
 imgaug = LazyModule('tensorpack_lite.dataflow.imgaug')
 
 __all__ = ['dataset', 'imgaug', 'DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
-           'DataFromList', 'DataFromGenerator', 'DataFromIterable',
+           'DataFromList', 'DataFromGenerator', 'DataFromIterable', 'DataFromQueue', 'FakeData',
            'BatchData', 'BatchDataByShape', 'MapData', 'MapDataComponent',
            'RepeatedData', 'RepeatedDataPoint', 'FixedSizeData', 'ConcatData', 'JoinData',
            'LocallyShuffleData', 'SelectComponent', 'CacheData', 'PrintData', 'TestDataSpeed',
+           'RandomChooseData', 'RandomMixData',
            'MultiProcessRunner', 'MultiProcessRunnerZMQ', 'MultiThreadRunner', 'DataFlowWorkerError',
            'PrefetchData', 'MultiProcessPrefetchData', 'PrefetchDataZMQ', 'MultiThreadPrefetchData',
            'MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ',
+           'MultiProcessMapAndBatchData', 'MultiProcessMapAndBatchDataZMQ',
            'send_dataflow_zmq', 'RemoteDataZMQ',
-           'MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer']
+           'MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer', 'LMDBSerializer', 'HDF5Serializer',
+           'LMDBData', 'LMDBDataDecoder', 'CaffeLMDB', 'HDF5Data', 'SVMLightData',
+           'ImageFromFile', 'AugmentImageComponent', 'AugmentImageComponents', 'AugmentImageCoordinates']

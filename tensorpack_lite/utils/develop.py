@@ -39,7 +39,8 @@ def import_optional(module_name, extra=None, purpose=None):
     try:
         return importlib.import_module(module_name)
     except ImportError as err:
-        distribution = _DISTRIBUTION_OF.get(module_name, module_name)
+        top_level = module_name.split('.')[0]
+        distribution = _DISTRIBUTION_OF.get(top_level, top_level)
         how = "pip install {}".format(distribution)
         if extra is not None:
             how += " (or: pip install 'tensorpack_lite[{}]')".format(extra)
