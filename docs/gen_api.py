@@ -25,6 +25,8 @@ MODULES = [
     'tensorpack_lite.predict',
     'tensorpack_lite.dataflow',
     'tensorpack_lite.dataflow.dataset',
+    'tensorpack_lite.dataflow.imgaug',
+    'tensorpack_lite.tfutils',
     'tensorpack_lite.tfutils.tower',
     'tensorpack_lite.tfutils.argscope',
     'tensorpack_lite.tfutils.scope_utils',
@@ -48,6 +50,7 @@ MODULES = [
     'tensorpack_lite.utils.viz',
     'tensorpack_lite.utils.gpu',
     'tensorpack_lite.utils.fs',
+    'tensorpack_lite.utils.develop',
 ]
 
 MISSING_DOC = '*(no docstring)*'
