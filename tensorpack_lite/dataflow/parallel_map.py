@@ -233,26 +233,7 @@ class _MapWorker(_ZMQWorker):
                 self.results.send_multipart([frames[0]] + dumps_frames(result), copy=False)
 
 
-class _GreetedWorkers(_ParallelBase):
-    """Process DataFlows whose ``num_proc`` :class:`_MapWorker` s each say hello on the
-    result socket once connected: :meth:`_wait_for_workers` waits for all of them."""
-
-    startup_timeout = 60.0
-    """Seconds :meth:`reset_state` waits for every worker to connect."""
-
-    def _wait_for_workers(self):
-        connected = set()
-        while len(connected) < self.num_proc:  # all connected: the first tasks are spread
-            frames = self._from_workers(lambda: self._collector.recv(self.startup_timeout))
-            if frames is None:
-                self._failure = DataFlowWorkerError("{}: worker(s) {} did not start within {} s".format(
-                    type(self).__name__, sorted(set(range(self.num_proc)) - connected), self.startup_timeout))
-                self.close()
-                raise self._failure
-            connected.add(_WORKER_ID.unpack(frames[1].bytes)[0])
-
-
-class MultiProcessMapDataZMQ(_ParallelMapData, _GreetedWorkers):
+class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
     """Map the datapoints of ``ds`` with ``map_func`` in ``num_proc`` worker processes
     (forked in :meth:`reset_state`), which exchange datapoints with the parent over ZeroMQ
     ``ipc://`` pipes. See the module docstring for the ``strict`` modes.
@@ -275,6 +256,9 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _GreetedWorkers):
                                  map_func=load_and_augment, strict=True)
     """
 
+    startup_timeout = 60.0
+    """Seconds :meth:`reset_state` waits for every worker to connect."""
+
     def __init__(self, ds, num_proc=None, map_func=None, buffer_size=200, strict=False):
         if num_proc is None:
             num_proc = max(1, mp.cpu_count() // 2)
@@ -282,7 +266,7 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _GreetedWorkers):
             raise ValueError("MultiProcessMapData needs num_proc >= 1 and a map_func, got {} and {!r}"
                              .format(num_proc, map_func))
         _ParallelMapData.__init__(self, ds, buffer_size, strict)
-        _GreetedWorkers.__init__(self)
+        _ParallelBase.__init__(self)
         self.num_proc = int(num_proc)
         self.map_func = map_func
 
@@ -304,7 +288,15 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _GreetedWorkers):
         results.bind(result_endpoint)
         workers.start()
         self._collector = _ZMQCollector(results, workers)
-        self._wait_for_workers()
+        connected = set()
+        while len(connected) < self.num_proc:  # all connected: the first tasks are spread
+            frames = self._from_workers(lambda: self._collector.recv(self.startup_timeout))
+            if frames is None:
+                self._failure = DataFlowWorkerError("{}: worker(s) {} did not start within {} s".format(
+                    name, sorted(set(range(self.num_proc)) - connected), self.startup_timeout))
+                self.close()
+                raise self._failure
+            connected.add(_WORKER_ID.unpack(frames[1].bytes)[0])
 
     def _send(self, seq, dp):
         frames = [_SEQ.pack(seq)] + dumps_frames(dp)
@@ -372,7 +364,7 @@ class _MapBatchWorker(_MapWorker):
                 batch = []
 
 
-class MultiProcessMapAndBatchDataZMQ(_GreetedWorkers):
+class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
     """Map the datapoints of ``ds`` with ``map_func`` and batch them, both in ``num_proc``
     worker processes, to hide the cost of batching too.
 
@@ -439,10 +431,12 @@ class MultiProcessMapAndBatchDataZMQ(_GreetedWorkers):
         results.bind(result_endpoint)
         workers.start()
         self._collector = _ZMQCollector(results, workers)
-        self._wait_for_workers()
 
     def _recv(self):
-        return loads_frames(self._collector.recv()[1:])
+        while True:
+            frames = self._collector.recv()
+            if _SEQ.unpack(frames[0].bytes)[0] != _HELLO:  # the workers' greetings are not waited for
+                return loads_frames(frames[1:])
 
     def __iter__(self):
         yield from self._iterate(self._recv, self._num_batches)
