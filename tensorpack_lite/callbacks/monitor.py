@@ -9,7 +9,6 @@ history of every scalar (``get_latest``, ``get_history``).
 """
 
 import itertools
-import json
 import os
 import re
 import shutil
@@ -28,7 +27,7 @@ from ..libinfo import __version__
 from ..tfutils.summary import create_image_summary, create_scalar_summary
 from ..utils import logger
 from ..utils.develop import import_optional
-from ..utils.fs import write_atomically
+from ..utils import stats_json
 from .base import Callback
 
 __all__ = ['MonitorBase', 'NoOpMonitor', 'Monitors',
@@ -311,7 +310,7 @@ class JSONWriter(MonitorBase):
         # [{'val-error': 0.1, 'epoch_num': 1, 'global_step': 100}, ...]
     """
 
-    FILENAME = 'stats.json'
+    FILENAME = stats_json.FILENAME
 
     def __new__(cls):
         if logger.get_logger_dir() is None:
@@ -321,7 +320,7 @@ class JSONWriter(MonitorBase):
 
     def __init__(self):
         self._dir = logger.get_logger_dir()
-        self._fname = os.path.join(self._dir, self.FILENAME)
+        self._fname = stats_json.stats_path(self._dir)
 
     @property
     def filename(self):
@@ -337,31 +336,13 @@ class JSONWriter(MonitorBase):
             if dir is None:
                 raise ValueError("JSONWriter.load_existing_json(): no dir given and the logger "
                                  "directory is not set.")
-        fname = os.path.join(dir, JSONWriter.FILENAME)
-        if not os.path.isfile(fname):
-            return None
-        with open(fname) as f:
-            try:
-                stats = json.load(f)
-            except ValueError as err:
-                raise ValueError("'{}' is not valid JSON: {}".format(fname, err)) from err
-        if not isinstance(stats, list):
-            raise ValueError("'{}' should hold a list of records, got a {}".format(
-                fname, type(stats).__name__))
-        return stats
+        return stats_json.load_records(dir)
 
     @staticmethod
     def load_existing_epoch_number(dir=None):
         """The ``epoch_num`` of the last record in ``dir/stats.json``, or None when there is
         no file, no record, or the last one has no epoch number."""
-        return JSONWriter._last_epoch(JSONWriter.load_existing_json(dir))
-
-    @staticmethod
-    def _last_epoch(stats):
-        try:
-            return int(stats[-1]['epoch_num'])
-        except (TypeError, IndexError, KeyError, ValueError):
-            return None
+        return stats_json.last_epoch(JSONWriter.load_existing_json(dir))
 
     def _setup_graph(self):
         # Ready before before_train: other callbacks may put scalars in their before_train.
@@ -383,7 +364,7 @@ class JSONWriter(MonitorBase):
             stats = None
         if stats is not None:
             starting_epoch = self.trainer.starting_epoch
-            last_epoch = self._last_epoch(stats)
+            last_epoch = stats_json.last_epoch(stats)
             if not stats or (last_epoch is not None and last_epoch + 1 == starting_epoch):
                 if stats:
                     logger.info("Found {} with epochs up to {} in {}: appending to it.".format(
@@ -423,8 +404,7 @@ class JSONWriter(MonitorBase):
                 self._fname))
 
     def _write_stats(self):
-        """Replace stats.json in one rename, its data synced first."""
-        write_atomically(self._fname, lambda f: json.dump(self._stats, f), mode='w')
+        stats_json.write_records(self._dir, self._stats)
 
 
 def _compile_regexes(patterns, arg):

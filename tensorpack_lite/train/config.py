@@ -13,7 +13,7 @@ from ..dataflow.base import DataFlow
 from ..input_source.input_source_base import InputSource
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import SaverRestore, SessionInit
-from ..utils import logger
+from ..utils import logger, stats_json
 from .base import TrainLoop
 from .model_desc import ModelDescBase
 
@@ -179,7 +179,7 @@ class AutoResumeTrainConfig(TrainConfig):
             match = _CHECKPOINT_STEP.search(path)
             if match and os.path.exists(path + '.index'):
                 steps[int(match.group(1))] = path
-        last_epoch = JSONWriter.load_existing_epoch_number(directory)
+        last_epoch = stats_json.last_epoch(stats_json.load_records(directory))
         if last_epoch is None:  # no statistics: trust the newest whole-epoch checkpoint
             whole = [step for step in steps if step % steps_per_epoch == 0]
             if not whole:

@@ -13,10 +13,10 @@ import argparse
 import numbers
 import os
 
-__all__ = ['X_KEYS', 'load_stats', 'stat_keys', 'plot_stats', 'main']
+from . import stats_json
+from .stats_json import X_KEYS
 
-X_KEYS = ('epoch_num', 'global_step')
-"""The keys every record of stats.json has, usable as the x axis."""
+__all__ = ['X_KEYS', 'load_stats', 'stat_keys', 'plot_stats', 'main']
 
 
 def load_stats(logdir):
@@ -26,12 +26,11 @@ def load_stats(logdir):
         FileNotFoundError: naming the file, when it does not exist.
         ValueError: naming the file, when it is not a JSON list.
     """
-    from ..callbacks.monitor import JSONWriter
-    stats = JSONWriter.load_existing_json(logdir)
+    stats = stats_json.load_records(logdir)
     if stats is None:
         raise FileNotFoundError("No statistics to plot: '{}' does not exist (it is written by the "
                                 "JSONWriter monitor, one of the default monitors).".format(
-                                    os.path.join(logdir, JSONWriter.FILENAME)))
+                                    stats_json.stats_path(logdir)))
     return stats
 
 
