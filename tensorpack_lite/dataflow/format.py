@@ -21,6 +21,7 @@ import numpy as np
 
 from ..utils import logger
 from ..utils.develop import import_optional
+from ..utils.protowire import int32, message_fields
 from .base import DataFlowReentrantGuard, RNGDataFlow
 from .common import MapData
 
@@ -228,54 +229,6 @@ class LMDBDataDecoder(MapData):
 
 # ------------------------------------------------------------------ Caffe Datum
 
-def _read_varint(buf, pos):
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def _protobuf_fields(buf):
-    """Yield ``(field number, wire type, value)`` for each field of a serialized protobuf
-    message: an int for a varint (wire type 0), bytes for the others (1: 8 bytes, 2: the
-    length-delimited payload, 5: 4 bytes). Groups (3, 4) are not supported.
-
-    Raises:
-        ValueError: the message is truncated or malformed.
-    """
-    pos, end = 0, len(buf)
-    while pos < end:
-        tag, pos = _read_varint(buf, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _read_varint(buf, pos)
-        else:
-            if wire == 2:
-                length, pos = _read_varint(buf, pos)
-            elif wire in (1, 5):
-                length = 8 if wire == 1 else 4
-            else:
-                raise ValueError("field {} has the unsupported wire type {}".format(number, wire))
-            if pos + length > end:
-                raise ValueError("field {} is truncated".format(number))
-            value, pos = buf[pos:pos + length], pos + length
-        yield number, wire, value
-
-
-def _int32(varint):
-    """The int32 a protobuf varint encodes (negative numbers are sign-extended to 64 bits)."""
-    value = varint & 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
-
-
 class _CaffeDatum(object):
     """The fields of a ``caffe.Datum`` (caffe.proto: channels=1, height=2, width=3, data=4,
     label=5, float_data=6, encoded=7), read from its serialized bytes with :meth:`parse`."""
@@ -291,14 +244,14 @@ class _CaffeDatum(object):
     @classmethod
     def parse(cls, buf):
         datum = cls()
-        for number, wire, value in _protobuf_fields(memoryview(buf).cast('B')):
+        for number, wire, value in message_fields(memoryview(buf).cast('B')):
             if number > 7:
                 continue  # an unknown field: skipped, as protobuf does
             expected = {4: (2,), 6: (2, 5)}.get(number, (0,))
             if wire not in expected:
                 raise ValueError("field {} has wire type {}, expected {}".format(number, wire, expected[0]))
             if number in cls._INT_FIELDS:
-                setattr(datum, cls._INT_FIELDS[number], _int32(value))
+                setattr(datum, cls._INT_FIELDS[number], int32(value))
             elif number == 4:
                 datum.data = bytes(value)
             elif number == 6:  # packed (wire type 2) or one float per field (5)

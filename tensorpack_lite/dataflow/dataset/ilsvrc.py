@@ -13,6 +13,7 @@ import numpy as np
 from ...utils import logger
 from ...utils.argtools import shape2d
 from ...utils.develop import import_optional
+from ...utils.protowire import FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, message_fields, packed_varints
 from ..image import ImageFileLabelData, read_image
 from .common import find_dataset_file, get_dataset_path
 
@@ -28,55 +29,9 @@ _DIR_STRUCTURES = ('original', 'train')
 #                     repeated double double_data = 8 [packed]; ... }
 # message BlobShape { repeated int64 dim = 1 [packed]; }
 
-_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
-
-
-def _read_varint(buf, pos):
-    """The varint at ``buf[pos:]`` and the position after it."""
-    value, shift = 0, 0
-    while pos < len(buf) and shift < 70:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7f) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("truncated or invalid varint")
-
-
-def _message_fields(buf):
-    """``(field number, wire type, value)`` of each field of a serialized protobuf message; the
-    value is an int for varints, bytes otherwise."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _read_varint(buf, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == _VARINT:
-            value, pos = _read_varint(buf, pos)
-        else:
-            if wire_type == _LENGTH_DELIMITED:
-                size, pos = _read_varint(buf, pos)
-            elif wire_type in (_FIXED64, _FIXED32):
-                size = 8 if wire_type == _FIXED64 else 4
-            else:
-                raise ValueError("unsupported wire type {} (field {})".format(wire_type, number))
-            if pos + size > len(buf):
-                raise ValueError("field {} is truncated".format(number))
-            value, pos = bytes(buf[pos:pos + size]), pos + size
-        yield number, wire_type, value
-
-
-def _packed_varints(payload):
-    values, pos = [], 0
-    while pos < len(payload):
-        value, pos = _read_varint(payload, pos)
-        values.append(value)
-    return values
-
-
 def _repeated_numbers(chunks, wire_type, value, dtype, fixed_wire_type):
     """Append to ``chunks`` the numbers of one (packed or unpacked) occurrence of a float field."""
-    if wire_type not in (_LENGTH_DELIMITED, fixed_wire_type) or len(value) % np.dtype(dtype).itemsize:
+    if wire_type not in (LENGTH_DELIMITED, fixed_wire_type) or len(value) % np.dtype(dtype).itemsize:
         raise ValueError("malformed {} values".format(np.dtype(dtype).name))
     chunks.append(np.frombuffer(value, dtype=dtype))
 
@@ -96,18 +51,18 @@ def read_caffe_blob(path):
         buf = f.read()
     floats, doubles, legacy, dims = [], [], {}, None
     try:
-        for number, wire_type, value in _message_fields(buf):
+        for number, wire_type, value in message_fields(buf):
             if number == 5:
-                _repeated_numbers(floats, wire_type, value, '<f4', _FIXED32)
+                _repeated_numbers(floats, wire_type, value, '<f4', FIXED32)
             elif number == 8:
-                _repeated_numbers(doubles, wire_type, value, '<f8', _FIXED64)
-            elif number in (1, 2, 3, 4) and wire_type == _VARINT:
+                _repeated_numbers(doubles, wire_type, value, '<f8', FIXED64)
+            elif number in (1, 2, 3, 4) and wire_type == VARINT:
                 legacy[number] = value
-            elif number == 7 and wire_type == _LENGTH_DELIMITED:
+            elif number == 7 and wire_type == LENGTH_DELIMITED:
                 dims = []
-                for dim_number, dim_wire_type, dim in _message_fields(value):
+                for dim_number, dim_wire_type, dim in message_fields(value):
                     if dim_number == 1:
-                        dims.extend(_packed_varints(dim) if dim_wire_type == _LENGTH_DELIMITED else [dim])
+                        dims.extend(packed_varints(dim) if dim_wire_type == LENGTH_DELIMITED else [dim])
     except ValueError as err:
         raise ValueError("'{}' is not a valid caffe BlobProto file: {}.".format(path, err)) from None
     data = np.concatenate(floats or doubles or [np.zeros(0, np.float32)]).astype(np.float32)
