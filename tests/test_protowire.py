@@ -4,8 +4,8 @@ import struct
 
 import pytest
 
-from tensorpack_lite.utils.protowire import (FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, int32, message_fields,
-                                             packed_varints, read_varint)
+from tensorpack_lite.utils.protowire import (FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, int32,
+                                             message_fields, packed_varints, read_varint)
 
 
 def varint(n):
