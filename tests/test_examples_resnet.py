@@ -1,11 +1,13 @@
-"""The ResNet examples train on every data source they offer: random images, CIFAR-10 batches,
-an ILSVRC12 directory and LMDB files of JPEGs (all tiny, written here), for a few steps each."""
+"""The ResNet examples train for a few steps on random images, on a tiny ILSVRC12 directory and
+on tiny LMDB files of JPEGs (written here); the CIFAR-10 example's data pipeline is checked
+on tiny CIFAR batches; the networks have their published sizes."""
 
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -14,33 +16,117 @@ from test_examples import REPO, example_env, final_number, read_stats, run_in_pr
 
 CIFAR = 'examples/ResNet/cifar10-resnet.py'
 IMAGENET = 'examples/ResNet/imagenet-resnet.py'
-TIMEOUT = 150     # seconds for one smoke run; a run takes 10-30 s
+TIMEOUT = 300     # seconds for a smoke run; alone one takes 10-30 s, four at once on 2 cores longer
 
 
-def run_example(relpath, args, cwd):
-    """(exit code, stdout + stderr) of the example run in its own session, which is killed
-    afterwards with every process left in it (the data workers)."""
-    proc = subprocess.Popen([sys.executable, os.path.join(REPO, relpath)] + list(args), cwd=str(cwd),
-                            env=example_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail("{} did not finish in {} s (killed):\n{}".format(relpath, TIMEOUT, output[-6000:]))
-    finally:
+class SmokeRun(object):
+    """An example started now in a session of its own; :meth:`result` waits for it (at most
+    TIMEOUT seconds from the start) and then kills every process left in its session (the
+    data workers). The runs of this module start together, so TensorFlow's start-ups overlap."""
+
+    def __init__(self, relpath, args, cwd):
+        self.relpath, self.logdir = relpath, cwd / 'log'
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(REPO, relpath)] + list(args) + ['--logdir', str(self.logdir)],
+            cwd=str(cwd), env=example_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)
+
+    def kill(self):
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return proc.returncode, output
+
+    def result(self):
+        """The example's output, after checking that it succeeded."""
+        try:
+            output, _ = self.proc.communicate(timeout=max(1, TIMEOUT - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            output, _ = self.proc.communicate()
+            pytest.fail("{} did not finish in {} s (killed):\n{}".format(
+                self.relpath, TIMEOUT, output[-6000:]))
+        finally:
+            self.kill()
+        assert self.proc.returncode == 0, output[-6000:]
+        return output
 
 
 def assert_multiple_of(value, fraction_of):
     """``value`` is k / fraction_of for an integer k: a mean over exactly that many images."""
     assert 0 <= value <= 1
     assert abs(value * fraction_of - round(value * fraction_of)) < 1e-5, (value, fraction_of)
+
+
+# ----- the smoke runs: tiny data sets, every run started at once -------------------------------
+
+SYNSETS = ['n01440764', 'n01443537', 'n01484850']
+IMAGENET_ARGS = ['--depth', '10', '--image-size', '32', '--batch', '4', '--parallel', '1', '--max-epoch', '1']
+
+
+def jpeg_bytes(rng):
+    """A small JPEG (40-60 pixels a side, so that crops and resizes do real work)."""
+    import cv2
+    height, width = rng.randint(40, 61, size=2)
+    ok, encoded = cv2.imencode('.jpg', rng.randint(0, 256, (height, width, 3)).astype(np.uint8))
+    assert ok
+    return encoded.tobytes()
+
+
+def tiny_ilsvrc12(root, rng, per_class=4, num_val=6):
+    """An ILSVRC12 directory (train/<synset>/*.JPEG, val/ flat) and the caffe meta files
+    (synsets.txt, synset_words.txt, train.txt, val.txt) in root/meta: (data dir, meta dir)."""
+    data, meta = root / 'ilsvrc', root / 'meta'
+    meta.mkdir(parents=True)
+    train_lines, val_lines = [], []
+    for label, synset in enumerate(SYNSETS):
+        (data / 'train' / synset).mkdir(parents=True)
+        for k in range(per_class):
+            name = '{}/{}_{}.JPEG'.format(synset, synset, k)
+            (data / 'train' / name).write_bytes(jpeg_bytes(rng))
+            train_lines.append('{} {}'.format(name, label))
+    (data / 'val').mkdir()
+    for k in range(num_val):
+        name = 'ILSVRC2012_val_{:08d}.JPEG'.format(k + 1)
+        (data / 'val' / name).write_bytes(jpeg_bytes(rng))
+        val_lines.append('{} {}'.format(name, k % len(SYNSETS)))
+    (meta / 'synsets.txt').write_text('\n'.join(SYNSETS) + '\n')
+    (meta / 'synset_words.txt').write_text('\n'.join(s + ' a fish' for s in SYNSETS) + '\n')
+    (meta / 'train.txt').write_text('\n'.join(train_lines) + '\n')
+    (meta / 'val.txt').write_text('\n'.join(val_lines) + '\n')
+    return data, meta
+
+
+def tiny_lmdb(path, count, rng):
+    """An LMDB of ``count`` [JPEG bytes as uint8, label] datapoints, written by LMDBSerializer."""
+    from tensorpack_lite.dataflow.raw import DataFromList
+    from tensorpack_lite.dataflow.serialize import LMDBSerializer
+    points = [[np.frombuffer(jpeg_bytes(rng), np.uint8), k % len(SYNSETS)] for k in range(count)]
+    LMDBSerializer.save(DataFromList(points, shuffle=False), str(path))
+    return str(path)
+
+
+@pytest.fixture(scope='module')
+def smoke_runs(tmp_path_factory):
+    """Writes the tiny data sets and starts every smoke run at once: {name: SmokeRun}."""
+    rng = np.random.RandomState(0)
+    folder = {name: tmp_path_factory.mktemp(name.replace(' ', '-'))
+              for name in ('cifar10 fake', 'imagenet fake', 'imagenet dir', 'imagenet lmdb')}
+    data, meta = tiny_ilsvrc12(folder['imagenet dir'], rng)       # 12 training images, 6 val
+    train_lmdb = tiny_lmdb(folder['imagenet lmdb'] / 'ILSVRC-train.lmdb', 10, rng)
+    val_lmdb = tiny_lmdb(folder['imagenet lmdb'] / 'ILSVRC-val.lmdb', 5, rng)
+    arguments = {
+        'cifar10 fake': (CIFAR, ['--fake', '-n', '1', '--batch', '16', '--max-epoch', '2',
+                                 '--steps-per-epoch', '3']),
+        'imagenet fake': (IMAGENET, ['--fake', '--steps-per-epoch', '3'] + IMAGENET_ARGS),
+        'imagenet dir': (IMAGENET, ['--data', str(data), '--meta-dir', str(meta)] + IMAGENET_ARGS),
+        'imagenet lmdb': (IMAGENET, ['--lmdb', train_lmdb, '--val-lmdb', val_lmdb] + IMAGENET_ARGS),
+    }
+    runs = {name: SmokeRun(path, args, folder[name]) for name, (path, args) in arguments.items()}
+    yield runs
+    for run in runs.values():
+        run.kill()
 
 
 def test_help(tmp_path, monkeypatch, capsys):
@@ -58,11 +144,10 @@ def test_help(tmp_path, monkeypatch, capsys):
 
 # ----- CIFAR-10 ------------------------------------------------------------------------------
 
-def test_cifar10_resnet_fake_smoke(tmp_path):
-    logdir = tmp_path / 'log'
-    code, output = run_example(CIFAR, ['--fake', '-n', '1', '--batch', '16', '--max-epoch', '2',
-                                       '--steps-per-epoch', '3', '--logdir', str(logdir)], tmp_path)
-    assert code == 0, output[-6000:]
+def test_cifar10_resnet_fake_smoke(smoke_runs):
+    run = smoke_runs['cifar10 fake']
+    output = run.result()
+    logdir = run.logdir
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 6
     # the schedule's first point, (1, 0.1), replaces the initial 0.01 after the first epoch
@@ -77,27 +162,60 @@ def test_cifar10_resnet_fake_smoke(tmp_path):
 
 def write_cifar10(directory, per_batch, rng):
     """The five training batches and the test batch of cifar-10-batches-py, ``per_batch``
-    images each (labels as the originals: a list under b'labels')."""
+    images each (labels as the originals: a list under b'labels'): {name: (N, 32, 32, 3)
+    uint8 images, labels}."""
     folder = directory / 'cifar-10-batches-py'
     folder.mkdir(parents=True)
+    written = {}
     for name in ['data_batch_{}'.format(k) for k in range(1, 6)] + ['test_batch']:
-        batch = {b'data': rng.randint(0, 256, (per_batch, 3072)).astype(np.uint8),
-                 b'labels': [int(x) for x in rng.randint(0, 10, per_batch)]}
+        data = rng.randint(0, 256, (per_batch, 3072)).astype(np.uint8)
+        labels = [int(x) for x in rng.randint(0, 10, per_batch)]
         with open(folder / name, 'wb') as f:
-            pickle.dump(batch, f)
+            pickle.dump({b'data': data, b'labels': labels}, f)
+        written[name] = (data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels)   # CHW rows -> HWC
+    return written
 
 
-def test_cifar10_resnet_reads_cifar_batches(tmp_path):
-    data = tmp_path / 'cifar10'
-    write_cifar10(data, per_batch=8, rng=np.random.RandomState(0))
-    logdir = tmp_path / 'log'
-    code, output = run_example(CIFAR, ['--data', str(data), '-n', '1', '--batch', '8', '--max-epoch', '1',
-                                       '--logdir', str(logdir)], tmp_path)
-    assert code == 0, output[-6000:]
-    stats = read_stats(logdir)
-    assert stats[-1]['global_step'] == 5       # one epoch: 40 training images in batches of 8
-    assert_multiple_of(stats[-1]['validation_error'], 8)
-    assert 'model-5.index' in os.listdir(logdir)
+def is_padded_crop(image, originals):
+    """Whether ``image`` is a 32x32 window of one of ``originals`` (or of its mirror image)
+    centred on a 40x40 black canvas."""
+    for original in originals:
+        for candidate in (original, original[:, ::-1]):
+            canvas = np.zeros((40, 40, 3), np.float32)
+            canvas[4:36, 4:36] = candidate
+            windows = np.lib.stride_tricks.sliding_window_view(canvas, (32, 32, 3))   # 9 x 9 x 1 windows
+            if (np.abs(windows - image).max(axis=(3, 4, 5)) < 1e-3).any():
+                return True
+    return False
+
+
+def test_cifar10_resnet_data_subtracts_the_training_mean_and_crops(tmp_path):
+    import argparse
+    import runpy
+    written = write_cifar10(tmp_path, per_batch=8, rng=np.random.RandomState(0))
+    train_images = np.concatenate([written['data_batch_{}'.format(k)][0] for k in range(1, 6)])
+    train_mean = train_images.astype(np.float64).mean(axis=0)
+    args = argparse.Namespace(fake=False, data=str(tmp_path), batch=3)
+    get_data = runpy.run_path(os.path.join(REPO, CIFAR), run_name='cifar10_resnet')['get_data']
+
+    test = get_data('test', args)               # 8 images in batches of 3, 3, 2, in file order
+    test.reset_state()
+    batches = list(test)
+    assert [len(b[1]) for b in batches] == [3, 3, 2]
+    images = np.concatenate([b[0] for b in batches])
+    assert images.dtype == np.float32
+    np.testing.assert_allclose(images, written['test_batch'][0] - train_mean, atol=1e-3)
+    assert np.concatenate([b[1] for b in batches]).tolist() == written['test_batch'][1]
+
+    train = get_data('train', args)             # augmented in 2 worker processes
+    train.reset_state()
+    try:
+        images, labels = next(iter(train))
+        assert images.shape == (3, 32, 32, 3) and images.dtype == np.float32 and len(labels) == 3
+        for image in images:
+            assert is_padded_crop(image + train_mean, train_images)
+    finally:
+        train.close()
 
 
 def test_cifar10_resnet_without_data_says_where_to_get_it(tmp_path, monkeypatch, capsys):
@@ -115,46 +233,6 @@ def test_cifar10_resnet_without_data_says_where_to_get_it(tmp_path, monkeypatch,
 
 # ----- ImageNet ------------------------------------------------------------------------------
 
-SYNSETS = ['n01440764', 'n01443537', 'n01484850']
-IMAGENET_ARGS = ['--depth', '10', '--image-size', '32', '--batch', '4', '--parallel', '1', '--max-epoch', '1']
-
-
-def jpeg_bytes(rng):
-    """A small JPEG (40-60 pixels a side, so that crops and resizes do real work)."""
-    import cv2
-    height, width = rng.randint(40, 61, size=2)
-    ok, encoded = cv2.imencode('.jpg', rng.randint(0, 256, (height, width, 3)).astype(np.uint8))
-    assert ok
-    return encoded.tobytes()
-
-
-def tiny_ilsvrc12(root, rng, per_class=4, num_val=6):
-    """An ILSVRC12 directory (train/<synset>/*.JPEG, val/ flat) and the caffe meta files
-    (synsets.txt, synset_words.txt, train.txt, val.txt) in root/meta:
-    (data dir, meta dir, [(jpeg bytes, label)] of train, of val)."""
-    data, meta = root / 'ilsvrc', root / 'meta'
-    meta.mkdir(parents=True)
-    train, val, train_lines, val_lines = [], [], [], []
-    for label, synset in enumerate(SYNSETS):
-        (data / 'train' / synset).mkdir(parents=True)
-        for k in range(per_class):
-            name = '{}/{}_{}.JPEG'.format(synset, synset, k)
-            train.append((jpeg_bytes(rng), label))
-            (data / 'train' / name).write_bytes(train[-1][0])
-            train_lines.append('{} {}'.format(name, label))
-    (data / 'val').mkdir()
-    for k in range(num_val):
-        name = 'ILSVRC2012_val_{:08d}.JPEG'.format(k + 1)
-        val.append((jpeg_bytes(rng), k % len(SYNSETS)))
-        (data / 'val' / name).write_bytes(val[-1][0])
-        val_lines.append('{} {}'.format(name, val[-1][1]))
-    (meta / 'synsets.txt').write_text('\n'.join(SYNSETS) + '\n')
-    (meta / 'synset_words.txt').write_text('\n'.join(s + ' a fish' for s in SYNSETS) + '\n')
-    (meta / 'train.txt').write_text('\n'.join(train_lines) + '\n')
-    (meta / 'val.txt').write_text('\n'.join(val_lines) + '\n')
-    return data, meta, train, val
-
-
 def check_imagenet_run(logdir, output, steps, num_val):
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1] and stats[-1]['global_step'] == steps
@@ -167,42 +245,25 @@ def check_imagenet_run(logdir, output, steps, num_val):
     assert 'model-{}.index'.format(steps) in os.listdir(logdir)
 
 
-def test_imagenet_resnet_fake_smoke(tmp_path):
-    logdir = tmp_path / 'log'
-    code, output = run_example(IMAGENET, ['--fake', '--steps-per-epoch', '3', '--logdir', str(logdir)]
-                               + IMAGENET_ARGS, tmp_path)
-    assert code == 0, output[-6000:]
-    stats = read_stats(logdir)
+def test_imagenet_resnet_fake_smoke(smoke_runs):
+    run = smoke_runs['imagenet fake']
+    run.result()
+    stats = read_stats(run.logdir)
     assert stats[-1]['global_step'] == 3
     assert stats[-1]['learning_rate'] == pytest.approx(0.1 * 4 / 256)
     assert 'val-error-top1' not in stats[-1]      # nothing to validate on
     assert np.isfinite(stats[-1]['xentropy-loss'])
-    assert 'model-3.index' in os.listdir(logdir)
+    assert 'model-3.index' in os.listdir(run.logdir)
 
 
-def test_imagenet_resnet_reads_an_ilsvrc12_directory(tmp_path):
-    data, meta, train, val = tiny_ilsvrc12(tmp_path, np.random.RandomState(0))
-    logdir = tmp_path / 'log'
-    code, output = run_example(IMAGENET, ['--data', str(data), '--meta-dir', str(meta),
-                                          '--logdir', str(logdir)] + IMAGENET_ARGS, tmp_path)
-    assert code == 0, output[-6000:]
-    check_imagenet_run(logdir, output, steps=len(train) // 4, num_val=len(val))
+def test_imagenet_resnet_reads_an_ilsvrc12_directory(smoke_runs):
+    run = smoke_runs['imagenet dir']
+    check_imagenet_run(run.logdir, run.result(), steps=12 // 4, num_val=6)
 
 
-def test_imagenet_resnet_reads_lmdb_files_of_jpegs(tmp_path):
-    from tensorpack_lite.dataflow.raw import DataFromList
-    from tensorpack_lite.dataflow.serialize import LMDBSerializer
-    rng = np.random.RandomState(1)
-    paths = {}
-    for split, count in (('train', 10), ('val', 5)):
-        points = [[np.frombuffer(jpeg_bytes(rng), np.uint8), k % len(SYNSETS)] for k in range(count)]
-        paths[split] = str(tmp_path / 'ILSVRC-{}.lmdb'.format(split))
-        LMDBSerializer.save(DataFromList(points, shuffle=False), paths[split])
-    logdir = tmp_path / 'log'
-    code, output = run_example(IMAGENET, ['--lmdb', paths['train'], '--val-lmdb', paths['val'],
-                                          '--logdir', str(logdir)] + IMAGENET_ARGS, tmp_path)
-    assert code == 0, output[-6000:]
-    check_imagenet_run(logdir, output, steps=10 // 4, num_val=5)
+def test_imagenet_resnet_reads_lmdb_files_of_jpegs(smoke_runs):
+    run = smoke_runs['imagenet lmdb']
+    check_imagenet_run(run.logdir, run.result(), steps=10 // 4, num_val=5)
 
 
 def test_imagenet_resnet_needs_a_data_source(tmp_path, monkeypatch, capsys):
