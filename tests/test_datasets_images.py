@@ -305,8 +305,9 @@ def test_tiny_imagenet_train_and_val(tmp_path, fixed_seed):
 
     with pytest.raises(ValueError, match="name must be one of .* got 'test'"):
         TinyImageNet(root, 'test')
-    with pytest.raises(FileNotFoundError, match=r"elsewhere/wnids\.txt"):
+    with pytest.raises(FileNotFoundError, match=r"elsewhere/wnids\.txt") as info:
         TinyImageNet(str(tmp_path / 'elsewhere'), 'train')
+    assert 'pass dir=' not in str(info.value)   # the directory is a required argument
     _write_text(os.path.join(root, 'val', 'val_annotations.txt'), ['val_0.JPEG\tn99999999\t0\t0\t1\t1'])
     with pytest.raises(ValueError, match=r"line 1 of '.*val_annotations\.txt'"):
         TinyImageNet(root, 'val')
@@ -361,7 +362,8 @@ def test_svhn_images_labels_and_mean(tmp_path):
 
 def test_svhn_errors_name_the_file(tmp_path):
     directory = str(tmp_path / 'svhn')
-    with pytest.raises(FileNotFoundError, match=r"svhn/extra_32x32\.mat.*ufldl\.stanford\.edu/housenumbers"):
+    with pytest.raises(FileNotFoundError, match=r"svhn/extra_32x32\.mat.*ufldl\.stanford\.edu/housenumbers.*"
+                                                r"pass data_dir= or set \$TENSORPACK_DATASET"):
         SVHNDigit('extra', data_dir=directory)
     with pytest.raises(ValueError, match="one of .* got 'valid'"):
         SVHNDigit('valid', data_dir=directory)

@@ -7,8 +7,7 @@ import numpy as np
 
 from ..base import RNGDataFlow
 from ..image import read_image
-from .common import DATASET_ENV_VAR, get_dataset_path
-from .svhn import load_mat
+from .common import DATASET_ENV_VAR, get_dataset_path, load_mat
 
 __all__ = ['BSDS500']
 

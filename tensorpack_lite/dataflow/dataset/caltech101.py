@@ -4,8 +4,7 @@ import os
 
 import numpy as np
 
-from .common import ImageLabelData, find_dataset_file, get_dataset_path
-from .svhn import load_mat
+from .common import ImageLabelData, find_dataset_file, get_dataset_path, load_mat
 
 __all__ = ['Caltech101Silhouettes']
 

@@ -7,14 +7,19 @@ import os
 
 import numpy as np
 
+from ...utils.develop import import_optional
 from ...utils.fs import DATASET_ENV_VAR, get_dataset_path
 from ..base import RNGDataFlow
 
-__all__ = ['DATASET_ENV_VAR', 'get_dataset_path', 'find_dataset_file', 'ImageLabelData']
+__all__ = ['DATASET_ENV_VAR', 'get_dataset_path', 'find_dataset_file', 'load_mat', 'ImageLabelData']
 
 
-def find_dataset_file(directory, candidates, dataset, where_to_get):
+def find_dataset_file(directory, candidates, dataset, where_to_get, argument='dir'):
     """The path of the first of ``candidates`` (file names) present in ``directory``.
+
+    Args:
+        argument (str): the reader's argument that names the directory, for the message (None when
+            the directory is a required argument: the message then only says where to get the files).
 
     Raises:
         FileNotFoundError: naming every path tried, and saying ``where_to_get`` the files
@@ -26,9 +31,35 @@ def find_dataset_file(directory, candidates, dataset, where_to_get):
             return path
     tried = ' or '.join("'{}'".format(p) for p in paths)
     missing_dir = '' if os.path.isdir(directory) else " (the directory '{}' does not exist)".format(directory)
-    raise FileNotFoundError(
-        "{}: file not found: {}{}. Nothing is downloaded: {}, then pass dir= or set ${} "
-        "(see docs/datasets.md).".format(dataset, tried, missing_dir, where_to_get, DATASET_ENV_VAR))
+    where = '' if argument is None else ', then pass {}= or set ${}'.format(argument, DATASET_ENV_VAR)
+    raise FileNotFoundError("{}: file not found: {}{}. Nothing is downloaded: {}{} (see "
+                            "docs/datasets.md).".format(dataset, tried, missing_dir, where_to_get, where))
+
+
+def load_mat(path, dataset, keys=()):
+    """The variables of the MATLAB file ``path`` (a dict), read with ``scipy.io.loadmat``.
+
+    Args:
+        path (str): the .mat file (MATLAB 5 format, as the datasets publish them).
+        dataset (str): the dataset reading it, for messages.
+        keys (tuple[str]): variables the file must have.
+
+    Raises:
+        ValueError: naming the file, when it cannot be read or lacks one of ``keys``.
+    """
+    import_optional('scipy', purpose='{} (reading .mat files)'.format(dataset))
+    import scipy.io
+    try:
+        data = scipy.io.loadmat(path)
+    except Exception as err:
+        raise ValueError("{}: '{}' is not a readable MATLAB .mat file ({}: {}). The file is corrupt or "
+                         "truncated: get it again.".format(dataset, path, type(err).__name__, err)) from err
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ValueError("{}: '{}' has no variable {} (it has {}): it is not the dataset's file.".format(
+            dataset, path, ', '.join(repr(k) for k in missing),
+            sorted(k for k in data if not k.startswith('__'))))
+    return data
 
 
 class ImageLabelData(RNGDataFlow):

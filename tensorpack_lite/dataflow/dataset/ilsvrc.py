@@ -314,7 +314,7 @@ class TinyImageNet(ImageFileLabelData):
         self.full_dir = os.path.join(dir, name)
         self.name = name
         wnids = [line for _, line in _read_lines(
-            find_dataset_file(dir, ['wnids.txt'], 'TinyImageNet', self.WHERE_TO_GET))]
+            find_dataset_file(dir, ['wnids.txt'], 'TinyImageNet', self.WHERE_TO_GET, argument=None))]
         if len(set(wnids)) != len(wnids):
             raise ValueError("TinyImageNet: '{}' lists a class twice.".format(os.path.join(dir, 'wnids.txt')))
         imglist = self._train_list(wnids) if name == 'train' else self._val_list(wnids)
@@ -331,7 +331,8 @@ class TinyImageNet(ImageFileLabelData):
 
     def _val_list(self, wnids):
         label_of = {wnid: label for label, wnid in enumerate(wnids)}
-        path = find_dataset_file(self.full_dir, ['val_annotations.txt'], 'TinyImageNet', self.WHERE_TO_GET)
+        path = find_dataset_file(self.full_dir, ['val_annotations.txt'], 'TinyImageNet', self.WHERE_TO_GET,
+                                 argument=None)
         imglist = []
         for number, line in _read_lines(path):
             fields = line.split()

@@ -1,42 +1,14 @@
 """SVHN (Street View House Numbers), the cropped-digits format: the official ``*_32x32.mat`` files.
 
-It also holds :func:`load_mat`, the MATLAB-file reader the other ``.mat`` datasets use.
 """
 
 import os
 
 import numpy as np
 
-from ...utils.develop import import_optional
-from .common import ImageLabelData, find_dataset_file, get_dataset_path
+from .common import ImageLabelData, find_dataset_file, get_dataset_path, load_mat
 
-__all__ = ['SVHNDigit', 'load_mat']
-
-
-def load_mat(path, dataset, keys=()):
-    """The variables of the MATLAB file ``path`` (a dict), read with ``scipy.io.loadmat``.
-
-    Args:
-        path (str): the .mat file (MATLAB 5 format, as the datasets publish them).
-        dataset (str): the dataset reading it, for messages.
-        keys (tuple[str]): variables the file must have.
-
-    Raises:
-        ValueError: naming the file, when it cannot be read or lacks one of ``keys``.
-    """
-    import_optional('scipy', purpose='{} (reading .mat files)'.format(dataset))
-    import scipy.io
-    try:
-        data = scipy.io.loadmat(path)
-    except Exception as err:
-        raise ValueError("{}: '{}' is not a readable MATLAB .mat file ({}: {}). The file is corrupt or "
-                         "truncated: get it again.".format(dataset, path, type(err).__name__, err)) from err
-    missing = [k for k in keys if k not in data]
-    if missing:
-        raise ValueError("{}: '{}' has no variable {} (it has {}): it is not the dataset's file.".format(
-            dataset, path, ', '.join(repr(k) for k in missing),
-            sorted(k for k in data if not k.startswith('__'))))
-    return data
+__all__ = ['SVHNDigit']
 
 
 class SVHNDigit(ImageLabelData):
@@ -77,7 +49,8 @@ class SVHNDigit(ImageLabelData):
             raise ValueError("SVHNDigit: name must be one of {}, got {!r}.".format(cls.SPLITS, name))
         directory = get_dataset_path(cls.DIR_NAME) if data_dir is None else os.path.expanduser(data_dir)
         filename = name + '_32x32.mat'
-        path = find_dataset_file(directory, [filename], 'SVHNDigit', cls.WHERE_TO_GET.format(filename))
+        path = find_dataset_file(directory, [filename], 'SVHNDigit', cls.WHERE_TO_GET.format(filename),
+                                 argument='data_dir')
         stat = os.stat(path)
         key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
         if key not in cls._Cache:
