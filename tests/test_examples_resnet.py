@@ -274,6 +274,11 @@ def test_imagenet_resnet_needs_a_data_source(tmp_path, monkeypatch, capsys):
         assert info.value.code == 2
         err = capsys.readouterr().err
         assert '--data DIR' in err and '--lmdb FILE' in err and '--fake' in err
+    for args, named in ((['--data', str(tmp_path / 'nowhere')], os.path.join('nowhere', 'train')),
+                        (['--lmdb', str(tmp_path / 'missing.lmdb')], 'missing.lmdb')):
+        with pytest.raises(SystemExit) as info:
+            run_in_process(IMAGENET, args, monkeypatch)
+        assert str(info.value.code).startswith('imagenet-resnet: ') and named in str(info.value.code)
     assert not os.path.exists(tmp_path / 'train_log')
 
 

@@ -57,7 +57,7 @@ from tensorpack_lite import (
     logger, regularize_cost, l2_regularizer)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.dataflow import dataset, imgaug
-from tensorpack_lite.dataflow.image import AugmentImageComponent
+from tensorpack_lite.dataflow.image import AugmentImageComponent, read_image
 from tensorpack_lite.dataflow.raw import FakeData
 from tensorpack_lite.dataflow.serialize import LMDBSerializer
 from tensorpack_lite.tfutils.summary import add_moving_summary
@@ -187,14 +187,14 @@ def fbresnet_augmentor(training, image_size):
     if training:
         return [
             imgaug.GoogleNetRandomCropAndResize(target_shape=image_size, interp=cv2.INTER_CUBIC),
-            imgaug.ToFloat32(),     # one conversion instead of one in every colour change
+            imgaug.ToFloat32(),     # the colour changes compose in float32, clipped once by ToUint8
             imgaug.RandomOrderAug([
                 imgaug.BrightnessScale((0.6, 1.4), clip=False),
                 imgaug.Contrast((0.6, 1.4), rgb=False, clip=False),
                 imgaug.Saturation(0.4, rgb=False, clip=False),
                 imgaug.Lighting(0.1, eigval=LIGHTING_EIGVAL, eigvec=LIGHTING_EIGVEC, clip=False),
             ]),
-            imgaug.ToUint8(),       # clips to [0, 255]
+            imgaug.ToUint8(),
             imgaug.Flip(horiz=True),
         ]
     return [imgaug.ResizeShortestEdge(image_size * 256 // 224, interp=cv2.INTER_CUBIC),
@@ -206,13 +206,6 @@ def decode_jpeg(jpeg):
     image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
     if image is None:
         raise ValueError("cannot decode an image from {} bytes (not a JPEG/PNG?)".format(len(jpeg)))
-    return image
-
-
-def read_image(filename):
-    image = cv2.imread(filename, cv2.IMREAD_COLOR)
-    if image is None:
-        raise ValueError("cannot read an image from '{}'".format(filename))
     return image
 
 
@@ -232,9 +225,13 @@ def dataflow_from_dir(args, split):
         ds = AugmentImageComponent(ds, augmentors, copy=False)
         return batched(ds, args.batch, True, args.parallel)
     augmentor = imgaug.AugmentorList(augmentors)
+
+    def read_and_augment(datapoint):
+        filename, label = datapoint
+        return [augmentor.augment(read_image(filename, purpose='imagenet-resnet.py')), label]
+
     ds = dataset.ILSVRC12Files(args.data, split, meta_dir=args.meta_dir, shuffle=False)
-    ds = MultiThreadMapData(ds, args.parallel, lambda dp: [augmentor.augment(read_image(dp[0])), dp[1]],
-                            buffer_size=2 * args.batch, strict=True)
+    ds = MultiThreadMapData(ds, args.parallel, read_and_augment, buffer_size=2 * args.batch, strict=True)
     return batched(ds, args.batch, False, args.parallel)
 
 
