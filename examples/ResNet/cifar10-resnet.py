@@ -32,14 +32,13 @@ import sys
 import numpy as np
 
 from tensorpack_lite import (
-    AvgPooling, BatchData, BatchNorm, BNReLU, ClassificationError, Conv2D, FullyConnected,
-    GlobalAvgPooling, InferenceRunner, ModelDesc, ModelSaver, MultiProcessRunnerZMQ, QueueInput,
-    ScalarStats, ScheduledHyperParamSetter, SimpleTrainer, SmartInit, SyncMultiGPUTrainerReplicated,
-    TrainConfig, argscope, get_global_step_var, launch_train_with_config, logger, regularize_cost)
+    AugmentImageComponent, AvgPooling, BatchData, BatchNorm, BNReLU, ClassificationError, Conv2D,
+    FullyConnected, FakeData, GlobalAvgPooling, InferenceRunner, ModelDesc, ModelSaver,
+    MultiProcessRunnerZMQ, QueueInput, ScalarStats, ScheduledHyperParamSetter, SimpleTrainer, SmartInit,
+    SyncMultiGPUTrainerReplicated, TrainConfig, argscope, get_global_step_var, launch_train_with_config,
+    logger, regularize_cost)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.dataflow import dataset, imgaug
-from tensorpack_lite.dataflow.image import AugmentImageComponent
-from tensorpack_lite.dataflow.raw import FakeData
 from tensorpack_lite.tfutils.summary import add_moving_summary, add_param_summary
 from tensorpack_lite.utils.gpu import get_num_gpu
 

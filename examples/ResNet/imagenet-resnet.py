@@ -50,16 +50,14 @@ import sys
 import numpy as np
 
 from tensorpack_lite import (
-    BatchData, BatchNorm, BNReLU, ClassificationError, Conv2D, EstimatedTimeLeft, FullyConnected,
-    GlobalAvgPooling, InferenceRunner, LocallyShuffleData, MapDataComponent, MaxPooling, ModelDesc,
-    ModelSaver, MultiProcessRunnerZMQ, MultiThreadMapData, QueueInput, ScheduledHyperParamSetter,
-    SimpleTrainer, SmartInit, SyncMultiGPUTrainerReplicated, TrainConfig, argscope, launch_train_with_config,
-    logger, regularize_cost, l2_regularizer)
+    AugmentImageComponent, BatchData, BatchNorm, BNReLU, ClassificationError, Conv2D, EstimatedTimeLeft,
+    FullyConnected, FakeData, GlobalAvgPooling, InferenceRunner, LMDBSerializer, LocallyShuffleData,
+    MapDataComponent, MaxPooling, ModelDesc, ModelSaver, MultiProcessRunnerZMQ, MultiThreadMapData,
+    QueueInput, ScheduledHyperParamSetter, SimpleTrainer, SmartInit, SyncMultiGPUTrainerReplicated,
+    TrainConfig, argscope, launch_train_with_config, logger, regularize_cost, l2_regularizer)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.dataflow import dataset, imgaug
-from tensorpack_lite.dataflow.image import AugmentImageComponent, read_image
-from tensorpack_lite.dataflow.raw import FakeData
-from tensorpack_lite.dataflow.serialize import LMDBSerializer
+from tensorpack_lite.dataflow.image import read_image
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.utils.develop import import_optional
 from tensorpack_lite.utils.gpu import get_num_gpu
