@@ -31,7 +31,7 @@ from abc import ABCMeta, abstractmethod
 from ..utils.utils import get_rng
 
 __all__ = ['DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
-           'DataFlowReentrantGuard']
+           'DataFlowReentrantGuard', 'DataFlowMeta']
 
 
 class DataFlowTerminated(BaseException):
@@ -92,8 +92,36 @@ class DataFlowReentrantGuard(object):
         self._lock = threading.Lock()
 
 
-class DataFlow(object, metaclass=ABCMeta):
-    """Base class of all dataflows: implement ``__iter__`` (and ``__len__`` when known)."""
+class DataFlowMeta(ABCMeta):
+    """Metaclass of :class:`DataFlow`: keeps DataFlows written against the old protocol working.
+
+    A class that defines ``get_data()`` but not ``__iter__`` is iterable through it, and one
+    that defines ``size()`` but not ``__len__`` has a ``len()`` through it (tensorpack renamed
+    them; code written for the old names still runs).
+    """
+
+    _OLD_NAMES = (('__iter__', 'get_data'), ('__len__', 'size'))
+
+    def __new__(mcls, name, bases, namespace, **kwargs):
+        for protocol_name, old_name in mcls._OLD_NAMES:
+            if old_name in namespace and protocol_name not in namespace:
+                namespace[protocol_name] = _forward_to(old_name)
+        return super().__new__(mcls, name, bases, namespace, **kwargs)
+
+
+def _forward_to(method_name):
+    def forward(self):
+        return getattr(self, method_name)()
+    forward.__doc__ = "Calls ``self.{}()``.".format(method_name)
+    return forward
+
+
+class DataFlow(object, metaclass=DataFlowMeta):
+    """Base class of all dataflows: implement ``__iter__`` (and ``__len__`` when known).
+
+    ``get_data()`` and ``size()`` are the old names of ``iter()`` and ``len()``, kept as in
+    tensorpack: ``df.size()`` is ``len(df)``.
+    """
 
     @abstractmethod
     def __iter__(self):
@@ -112,6 +140,14 @@ class DataFlow(object, metaclass=ABCMeta):
             NotImplementedError: when the length is unknown.
         """
         raise _LengthUnavailable("{} has no known length.".format(type(self).__name__))
+
+    def get_data(self):
+        """The old name of ``iter(self)``."""
+        return self.__iter__()
+
+    def size(self):
+        """The old name of ``len(self)``."""
+        return self.__len__()
 
     def __bool__(self):
         # A dataflow is an object, not a container: `if df:` must not call __len__

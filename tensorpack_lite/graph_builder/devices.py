@@ -97,6 +97,8 @@ def _check_gpus_exist(towers, tower_of_device, owner):
     if not gpu_towers:
         return
     num_gpu = get_num_gpu()
+    if num_gpu == 0 and len(towers) == 1:   # as in tensorpack, soft placement runs it on the CPU
+        return
     for gpu_index, tower in gpu_towers:
         if gpu_index >= num_gpu:
             raise ValueError(
@@ -111,8 +113,12 @@ def check_session_devices(sess, devices, owner='DataParallel'):
     """Raise a ValueError unless every device of ``devices`` exists in session ``sess``.
 
     Soft placement would otherwise move the ops of a missing device onto another one, which
-    silently serializes the towers (or makes collective ops wait forever).
+    silently serializes the towers (or makes collective ops wait forever). A single tower is
+    not checked: as in tensorpack, soft placement runs it where it can (``'/gpu:0'`` on a
+    machine without GPU runs on the CPU).
     """
+    if len(devices) == 1:
+        return
     available = {}
     for dev in sess.list_devices():
         available.setdefault(_type_and_index(tf.DeviceSpec.from_string(dev.name)), dev.name)

@@ -1,0 +1,98 @@
+"""What tensorpack's own example programs do with the library, checked call by call.
+
+Each test repeats the calls of one example (ResNet, ImageNetModels, GAN, HED, SpatialTransformer,
+DoReFa-Net, basics) that failed when the example was run with its imports renamed, and checks
+the result tensorpack 0.11 documents for them.
+"""
+
+import numpy as np
+import pytest
+
+from tensorpack_lite.callbacks.base import Callback
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow.base import DataFlow, RNGDataFlow
+from tensorpack_lite.dataflow.common import BatchData
+from tensorpack_lite.dataflow.raw import DataFromList
+from tensorpack_lite.train import ModelDesc, TrainConfig, launch_train_with_config
+from tensorpack_lite.train.trainers import SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
+from tensorpack_lite.utils.gpu import get_num_gpu
+
+
+# ----- DataFlow.size() / get_data(): imagenet_utils.eval_on_ILSVRC12 loops over dataflow.size() --
+
+class _OldStyleCounter(RNGDataFlow):
+    """A DataFlow written against the old protocol: get_data() and size() only."""
+
+    def get_data(self):
+        for i in range(3):
+            yield [i]
+
+    def size(self):
+        return 3
+
+
+def test_a_dataflow_with_only_get_data_and_size_iterates_and_has_a_length():
+    df = _OldStyleCounter()
+    df.reset_state()
+    assert [dp for dp in df] == [[0], [1], [2]]
+    assert len(df) == 3
+    assert len(BatchData(df, 2, remainder=True)) == 2
+
+
+def test_size_and_get_data_are_len_and_iter():
+    df = BatchData(DataFromList([[k] for k in range(10)], shuffle=False), 4)
+    df.reset_state()
+    assert df.size() == len(df) == 2
+    assert [b[0].tolist() for b in df.get_data()] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_size_of_a_dataflow_without_length_raises_not_implemented():
+    class Endless(DataFlow):
+        def __iter__(self):
+            while True:
+                yield [0]
+
+    with pytest.raises(NotImplementedError, match='Endless'):
+        Endless().size()
+
+
+# ----- one tower on a machine without GPU: `SyncMultiGPUTrainerReplicated(max(get_num_gpu(), 1))` -
+
+class _ScalarRegression(ModelDesc):
+    """cost = mean((w * x - y)^2) with w starting at 0, trained by SGD with lr 0.1."""
+
+    def inputs(self):
+        return [tf.TensorSpec([None], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
+
+    def build_graph(self, x, y):
+        w = tfv1.get_variable('w', initializer=0.)
+        return tf.reduce_mean(tf.square(w * x - y), name='cost')
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(0.1)
+
+
+class _ReadTrainable(Callback):
+    def _after_train(self):
+        self.values = {v.op.name: self.trainer.sess.run(v) for v in tfv1.trainable_variables()}
+
+
+@pytest.mark.parametrize('make_trainer', [SyncMultiGPUTrainerReplicated, SyncMultiGPUTrainerParameterServer])
+def test_one_gpu_tower_trains_on_the_cpu_when_there_is_no_gpu(monkeypatch, logdir, make_trainer):
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    assert get_num_gpu() == 0
+    read = _ReadTrainable()
+    data = BatchData(DataFromList([[np.float32(1), np.float32(1)]] * 4, shuffle=False), 2)
+    config = TrainConfig(model=_ScalarRegression(), dataflow=data, callbacks=[read],
+                         steps_per_epoch=2, max_epoch=1)
+    launch_train_with_config(config, make_trainer(max(get_num_gpu(), 1)))
+    # d cost / d w = 2 (w - 1): w = 0 -> 0.2 -> 0.36
+    (name, value), = read.values.items()
+    assert name.endswith('w')
+    assert value == pytest.approx(0.36, abs=1e-6)
+
+
+def test_two_gpu_towers_without_gpu_are_still_an_error(monkeypatch):
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    with pytest.raises(ValueError, match=r'tower 0 asks for GPU 0 .* sees 0 GPU'):
+        SyncMultiGPUTrainerReplicated(2)
