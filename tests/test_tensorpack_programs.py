@@ -5,6 +5,8 @@ DoReFa-Net, basics) that failed when the example was run with its imports rename
 the result tensorpack 0.11 documents for them.
 """
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -96,3 +98,33 @@ def test_two_gpu_towers_without_gpu_are_still_an_error(monkeypatch):
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
     with pytest.raises(ValueError, match=r'tower 0 asks for GPU 0 .* sees 0 GPU'):
         SyncMultiGPUTrainerReplicated(2)
+
+
+# ----- utils.develop.deprecated: GAN.py decorates MultiGPUGANTrainer.__init__ with it ---------------
+
+def test_deprecated_decorator_warns_and_calls_through(log_records):
+    from tensorpack_lite.utils.develop import deprecated
+
+    class Trainer:
+        @deprecated("Please use GANTrainer and set num_gpu", "2019-01-31")
+        def __init__(self, num_gpu):
+            self.num_gpu = num_gpu
+
+    assert Trainer(3).num_gpu == 3
+    assert Trainer.__init__.__name__ == '__init__'
+    warnings = [m for m in log_records.messages(logging.WARNING) if 'Trainer.__init__' in m]
+    assert len(warnings) == 1
+    assert 'Please use GANTrainer and set num_gpu' in warnings[0] and '2019-01-31' in warnings[0]
+
+
+def test_log_deprecated_takes_tensorpacks_arguments(log_records):
+    from tensorpack_lite.utils.develop import log_deprecated
+
+    for _ in range(4):
+        log_deprecated(name='OldThing', text='Use NewThing.', eos='2020-01-01', max_num_warnings=2)
+    log_deprecated(text='Only a text.')
+    warnings = log_records.messages(logging.WARNING)
+    assert sum('OldThing is deprecated. Use NewThing.' in m and '2020-01-01' in m for m in warnings) == 2
+    assert any('Only a text.' in m for m in warnings)
+    with pytest.raises(ValueError, match='name or a text'):
+        log_deprecated()

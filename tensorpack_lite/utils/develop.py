@@ -1,4 +1,5 @@
-"""Helpers for the library's own development: optional dependencies and deprecation notes.
+"""Helpers for the library's own development: optional dependencies and deprecation notes
+(:func:`log_deprecated`, and the :func:`deprecated` decorator).
 
 Optional packages (OpenCV, lmdb, h5py, ...) are imported on first use through
 :func:`import_optional`, so that a missing one is a single ImportError that names the
@@ -11,12 +12,15 @@ can offer it as an attribute (``tensorpack_lite.imgaug``) without paying for, or
 what it imports.
 """
 
+import collections
+import functools
 import importlib
 import types
 
+from . import logger
 from .argtools import log_once
 
-__all__ = ['import_optional', 'log_deprecated', 'LazyModule']
+__all__ = ['import_optional', 'log_deprecated', 'deprecated', 'LazyModule']
 
 # The pip distribution that provides an importable module, where the two names differ.
 _DISTRIBUTION_OF = {
@@ -49,14 +53,48 @@ def import_optional(module_name, extra=None, purpose=None):
                           ) from err
 
 
-def log_deprecated(name, advice='', eos=''):
-    """Log once per process that ``name`` is deprecated, with ``advice`` and an end-of-support date."""
-    message = "{} is deprecated.".format(name)
-    if advice:
-        message += " " + advice
+def log_deprecated(name='', text='', eos='', max_num_warnings=None):
+    """Log a warning that ``name`` is deprecated, with ``text`` (what to do instead) and ``eos``,
+    the date after which it goes (``'YYYY-MM-DD'``).
+
+    Args:
+        max_num_warnings (int): log the same warning at most this many times; by default once
+            per process.
+    """
+    if not name and not text:
+        raise ValueError("log_deprecated() needs a name or a text")
+    message = "{} is deprecated.".format(name) if name else ""
+    if text:
+        message = (message + " " + text).strip()
     if eos:
         message += " It will be removed after {}.".format(eos)
-    log_once(message, 'warn')
+    if max_num_warnings is None:
+        log_once(message, 'warn')
+    elif _WARNINGS_LOGGED[message] < max_num_warnings:
+        _WARNINGS_LOGGED[message] += 1
+        logger.warn(message)
+
+
+_WARNINGS_LOGGED = collections.Counter()
+
+
+def deprecated(text='', eos='', max_num_warnings=None):
+    """A decorator that makes a function log :func:`log_deprecated` (with these arguments)
+    each time it is called, then run as before.
+
+    Example::
+
+        @deprecated("Use GANTrainer(num_gpu=...) instead.", "2019-01-31")
+        def make_trainer(...):
+            ...
+    """
+    def decorate(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            log_deprecated(func.__qualname__, text, eos, max_num_warnings)
+            return func(*args, **kwargs)
+        return wrapper
+    return decorate
 
 
 class LazyModule(types.ModuleType):
