@@ -1,0 +1,425 @@
+"""Graph builders of synchronous training across processes (between-graph replication):
+every worker process builds its own graph, with one tower per device of its own, and the
+workers agree on every update.
+
+* :class:`DistributedParameterServerBuilder`: the variables live on the parameter servers
+  (``ps`` tasks); the towers read them there (cached once per step).
+* :class:`DistributedReplicatedBuilder`: every tower keeps a local replica; the parameter
+  servers hold the global copy, which is copied back into the replicas after each update.
+* :class:`CollectiveAllReduceBuilder`: no parameter server: every tower of every worker keeps
+  a replica, and the gradients are all-reduced with TensorFlow's collective ops.
+
+With parameter servers, each step every worker averages the gradients of its towers and
+hands them to the parameter servers (:class:`ParameterServerSync`); the chief averages the
+workers' gradients and applies them once, then lets the other workers go on. So a step of N
+workers makes the update one process makes on the N batches together, whatever the optimizer.
+"""
+
+import hashlib
+
+from ..compat import tf, tfv1
+from ..tfutils.distributed import cluster_of_server
+from ..tfutils.varreplace import custom_getter_scope
+from ..utils import logger
+from .devices import LeastLoadedDeviceSetter, interpret_towers, tower_device
+from .training import DataParallelBuilder, SyncMultiGPUReplicatedBuilder
+from .utils import GradientPacker, aggregate_grads, split_grad_list
+
+__all__ = ['ParameterServerSync', 'DistributedParameterServerBuilder', 'DistributedReplicatedBuilder',
+           'CollectiveAllReduceBuilder']
+
+
+def _worker_towers(towers, cluster, owner):
+    """The towers of this worker as full device names, e.g. '/job:worker/task:1/device:CPU:0'."""
+    if cluster.job_name != 'worker':
+        raise ValueError("{} builds the graph of a worker; this process is {}".format(
+            owner, cluster.describe(cluster.job_name, cluster.task_index)))
+    worker = tf.DeviceSpec(job='worker', task=cluster.task_index)
+    qualified = []
+    for tower in interpret_towers(towers, owner):
+        spec = worker.make_merged_spec(tf.DeviceSpec.from_string(tower_device(tower)))
+        if (spec.job, spec.task) != ('worker', cluster.task_index):
+            raise ValueError("{}: tower {!r} is not on this worker ({})".format(
+                owner, tower, cluster.task_name))
+        qualified.append(spec.to_string())
+    return qualified
+
+
+def _dense(grad):
+    return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
+
+
+def _ps_task(var):
+    spec = tf.DeviceSpec.from_string(var.device)
+    if spec.job != 'ps':
+        raise ValueError("Variable {} is on '{}', not on a parameter server: with parameter servers every "
+                         "trained variable must be created in the tower function".format(
+                             var.op.name, var.device))
+    return spec.task or 0
+
+
+class ParameterServerSync:
+    """Makes the workers' updates synchronous through queues on the parameter servers.
+
+    Each step, worker k > 0 puts its gradients of the variables of ps task j into its own
+    queue on ps j. The chief takes one entry from the queue of every worker (in worker
+    order), averages them with its own on ps j and applies the result once; then it puts a
+    token in the queue of every other worker, which waits for it before its step ends (so
+    its next step reads the updated variables). Before training, the chief sends every
+    other worker a value (its global step) through a start queue, which also tells it that
+    the chief has initialized and restored the variables.
+
+    Args:
+        cluster (ClusterConfig): the cluster and this worker.
+    """
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self._queues = []
+
+    def _queue(self, name, ps_task, dtypes, shapes):
+        with tf.device('/job:ps/task:{}/device:CPU:0'.format(ps_task)):
+            queue = tfv1.FIFOQueue(2, dtypes, shapes=shapes, name=name,
+                                   shared_name='tensorpack_lite/ps_sync/{}'.format(name))
+        self._queues.append(queue)
+        return queue
+
+    @property
+    def num_worker(self):
+        return self.cluster.num_worker
+
+    @property
+    def _worker(self):
+        return self.cluster.task_index
+
+    def build(self, grads_and_vars, apply_fn):
+        """The op that ends this worker's step.
+
+        Args:
+            grads_and_vars: this worker's (gradient, variable) pairs, the variables on the
+                parameter servers.
+            apply_fn: ``apply_fn(pairs) -> op`` applies (averaged gradient, variable) pairs;
+                built on every worker (so that all build the same variables), run by the
+                chief only.
+
+        Returns:
+            on the chief, the update applied (and the other workers told); on another
+            worker, the chief's token saying it has been.
+        """
+        pairs = [(_dense(g), v) for g, v in grads_and_vars]
+        by_ps = {}
+        for index, (_, var) in enumerate(pairs):
+            by_ps.setdefault(_ps_task(var), []).append(index)
+        averaged = list(pairs)
+        sends = []
+        with tf.name_scope('ps_sync'):
+            for ps_task, indices in sorted(by_ps.items()):
+                grads = [pairs[i][0] for i in indices]
+                queues = [self._queue('grads_ps{}_from_worker{}'.format(ps_task, k), ps_task,
+                                      [g.dtype.base_dtype for g in grads], [g.shape for g in grads])
+                          for k in range(1, self.num_worker)]
+                if not self.cluster.is_chief:
+                    sends.append(queues[self._worker - 1].enqueue(grads))
+                elif queues:
+                    with tf.device('/job:ps/task:{}/device:CPU:0'.format(ps_task)):
+                        received = [self._as_list(q.dequeue()) for q in queues]
+                        for position, index in enumerate(indices):
+                            total = tf.add_n([grads[position]] + [r[position] for r in received])
+                            averaged[index] = (tf.multiply(total, 1.0 / self.num_worker), pairs[index][1])
+            apply_op = apply_fn(averaged)
+            tokens = [self._queue('step_done_{}'.format(k), 0, [tf.bool], [[]])
+                      for k in range(1, self.num_worker)]
+            if not self.cluster.is_chief:
+                with tf.control_dependencies(sends):
+                    return tf.group(tokens[self._worker - 1].dequeue(), name='step_done')
+            with tf.control_dependencies([apply_op]):
+                sent = [q.enqueue([True]) for q in tokens]
+            return tf.group(apply_op, *sent, name='step_done')
+
+    @staticmethod
+    def _as_list(dequeued):
+        return list(dequeued) if isinstance(dequeued, (list, tuple)) else [dequeued]
+
+    def build_start(self, global_step, schedule):
+        """The start-up exchange. On the chief: the op sending ``global_step`` 's value and
+        ``schedule`` (an int64 vector of 3) to every other worker. On another worker: the
+        tensor of the chief's schedule, evaluated once the chief's global step is assigned
+        to ``global_step``."""
+        with tf.name_scope('ps_sync_start'):
+            queues = [self._queue('start_{}'.format(k), 0, [tf.int64], [[4]])
+                      for k in range(1, self.num_worker)]
+            if self.cluster.is_chief:
+                step = tf.cast(tf.reshape(global_step.read_value(), [1]), tf.int64)
+                message = tf.concat([step, schedule], 0)
+                return tf.group(*[q.enqueue([message]) for q in queues], name='send')
+            message = queues[self._worker - 1].dequeue()
+            assign = global_step.assign(tf.cast(message[0], global_step.dtype.base_dtype))
+            with tf.control_dependencies([assign]):
+                return tf.identity(message[1:], name='chief_schedule')
+
+    def build_abort(self):
+        """An op closing every queue, so that every worker blocked on one fails at once
+        (run when a task is lost)."""
+        with tf.name_scope('ps_sync_abort'):
+            return tf.group(*[q.close(cancel_pending_enqueues=True) for q in self._queues])
+
+
+class _ParameterServerBuilder(DataParallelBuilder):
+    """What the parameter-server builders share: this worker's towers on full device names,
+    the parameter-server devices, and a :class:`ParameterServerSync`."""
+
+    def __init__(self, towers, server):
+        self.cluster = cluster_of_server(server)
+        if not self.cluster.num_ps:
+            raise ValueError("{} needs parameter servers, but the cluster {} has no 'ps' job".format(
+                type(self).__name__, self.cluster.cluster))
+        super().__init__(_worker_towers(towers, self.cluster, type(self).__name__))
+        self.is_chief = self.cluster.is_chief
+        self.cpu_device = self.cluster.task_name + '/device:CPU:0'
+        self.ps_devices = ['/job:ps/task:{}/device:CPU:0'.format(i) for i in range(self.cluster.num_ps)]
+        self.sync = ParameterServerSync(self.cluster)
+
+    def param_server_device(self, worker_device=None):
+        """A device function: variables on the least-loaded parameter server, other ops on
+        ``worker_device`` (default: this worker's CPU)."""
+        return LeastLoadedDeviceSetter(worker_device or self.cpu_device, self.ps_devices)
+
+    def _average_towers(self, grad_list):
+        """This worker's gradients averaged over its towers, on its CPU."""
+        self._check_grad_list(grad_list)
+        return aggregate_grads(grad_list, devices=[self.cpu_device])
+
+
+class DistributedParameterServerBuilder(_ParameterServerBuilder):
+    """Synchronous training with the variables on the parameter servers (spread by size).
+    Each tower reads them through a cache on this worker, refreshed every step. Each step
+    the gradients are averaged over the towers, then over the workers, and applied once.
+
+    Args:
+        towers (int or list): this worker's towers (GPU ids or device strings).
+        server (tf.compat.v1.train.Server): this worker's server.
+        caching_device (str): where a worker caches the variables it reads: ``'cpu'`` (its
+            CPU) or ``'gpu'`` (the first tower's device).
+    """
+
+    def __init__(self, towers, server, caching_device='cpu'):
+        super().__init__(towers, server)
+        if caching_device not in ('cpu', 'gpu'):
+            raise ValueError("DistributedParameterServerBuilder: caching_device must be 'cpu' or 'gpu', got "
+                             "{!r}".format(caching_device))
+        self.caching_device = self.cpu_device if caching_device == 'cpu' else self.raw_devices[0]
+
+    def _cache_variables(self, getter, *args, **kwargs):
+        if kwargs.get('caching_device') is None:
+            kwargs['caching_device'] = self.caching_device
+        return getter(*args, **kwargs)
+
+    def call_for_each_tower(self, tower_fn):
+        """Build the towers (sharing the variables on the parameter servers)."""
+        devices = [self.param_server_device(d) for d in self.raw_devices]
+        with custom_getter_scope(self._cache_variables):
+            return DataParallelBuilder.call_for_each_tower(self.towers, tower_fn, devices)
+
+    def build(self, grad_list, get_opt_fn):
+        """The op of one synchronous step (see :meth:`ParameterServerSync.build`)."""
+        grads = self._average_towers(grad_list)
+        opt = get_opt_fn()
+        return self.sync.build(grads, lambda pairs: opt.apply_gradients(pairs, name='apply_gradients'))
+
+
+class DistributedReplicatedBuilder(_ParameterServerBuilder):
+    """Synchronous training where every tower keeps a local replica of the variables
+    (``tower{k}/...``); the parameter servers hold the global variables (named without
+    prefix: they are what checkpoints hold). Each step the gradients are averaged over the
+    towers, then over the workers, applied once to the global variables, which every worker
+    copies back into its replicas.
+
+    Non-trainable model variables (e.g. batch-norm statistics) get a global copy too,
+    which the chief updates from its first tower when :meth:`build` 's ``model_sync_op`` runs.
+
+    Args:
+        towers (int or list): this worker's towers (GPU ids or device strings).
+        server (tf.compat.v1.train.Server): this worker's server.
+    """
+
+    def call_for_each_tower(self, tower_fn):
+        """Build the towers, each with its own (local) variables under ``tower{k}/``."""
+        return DataParallelBuilder.call_for_each_tower(self.towers, tower_fn, self.raw_devices,
+                                                       use_vs=[True] * len(self.towers))
+
+    def build(self, grad_list, get_opt_fn):
+        """Returns ``(train_op, initial_sync_op, model_sync_op)``: the op of one step, the op
+        copying the global variables into the replicas (run by every worker before
+        training), and the op copying the chief's model variables to the global ones (None
+        when there are none, or on other workers)."""
+        grads = self._average_towers(grad_list)
+        _, replicas = split_grad_list(grad_list)
+        with tfv1.device(self.param_server_device()), tfv1.variable_scope(tfv1.VariableScope(False, name='')):
+            shadows = [self._shadow(var, trainable=True) for _, var in grads]
+            model_pairs = self._shadow_model_variables({v.op.name for v in shadows})
+        opt = get_opt_fn()
+        step_done = self.sync.build([(g, s) for (g, _), s in zip(grads, shadows)],
+                                    lambda pairs: opt.apply_gradients(pairs, name='apply_gradients'))
+        with tf.name_scope('copy_from_ps'), tf.control_dependencies([step_done]):
+            train_op = self._copy_into_replicas(shadows, replicas, name='train_op')
+        with tf.name_scope('initial_sync_variables'):
+            initial_sync_op = tf.group(self._copy_into_replicas(shadows, replicas),
+                                       *[local.assign(shadow.read_value()) for shadow, local in model_pairs],
+                                       name='sync_variables_from_ps')
+        model_sync_op = None
+        if model_pairs and self.is_chief:
+            with tf.name_scope('sync_model_variables'):
+                copies = [shadow.assign(local.read_value()) for shadow, local in model_pairs]
+                model_sync_op = tf.group(*copies, name='sync_model_variables_to_ps')
+        return train_op, initial_sync_op, model_sync_op
+
+    @staticmethod
+    def _main_name(var):
+        name = var.op.name
+        if not name.startswith('tower0/'):
+            raise ValueError("DistributedReplicatedBuilder: variable {} of the first tower is not under "
+                             "'tower0/'".format(name))
+        return name[len('tower0/'):]
+
+    def _shadow(self, var, trainable):
+        return tfv1.get_variable(self._main_name(var), dtype=var.dtype.base_dtype,
+                                 initializer=var.initial_value, trainable=trainable)
+
+    def _shadow_model_variables(self, taken):
+        """(global copy, tower-0 variable) of the non-trainable model variables of tower 0."""
+        pairs = []
+        for var in tfv1.model_variables():
+            if not var.op.name.startswith('tower0/') or self._main_name(var) in taken:
+                continue
+            taken.add(self._main_name(var))
+            pairs.append((self._shadow(var, trainable=False), var))
+        return pairs
+
+    def _copy_into_replicas(self, shadows, replicas, name=None):
+        copies = []
+        with tf.device(self.cpu_device):
+            for index, shadow in enumerate(shadows):
+                value = shadow.read_value()
+                copies.extend(tower[index].assign(value) for tower in replicas)
+        return tf.group(*copies, name=name)
+
+
+def _variables_digest(variables):
+    """An int64 digest of the names, dtypes and shapes of ``variables`` (order ignored)."""
+    text = '\n'.join(sorted('{} {} {}'.format(v.op.name, v.dtype.base_dtype.name, v.shape)
+                            for v in variables))
+    return int.from_bytes(hashlib.sha256(text.encode('utf-8')).digest()[:7], 'big')
+
+
+class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
+    """Synchronous training without parameter server: every tower of every worker keeps a
+    replica of the variables, and each step the gradients of all towers of all workers are
+    summed (or averaged) with TensorFlow's collective all-reduce (packed into a few large
+    tensors when that pays), so every replica applies the same update.
+
+    On each worker, as in :class:`SyncMultiGPUReplicatedBuilder`, tower 0 owns the global
+    variables and tower k > 0 local replicas ``tower{k}/...``. :meth:`build_broadcast` builds
+    the op copying the chief's global variables to every worker.
+
+    Every worker must build the same model with the same number of towers.
+
+    Args:
+        towers (int or list): this worker's towers (GPU ids or device strings).
+        server (tf.compat.v1.train.Server): this worker's server (a cluster of workers only).
+        average (bool): average the gradients over all towers of all workers (else sum).
+    """
+
+    GRADIENT_GROUP_KEY = 91
+    """The collective group of all towers of all workers."""
+
+    CHIEF_GROUP_KEY = 92
+    """The collective group of the CPU of every worker (variable checks, broadcasts)."""
+
+    NUM_PACKS = 4
+    """How many tensors the gradients are packed into (when there are enough elements)."""
+
+    _CHECK_KEYS = (1, 2)
+    _TENSOR_BROADCAST_KEY = 3
+    _FIRST_GRADIENT_KEY = 1000
+    _FIRST_BROADCAST_KEY = 1 << 24
+
+    def __init__(self, towers, server, average=True):
+        self.cluster = cluster_of_server(server)
+        if self.cluster.num_ps:
+            raise ValueError("{} uses no parameter server, but the cluster has 'ps' tasks: {}. Remove them, "
+                             "or use DistributedTrainerReplicated.".format(type(self).__name__,
+                                                                           self.cluster.cluster['ps']))
+        super().__init__(_worker_towers(towers, self.cluster, type(self).__name__), average, 'collective')
+        self.is_chief = self.cluster.is_chief
+        self.group_size = self.cluster.num_worker * len(self.towers)
+        self.cpu_device = self.cluster.task_name + '/device:CPU:0'
+
+    def _allreduce(self, grad_list):
+        all_grads, _ = split_grad_list(grad_list)
+        if self.group_size == 1:
+            return all_grads
+        packer = GradientPacker(self.NUM_PACKS)
+        if packer.compute_strategy(all_grads[0]):
+            packed = packer.pack_all(all_grads, self.raw_devices)
+            return packer.unpack_all(self._all_reduce(packed), self.raw_devices)
+        return self._all_reduce(all_grads)
+
+    def _all_reduce(self, all_tensors):
+        """K lists of N tensors (one list per tower of this worker) -> their sums (or means)
+        over every tower of every worker."""
+        per_tensor = []
+        with tf.name_scope('collective_allreduce'):
+            for index, tensors in enumerate(zip(*all_tensors)):
+                reduced = []
+                for tensor, device in zip(tensors, self.raw_devices):
+                    with tf.device(device):
+                        reduced.append(tf.raw_ops.CollectiveReduceV2(
+                            input=_dense(tensor), group_size=self.group_size,
+                            group_key=self.GRADIENT_GROUP_KEY, instance_key=self._FIRST_GRADIENT_KEY + index,
+                            ordering_token=[], merge_op='Add', final_op='Div' if self._average else 'Id'))
+                per_tensor.append(reduced)
+        return [list(tensors) for tensors in zip(*per_tensor)]
+
+    def build_variable_check(self):
+        """``(digest, minimum, maximum)`` tensors: this worker's digest of its global
+        variables, and the smallest and largest digest over all workers (equal when every
+        worker built the same variables)."""
+        digest = tf.constant(_variables_digest(tfv1.global_variables()), tf.int64)
+        if self.cluster.num_worker == 1:
+            return digest, digest, digest
+        with tf.name_scope('check_variables'), tf.device(self.cpu_device):
+            extremes = [tf.raw_ops.CollectiveReduceV2(
+                input=digest, group_size=self.cluster.num_worker, group_key=self.CHIEF_GROUP_KEY,
+                instance_key=key, ordering_token=[], merge_op=op, final_op='Id')
+                for key, op in zip(self._CHECK_KEYS, ('Min', 'Max'))]
+        return digest, extremes[0], extremes[1]
+
+    def broadcast_tensor(self, tensor):
+        """The chief's value of ``tensor`` (an int64 vector of known shape), on every worker."""
+        if self.cluster.num_worker == 1:
+            return tf.identity(tensor)
+        keys = dict(group_size=self.cluster.num_worker, group_key=self.CHIEF_GROUP_KEY,
+                    instance_key=self._TENSOR_BROADCAST_KEY)
+        with tf.name_scope('broadcast_from_chief'), tf.device(self.cpu_device):
+            if self.is_chief:
+                return tf.raw_ops.CollectiveBcastSendV2(input=tensor, **keys)
+            return tf.raw_ops.CollectiveBcastRecvV2(T=tensor.dtype, shape=tensor.shape, **keys)
+
+    def build_broadcast(self):
+        """The op copying every global variable of the chief to every worker (None for one
+        worker). All workers must run it together."""
+        if self.cluster.num_worker == 1:
+            return None
+        ops = []
+        with tf.name_scope('broadcast_from_chief'), tf.device(self.cpu_device):
+            variables = sorted(tfv1.global_variables(), key=lambda v: v.op.name)
+            for index, var in enumerate(variables):
+                keys = dict(group_size=self.cluster.num_worker, group_key=self.CHIEF_GROUP_KEY,
+                            instance_key=self._FIRST_BROADCAST_KEY + index)
+                if self.is_chief:
+                    ops.append(tf.raw_ops.CollectiveBcastSendV2(input=var.read_value(), **keys).op)
+                else:
+                    value = tf.raw_ops.CollectiveBcastRecvV2(T=var.dtype.base_dtype, shape=var.shape, **keys)
+                    ops.append(var.assign(value).op)
+        logger.info("'broadcast_from_chief' copies {} variables.".format(len(variables)))
+        return tf.group(*ops, name='broadcast_from_chief')

@@ -1,0 +1,414 @@
+"""Synchronous training across processes and machines through TensorFlow's distributed
+runtime (``tf.compat.v1.train.Server``, gRPC). Every process runs the same script; the
+cluster and each process's task come from ``TF_CONFIG`` (see :func:`create_server` and the
+launcher ``python -m tensorpack_lite.utils.launch``).
+
+* :class:`DistributedTrainerParameterServer` and :class:`DistributedTrainerReplicated`
+  (tensorpack's): ``ps`` tasks hold the variables, ``worker`` tasks train, one tower per
+  device; a ps task only serves.
+* :class:`CollectiveAllReduceTrainer`: workers only; the gradients are all-reduced with
+  TensorFlow's collective ops (the TF-native counterpart of :class:`HorovodTrainer`).
+
+Example (``python -m tensorpack_lite.utils.launch --workers 2 -- python train.py``)::
+
+    server = create_server()                 # from TF_CONFIG
+    trainer = CollectiveAllReduceTrainer(['/cpu:0'], server)
+    if trainer.is_chief:
+        logger.set_logger_dir('train_log/run1', action='k')
+    df = BatchData(RankShardData(my_dataflow, trainer.task_index, trainer.num_worker), 32)
+    launch_train_with_config(AutoResumeTrainConfig(model=Model(), dataflow=df, ...), trainer)
+
+Worker 0 is the chief: it alone runs chief-only callbacks, ``session_init`` and writes files
+(logs, event files, ``stats.json``, checkpoints). The chief also decides the schedule: the
+other workers take its global step, epochs and steps per epoch when training starts. A task
+that never starts, or is lost during training, makes the others fail within seconds with a
+:class:`LostTaskError` naming it; no step waits longer than :attr:`STEP_TIMEOUT`.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+from ..callbacks.graph import RunOp
+from ..callbacks.monitor import JSONWriter, TFEventWriter
+from ..compat import tf, tfv1
+from ..graph_builder.distributed import (CollectiveAllReduceBuilder, DistributedParameterServerBuilder,
+                                         DistributedReplicatedBuilder)
+from ..loop.callback import Callback
+from ..tfutils.common import get_global_step_var
+from ..tfutils.distributed import (DistributedSessionCreator, build_worker_done_op, cluster_of_server,
+                                   serve_until_workers_finish)
+from ..tfutils.sesscreate import NewSessionCreator
+from ..utils import logger
+from ..utils.cluster import LostTaskError, TaskWatchdog
+from .trainers import _DataParallelTrainer
+
+__all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'DistributedTrainerReplicated',
+           'CollectiveAllReduceTrainer', 'LostTaskError']
+
+
+class _AtEnd(Callback):
+    """Runs last among the callbacks: when training ended without failure, tells the
+    parameter servers that this worker is done."""
+
+    _chief_only = False
+
+    def __init__(self, done_op):
+        self._done_op = done_op
+
+    def _after_train(self):
+        if self.trainer.training_failed or self._done_op is None:
+            return
+        try:
+            self.trainer.sess.run(self._done_op, options=tfv1.RunOptions(timeout_in_ms=10000))
+        except tf.errors.OpError as err:
+            logger.warn("Could not tell the parameter servers that this worker finished: {}".format(
+                err.message.splitlines()[0]))
+
+
+class DistributedTrainerBase(_DataParallelTrainer):
+    """What the distributed trainers share: the server and its cluster, the chief, waiting
+    for the cluster, one schedule for all workers, failures that name the lost task, and
+    files written by the chief only.
+
+    Args:
+        gpus (int or list): this worker's towers: GPU ids or device strings such as
+            ``['/cpu:0']``.
+        server (tf.compat.v1.train.Server): this process's server (:func:`create_server`).
+            On a ps task the trainer serves until the workers finish, then exits the process.
+
+    Attributes:
+        cluster (ClusterConfig): the cluster and this task.
+        task_index (int), num_worker (int): this worker and the number of workers.
+    """
+
+    STARTUP_TIMEOUT = 300.0
+    """Seconds to wait for every task of the cluster to start (and, on other workers, for
+    the chief to initialize the shared variables)."""
+
+    STEP_TIMEOUT = 600.0
+    """Seconds a training step (or a start-up exchange) may take before it is an error."""
+
+    PROBE_INTERVAL = 1.0
+    """Seconds between two checks that the other tasks still accept connections."""
+
+    def __init__(self, gpus, server):
+        self.server = server
+        self.cluster = cluster_of_server(server)
+        self.job_name = self.cluster.job_name
+        self.task_index = self.cluster.task_index
+        self.num_worker = self.cluster.num_worker
+        logger.info("Distributed training on cluster {}; this is {}.".format(
+            self.cluster.cluster, self.cluster.describe(self.job_name, self.task_index)))
+        if self.job_name == 'ps':
+            self.join()
+        super().__init__(gpus)
+        self.is_chief = self.cluster.is_chief
+        self._builder = self._make_builder(self.devices, server)
+        self._watchdog = None
+        self._abort_op = None
+        self.training_failed = None
+
+    def _make_builder(self, towers, server):
+        raise NotImplementedError("{} must implement _make_builder()".format(type(self).__name__))
+
+    def join(self):
+        """What a ps task does: serve the variables until every worker has finished, then
+        exit the process (code 0; an error when the workers were lost)."""
+        logger.info("{} serves; end it with `kill {}` if needed.".format(self.cluster.task_name,
+                                                                         os.getpid()))
+        serve_until_workers_finish(self.server, startup_timeout=self.STARTUP_TIMEOUT)
+        sys.exit(0)
+
+    # ----- graph -------------------------------------------------------------------------------
+
+    def setup_graph(self, input_signature, input, get_cost_fn, get_opt_fn):
+        """As :meth:`SingleCostTrainer.setup_graph`; the global step and the input live on
+        this worker's CPU (every worker counts its own steps)."""
+        with tf.device(self._builder.cpu_device):
+            get_global_step_var()
+            super().setup_graph(input_signature, input, get_cost_fn, get_opt_fn)
+
+    def _build_train_op(self, grad_list, get_opt_fn):
+        self._at_end = _AtEnd(build_worker_done_op(self.cluster))
+        return self._build_sync_ops(grad_list, get_opt_fn)
+
+    def _build_sync_ops(self, grad_list, get_opt_fn):
+        """Set ``self.train_op`` and build what the start needs; return extra callbacks."""
+        raise NotImplementedError("{} must implement _build_sync_ops()".format(type(self).__name__))
+
+    # ----- only the chief writes files ----------------------------------------------------------
+
+    def register_callback(self, cb):
+        if not self.is_chief and isinstance(cb, (TFEventWriter, JSONWriter)):
+            logger.info("{}: {} skipped, only the chief writes files.".format(
+                self.cluster.task_name, type(cb).__name__))
+            return False
+        return super().register_callback(cb)
+
+    def setup_callbacks(self, callbacks, monitors):
+        if not self.is_chief and logger.get_logger_dir() is not None:
+            logger.info("{}: only the chief writes into the logger directory; this worker stops writing "
+                        "into {}.".format(self.cluster.task_name, logger.get_logger_dir()))
+            logger._detach_file_handler()
+        super().setup_callbacks(list(callbacks) + [self._at_end], monitors)
+
+    # ----- session -----------------------------------------------------------------------------
+
+    def initialize(self, session_creator, session_init):
+        """Create the session on this worker's server once every task is up (the chief
+        initializes the shared variables and runs ``session_init``), then start watching
+        the other tasks. The session config comes from the server (:func:`create_server`)."""
+        if not isinstance(session_creator, NewSessionCreator) or session_creator.user_provided_config:
+            raise ValueError("{}: a session creator or session config cannot be given for distributed "
+                             "training; pass the config to create_server() instead.".format(
+                                 type(self).__name__))
+        creator = DistributedSessionCreator(self.server, startup_timeout=self.STARTUP_TIMEOUT,
+                                            ready_timeout=self.STARTUP_TIMEOUT)
+        super().initialize(creator, session_init)
+        self._watchdog = TaskWatchdog(self.cluster, self.cluster.other_tasks(), self._on_lost,
+                                      interval=self.PROBE_INTERVAL)
+        self._watchdog.start()
+
+    def _on_lost(self, tasks):
+        logger.error("{}: lost {}.".format(self.cluster.task_name,
+                                           ', '.join(self.cluster.describe(*t) for t in tasks)))
+        if self._abort_op is not None:
+            try:
+                self.sess.run(self._abort_op, options=tfv1.RunOptions(timeout_in_ms=5000))
+            except tf.errors.OpError:
+                pass   # e.g. the lost task is a parameter server
+
+    def _run_options(self, collective_graph_key=0):
+        options = tfv1.RunOptions(timeout_in_ms=int(self.STEP_TIMEOUT * 1000))
+        if collective_graph_key:
+            options.experimental.collective_graph_key = collective_graph_key
+        return options
+
+    def _explain(self, err):
+        """The error to raise for ``err``: a :class:`LostTaskError` when a task is lost."""
+        lost = (self._watchdog.lost if self._watchdog is not None else []) or self.cluster.unreachable()
+        if lost:
+            return self.cluster.lost_task_error(lost, err)
+        if isinstance(err, tf.errors.DeadlineExceededError):
+            return RuntimeError("{}: a step took longer than {:g} s (STEP_TIMEOUT) although every task "
+                                "answers: is a task stuck? {}".format(
+                                    self.cluster.task_name, self.STEP_TIMEOUT, err.message.splitlines()[0]))
+        return err
+
+    # ----- training ----------------------------------------------------------------------------
+
+    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
+        """Agree with the other workers on the start (the chief's variables and schedule),
+        then run the epochs."""
+        schedule = np.asarray([steps_per_epoch, starting_epoch, max_epoch], np.int64)
+        try:
+            with self.sess.as_default():
+                received = self._start_together(schedule)
+        except (tf.errors.OpError, LostTaskError) as err:
+            self._stop_watching()
+            self.sess.close()
+            explained = self._explain(err) if isinstance(err, tf.errors.OpError) else err
+            raise explained from err
+        if received is not None and list(received) != list(schedule):
+            logger.info("{} follows the chief's schedule: {} steps per epoch, epochs {}..{}.".format(
+                self.cluster.task_name, *received))
+        chosen = schedule if received is None else received
+        steps_per_epoch, starting_epoch, max_epoch = (int(x) for x in chosen)
+        super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
+
+    def _start_together(self, schedule):
+        """Run the start-up exchange; returns the chief's schedule on another worker."""
+        raise NotImplementedError("{} must implement _start_together()".format(type(self).__name__))
+
+    def run_step(self):
+        self.hooked_sess.run(self.train_op, options=self._step_options)
+
+    @property
+    def _step_options(self):
+        return self._run_options()
+
+    def _run_epochs(self):
+        try:
+            super()._run_epochs()
+        except tf.errors.OpError as err:
+            explained = self._explain(err)
+            if explained is err:
+                raise
+            raise explained from err
+
+    def _end_training(self, failed):
+        self.training_failed = failed
+        self._stop_watching()
+        super()._end_training(failed)
+
+    def _stop_watching(self):
+        if self._watchdog is not None:
+            self._watchdog.stop()
+
+
+class _ParameterServerTrainer(DistributedTrainerBase):
+    """The start of the parameter-server trainers: the chief sends its global step and
+    schedule; the other workers wait for them (which also tells them the chief has
+    initialized and restored the variables)."""
+
+    def _build_sync_ops(self, grad_list, get_opt_fn):
+        callbacks = self._build_ps_train_op(grad_list, get_opt_fn)
+        sync = self._builder.sync
+        self._schedule = tfv1.placeholder(tf.int64, [3], name='schedule')
+        self._start_op = sync.build_start(get_global_step_var(), self._schedule)
+        self._abort_op = sync.build_abort()
+        return callbacks
+
+    def _build_ps_train_op(self, grad_list, get_opt_fn):
+        raise NotImplementedError("{} must implement _build_ps_train_op()".format(type(self).__name__))
+
+    def _start_together(self, schedule):
+        options = self._run_options()
+        if self.is_chief:
+            self.sess.run(self._start_op, feed_dict={self._schedule: schedule}, options=options)
+            return None
+        return self.sess.run(self._start_op, options=options)
+
+
+class DistributedTrainerParameterServer(_ParameterServerTrainer):
+    """Synchronous training with the variables on the parameter servers (tensorpack's
+    ``DistributedTrainerParameterServer``): each worker builds one tower per device, reading
+    the variables through a cache on the worker; each step the gradients are averaged over
+    the towers and the workers and applied once by the chief (see
+    :class:`~tensorpack_lite.graph_builder.distributed.DistributedParameterServerBuilder`).
+
+    Args:
+        gpus (int or list): this worker's towers (GPU ids or device strings).
+        server (tf.compat.v1.train.Server): this process's server.
+        caching_device (str): ``'cpu'`` or ``'gpu'``: where the worker caches the variables.
+    """
+
+    def __init__(self, gpus, server, caching_device='cpu'):
+        self._caching_device = caching_device
+        super().__init__(gpus, server)
+
+    def _make_builder(self, towers, server):
+        return DistributedParameterServerBuilder(towers, server, self._caching_device)
+
+    def _build_ps_train_op(self, grad_list, get_opt_fn):
+        self.train_op = self._builder.build(grad_list, get_opt_fn)
+        return []
+
+
+class DistributedTrainerReplicated(_ParameterServerTrainer):
+    """Synchronous training where each tower keeps a local replica and the parameter
+    servers the global variables (tensorpack's ``DistributedTrainerReplicated``): each step
+    the gradients are averaged over the towers and the workers, applied once to the global
+    variables by the chief, and every worker copies the result into its replicas (see
+    :class:`~tensorpack_lite.graph_builder.distributed.DistributedReplicatedBuilder`).
+    The global variables (named without prefix) are what checkpoints hold.
+
+    Args:
+        gpus (int or list): this worker's towers (GPU ids or device strings).
+        server (tf.compat.v1.train.Server): this process's server.
+    """
+
+    def _make_builder(self, towers, server):
+        return DistributedReplicatedBuilder(towers, server)
+
+    def _setup_graph(self, input, get_cost_fn, get_opt_fn):
+        with tfv1.device(self._builder.param_server_device()):
+            get_opt_fn()   # its variables (e.g. the learning rate) are global, on the parameter servers
+        return super()._setup_graph(input, get_cost_fn, get_opt_fn)
+
+    def _build_ps_train_op(self, grad_list, get_opt_fn):
+        self.train_op, self._initial_sync_op, model_sync_op = self._builder.build(grad_list, get_opt_fn)
+        if model_sync_op is None:
+            return []
+        logger.warn("The chief copies its model variables (e.g. batch-norm statistics) to the parameter "
+                    "servers once per epoch: save checkpoints at epoch ends.")
+        sync = RunOp(model_sync_op, run_before=False, run_as_trigger=True, verbose=True)
+        sync.chief_only = True
+        return [sync]
+
+    def _start_together(self, schedule):
+        received = super()._start_together(schedule)
+        self.sess.run(self._initial_sync_op, options=self._run_options())
+        return received
+
+    def _vs_name_for_predictor(self, device):
+        return 'tower0'
+
+
+class _BroadcastEveryEpoch(Callback):
+    """Copies the chief's variables to every worker at each epoch's end."""
+
+    _chief_only = False
+
+    def _trigger(self):
+        self.trainer.broadcast_variables()
+
+
+class CollectiveAllReduceTrainer(DistributedTrainerBase):
+    """Synchronous data-parallel training on several worker processes without parameter
+    server: every tower of every worker keeps a replica of the model, and each step the
+    gradients of all towers of all workers are averaged (or summed) with TensorFlow's
+    collective all-reduce, so every replica makes the same update: one step of N workers
+    of K towers, batch B each, makes the update of one process on the N*K*B datapoints.
+
+    When training starts, the workers check that they built the same variables, then the
+    chief's variables (initialized or restored by ``session_init``) are copied to every
+    worker, and again at each epoch's end with :attr:`BROADCAST_EVERY_EPOCH`.
+
+    Args:
+        gpus (int or list): this worker's towers (GPU ids or device strings such as
+            ``['/cpu:0', '/cpu:1']``); the same number on every worker.
+        server (tf.compat.v1.train.Server): this worker's server, in a cluster of workers only.
+        average (bool): average the gradients (else sum them).
+    """
+
+    BROADCAST_EVERY_EPOCH = True
+    """Copy the chief's variables to every worker at the end of every epoch too (they should
+    be equal; this also brings statistics that are not trained, e.g. batch-norm's, in line)."""
+
+    _STEP_KEY, _CHECK_KEY, _START_KEY, _BROADCAST_KEY = 101, 102, 103, 104
+
+    def __init__(self, gpus, server, average=True):
+        self._average = bool(average)
+        super().__init__(gpus, server)
+
+    def _make_builder(self, towers, server):
+        return CollectiveAllReduceBuilder(towers, server, self._average)
+
+    def _build_sync_ops(self, grad_list, get_opt_fn):
+        self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
+        return [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
+
+    def initialize(self, session_creator, session_init):
+        # built last, once every variable (also those of callbacks) exists
+        self._check = self._builder.build_variable_check()
+        self._broadcast_op = self._builder.build_broadcast()
+        self._schedule = tfv1.placeholder(tf.int64, [3], name='schedule')
+        self._schedule_received = self._builder.broadcast_tensor(self._schedule)
+        super().initialize(session_creator, session_init)
+
+    @property
+    def _step_options(self):
+        return self._run_options(self._STEP_KEY)
+
+    def _start_together(self, schedule):
+        digest, smallest, largest = self.sess.run(self._check, options=self._run_options(self._CHECK_KEY))
+        if smallest != largest:
+            raise RuntimeError("{}: the workers built different global variables (digests {} .. {}, this "
+                               "worker's {}). Every worker must build the same graph: callbacks that "
+                               "create variables must not be chief-only.".format(
+                                   self.cluster.task_name, smallest, largest, digest))
+        received = self.sess.run(self._schedule_received, feed_dict={self._schedule: schedule},
+                                 options=self._run_options(self._START_KEY))
+        self.broadcast_variables()
+        return None if self.is_chief else received
+
+    def broadcast_variables(self):
+        """Copy the chief's global variables to every worker (and into the local replicas of
+        each tower). All workers must call it together."""
+        if self._broadcast_op is not None:
+            self.sess.run(self._broadcast_op, options=self._run_options(self._BROADCAST_KEY))
+        if self._post_init_op is not None:
+            self.sess.run(self._post_init_op)

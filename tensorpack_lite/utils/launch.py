@@ -1,0 +1,227 @@
+"""A launcher for trying multi-process training on one machine: it starts one process per
+task of a local cluster (N workers, M parameter servers), each running the same command with
+the ``TF_CONFIG`` of its task, on free ports.
+
+    python -m tensorpack_lite.utils.launch --workers 2 --ps 1 -- python train.py --epochs 5
+
+In the script, ``create_server()`` (:mod:`tensorpack_lite.tfutils.distributed`) reads
+``TF_CONFIG``. Every output line is prefixed with its task (``[worker 1] ...``). When a
+process fails, the others get ``grace`` seconds to stop on their own (the distributed
+trainers stop with an error naming the lost task), then they are ended; SIGINT and SIGTERM
+are passed on to every process (a second one ends them at once). The exit code is 0 when
+every worker succeeded, else the code of the first failure (128 + n for signal n).
+
+No TensorFlow is imported here.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from .cluster import ClusterConfig, local_cluster
+
+__all__ = ['LocalCluster', 'launch', 'main']
+
+
+def _exit_code(returncode):
+    """A process's return code as a shell exit code (signal n -> 128 + n)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Task:
+    """One child process and the thread copying its output."""
+
+    def __init__(self, job, index, proc, pump):
+        self.job, self.index, self.proc, self.pump = job, index, proc, pump
+
+    @property
+    def name(self):
+        return '{} {}'.format(self.job, self.index)
+
+    def signal(self, sig):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class LocalCluster:
+    """The processes of a cluster on this machine, all running ``command``.
+
+    Args:
+        command (list[str]): the command of every task, e.g. ``['python', 'train.py']``.
+        num_worker (int): worker processes (worker 0 is the chief).
+        num_ps (int): parameter-server processes.
+        host (str): the host name in the addresses.
+        grace (float): seconds the other processes get to stop on their own after one
+            fails (and ps tasks after every worker finished), before they are ended.
+        env (dict): the environment of the processes (default: this one), plus TF_CONFIG.
+        output: a binary stream for the processes' prefixed output (default: stdout).
+
+    Example::
+
+        cluster = LocalCluster(['python', 'train.py'], num_worker=2)
+        cluster.start()
+        exit_code = cluster.wait(timeout=600)
+    """
+
+    KILL_AFTER = 5.0
+    """Seconds between SIGTERM and SIGKILL when ending processes."""
+
+    def __init__(self, command, num_worker, num_ps=0, host='localhost', grace=30.0, env=None, output=None):
+        if isinstance(command, str) or not command:
+            raise ValueError("LocalCluster: command must be a non-empty list of arguments, got {!r}".format(
+                command))
+        self.command = list(command)
+        self.config = ClusterConfig(local_cluster(num_worker, num_ps, host), 'worker', 0)
+        self.grace = float(grace)
+        self._env = dict(os.environ if env is None else env)
+        self._output = output if output is not None else sys.stdout.buffer
+        self._output_lock = threading.RLock()   # also taken in signal handlers
+        self._tasks = []
+        self._failure = None          # (task, exit code) of the first failure
+        self._end_by = None           # when the remaining processes are ended
+
+    @property
+    def tasks(self):
+        """``(job, index, subprocess.Popen)`` of every started process."""
+        return [(t.job, t.index, t.proc) for t in self._tasks]
+
+    def _say(self, text):
+        self._write(b'[launch] ' + text.encode('utf-8') + b'\n')
+
+    def _write(self, data):
+        with self._output_lock:
+            self._output.write(data)
+            self._output.flush()
+
+    def _pump(self, prefix, stream):
+        for line in iter(stream.readline, b''):
+            self._write(prefix + (line if line.endswith(b'\n') else line + b'\n'))
+        stream.close()
+
+    def start(self):
+        """Start every process (ps tasks first)."""
+        if self._tasks:
+            raise RuntimeError("LocalCluster.start() was called already")
+        self._say("cluster: {}".format(self.config.cluster))
+        for job, index in self.config.tasks('ps') + self.config.tasks('worker'):
+            env = dict(self._env, TF_CONFIG=self.config.for_task(job, index).to_tf_config())
+            proc = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            prefix = '[{} {}] '.format(job, index).encode('utf-8')
+            pump = threading.Thread(target=self._pump, args=(prefix, proc.stdout), daemon=True)
+            pump.start()
+            self._tasks.append(_Task(job, index, proc, pump))
+
+    def send_signal(self, sig):
+        """Pass a signal on to every running process (and the processes it started)."""
+        for task in self._tasks:
+            task.signal(sig)
+
+    def terminate(self):
+        """End every running process: SIGTERM, then SIGKILL after :attr:`KILL_AFTER` s."""
+        self.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.KILL_AFTER
+        while time.monotonic() < deadline and any(t.proc.poll() is None for t in self._tasks):
+            time.sleep(0.05)
+        self.send_signal(signal.SIGKILL)
+        for task in self._tasks:
+            task.proc.wait()
+            task.pump.join(timeout=5)
+
+    def stop_soon(self, reason):
+        """Give the processes :attr:`grace` seconds to end, then end them."""
+        if self._end_by is None:
+            self._say("{}; ending the other processes within {:g} s".format(reason, self.grace))
+            self._end_by = time.monotonic() + self.grace
+
+    def _check_exits(self):
+        """Record the first failure; returns whether every worker has exited."""
+        for task in self._tasks:
+            code = task.proc.poll()
+            if code is None or code == 0 or self._failure is not None:
+                continue
+            self._failure = (task, code)
+            self.stop_soon("{} failed with exit code {}".format(task.name, _exit_code(code)))
+        workers = [t for t in self._tasks if t.job == 'worker']
+        return all(t.proc.poll() is not None for t in workers)
+
+    def wait(self, timeout=None):
+        """Wait until the cluster is done; returns the exit code (see the module doc).
+
+        Args:
+            timeout (float): end every process after this many seconds (exit code 124).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                workers_done = self._check_exits()
+                if workers_done and self._failure is None:
+                    self.stop_soon("every worker finished")
+                if all(t.proc.poll() is not None for t in self._tasks):
+                    break
+                if self._end_by is not None and time.monotonic() >= self._end_by:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._say("the cluster did not finish within {:g} s".format(timeout))
+                    return 124
+                time.sleep(0.05)
+            return _exit_code(self._failure[1]) if self._failure else 0
+        finally:
+            self.terminate()
+
+
+def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=None):
+    """Run ``command`` as a local cluster (see :class:`LocalCluster`) until it is done,
+    passing SIGINT and SIGTERM on to the processes. Returns the exit code."""
+    cluster = LocalCluster(command, num_worker, num_ps, host=host, grace=grace)
+    interrupted = []
+
+    def forward(sig, _):
+        if interrupted:
+            cluster.send_signal(signal.SIGKILL)
+            return
+        interrupted.append(sig)
+        cluster.send_signal(sig)
+        cluster.stop_soon("received signal {}".format(signal.Signals(sig).name))
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        cluster.start()
+        code = cluster.wait(timeout)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 + interrupted[0] if interrupted and code == 0 else code
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='python -m tensorpack_lite.utils.launch',
+        description="Run a command as N worker (and M ps) processes of a cluster on this machine, each "
+                    "with the TF_CONFIG of its task.")
+    parser.add_argument('-n', '--workers', type=int, required=True, help='number of worker processes')
+    parser.add_argument('--ps', type=int, default=0, help='number of parameter-server processes')
+    parser.add_argument('--host', default='localhost', help='host name in the addresses')
+    parser.add_argument('--grace', type=float, default=30.0,
+                        help='seconds the others get to stop after one fails (default 30)')
+    parser.add_argument('--timeout', type=float, help='end everything after this many seconds')
+    parser.add_argument('command', nargs=argparse.REMAINDER, help='the command, after --')
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ['--'] else args.command
+    if not command:
+        parser.error("give the command to run after --, e.g. -- python train.py")
+    try:
+        return launch(command, args.workers, args.ps, host=args.host, grace=args.grace, timeout=args.timeout)
+    except ValueError as err:
+        parser.error(str(err))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""A process for the launcher tests (no TensorFlow): records its TF_CONFIG in
+``OUT/<job><index>.json``, prints a line naming its task, then does what it is told:
+
+    python launch_child.py OUT [--fail JOB:INDEX:CODE] [--wait]
+
+``--fail`` makes that task exit with CODE; ``--wait`` makes every other task wait (up to 120 s)
+until a SIGTERM, which it records in ``OUT/<job><index>.sigterm`` before exiting with code 0.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+
+def main(argv):
+    out = argv[0]
+    config = json.loads(os.environ['TF_CONFIG'])
+    job, index = config['task']['type'], config['task']['index']
+    name = '{}{}'.format(job, index)
+
+    def on_sigterm(signum, frame):
+        with open(os.path.join(out, name + '.sigterm'), 'w') as f:
+            f.write(str(signum))
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    with open(os.path.join(out, name + '.json'), 'w') as f:
+        json.dump({'tf_config': config, 'pid': os.getpid()}, f)
+    print('task {} {} of {} workers'.format(job, index, len(config['cluster']['worker'])), flush=True)
+    if '--fail' in argv:
+        fail_job, fail_index, code = argv[argv.index('--fail') + 1].split(':')
+        if (fail_job, int(fail_index)) == (job, index):
+            sys.exit(int(code))
+    if '--wait' in argv:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        sys.exit(5)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])

@@ -1,0 +1,172 @@
+"""A tiny regression model trained by one task of a cluster, for tests/test_distributed.py.
+
+    TF_CONFIG=... python train_tiny.py --trainer collective --out DIR [options]
+
+Every process of the cluster runs it (the launcher sets TF_CONFIG). Worker k
+trains on its share (RankShardData) of the same deterministic data and, when training ends,
+writes ``DIR/worker<k>.json``: its trainable variables (replicas included), global step and
+pid. Worker k starts from its own initial weights (seed ``INIT_SEED + k``), so equal final
+weights show that the chief's were used. :func:`train_single` trains the same model in one
+process on the batches of every tower of every worker together, for comparison.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+
+from tensorpack_lite.callbacks.saver import ModelSaver
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.loop.callback import Callback
+from tensorpack_lite.tfutils.summary import add_moving_summary
+from tensorpack_lite.train import AutoResumeTrainConfig, ModelDesc, TrainConfig, launch_train_with_config
+from tensorpack_lite.utils import logger
+
+INIT_SEED = 100
+FEATURES = 6
+
+
+class TinyModel(ModelDesc):
+    """6 -> hidden (tanh) -> 1, mean squared error, SGD with momentum (slots are synced too)."""
+
+    def __init__(self, init_seed, lr, hidden):
+        self.init_seed, self.lr, self.hidden = init_seed, lr, hidden
+
+    def inputs(self):
+        return [tf.TensorSpec([None, FEATURES], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
+
+    def build_graph(self, x, y):
+        rng = np.random.RandomState(self.init_seed)
+        w0 = tfv1.get_variable('fc0/W', initializer=rng.randn(FEATURES, self.hidden).astype('float32'))
+        b0 = tfv1.get_variable('fc0/b', initializer=rng.randn(self.hidden).astype('float32') * 0.1)
+        w1 = tfv1.get_variable('fc1/W', initializer=(rng.randn(self.hidden, 1) / np.sqrt(self.hidden))
+                               .astype('float32'))
+        pred = tf.squeeze(tf.matmul(tf.tanh(tf.matmul(x, w0) + b0), w1), 1)
+        cost = tf.reduce_mean(tf.square(pred - y), name='cost')
+        add_moving_summary(cost)
+        return cost
+
+    def optimizer(self):
+        return tfv1.train.MomentumOptimizer(self.lr, 0.9)
+
+
+def make_samples(num):
+    """``num`` deterministic [x, y] datapoints."""
+    rng = np.random.RandomState(0)
+    x = rng.randn(num, FEATURES).astype('float32')
+    y = np.sin(x @ rng.randn(FEATURES)).astype('float32')
+    return [[a, b] for a, b in zip(x, y)]
+
+
+class DumpWeights(Callback):
+    """On every worker: writes the trainable variables when training ends."""
+
+    _chief_only = False
+
+    def __init__(self, path):
+        self.path = path
+
+    def _after_train(self):
+        variables = tfv1.trainable_variables()
+        values = self.trainer.sess.run(variables)
+        with open(self.path, 'w') as f:
+            json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
+                       'weights': {v.op.name: x.tolist() for v, x in zip(variables, values)}}, f)
+
+
+class DieAtStep(Callback):
+    """Kills its own process (SIGKILL) once the global step reaches ``step``."""
+
+    _chief_only = False
+
+    def __init__(self, step):
+        self.step = step
+
+    def _trigger_step(self):
+        if self.trainer.global_step >= self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch):
+    """The reference: SimpleTrainer in this process, ``batch`` datapoints per step; returns
+    the final trainable weights by variable name."""
+    from tensorpack_lite.train import SimpleTrainer
+    result = {}
+
+    class ReadWeights(Callback):
+        def _after_train(self):
+            variables = tfv1.trainable_variables()
+            result.update(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
+
+    config = TrainConfig(model=TinyModel(INIT_SEED, lr, hidden),
+                         dataflow=BatchData(DataFromList(samples, shuffle=False), batch),
+                         callbacks=[ReadWeights()], monitors=[], steps_per_epoch=steps_per_epoch,
+                         max_epoch=max_epoch)
+    launch_train_with_config(config, SimpleTrainer())
+    return result
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--trainer', choices=['collective', 'ps', 'replicated'], required=True)
+    parser.add_argument('--out', required=True, help='directory for worker<k>.json')
+    parser.add_argument('--logdir', help="the chief's logger directory")
+    parser.add_argument('--per-worker-logdir', action='store_true',
+                        help='every worker sets the logger directory LOGDIR/worker<k>')
+    parser.add_argument('--towers', type=int, default=1, help='CPU devices (towers) per worker')
+    parser.add_argument('--batch', type=int, default=4, help='per tower')
+    parser.add_argument('--hidden', type=int, default=5)
+    parser.add_argument('--steps-per-epoch', type=int, default=3)
+    parser.add_argument('--epochs', type=int, default=1)
+    parser.add_argument('--lr', type=float, default=0.05)
+    parser.add_argument('--sum', action='store_true', help='sum the gradients (collective)')
+    parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
+    parser.add_argument('--startup-timeout', type=float, default=120)
+    return parser.parse_args(argv)
+
+
+def make_trainer(args, server):
+    from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer,
+                                                   DistributedTrainerParameterServer,
+                                                   DistributedTrainerReplicated)
+    towers = ['/cpu:{}'.format(i) for i in range(args.towers)]
+    if args.trainer == 'collective':
+        trainer = CollectiveAllReduceTrainer(towers, server, average=not args.sum)
+    elif args.trainer == 'ps':
+        trainer = DistributedTrainerParameterServer(towers, server)
+    else:
+        trainer = DistributedTrainerReplicated(towers, server)
+    trainer.STARTUP_TIMEOUT = args.startup_timeout
+    return trainer
+
+
+def main(argv):
+    from tensorpack_lite.tfutils.distributed import create_server
+    from tensorpack_lite.train.horovod_trainer import RankShardData
+    args = parse_args(argv)
+    server = create_server(config=tfv1.ConfigProto(device_count={'CPU': args.towers}))
+    trainer = make_trainer(args, server)     # a ps task serves here, then exits
+    logdir = args.logdir
+    if logdir and args.per_worker_logdir:
+        logdir = os.path.join(logdir, 'worker{}'.format(trainer.task_index))
+    if logdir and (trainer.is_chief or args.per_worker_logdir):
+        logger.set_logger_dir(logdir, action='k')
+    num = args.steps_per_epoch * args.towers * args.batch * trainer.num_worker
+    df = RankShardData(DataFromList(make_samples(num), shuffle=False), trainer.task_index, trainer.num_worker)
+    callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)))]
+    if logger.get_logger_dir():
+        callbacks.append(ModelSaver())   # chief-only: skipped on the other workers
+    if args.die_at_step and trainer.task_index == 1:
+        callbacks.append(DieAtStep(args.die_at_step))
+    config = AutoResumeTrainConfig(model=TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden),
+                                   dataflow=BatchData(df, args.batch), callbacks=callbacks,
+                                   steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs)
+    launch_train_with_config(config, trainer)
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
