@@ -30,12 +30,12 @@ import sys
 
 import numpy as np
 
+from ..callbacks.base import Callback
 from ..callbacks.graph import RunOp
 from ..callbacks.monitor import JSONWriter, TFEventWriter
 from ..compat import tf, tfv1
 from ..graph_builder.distributed import (CollectiveAllReduceBuilder, DistributedParameterServerBuilder,
                                          DistributedReplicatedBuilder)
-from ..loop.callback import Callback
 from ..tfutils.common import get_global_step_var
 from ..tfutils.distributed import (DistributedSessionCreator, build_worker_done_op, cluster_of_server,
                                    serve_until_workers_finish)

@@ -21,7 +21,7 @@ import numpy as np
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.loop.callback import Callback
+from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import AutoResumeTrainConfig, ModelDesc, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils import logger

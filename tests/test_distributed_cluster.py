@@ -1,0 +1,229 @@
+"""The cluster description (utils.cluster) and the local launcher (utils.launch), without
+TensorFlow: the launcher's processes are small scripts (tests/distributed_scripts/launch_child.py)."""
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from helpers import kill_process_tree
+from tensorpack_lite.utils.cluster import ClusterConfig, LostTaskError, TaskWatchdog, local_cluster
+from tensorpack_lite.utils.launch import LocalCluster
+from tensorpack_lite.utils.launch import main as launch_main
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+CHILD = os.path.join(HERE, 'distributed_scripts', 'launch_child.py')
+
+
+@pytest.fixture
+def listening():
+    """A socket listening on a free port of this machine: (port, socket)."""
+    sock = socket.socket()
+    sock.bind(('localhost', 0))
+    sock.listen()
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def closed_port():
+    sock = socket.socket()
+    sock.bind(('localhost', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+# ----- ClusterConfig ------------------------------------------------------------------------------
+
+def test_tf_config_round_trip_and_task_properties():
+    cluster = {'worker': ['localhost:2001', 'localhost:2002'], 'ps': ['localhost:2003']}
+    config = ClusterConfig(cluster, 'worker', 1)
+    assert (config.num_worker, config.num_ps, config.is_chief) == (2, 1, False)
+    assert config.task_name == '/job:worker/task:1'
+    assert config.tasks() == [('worker', 0), ('worker', 1), ('ps', 0)]
+    assert config.other_tasks() == [('worker', 0), ('ps', 0)]
+    assert config.describe('ps', 0) == 'ps 0 (localhost:2003)'
+    text = config.to_tf_config()
+    assert json.loads(text) == {'cluster': cluster, 'task': {'type': 'worker', 'index': 1}}
+    again = ClusterConfig.from_tf_config(text)
+    assert (again.cluster, again.job_name, again.task_index) == (cluster, 'worker', 1)
+    assert ClusterConfig(cluster, 'worker', 0).is_chief and not ClusterConfig(cluster, 'ps', 0).is_chief
+
+
+def test_tf_config_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv('TF_CONFIG', json.dumps({'cluster': {'worker': ['localhost:2001']},
+                                                'task': {'type': 'worker', 'index': 0}}))
+    assert ClusterConfig.from_tf_config().is_chief
+    monkeypatch.delenv('TF_CONFIG')
+    with pytest.raises(ValueError, match='TF_CONFIG is not set'):
+        ClusterConfig.from_tf_config()
+    with pytest.raises(ValueError, match='not valid JSON'):
+        ClusterConfig.from_tf_config('{cluster')
+    with pytest.raises(ValueError, match="must hold 'cluster' and 'task'"):
+        ClusterConfig.from_tf_config('{"cluster": {"worker": ["localhost:2001"]}}')
+
+
+@pytest.mark.parametrize('cluster, job, index, message', [
+    ({'worker': ['localhost:2001', 'localhost:2001']}, 'worker', 0,
+     r'worker 0 \(localhost:2001\) and worker 1 \(localhost:2001\) use the same port 2001'),
+    ({'worker': ['localhost:2001'], 'ps': ['127.0.0.1:2001']}, 'worker', 0,
+     r'worker 0 \(localhost:2001\) and ps 0 \(127.0.0.1:2001\) use the same port'),
+    ({'worker': ['localhost:2001', 'localhost:2002']}, 'worker', 2,
+     r"task_index 2 is out of range: job 'worker' has 2 task\(s\), indices 0..1"),
+    ({'worker': ['localhost:2001']}, 'ps', 0, r"job_name must be one of the cluster's jobs \['worker'\]"),
+    ({'worker': ['no-such-host.invalid:2001']}, 'worker', 0,
+     r"worker 0 \(no-such-host.invalid:2001\): the host 'no-such-host.invalid' cannot be resolved "
+     r".*unreachable"),
+    ({'worker': ['localhost']}, 'worker', 0,
+     r"worker 0: 'localhost' is not an address of the form 'host:port'"),
+    ({'worker': ['localhost:99999']}, 'worker', 0,
+     r"worker 0: address 'localhost:99999' has no valid port"),
+    ({'worker': ['localhost:2001'], 'chief': ['localhost:2002']}, 'worker', 0,
+     r"unknown job\(s\) \['chief'\].*worker 0 is the chief"),
+    ({'ps': ['localhost:2001']}, 'ps', 0, r"has no 'worker' job"),
+    ({'worker': []}, 'worker', 0, r"job 'worker' must be a non-empty list"),
+])
+def test_a_bad_cluster_is_an_error_naming_it(cluster, job, index, message):
+    with pytest.raises(ValueError, match=message):
+        ClusterConfig(cluster, job, index)
+
+
+def test_local_cluster_picks_distinct_free_ports():
+    cluster = local_cluster(3, 2)
+    addresses = cluster['worker'] + cluster['ps']
+    assert len(cluster['worker']) == 3 and len(cluster['ps']) == 2
+    assert len(set(addresses)) == 5 and all(a.startswith('localhost:') for a in addresses)
+    for address in addresses:   # free now: each can be bound
+        with socket.socket() as sock:
+            sock.bind(('', int(address.split(':')[1])))
+    assert 'ps' not in local_cluster(1)
+    with pytest.raises(ValueError, match='num_worker must be an integer >= 1'):
+        local_cluster(0)
+
+
+def test_probing_names_the_tasks_that_do_not_answer(listening):
+    down = closed_port()
+    config = ClusterConfig({'worker': ['localhost:{}'.format(closed_port()), 'localhost:{}'.format(listening),
+                                       'localhost:{}'.format(down)]}, 'worker', 0)
+    assert config.unreachable() == [('worker', 2)]
+    config.wait_until_reachable([('worker', 1)], timeout=5)
+    start = time.monotonic()
+    with pytest.raises(LostTaskError) as info:
+        config.wait_until_reachable(timeout=0.5)
+    assert time.monotonic() - start < 10
+    assert 'worker 2 (localhost:{}) did not start within 0.5 s'.format(down) in str(info.value)
+    error = config.lost_task_error([('worker', 2)], RuntimeError('Socket closed\nmore'))
+    assert str(error).startswith('worker 0 (localhost:')
+    assert 'lost worker 2 (localhost:{})'.format(down) in str(error)
+    assert str(error).endswith('The error seen: RuntimeError: Socket closed')
+
+
+def test_watchdog_reports_a_task_that_stops_answering():
+    server = socket.socket()
+    server.bind(('localhost', 0))
+    server.listen()
+    config = ClusterConfig({'worker': ['localhost:{}'.format(closed_port()),
+                                       'localhost:{}'.format(server.getsockname()[1])]}, 'worker', 0)
+    reported = []
+    lost = threading.Event()
+    watchdog = TaskWatchdog(config, config.other_tasks(), lambda tasks: (reported.append(tasks), lost.set()),
+                            interval=0.05)
+    watchdog.start()
+    try:
+        assert not lost.wait(0.5)     # it answers: nothing reported
+        server.close()
+        assert lost.wait(20)
+    finally:
+        watchdog.stop()
+    assert reported == [[('worker', 1)]] and watchdog.lost == [('worker', 1)]
+
+
+# ----- the launcher -------------------------------------------------------------------------------
+
+def run_launcher(tmp_path, *args, command_args=(), timeout=60):
+    command = [sys.executable, '-m', 'tensorpack_lite.utils.launch'] + list(args) + \
+        ['--', sys.executable, CHILD, str(tmp_path)] + list(command_args)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONPATH=REPO), start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_process_tree(proc)
+        pytest.fail("the launcher did not end within {} s".format(timeout))
+    return proc.returncode, output
+
+
+def test_every_task_gets_its_tf_config_and_prefixed_output(tmp_path):
+    code, output = run_launcher(tmp_path, '-n', '2', '--ps', '1', '--grace', '5')
+    assert code == 0, output
+    configs = {name: json.loads((tmp_path / (name + '.json')).read_text())['tf_config']
+               for name in ('worker0', 'worker1', 'ps0')}
+    cluster = configs['worker0']['cluster']
+    assert all(c['cluster'] == cluster for c in configs.values())
+    assert len(cluster['worker']) == 2 and len(cluster['ps']) == 1
+    assert [configs[n]['task'] for n in ('worker0', 'worker1', 'ps0')] == [
+        {'type': 'worker', 'index': 0}, {'type': 'worker', 'index': 1}, {'type': 'ps', 'index': 0}]
+    for job, index in (('worker', 0), ('worker', 1), ('ps', 0)):
+        assert '[{0} {1}] task {0} {1} of 2 workers\n'.format(job, index) in output
+
+
+def test_a_failing_worker_ends_the_others_and_its_code_is_the_exit_code(tmp_path):
+    output = io.BytesIO()
+    cluster = LocalCluster([sys.executable, CHILD, str(tmp_path), '--fail', 'worker:1:3', '--wait'],
+                           num_worker=3, grace=1, output=output)
+    start = time.monotonic()
+    cluster.start()
+    assert cluster.wait(timeout=60) == 3, output.getvalue()
+    assert time.monotonic() - start < 50
+    expected = b'[launch] worker 1 failed with exit code 3; ending the other processes within 1 s'
+    assert expected in output.getvalue()
+    assert sorted(p.name for p in tmp_path.glob('*.sigterm')) == ['worker0.sigterm', 'worker2.sigterm']
+
+
+def test_signals_are_passed_on_to_every_task(tmp_path):
+    command = [sys.executable, '-m', 'tensorpack_lite.utils.launch', '-n', '2', '--ps', '1', '--grace', '10',
+               '--', sys.executable, CHILD, str(tmp_path), '--wait']
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONPATH=REPO), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob('*.json'))) < 3:
+            assert time.monotonic() < deadline, "the tasks did not start"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        kill_process_tree(proc)
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    assert '[launch] received signal SIGTERM' in output
+    assert sorted(p.name for p in tmp_path.glob('*.sigterm')) == ['ps0.sigterm', 'worker0.sigterm',
+                                                                  'worker1.sigterm']
+
+
+def test_the_timeout_ends_everything(tmp_path):
+    output = io.BytesIO()
+    cluster = LocalCluster([sys.executable, CHILD, str(tmp_path), '--wait'], num_worker=2, grace=5,
+                           output=output)
+    cluster.start()
+    assert cluster.wait(timeout=2) == 124
+    assert all(proc.poll() is not None for _, _, proc in cluster.tasks)
+    assert b'[launch] the cluster did not finish within 2 s' in output.getvalue()
+
+
+def test_a_bad_command_line_is_refused(capsys):
+    with pytest.raises(SystemExit) as info:
+        launch_main(['-n', '0', '--', 'python', 'train.py'])
+    assert info.value.code == 2 and 'num_worker must be an integer >= 1' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        launch_main(['-n', '2'])
+    assert 'give the command to run after --' in capsys.readouterr().err
+    with pytest.raises(ValueError, match='non-empty list of arguments'):
+        LocalCluster('python train.py', num_worker=1)
