@@ -1,5 +1,5 @@
-"""Shared test set-up: quiet TensorFlow, a fresh graph and logger state for every test, and
-the fixtures several modules use. Shared non-fixture helpers are in helpers.py."""
+"""Shared test set-up: quiet TensorFlow, graph mode, a fresh graph and logger state for every
+test, and the fixtures several modules use. Shared non-fixture helpers are in helpers.py."""
 
 import os
 import queue
@@ -20,6 +20,15 @@ if _TESTS_DIR not in sys.path:
 import pytest  # noqa: E402
 
 from helpers import capture_logs  # noqa: E402
+
+
+def pytest_configure(config):
+    """The tests build graphs as tensorpack code does, some while they are collected (e.g. in
+    parametrize lists): graph mode for the whole run, as a trainer would switch it on.
+    (Importing tensorpack_lite alone leaves TensorFlow's mode alone; test_architecture.py
+    checks that in a fresh interpreter.)"""
+    from tensorpack_lite.compat import enable_graph_mode
+    enable_graph_mode()
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks import group as callback_group
+from tensorpack_lite.loop import dispatch as callback_group
 from tensorpack_lite.callbacks.base import Callback, CallbackFactory, ProxyCallback
 from tensorpack_lite.callbacks.monitor import MonitorBase
 from tensorpack_lite.compat import tf, tfv1

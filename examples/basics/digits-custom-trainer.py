@@ -99,6 +99,7 @@ def main():
     logger.set_logger_dir(args.logdir, action='d')
     train_points, test_points = load_digits_split()
     dataflow = BatchData(DataFromList(train_points, shuffle=True), args.batch)
+    tf.disable_eager_execution()  # the graph is built by hand, before the trainer exists
     image, label, loss, accuracy, train_op = build_graph()
 
     trainer = FeedingTrainer(dataflow, image, label, train_op)

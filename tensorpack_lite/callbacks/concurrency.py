@@ -2,9 +2,9 @@
 
 import multiprocessing as mp
 
+from ..loop.callback import Callback
 from ..utils import logger
 from ..utils.concurrency import start_proc_mask_signal
-from .base import Callback
 
 __all__ = ['StartProcOrThread']
 

@@ -20,28 +20,15 @@ import os
 import numpy as np
 
 from ..compat import tf, tfv1
+from ..loop.callback import Callback
 from ..tfutils.common import get_op_tensor_name
-from ..tfutils.summary import _encode_png
+from ..tfutils.summary import encode_png
+from ..tfutils.varmanip import variable_of_tensor
 from ..utils import logger
 from ..utils.argtools import log_once
 from ..utils.fs import write_atomically
-from .base import Callback
 
 __all__ = ['DumpTensors', 'DumpTensor', 'DumpTensorAsImage', 'DumpParamAsImage']
-
-
-def _variable_of(tensor):
-    """The variable ``tensor`` stands for (the handle of a resource variable, or the tensor of
-    a ref variable), or None when it is an ordinary tensor."""
-    if not isinstance(tensor, tf.Tensor):
-        return None
-    if tensor.dtype != tf.resource and tensor.op.type not in ('VariableV2', 'Variable'):
-        return None
-    for key in (tfv1.GraphKeys.GLOBAL_VARIABLES, tfv1.GraphKeys.LOCAL_VARIABLES):
-        for var in tensor.graph.get_collection(key):
-            if var.name == tensor.name:
-                return var
-    return None
 
 
 def _require_logger_dir(owner):
@@ -65,7 +52,7 @@ class _EpochEndValues(Callback):
             if not isinstance(thing, tf.Tensor):
                 raise TypeError("{}: '{}' names an op, not a tensor; give a tensor name such as "
                                 "'{}:0'.".format(self, name, thing.name))
-            var = _variable_of(thing)
+            var = variable_of_tensor(thing)
             if var is not None:
                 self._variables[index] = var
             elif thing.dtype == tf.resource:
@@ -77,36 +64,35 @@ class _EpochEndValues(Callback):
         self._fetch = None
         if self._tensors:
             self._fetch = tfv1.train.SessionRunArgs(fetches=list(self._tensors.values()))
-        self._fetched_at = None
         self._fetched = None
 
     def _check_found(self):
         """Subclasses may reject some of the tensors found."""
 
-    def _position(self):
-        return self.epoch_num, self.local_step
-
     def _before_run(self, _):
         # fetch once, with the first hooked run of the last step of the epoch
-        if self._fetch is None or self.local_step != self.trainer.steps_per_epoch - 1:
+        loop = self.trainer.loop
+        if self._fetch is None or not (loop.is_last_step_of_epoch and loop.is_first_run_of_step):
             return None
-        if self._fetched_at == self._position():
-            return None
-        self._fetched_at = self._position()
-        self._fetched = None
         return self._fetch
 
     def _after_run(self, _, run_values):
-        if self._fetched_at == self._position() and self._fetched is None:
-            self._fetched = run_values.results
+        if run_values.results is not None:
+            self._fetched = (self.epoch_num, run_values.results)
+
+    def _fetched_this_step(self):
+        """The values fetched with the current step, if it is the last of its epoch."""
+        if self._fetched is None or not self.trainer.loop.is_last_step_of_epoch:
+            return None
+        epoch, values = self._fetched
+        return values if epoch == self.epoch_num else None
 
     def _get_values(self):
         """The values of the names, in order."""
         values = [None] * len(self._names)
         if self._tensors:
-            if self._fetched is not None and self._fetched_at == self._position():
-                fetched = self._fetched
-            else:
+            fetched = self._fetched_this_step()
+            if fetched is None:
                 log_once("{} was triggered elsewhere than at the end of an epoch: its tensors {} "
                          "are computed by a separate session run.".format(
                              self, [self._names[i] for i in self._tensors]), 'warn')
@@ -246,7 +232,7 @@ class DumpTensorAsImage(_EpochEndValues):
                 self.prefix, self.epoch_num, suffix))
             if image.ndim == 2:
                 image = image[:, :, np.newaxis]
-            encoded = _encode_png(np.ascontiguousarray(image))
+            encoded = encode_png(np.ascontiguousarray(image))
             write_atomically(path, lambda f: f.write(encoded))
             self.last_files.append(path)
         if len({p.shape for p in pixels}) == 1:

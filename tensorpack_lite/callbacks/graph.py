@@ -8,9 +8,9 @@
 """
 
 from ..compat import tf, tfv1
+from ..loop.callback import Callback
 from ..tfutils.common import get_op_or_tensor_by_name
 from ..utils import logger
-from .base import Callback
 
 __all__ = ['RunOp', 'RunUpdateOps', 'ProcessTensors', 'CheckNumerics']
 

@@ -1,32 +1,12 @@
 """Adapters between tensorpack callbacks and TensorFlow's ``SessionRunHook``s, and the
-TensorFlow debugger (tfdbg) as a callback."""
+TensorFlow debugger (tfdbg) as a callback. (:class:`CallbackToHook` is defined with the
+dispatcher, in :mod:`tensorpack_lite.loop.dispatch`.)"""
 
 from ..compat import tfv1
-from .base import Callback, name_culprit
+from ..loop.callback import Callback
+from ..loop.dispatch import CallbackToHook
 
 __all__ = ['CallbackToHook', 'HookToCallback', 'TFLocalCLIDebugHook']
-
-
-class CallbackToHook(tfv1.train.SessionRunHook):
-    """Presents a callback's ``before_run``/``after_run`` as a ``SessionRunHook``; an error
-    raised there carries a note naming the callback."""
-
-    def __init__(self, cb):
-        self._cb = cb
-
-    def before_run(self, run_context):
-        try:
-            return self._cb.before_run(run_context)
-        except Exception as err:
-            name_culprit(err, self._cb, 'before_run')
-            raise
-
-    def after_run(self, run_context, run_values):
-        try:
-            self._cb.after_run(run_context, run_values)
-        except Exception as err:
-            name_culprit(err, self._cb, 'after_run')
-            raise
 
 
 class HookToCallback(Callback):

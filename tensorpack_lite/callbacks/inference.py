@@ -18,9 +18,9 @@ import numbers
 
 import numpy as np
 
+from ..loop.callback import Callback
 from ..tfutils.common import get_op_tensor_name
 from ..utils.stats import BinaryStatistics, RatioCounter
-from .base import Callback
 
 __all__ = ['Inferencer', 'ScalarStats', 'ClassificationError', 'BinaryClassificationStats']
 

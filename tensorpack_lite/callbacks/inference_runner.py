@@ -16,12 +16,13 @@ from ..dataflow.base import DataFlow
 from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
 from ..input_source.input_source import FeedInput, QueueInput, StagingInput
 from ..input_source.input_source_base import InputSource
+from ..loop.callback import Callback, name_culprit
+from ..loop.dispatch import Callbacks
 from ..tfutils.hooked_session import HookedSession
-from ..tfutils.tower import TowerFunc, build_predict_tower
+from ..tfutils.inference_tower import build_predict_tower
+from ..tfutils.tower_func import TowerFunc
 from ..utils import logger
 from ..utils.utils import get_tqdm
-from .base import Callback, name_culprit
-from .group import Callbacks
 from .inference import Inferencer
 
 __all__ = ['InferenceRunnerBase', 'InferenceRunner', 'DataParallelInferenceRunner']
@@ -263,7 +264,7 @@ class InferenceRunner(InferenceRunnerBase):
         return self._tower_handle
 
     def _build_towers(self, tower_func):
-        vs_for_predictor = getattr(self.trainer, '_vs_name_for_predictor', None)
+        vs_for_predictor = getattr(self.trainer, 'vs_name_for_predictor', None)
         vs_name = vs_for_predictor(self._device_id) if vs_for_predictor is not None else ''
         self._tower_handle = build_predict_tower(tower_func, self._input_source.get_input_tensors(),
                                                  self._tower_name, self._device_id, vs_name)
@@ -333,7 +334,7 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         return list(self._handles)
 
     def _build_towers(self, tower_func):
-        vs_for_predictor = getattr(self.trainer, '_vs_name_for_predictor', lambda index: '')
+        vs_for_predictor = getattr(self.trainer, 'vs_name_for_predictor', lambda index: '')
         for index, (name, device) in enumerate(zip(self._tower_names, self._devices)):
             self._handles.append(build_predict_tower(tower_func, self._input_source.get_input_tensors(), name,
                                                      device, vs_for_predictor(index)))

@@ -6,9 +6,9 @@ from collections import deque
 
 import numpy as np
 
+from ..loop.callback import Callback
 from ..utils import logger
 from ..utils.utils import humanize_time_delta
-from .base import Callback
 
 __all__ = ['EstimatedTimeLeft']
 
@@ -57,7 +57,7 @@ class EstimatedTimeLeft(Callback):
         now = time.perf_counter()
         self._durations.append(now - self._last_time)
         self._last_time = now
-        max_epoch = self.trainer.max_epoch
+        max_epoch = self.trainer.loop.max_epoch
         if max_epoch >= UNKNOWN_MAX_EPOCH:
             return
         typical = np.median(self._durations) if self._median else np.mean(self._durations)

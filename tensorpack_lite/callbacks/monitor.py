@@ -24,11 +24,11 @@ from tabulate import tabulate
 
 from ..compat import tfv1
 from ..libinfo import __version__
+from ..loop.callback import Callback
 from ..tfutils.summary import create_image_summary, create_scalar_summary
 from ..utils import logger
-from ..utils.develop import import_optional
 from ..utils import stats_json
-from .base import Callback
+from ..utils.develop import import_optional
 
 __all__ = ['MonitorBase', 'NoOpMonitor', 'Monitors',
            'TFEventWriter', 'JSONWriter', 'ScalarPrinter', 'SendMonitorData', 'CometMLMonitor']
@@ -183,10 +183,6 @@ class Monitors(Callback):
 # ---------------------------------------------------------------------------------------------
 # Monitors that write the statistics somewhere
 # ---------------------------------------------------------------------------------------------
-
-def _is_last_step_of_epoch(cb):
-    return cb.local_step == cb.trainer.steps_per_epoch - 1
-
 
 def _timestamped_backup_name(path):
     """``path.<MMDD-HHMMSS>``, with a counter appended if that name is taken."""
@@ -353,7 +349,7 @@ class JSONWriter(MonitorBase):
         backup = _timestamped_backup_name(self._fname)
         shutil.move(self._fname, backup)
         logger.warn("{} Moved it to '{}'; training continues with starting_epoch={} and a new "
-                    "history.".format(reason, backup, self.trainer.starting_epoch))
+                    "history.".format(reason, backup, self.trainer.loop.starting_epoch))
         return backup
 
     def _before_train(self):
@@ -363,7 +359,7 @@ class JSONWriter(MonitorBase):
             self._backup_existing("Cannot read the existing {}: {}.".format(self.FILENAME, err))
             stats = None
         if stats is not None:
-            starting_epoch = self.trainer.starting_epoch
+            starting_epoch = self.trainer.loop.starting_epoch
             last_epoch = stats_json.last_epoch(stats)
             if not stats or (last_epoch is not None and last_epoch + 1 == starting_epoch):
                 if stats:
@@ -379,7 +375,7 @@ class JSONWriter(MonitorBase):
         self._trigger()  # scalars put before training, if any
 
     def _trigger_step(self):
-        if not _is_last_step_of_epoch(self):
+        if not self.trainer.loop.is_last_step_of_epoch:
             self._trigger()
 
     def _trigger_epoch(self):
@@ -463,7 +459,7 @@ class ScalarPrinter(MonitorBase):
     def _trigger_step(self):
         if not self._enable_step:
             return
-        if not _is_last_step_of_epoch(self) or not self._enable_epoch:
+        if not self.trainer.loop.is_last_step_of_epoch or not self._enable_epoch:
             self._trigger()
 
     def _trigger_epoch(self):

@@ -28,9 +28,9 @@ from collections import deque
 import numpy as np
 
 from ..compat import tfv1
+from ..loop.callback import Callback
 from ..tfutils.common import get_op_tensor_name
 from ..utils import logger
-from .base import Callback
 
 __all__ = ['HyperParam', 'GraphVarParam', 'ObjAttrParam',
            'HyperParamSetter', 'HumanHyperParamSetter', 'ScheduledHyperParamSetter',

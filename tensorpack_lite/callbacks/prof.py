@@ -25,11 +25,11 @@ import numpy as np
 import psutil
 
 from ..compat import tf, tfv1
+from ..loop.callback import Callback
 from ..utils import logger
 from ..utils.concurrency import StoppableThread
 from ..utils.fs import write_atomically
 from ..utils.gpu import get_num_gpu
-from .base import Callback
 
 __all__ = ['ThroughputTracker', 'PeakMemoryTracker', 'GPUMemoryTracker', 'GPUUtilizationTracker',
            'HostMemoryTracker', 'GraphProfiler']

@@ -18,10 +18,10 @@ import shutil
 from datetime import datetime
 
 from ..compat import tf, tfv1
+from ..loop.callback import Callback
 from ..tfutils.common import get_global_step_var
 from ..tfutils.varmanip import get_checkpoint_path
 from ..utils import logger
-from .base import Callback
 
 __all__ = ['ModelSaver', 'MinSaver', 'MaxSaver']
 

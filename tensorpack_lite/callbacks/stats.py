@@ -6,8 +6,8 @@ import string
 import subprocess
 import sys
 
+from ..loop.callback import Callback
 from ..utils import logger
-from .base import Callback
 
 __all__ = ['InjectShell', 'SendStat']
 

@@ -4,18 +4,18 @@ tensor printer."""
 import numbers
 
 from ..compat import tfv1
+from ..loop.callback import Callback
 from ..tfutils.common import get_global_step_var, get_op_tensor_name
 from ..utils import logger
-from ..utils.utils import get_tqdm, get_tqdm_kwargs
-from .base import Callback
 from ..utils.naming import GLOBAL_STEP_INCR_OP_NAME
+from ..utils.utils import get_tqdm, get_tqdm_kwargs
 
 __all__ = ['MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter']
 
 
 class MaintainStepCounter(Callback):
-    """Increments the global step variable on every ``hooked_sess.run`` and keeps the
-    trainer's Python-side counter equal to it.
+    """Increments the global step variable on every ``hooked_sess.run`` (the trainer's loop
+    counts the same runs on the Python side).
 
     Every trainer registers it first. The increment rides along with the step's own
     ``sess.run``, so it costs no extra call.
@@ -35,9 +35,6 @@ class MaintainStepCounter(Callback):
 
     def _before_run(self, _):
         return self._fetches
-
-    def _after_run(self, _, __):
-        self.trainer.loop.increment_global_step()
 
 
 def _check_names(owner, names):
@@ -86,7 +83,7 @@ class ProgressBar(Callback):
             self._fetches = tfv1.train.SessionRunArgs(fetches=tensors)
 
     def _before_train(self):
-        self._total = self.trainer.steps_per_epoch
+        self._total = self.trainer.loop.steps_per_epoch
         kwargs = dict(leave=True)
         kwargs.update(self._extra_tqdm_kwargs)
         self._tqdm_kwargs = get_tqdm_kwargs(**kwargs)
@@ -96,14 +93,11 @@ class ProgressBar(Callback):
     def _before_epoch(self):
         self._close_bar()
         self._bar = get_tqdm(total=self._total, **self._tqdm_kwargs)
-        self._fetched_at = None
 
     def _before_run(self, _):
         # Fetch once per step, even when a step calls hooked_sess.run several times.
-        position = (self.epoch_num, self.local_step)
-        if self._bar is None or self._fetches is None or position == self._fetched_at:
+        if self._bar is None or self._fetches is None or not self.trainer.loop.is_first_run_of_step:
             return None
-        self._fetched_at = position
         return self._fetches
 
     def _after_run(self, _, run_values):

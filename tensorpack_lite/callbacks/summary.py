@@ -13,11 +13,11 @@ from collections import deque
 import numpy as np
 
 from ..compat import tf, tfv1
+from ..loop.callback import Callback
 from ..tfutils.common import get_op_tensor_name
 from ..utils import logger
-from .base import Callback
-from .graph import _as_operation
 from ..utils.naming import MOVING_SUMMARY_OPS_KEY
+from .graph import _as_operation
 
 __all__ = ['MOVING_SUMMARY_OPS_KEY', 'MovingAverageSummary', 'MergeAllSummaries',
            'MergeAllSummaries_RunAlone', 'MergeAllSummaries_RunWithOp', 'SimpleMovingAverage']
@@ -112,7 +112,7 @@ class MergeAllSummaries_RunWithOp(Callback):
             self._fetches = tfv1.train.SessionRunArgs(self.summary_op)
 
     def _need_run(self):
-        if self.local_step == self.trainer.steps_per_epoch - 1:
+        if self.trainer.loop.is_last_step_of_epoch:
             return True
         return bool(self._period) and (self.local_step + 1) % self._period == 0
 

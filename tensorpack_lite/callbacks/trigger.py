@@ -15,7 +15,7 @@ Example::
 
 import numbers
 
-from .base import Callback, ProxyCallback
+from ..loop.callback import Callback, ProxyCallback
 
 __all__ = ['PeriodicTrigger', 'PeriodicCallback', 'EnableCallbackIf']
 
@@ -177,9 +177,8 @@ class PeriodicCallback(EnableCallbackIf):
         if self._epoch_k is not None:
             if self.epoch_num % self._epoch_k == 0:
                 return True
-            trainer = self.trainer
-            if (self.epoch_num == trainer.max_epoch
-                    and self.local_step == trainer.steps_per_epoch - 1):
+            loop = self.trainer.loop
+            if loop.is_last_epoch and loop.is_last_step_of_epoch:
                 return True
         return False
 

@@ -15,7 +15,7 @@ import re
 
 from ..compat import tf, tfv1
 from ..tfutils.gradproc import ScaleGradient
-from ..tfutils.tower import TrainTowerContext
+from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from .devices import (LeastLoadedDeviceSetter, interpret_towers, is_gpu_tower, override_to_local_variable,
                       tower_device)

@@ -11,33 +11,14 @@ components (more inputs, or another order).
 
 from contextlib import contextmanager
 
-from ..callbacks.base import CallbackFactory
-from ..compat import tf, tfv1
+from ..compat import tfv1
+from ..loop.callback import CallbackFactory
+from ..tfutils.inference_tower import build_or_reuse_placeholder
+from ..tfutils.tower_func import check_input_signature
 from ..utils.argtools import call_only_once, memoized_method
 
 __all__ = ['InputSource', 'FeedfreeInput', 'ProxyInputSource', 'build_or_reuse_placeholder',
            'remap_input_source']
-
-
-def build_or_reuse_placeholder(tensor_spec):
-    """A placeholder for ``tensor_spec`` in the default graph: the existing one when a
-    placeholder of that name, dtype and a compatible shape exists, else a new one at the
-    root name scope. A same-named tensor that does not match is a clear error."""
-    graph = tfv1.get_default_graph()
-    name = tensor_spec.name
-    try:
-        existing = graph.get_tensor_by_name(name + ':0')
-    except KeyError:
-        existing = None
-    if existing is not None:
-        if ('Placeholder' not in existing.op.type or existing.dtype != tensor_spec.dtype
-                or not existing.shape.is_compatible_with(tensor_spec.shape)):
-            raise ValueError("Input '{}' ({} {}) clashes with tensor {} ({} {}) already in the "
-                             "graph".format(name, tensor_spec.dtype.name, tensor_spec.shape,
-                                            existing.name, existing.dtype.name, existing.shape))
-        return existing
-    with tfv1.name_scope(None):
-        return tfv1.placeholder(tensor_spec.dtype, shape=tensor_spec.shape, name=name)
 
 
 class InputSource:
@@ -61,10 +42,7 @@ class InputSource:
     def setup(self, input_signature):
         """Build what the source needs for ``input_signature`` (a list of tf.TensorSpec) and
         return its callbacks."""
-        for spec in input_signature:
-            if not isinstance(spec, tf.TensorSpec):
-                raise TypeError("{}.setup() takes a list of tf.TensorSpec, got {!r}".format(
-                    type(self).__name__, spec))
+        input_signature = check_input_signature(input_signature, '{}.setup()'.format(type(self).__name__))
         self._setup(input_signature)
         self._setup_done = True
         return self.get_callbacks()

@@ -11,7 +11,7 @@ Rules (as tensorpack 0.11):
 """
 
 from ..compat import tf, tfv1
-from ..tfutils.tower import get_current_tower_context
+from ..tfutils.tower_context import get_current_tower_context
 from ..utils import logger
 from .registry import layer_register
 from .tflayer import channel_axis, convert_to_tflayer_args

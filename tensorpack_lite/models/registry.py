@@ -15,7 +15,7 @@ import re
 from ..compat import tf, tfv1
 from ..tfutils.argscope import get_arg_scope
 from ..tfutils.model_utils import get_shape_str
-from ..tfutils.tower import get_current_tower_context
+from ..tfutils.tower_context import get_current_tower_context
 from ..utils import logger
 from ..utils.argtools import graph_memoized
 

@@ -4,7 +4,7 @@ import numbers
 import re
 
 from ..compat import tf, tfv1
-from ..tfutils.tower import get_current_tower_context
+from ..tfutils.tower_context import get_current_tower_context
 from ..utils import logger
 from .registry import layer_register
 from .utils import describe_layer, log_once_per_graph

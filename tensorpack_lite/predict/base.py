@@ -18,8 +18,11 @@ from abc import ABCMeta, abstractmethod
 
 import numpy as np
 
-from ..compat import tf, tfv1
+from ..compat import enable_graph_mode, tf, tfv1
 from ..tfutils.common import get_op_tensor_name
+from ..tfutils.inference_tower import build_predict_tower
+from ..tfutils.sesscreate import create_initialized_session
+from ..tfutils.varmanip import variable_of_tensor
 from ..utils.argtools import log_once
 from .config import PredictConfig
 
@@ -117,17 +120,6 @@ class AsyncPredictorBase(PredictorBase):
         return self.put_task(dp).result()
 
 
-def _variable_of_handle(t):
-    """The variable whose resource handle ``t`` is (e.g. the tensor named ``'W:0'`` of a
-    resource variable ``W``), so that fetching it gives the value, not the handle; else ``t``."""
-    if isinstance(t, tf.Tensor) and t.dtype == tf.resource:
-        for key in (tfv1.GraphKeys.GLOBAL_VARIABLES, tfv1.GraphKeys.LOCAL_VARIABLES):
-            for var in t.graph.get_collection(key):
-                if var.name == t.name:
-                    return var
-    return t
-
-
 def _tensor_label(t):
     return t if isinstance(t, str) else getattr(t, 'name', repr(t))
 
@@ -205,8 +197,10 @@ class OnlinePredictor(PredictorBase):
                 for old in [s for s in self._callables if getattr(s, '_closed', False)]:
                     del self._callables[old]
                 feeds = [self._resolve(sess.graph, t, 'input') for t in self.input_tensors]
-                fetches = [_variable_of_handle(self._resolve(sess.graph, t, 'output'))
-                           for t in self.output_tensors]
+                outputs = [self._resolve(sess.graph, t, 'output') for t in self.output_tensors]
+                # a resource variable's handle is fetched as the variable: its value
+                variables = [variable_of_tensor(t) for t in outputs]
+                fetches = [t if var is None else var for t, var in zip(outputs, variables)]
                 func = sess.make_callable(fetches=fetches, feed_list=feeds,
                                           accept_options=self.ACCEPT_OPTIONS)
                 self._callables[sess] = func
@@ -267,20 +261,15 @@ class OfflinePredictor(OnlinePredictor):
         """
         if not isinstance(config, PredictConfig):
             raise TypeError("OfflinePredictor takes a PredictConfig, got {!r}".format(config))
-        self.graph = config._maybe_create_graph()
+        enable_graph_mode()
+        self.graph = config.make_graph()
         with self.graph.as_default():
-            input_tensors, output_tensors = config._build_inference_tower()
-
-            config.session_init._setup_graph()
-            sess = config.session_creator.create_session()
+            tower = build_predict_tower(config.tower_func, reuse=False)
+            input_tensors, output_tensors = config.input_tensors(tower), config.output_tensors(tower)
+        sess = create_initialized_session(self.graph, config.session_creator, config.session_init,
+                                          type(self).__name__, finalize=config.create_graph)
+        with self.graph.as_default():
             try:
-                if sess.graph is not self.graph:
-                    raise ValueError("OfflinePredictor: the session_creator {!r} made a session "
-                                     "on another graph than the predictor's.".format(
-                                         config.session_creator))
-                if config.create_graph:
-                    self.graph.finalize()
-                config.session_init._run_init(sess)
                 super(OfflinePredictor, self).__init__(
                     input_tensors, output_tensors, config.return_input, sess)
             except Exception:

@@ -1,10 +1,10 @@
 """PredictConfig: everything needed to build a model for inference and run it."""
 
 from ..compat import tfv1
+from ..graph_builder.model_desc import ModelDescBase
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
-from ..tfutils.tower import PredictTowerContext, TowerFunc
-from ..train.model_desc import ModelDescBase
+from ..tfutils.tower_func import TowerFunc
 from ..utils import logger
 
 __all__ = ['PredictConfig']
@@ -127,24 +127,21 @@ class PredictConfig(object):
         self.return_input = bool(return_input)
         self.create_graph = bool(create_graph)
 
-    def _maybe_create_graph(self):
-        """The graph to build the predictor in."""
+    def make_graph(self):
+        """The graph to build the model in: a new one (``create_graph``), else the default
+        graph."""
         if self.create_graph:
             return tfv1.Graph()
         return tfv1.get_default_graph()
 
-    def _build_inference_tower(self):
-        """Build the inference tower (under ``PredictTowerContext('')``, fed by placeholders)
-        in the default graph and return its ``(input_tensors, output_tensors)``. Unknown
-        input or output names are a ValueError naming them."""
-        from ..input_source.input_source import PlaceholderInput
-        source = PlaceholderInput()
-        source.setup(self.input_signature)
-        with PredictTowerContext(''):
-            self.tower_func(*source.get_input_tensors())
-        tower = self.tower_func.towers[-1]
-        return (self._lookup(tower, self.input_names, 'input_names'),
-                self._lookup(tower, self.output_names, 'output_names'))
+    def input_tensors(self, tower):
+        """The tensors of ``input_names`` in ``tower`` (a :class:`TowerTensorHandle`); an
+        unknown name is a ValueError naming it."""
+        return self._lookup(tower, self.input_names, 'input_names')
+
+    def output_tensors(self, tower):
+        """The tensors of ``output_names`` in ``tower``, as :meth:`input_tensors`."""
+        return self._lookup(tower, self.output_names, 'output_names')
 
     @staticmethod
     def _lookup(tower, names, arg):

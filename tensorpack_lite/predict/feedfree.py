@@ -1,9 +1,11 @@
 """FeedfreePredictor: run a model on the tensors of an InputSource, with nothing fed."""
 
-from ..callbacks.group import Callbacks
+from ..compat import enable_graph_mode
 from ..input_source.input_source_base import InputSource
+from ..loop.dispatch import Callbacks
 from ..tfutils.hooked_session import HookedSession
-from ..tfutils.tower import PredictTowerContext
+from ..tfutils.inference_tower import build_predict_tower
+from ..tfutils.sesscreate import create_initialized_session
 from .base import PredictorBase
 from .config import PredictConfig
 
@@ -55,28 +57,17 @@ class FeedfreePredictor(PredictorBase):
                                "feeds one trainer or predictor)".format(type(input_source).__name__))
         self._config = config
         self._input_source = input_source
-        self.graph = config._maybe_create_graph()
+        enable_graph_mode()
+        self.graph = config.make_graph()
         with self.graph.as_default():
             self._input_callbacks = Callbacks(input_source.setup(config.input_signature))
-            with PredictTowerContext(''):
-                config.tower_func(*input_source.get_input_tensors())
-            tower = config.tower_func.towers[-1]
-            self._output_tensors = PredictConfig._lookup(tower, config.output_names, 'output_names')
+            tower = build_predict_tower(config.tower_func, input_source.get_input_tensors(), reuse=False)
+            self._output_tensors = config.output_tensors(tower)
             self._input_callbacks.setup_graph(self)
-            self._create_session()
-
-    def _create_session(self):
-        config = self._config
-        config.session_init._setup_graph()
-        self.sess = config.session_creator.create_session()
+        self.sess = create_initialized_session(self.graph, config.session_creator, config.session_init,
+                                               type(self).__name__, finalize=config.create_graph)
         try:
-            if self.sess.graph is not self.graph:
-                raise ValueError("FeedfreePredictor: the session_creator {!r} made a session on another "
-                                 "graph than the predictor's.".format(config.session_creator))
-            if config.create_graph:
-                self.graph.finalize()
-            config.session_init._run_init(self.sess)
-            with self.sess.as_default():
+            with self.graph.as_default(), self.sess.as_default():
                 self._input_callbacks.before_train()
             self._hooked_sess = HookedSession(self.sess, self._input_callbacks.get_hooks())
         except Exception:

@@ -9,10 +9,10 @@ Towers are GPU ids or device strings (``['/cpu:0', '/cpu:1']``); for virtual CPU
 the config a session creator with ``ConfigProto(device_count={'CPU': n})``.
 """
 
-from ..compat import tf, tfv1
+from ..compat import enable_graph_mode, tf
 from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
-from ..input_source.input_source import PlaceholderInput
-from ..tfutils.tower import PredictTowerContext
+from ..tfutils.inference_tower import build_or_reuse_placeholder, build_predict_tower
+from ..tfutils.sesscreate import create_initialized_session
 from ..utils import logger
 from .base import OnlinePredictor
 from .config import PredictConfig
@@ -33,38 +33,31 @@ class _TowersOnOneSession:
         self.devices = [tower_device(t) for t in self.towers]
         self.names = ['tower{}'.format(t if isinstance(t, int) else index)
                       for index, t in enumerate(self.towers)]
-        self.graph = config._maybe_create_graph()
+        enable_graph_mode()
+        self.graph = config.make_graph()
 
     def build(self, get_inputs):
-        """Call the tower function in every tower on ``get_inputs(tower_name)``; returns the
-        towers' (input tensors, output tensors)."""
+        """Call the tower function in every tower on ``get_inputs(tower_name)`` (None: the
+        placeholders of the input signature); returns the towers' (input tensors, output
+        tensors)."""
         config = self.config
         result = []
         with self.graph.as_default():
             for index, (name, device) in enumerate(zip(self.names, self.devices)):
-                inputs = get_inputs(name)
-                logger.info("Building inference tower '{}' on device {} ...".format(name, device))
-                with tfv1.variable_scope(tfv1.get_variable_scope(), reuse=index > 0), \
-                        tf.device(device), PredictTowerContext(name):
-                    config.tower_func(*inputs)
-                tower = config.tower_func.towers[-1]
-                result.append((PredictConfig._lookup(tower, config.input_names, 'input_names'),
-                               PredictConfig._lookup(tower, config.output_names, 'output_names')))
+                tower = build_predict_tower(config.tower_func, get_inputs(name), name, device,
+                                            reuse=index > 0)
+                result.append((config.input_tensors(tower), config.output_tensors(tower)))
         return result
 
     def create_session(self):
         config = self.config
-        with self.graph.as_default():
-            config.session_init._setup_graph()
-            sess = config.session_creator.create_session()
-            try:
-                check_session_devices(sess, self.devices, self.owner)
-                if config.create_graph:
-                    self.graph.finalize()
-                config.session_init._run_init(sess)
-            except Exception:
-                sess.close()
-                raise
+        sess = create_initialized_session(self.graph, config.session_creator, config.session_init,
+                                          self.owner, finalize=config.create_graph)
+        try:
+            check_session_devices(sess, self.devices, self.owner)
+        except Exception:
+            sess.close()
+            raise
         return sess
 
 
@@ -86,10 +79,7 @@ class MultiTowerOfflinePredictor(OnlinePredictor):
             towers (int or list): GPU ids or device strings, one per tower.
         """
         builder = _TowersOnOneSession(config, towers, type(self).__name__)
-        placeholders = PlaceholderInput()
-        with builder.graph.as_default():
-            placeholders.setup(config.input_signature)
-        tensors = builder.build(lambda name: placeholders.get_input_tensors())
+        tensors = builder.build(lambda name: None)  # every tower reads the same placeholders
         self.graph = builder.graph
         sess = builder.create_session()
         self.predictors = [OnlinePredictor(inputs, outputs, config.return_input, sess)
@@ -129,10 +119,9 @@ class DataParallelOfflinePredictor(OnlinePredictor):
         builder = _TowersOnOneSession(config, towers, type(self).__name__)
 
         def tower_placeholders(name):
-            placeholders = PlaceholderInput()
-            placeholders.setup([tf.TensorSpec(spec.shape, spec.dtype, '{}_{}'.format(name, spec.name))
-                                for spec in config.input_signature])
-            return placeholders.get_input_tensors()
+            return [build_or_reuse_placeholder(tf.TensorSpec(spec.shape, spec.dtype,
+                                                             '{}_{}'.format(name, spec.name)))
+                    for spec in config.input_signature]
 
         tensors = builder.build(tower_placeholders)
         self.graph = builder.graph

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from ..compat import tf
 from ..utils import logger
 from .model_utils import get_shape_str
-from .tower import get_current_tower_context
+from .tower_context import get_current_tower_context
 
 __all__ = ['argscope', 'get_arg_scope', 'enable_argscope_for_function', 'enable_argscope_for_module']
 

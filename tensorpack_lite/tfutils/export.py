@@ -2,8 +2,9 @@
 ``SavedModel``.
 
 Both exports build the inference graph afresh from a :class:`PredictConfig`, the way
-:class:`OfflinePredictor` does (one tower without name prefix, ``is_training`` False), create
-the session with ``config.session_creator`` and fill it with ``config.session_init``.
+:class:`OfflinePredictor` does (one tower without name prefix, ``is_training`` False, built by
+:func:`build_predict_tower`), create the session with ``config.session_creator`` and fill it
+with ``config.session_init``.
 
 Example::
 
@@ -20,9 +21,11 @@ import os
 import shutil
 from contextlib import contextmanager
 
-from ..compat import tfv1
+from ..compat import enable_graph_mode, tfv1
 from ..utils import logger
 from ..utils.fs import write_atomically
+from .inference_tower import build_predict_tower
+from .sesscreate import create_initialized_session
 
 __all__ = ['ModelExporter']
 
@@ -36,6 +39,10 @@ def _check_unique(names, arg):
     if dups:
         raise ValueError("ModelExporter: PredictConfig.{} has duplicate names {}; the exported "
                          "signature needs one key per tensor.".format(arg, dups))
+
+
+_PREDICT_CONFIG_ATTRIBUTES = ('tower_func', 'input_names', 'output_names', 'session_creator',
+                              'session_init', 'make_graph', 'input_tensors', 'output_tensors')
 
 
 class ModelExporter(object):
@@ -52,9 +59,10 @@ class ModelExporter(object):
             config (PredictConfig): the model, its input and output names and how to
                 initialize its variables (``session_init``).
         """
-        from ..predict.config import PredictConfig  # here: predict imports tfutils
-        if not isinstance(config, PredictConfig):
+        # (a PredictConfig is recognized by what it holds: predict sits above tfutils)
+        if not all(hasattr(config, attr) for attr in _PREDICT_CONFIG_ATTRIBUTES):
             raise TypeError("ModelExporter takes a PredictConfig, got {!r}".format(config))
+        enable_graph_mode()
         _check_unique(config.input_names, 'input_names')
         _check_unique(config.output_names, 'output_names')
         self.config = config
@@ -65,18 +73,14 @@ class ModelExporter(object):
         with the variables filled; ``extra`` is what ``before_session()`` returned (called in
         the graph before the session is created). The session is closed afterwards."""
         config = self.config
-        graph = config._maybe_create_graph()
+        graph = config.make_graph()
         with graph.as_default():
-            inputs, outputs = config._build_inference_tower()
+            tower = build_predict_tower(config.tower_func, reuse=False)
+            inputs, outputs = config.input_tensors(tower), config.output_tensors(tower)
             extra = before_session() if before_session is not None else None
-            config.session_init._setup_graph()
-            sess = config.session_creator.create_session()
+            sess = create_initialized_session(graph, config.session_creator, config.session_init,
+                                              'ModelExporter')
             try:
-                if sess.graph is not graph:
-                    raise ValueError("ModelExporter: the session_creator {!r} made a session on "
-                                     "another graph than the exported one.".format(
-                                         config.session_creator))
-                config.session_init._run_init(sess)
                 yield sess, inputs, outputs, extra
             finally:
                 sess.close()

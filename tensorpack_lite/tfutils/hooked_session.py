@@ -5,7 +5,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from ..compat import tf, tfv1
 
-__all__ = ['HookedSession']
+__all__ = ['HookedSession', 'RunRequests', 'CheckedFeeds']
 
 
 class _NotCacheable(Exception):
@@ -70,8 +70,11 @@ class _CompiledRun:
             return {k: self._rebuild(v, values) for k, v in template.items()}
         return None if template is None else values[template]
 
-    def __call__(self, feed_values):
-        arrays = [self._convert(spec, value) for spec, value in zip(self._feeds, feed_values)]
+    def __call__(self, feeds, checked):
+        """Run with ``feeds`` (in the order compiled); the values of the tensors in ``checked``
+        are used as they are, the others converted and checked first."""
+        arrays = [value if tensor in checked else self._convert(spec, value)
+                  for spec, (tensor, value) in zip(self._feeds, feeds.items())]
         return self._rebuild(self._template, self._callable(*arrays))
 
     @staticmethod
@@ -110,7 +113,7 @@ class _CallableCache:
         self._compiled = {}
         self._usable = hasattr(sess, '_make_callable_from_options')
 
-    def run(self, fetches, feeds):
+    def run(self, fetches, feeds, checked=frozenset()):
         try:
             if not self._usable or any(isinstance(v, (tf.Tensor, tf.Variable)) for v in feeds.values()):
                 raise _NotCacheable()
@@ -124,7 +127,7 @@ class _CallableCache:
         compiled = self._compiled[key]
         if compiled is None:
             return self._sess.run(fetches, feed_dict=feeds or None)
-        return compiled(feeds.values())
+        return compiled(feeds, checked)
 
     def _compile(self, fetches, feeds):
         """A compiled run, or None where only ``sess.run`` will do (it also reports errors in
@@ -136,6 +139,65 @@ class _CallableCache:
             return _CompiledRun(self._sess, fetches, feed_tensors)
         except (TypeError, ValueError, KeyError, tf.errors.InvalidArgumentError):
             return None  # e.g. a fed tensor that is also fetched: allowed by sess.run only
+
+
+class CheckedFeeds(dict):
+    """A feed dict whose values were checked by whoever made it: numpy arrays of exactly their
+    tensor's dtype, of a shape the tensor accepts. :class:`HookedSession` feeds them as they are
+    (other feeds are converted and checked as ``sess.run`` would).
+
+    Args:
+        feeds: the feeds (a dict or pairs).
+        checked: the tensors among them whose values are checked; default: all of them.
+    """
+
+    def __init__(self, feeds=(), checked=None):
+        super().__init__(feeds)
+        self.checked = frozenset(self) if checked is None else frozenset(checked)
+
+
+class RunRequests:
+    """What several requesters (hooks, callbacks) ask of one session run, merged: their
+    fetches (kept apart, by the key each is added under), their feeds and their run options.
+
+    Args:
+        kind (str): what the requesters are, for errors ('Hook', 'Callback').
+        feed_dict (dict): the caller's own feeds; a requester may not feed them again.
+        options (tf.compat.v1.RunOptions): the caller's own run options.
+    """
+
+    def __init__(self, kind, feed_dict=None, options=None):
+        self._kind = kind
+        self.fetches = {}
+        self.feeds = dict(feed_dict) if feed_dict else {}
+        self.checked = set()
+        """The fed tensors whose values came checked (see :class:`CheckedFeeds`)."""
+        self.options = options
+        self.options_added = False
+        """Whether a requester asked for run options."""
+
+    def add(self, key, requester, request):
+        """Add ``request`` (a ``SessionRunArgs`` or None) of ``requester``; its fetches are
+        kept under ``key``. A tensor fed twice is a RuntimeError naming the requester."""
+        if request is None:
+            return
+        if request.fetches is not None:
+            self.fetches[key] = request.fetches
+        if request.feed_dict:
+            for tensor, value in request.feed_dict.items():
+                if tensor in self.feeds:
+                    raise RuntimeError("{} {} feeds {}, which is already fed by the caller or another "
+                                       "{}.".format(self._kind, requester, tensor, self._kind.lower()))
+                self.feeds[tensor] = value
+            self.checked.update(getattr(request.feed_dict, 'checked', ()))
+        if request.options is not None:
+            if not self.options_added:
+                merged = tfv1.RunOptions()
+                if self.options is not None:
+                    merged.MergeFrom(self.options)
+                self.options = merged
+                self.options_added = True
+            self.options.MergeFrom(request.options)
 
 
 class HookedSession:
@@ -171,37 +233,18 @@ class HookedSession:
             return self._sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
         context = tfv1.train.SessionRunContext(
             original_args=tfv1.train.SessionRunArgs(fetches, feed_dict), session=self._sess)
-        hook_fetches = {}
-        feeds = dict(feed_dict) if feed_dict else {}
-        merged_options = None
+        requests = RunRequests('Hook', feed_dict, options)
         for index, hook in enumerate(self._hooks):
-            request = hook.before_run(context)
-            if request is None:
-                continue
-            if request.fetches is not None:
-                hook_fetches[index] = request.fetches
-            if request.feed_dict:
-                for key, value in request.feed_dict.items():
-                    if key in feeds:
-                        raise RuntimeError("Hook {} feeds {}, which is already fed by the caller "
-                                           "or another hook.".format(hook, key))
-                    feeds[key] = value
-            if request.options is not None:
-                if merged_options is None:
-                    merged_options = tfv1.RunOptions()
-                    if options is not None:
-                        merged_options.MergeFrom(options)
-                merged_options.MergeFrom(request.options)
-        if merged_options is not None:
-            options = merged_options
-            if run_metadata is None:
-                run_metadata = tfv1.RunMetadata()
+            requests.add(index, hook, hook.before_run(context))
+        hook_fetches, feeds, options = requests.fetches, requests.feeds, requests.options
+        if requests.options_added and run_metadata is None:
+            run_metadata = tfv1.RunMetadata()
         combined = {'caller': fetches, 'hooks': hook_fetches}
         if options is not None or run_metadata is not None:
             outputs = self._sess.run(combined, feed_dict=feeds or None, options=options,
                                      run_metadata=run_metadata)
         else:
-            outputs = self._cache.run(combined, feeds)
+            outputs = self._cache.run(combined, feeds, requests.checked)
         hook_results = outputs['hooks']
         for index, hook in enumerate(self._hooks):
             hook.after_run(context, tfv1.train.SessionRunValues(

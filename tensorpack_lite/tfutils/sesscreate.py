@@ -1,10 +1,11 @@
-"""Session creators: how a trainer obtains its ``tf.compat.v1.Session``."""
+"""Session creators: how a trainer or predictor obtains its ``tf.compat.v1.Session``, and
+:func:`create_initialized_session`, a session filled by a :class:`SessionInit`."""
 
 from ..compat import tfv1
 from ..utils import logger
 from .common import get_default_sess_config
 
-__all__ = ['NewSessionCreator', 'ReuseSessionCreator', 'SessionCreatorAdapter']
+__all__ = ['NewSessionCreator', 'ReuseSessionCreator', 'SessionCreatorAdapter', 'create_initialized_session']
 
 
 class NewSessionCreator(tfv1.train.SessionCreator):
@@ -50,3 +51,31 @@ class SessionCreatorAdapter(tfv1.train.SessionCreator):
 
     def create_session(self):
         return self._func(self._creator.create_session())
+
+
+def create_initialized_session(graph, session_creator, session_init, owner, finalize=False):
+    """A session on ``graph`` made by ``session_creator``, its variables filled by
+    ``session_init`` (whose ops are added to the graph first). The session is closed when
+    anything fails.
+
+    Args:
+        graph (tf.Graph): the graph the model was built in.
+        session_creator (tf.compat.v1.train.SessionCreator): makes the session.
+        session_init (SessionInit): fills the variables.
+        owner (str): who asks, for errors (e.g. ``'OfflinePredictor'``).
+        finalize (bool): finalize the graph before filling the variables.
+    """
+    with graph.as_default():
+        session_init.setup_graph()
+        sess = session_creator.create_session()
+        try:
+            if sess.graph is not graph:
+                raise ValueError("{}: the session_creator {!r} made a session on another graph than "
+                                 "the model's.".format(owner, session_creator))
+            if finalize:
+                graph.finalize()
+            session_init.run_init(sess)
+        except Exception:
+            sess.close()
+            raise
+    return sess

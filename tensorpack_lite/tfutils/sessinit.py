@@ -1,7 +1,8 @@
 """Session initializers: what the variables hold when training starts.
 
-A :class:`SessionInit` may add ops to the graph in :meth:`SessionInit._setup_graph` (called
-before the graph is finalized) and fills the session in :meth:`SessionInit._run_init`.
+A :class:`SessionInit` may add ops to the graph in :meth:`SessionInit.setup_graph` (called
+before the graph is finalized) and fills the session in :meth:`SessionInit.run_init`;
+subclasses implement ``_setup_graph`` and ``_run_init``.
 
 Most scripts only need :func:`SmartInit`, which picks the right initializer::
 
@@ -33,7 +34,15 @@ class SessionInit:
 
     def init(self, sess):
         """Set up the graph, then initialize ``sess``."""
+        self.setup_graph()
+        self.run_init(sess)
+
+    def setup_graph(self):
+        """Add the ops this initializer needs to the default graph, before it is finalized."""
         self._setup_graph()
+
+    def run_init(self, sess):
+        """Initialize ``sess`` (after :meth:`setup_graph`)."""
         self._run_init(sess)
 
     def _setup_graph(self):
@@ -279,11 +288,11 @@ class ChainInit(SessionInit):
 
     def _setup_graph(self):
         for init in self.inits:
-            init._setup_graph()
+            init.setup_graph()
 
     def _run_init(self, sess):
         for init in self.inits:
-            init._run_init(sess)
+            init.run_init(sess)
 
 
 def _load_dict_file(path):

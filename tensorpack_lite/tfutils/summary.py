@@ -20,9 +20,9 @@ from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.argtools import graph_memoized
 from ..utils.naming import MOVING_SUMMARY_OPS_KEY
-from .tower import get_current_tower_context
+from .tower_context import get_current_tower_context
 
-__all__ = ['create_scalar_summary', 'create_image_summary', 'add_tensor_summary',
+__all__ = ['encode_png', 'create_scalar_summary', 'create_image_summary', 'add_tensor_summary',
            'add_param_summary', 'add_activation_summary', 'add_moving_summary']
 
 
@@ -38,7 +38,7 @@ def create_scalar_summary(name, value):
     return summary
 
 
-def _encode_png(image):
+def encode_png(image):
     """PNG bytes of an HxWxC uint8 image, encoded without TensorFlow ops or extra packages."""
     import struct
     import zlib
@@ -80,7 +80,7 @@ def create_image_summary(name, images):
     summary = tfv1.Summary()
     for index, image in enumerate(images):
         proto = tfv1.Summary.Image(height=image.shape[0], width=image.shape[1],
-                                   colorspace=image.shape[2], encoded_image_string=_encode_png(image))
+                                   colorspace=image.shape[2], encoded_image_string=encode_png(image))
         tag = name if len(images) == 1 else '{}/{}'.format(name, index)
         summary.value.add(tag=tag, image=proto)
     return summary

@@ -21,12 +21,28 @@ from ..utils import logger
 from ..utils.fs import write_atomically
 from .common import get_op_tensor_name
 
-__all__ = ['SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
+__all__ = ['variable_of_tensor', 'SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
            'get_checkpoint_path']
+
 
 _FILE_SUFFIX = re.compile(r'\.(index|meta|data-\d+-of-\d+)$')
 _DATA_SHARD = re.compile(r'\.data-(\d+)-of-(\d+)$')
 _STATE_FILE = 'checkpoint'
+
+
+def variable_of_tensor(tensor):
+    """The variable ``tensor`` stands for (the resource handle of a resource variable, e.g. the
+    tensor ``'W:0'`` of variable ``W``, or the tensor of a ref variable), or None when it is an
+    ordinary tensor. Fetching the variable gives its value, where the handle gives a handle."""
+    if not isinstance(tensor, tf.Tensor):
+        return None
+    if tensor.dtype != tf.resource and tensor.op.type not in ('VariableV2', 'Variable'):
+        return None
+    for key in (tfv1.GraphKeys.GLOBAL_VARIABLES, tfv1.GraphKeys.LOCAL_VARIABLES):
+        for var in tensor.graph.get_collection(key):
+            if var.name == tensor.name:
+                return var
+    return None
 
 
 def _checkpoint_from_state(dirname, given):

@@ -2,24 +2,22 @@
 
 A trainer needs a graph with something to run each step. Either set ``trainer.train_op``::
 
+    trainer = Trainer()            # switches TensorFlow to graph mode
     loss = build_my_model()
-    train_op = tf.train.AdamOptimizer(1e-3).minimize(loss)
-    trainer = Trainer()
-    trainer.train_op = train_op
+    trainer.train_op = tf.train.AdamOptimizer(1e-3).minimize(loss)
     trainer.train_with_defaults(steps_per_epoch=100, max_epoch=10)
 
 or subclass it and override :meth:`Trainer.run_step` (e.g. a GAN alternating two ops).
 """
 
-import numbers
 import time
 
-from ..callbacks.base import Callback
-from ..callbacks.group import Callbacks
 from ..callbacks.monitor import MonitorBase, Monitors
 from ..callbacks.steps import MaintainStepCounter
-from ..compat import tf, tfv1
-from ..tfutils.common import get_global_step_value
+from ..compat import enable_graph_mode, tf, tfv1
+from ..loop.callback import Callback
+from ..loop.dispatch import Callbacks
+from ..loop.state import Schedule, TrainLoop
 from ..tfutils.hooked_session import HookedSession
 from ..tfutils.model_utils import describe_trainable_vars
 from ..tfutils.sesscreate import NewSessionCreator
@@ -27,6 +25,7 @@ from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.argtools import call_only_once
 from ..utils.utils import humanize_time_delta
+from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 
 __all__ = ['StopTraining', 'TrainLoop', 'Trainer']
 
@@ -35,65 +34,16 @@ class StopTraining(Exception):
     """Raise it from a callback or ``run_step`` to end training early and cleanly."""
 
 
-class TrainLoop:
-    """The loop's position: epoch, step within the epoch and global step, and its schedule.
+class _CountRuns(tfv1.train.SessionRunHook):
+    """The trainer's account of its hooked runs: each one advances the loop (global step, runs
+    of the step). It comes before the callbacks, so that their ``after_run`` sees the new
+    global step."""
 
-    Epochs are numbered from ``starting_epoch`` to ``max_epoch`` inclusive; each has
-    ``steps_per_epoch`` steps numbered from 0 (``local_step``). ``global_step`` counts every
-    step ever run, across restarts (it is read back from the graph's global step variable).
-    """
+    def __init__(self, loop):
+        self._loop = loop
 
-    def __init__(self):
-        self._epoch_num = 0
-        self._global_step = 0
-        self._local_step = -1
-
-    @staticmethod
-    def check_schedule(steps_per_epoch, starting_epoch, max_epoch):
-        """Raise a clear error when the schedule is not one that can run."""
-        for name, value in (('steps_per_epoch', steps_per_epoch), ('starting_epoch', starting_epoch),
-                            ('max_epoch', max_epoch)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError("{} must be an integer, got {!r} of type {}".format(
-                    name, value, type(value).__name__))
-        if steps_per_epoch <= 0:
-            raise ValueError("steps_per_epoch must be a positive number of steps, got {}".format(
-                steps_per_epoch))
-        if starting_epoch < 1:
-            raise ValueError("starting_epoch counts from 1, got {}".format(starting_epoch))
-        if max_epoch < starting_epoch:
-            raise ValueError("max_epoch ({}) is smaller than starting_epoch ({}): no epoch would "
-                             "run".format(max_epoch, starting_epoch))
-
-    def config(self, steps_per_epoch, starting_epoch, max_epoch):
-        self.check_schedule(steps_per_epoch, starting_epoch, max_epoch)
-        self.steps_per_epoch = int(steps_per_epoch)
-        self.starting_epoch = int(starting_epoch)
-        self.max_epoch = int(max_epoch)
-        self._epoch_num = self.starting_epoch - 1
-
-    def update_global_step(self):
-        """Read the global step from the graph's variable (in the default session)."""
-        self._global_step = get_global_step_value()
-
-    def increment_global_step(self):
-        """Account for one run of the step in Python, without a session call."""
-        self._global_step += 1
-
-    @property
-    def epoch_num(self):
-        """The current epoch (the last finished one outside an epoch)."""
-        return self._epoch_num
-
-    @property
-    def global_step(self):
-        """Steps run so far, across restarts."""
-        return self._global_step
-
-    @property
-    def local_step(self):
-        """The step within the current epoch, from 0."""
-        return self._local_step
+    def after_run(self, run_context, run_values):
+        self._loop.count_run()
 
 
 class Trainer:
@@ -110,8 +60,10 @@ class Trainer:
     and initializes variables from ``session_init``."""
 
     def __init__(self):
+        enable_graph_mode()
         self._callbacks = []
         self.loop = TrainLoop()
+        """The :class:`TrainLoop`: the run's schedule and position, advanced by the trainer only."""
 
     # The loop's state, as attributes of the trainer.
     epoch_num = property(lambda self: self.loop.epoch_num)
@@ -189,13 +141,13 @@ class Trainer:
                 type(session_creator).__name__))
         if not isinstance(session_init, SessionInit):
             raise TypeError("session_init must be a SessionInit, got {}".format(type(session_init).__name__))
-        session_init._setup_graph()
+        session_init.setup_graph()
         logger.info("Creating the session ...")
         self.sess = session_creator.create_session()
-        self.hooked_sess = HookedSession(self.sess, self._callbacks.get_hooks())
+        self.hooked_sess = HookedSession(self.sess, [_CountRuns(self.loop)] + self._callbacks.get_hooks())
         if self.is_chief:
             logger.info("Initializing the session ...")
-            session_init._run_init(self.sess)
+            session_init.run_init(self.sess)
         elif not isinstance(session_init, JustCurrentSession):
             logger.warn("This is not the chief worker: session_init {} was ignored.".format(
                 type(session_init).__name__))
@@ -207,8 +159,7 @@ class Trainer:
         """Run the epochs. ``after_train`` of every callback runs and the session is closed
         however the loop ends (finished, StopTraining, an error, Ctrl-C)."""
         with self.sess.as_default():
-            self.loop.config(steps_per_epoch, starting_epoch, max_epoch)
-            self.loop.update_global_step()
+            self.loop.start(Schedule(steps_per_epoch, starting_epoch, max_epoch))
             failed = True
             try:
                 self._run_epochs()
@@ -232,11 +183,11 @@ class Trainer:
         callbacks = self._callbacks
         callbacks.before_train()
         loop.update_global_step()  # callbacks may have changed it
-        for loop._epoch_num in range(loop.starting_epoch, loop.max_epoch + 1):
-            logger.info("Start Epoch {} ...".format(loop.epoch_num))
+        for epoch in loop.epochs():
+            logger.info("Start Epoch {} ...".format(epoch))
             callbacks.before_epoch()
             start = time.time()
-            for loop._local_step in range(loop.steps_per_epoch):
+            for _ in loop.steps():
                 if self.hooked_sess.should_stop():
                     logger.info("A hook requested to stop training.")
                     return
@@ -244,7 +195,7 @@ class Trainer:
                 callbacks.trigger_step()
             callbacks.after_epoch()
             logger.info("Epoch {} (global_step {}) finished, time:{}.".format(
-                loop.epoch_num, loop.global_step, humanize_time_delta(time.time() - start)))
+                epoch, loop.global_step, humanize_time_delta(time.time() - start)))
             callbacks.trigger_epoch()
         logger.info("Training has finished!")
 
@@ -264,8 +215,7 @@ class Trainer:
 
         Every argument is checked before any graph change or session.
         """
-        self._check_callbacks_and_monitors(callbacks, monitors)
-        TrainLoop.check_schedule(steps_per_epoch, starting_epoch, max_epoch)
+        Schedule(steps_per_epoch, starting_epoch, max_epoch)  # a bad schedule fails here, early
         self.setup_callbacks(callbacks, monitors)
         self.initialize(session_creator, session_init)
         self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
@@ -278,7 +228,6 @@ class Trainer:
         :class:`NewSessionCreator` and :class:`JustCurrentSession`. Keyword arguments only;
         ``steps_per_epoch`` is required.
         """
-        from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS
         if _sentinel is not None:
             raise TypeError("train_with_defaults() takes keyword arguments only")
         if steps_per_epoch is None:

@@ -1,37 +1,23 @@
-"""TrainConfig: everything a training run needs, and the default callbacks and monitors."""
+"""TrainConfig: everything a training run needs; AutoResumeTrainConfig: the same, continuing
+the run found in the logger directory. (DEFAULT_CALLBACKS and DEFAULT_MONITORS live in
+:mod:`.defaults` and are importable from here too, as in tensorpack.)"""
 
 import os
 import re
 
-from ..callbacks.base import Callback
-from ..callbacks.graph import RunUpdateOps
-from ..callbacks.monitor import JSONWriter, MonitorBase, ScalarPrinter, TFEventWriter
-from ..callbacks.steps import ProgressBar
-from ..callbacks.summary import MergeAllSummaries, MovingAverageSummary
+from ..callbacks.monitor import MonitorBase
 from ..compat import tfv1
 from ..dataflow.base import DataFlow
+from ..graph_builder.model_desc import ModelDescBase
 from ..input_source.input_source_base import InputSource
+from ..loop.callback import Callback
+from ..loop.state import Schedule
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import SaverRestore, SessionInit
 from ..utils import logger, stats_json
-from .base import TrainLoop
-from .model_desc import ModelDescBase
+from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 
 __all__ = ['DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'TrainConfig', 'AutoResumeTrainConfig']
-
-
-def DEFAULT_CALLBACKS():
-    """The callbacks every training gets unless told otherwise: moving-average summaries,
-    a progress bar, summaries merged at each epoch's end, and the UPDATE_OPS run each step
-    (each does nothing when there is nothing for it)."""
-    return [MovingAverageSummary(), ProgressBar(), MergeAllSummaries(), RunUpdateOps()]
-
-
-def DEFAULT_MONITORS():
-    """The monitors every training gets unless told otherwise: TensorBoard event files,
-    stats.json and a table of scalars printed after each epoch (the first two only when a
-    logger directory is set)."""
-    return [TFEventWriter(), JSONWriter(), ScalarPrinter()]
 
 
 def _check_list_of(value, kind, name):
@@ -44,6 +30,16 @@ def _check_list_of(value, kind, name):
             raise TypeError("TrainConfig: {}[{}] must be a {}, got {!r} of type {}".format(
                 name, index, kind.__name__, item, type(item).__name__))
     return value
+
+
+def _schedule_property(name):
+    """A TrainConfig attribute kept in its schedule; setting it checks the new schedule."""
+    def set_value(config, value):
+        values = dict(steps_per_epoch=config.steps_per_epoch, starting_epoch=config.starting_epoch,
+                      max_epoch=config.max_epoch)
+        values[name] = value
+        config.schedule = Schedule(**values)
+    return property(lambda config: getattr(config.schedule, name), set_value)
 
 
 class TrainConfig:
@@ -102,10 +98,12 @@ class TrainConfig:
         self.session_init = session_init
         if steps_per_epoch is None:
             steps_per_epoch = self._input_size()
-        TrainLoop.check_schedule(steps_per_epoch, starting_epoch, max_epoch)
-        self.steps_per_epoch = int(steps_per_epoch)
-        self.starting_epoch = int(starting_epoch)
-        self.max_epoch = int(max_epoch)
+        self.schedule = Schedule(steps_per_epoch, starting_epoch, max_epoch)
+        """The :class:`Schedule` of the run (``steps_per_epoch``, ``starting_epoch``, ``max_epoch``)."""
+
+    steps_per_epoch = _schedule_property('steps_per_epoch')
+    starting_epoch = _schedule_property('starting_epoch')
+    max_epoch = _schedule_property('max_epoch')
 
     def _input_size(self):
         source = self.dataflow if self.dataflow is not None else self.data

@@ -20,12 +20,12 @@ import multiprocessing
 
 import numpy as np
 
-from ..callbacks.base import Callback
 from ..callbacks.monitor import JSONWriter, TFEventWriter
 from ..compat import tf, tfv1
 from ..dataflow.base import ProxyDataFlow
+from ..loop.callback import Callback
 from ..tfutils.sesscreate import NewSessionCreator
-from ..tfutils.tower import TrainTowerContext
+from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from ..utils.gpu import get_num_gpu
 from .base import StopTraining

@@ -7,10 +7,12 @@ optimizer function and an :class:`InputSource`; its subclasses decide where the 
 """
 
 from ..compat import tf, tfv1
-from ..input_source.input_source import PlaceholderInput
 from ..input_source.input_source_base import InputSource
+from ..predict.base import OnlinePredictor
 from ..tfutils.gradproc import FilterNoneGrad
-from ..tfutils.tower import TowerFunc, build_predict_tower, get_current_tower_context
+from ..tfutils.inference_tower import build_predict_tower
+from ..tfutils.tower_context import get_current_tower_context
+from ..tfutils.tower_func import TowerFunc
 from ..utils.argtools import call_only_once, memoized, memoized_method
 from .base import Trainer
 
@@ -74,23 +76,17 @@ class TowerTrainer(Trainer):
 
     @memoized_method
     def _get_predictor(self, input_names, output_names, device):
-        from ..predict.base import OnlinePredictor
         if self._tower_func is None:
             raise RuntimeError("get_predictor() needs trainer.tower_func to be set")
         tower_name = 'tower-pred-{}'.format(device) if device >= 0 else 'tower-pred-cpu'
         try:
             tower = self.tower_func.towers[tower_name]
         except KeyError:
-            tower = self._build_predict_tower(tower_name, device)
+            tower = build_predict_tower(self.tower_func, None, tower_name, device,
+                                        self.vs_name_for_predictor(device))
         return OnlinePredictor(tower.get_tensors(list(input_names)), tower.get_tensors(list(output_names)))
 
-    def _build_predict_tower(self, tower_name, device):
-        placeholders = PlaceholderInput()
-        placeholders.setup(self.input_signature)
-        return build_predict_tower(self.tower_func, placeholders.get_input_tensors(), tower_name,
-                                   device, self._vs_name_for_predictor(device))
-
-    def _vs_name_for_predictor(self, device):
+    def vs_name_for_predictor(self, device):
         """The variable scope inference towers read their variables from ('' = the main one)."""
         return ''
 

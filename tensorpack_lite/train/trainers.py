@@ -1,14 +1,14 @@
 """Trainers of a single cost: on one device (SimpleTrainer...) and data-parallel on several
 (SyncMultiGPUTrainer*, AsyncMultiGPUTrainer)."""
 
-from ..callbacks.base import Callback
 from ..callbacks.graph import RunOp
 from ..graph_builder.devices import check_session_devices, interpret_towers, is_gpu_tower
 from ..graph_builder.training import (AsyncMultiGPUBuilder, SyncMultiGPUParameterServerBuilder,
                                       SyncMultiGPUReplicatedBuilder)
 from ..input_source.input_source import QueueInput
 from ..input_source.input_source_base import FeedfreeInput
-from ..tfutils.tower import TrainTowerContext
+from ..loop.callback import Callback
+from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from .horovod_trainer import HorovodTrainer  # tensorpack's path: train.trainers.HorovodTrainer
 from .tower import SingleCostTrainer

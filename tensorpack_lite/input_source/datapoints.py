@@ -1,0 +1,103 @@
+"""Datapoints of a DataFlow as feeds of placeholders: the one check that a datapoint fits the
+inputs (with an error naming the component and the input), and the early closing of the
+iterator that produced it. Used by :class:`FeedInput` and the queue-filling thread."""
+
+import numpy as np
+
+from ..compat import tf
+from ..tfutils.hooked_session import CheckedFeeds
+
+__all__ = ['DatapointChecker', 'close_iterator', 'input_name']
+
+
+def input_name(tensor_or_spec):
+    return tensor_or_spec.name.split(':')[0]
+
+
+# numpy kinds a value may have for each kind of input when it is converted on feeding:
+# bool, ints and floats widen losslessly in meaning; floats never go into ints or bools.
+_ACCEPTED_KINDS = {'b': 'b', 'i': 'biu', 'u': 'bu', 'f': 'biuf', 'c': 'biufc'}
+
+
+def _dtype_fits(dtype, expected, strict):
+    """Whether values of numpy ``dtype`` may feed a TF input of dtype ``expected``: exactly
+    equal when ``strict``, otherwise of a kind that converts without changing meaning."""
+    if expected == tf.string:
+        return dtype.kind in 'SUO'
+    target = np.dtype(expected.as_numpy_dtype)
+    if strict:
+        return dtype == target
+    accepted = _ACCEPTED_KINDS.get(target.kind)
+    return accepted is None or dtype.kind in accepted  # e.g. bfloat16: left to TensorFlow
+
+
+class DatapointChecker:
+    """Turns datapoints into feeds for ``placeholders``, with a clear error for one that does
+    not fit: wrong number of components, a shape the placeholder does not accept, or a dtype
+    that would change meaning when converted (floats into an int input; with
+    ``strict_dtype`` any other dtype). Runs once per datapoint, so it is kept cheap.
+
+    The feeds are arrays of exactly the placeholders' dtypes, marked as checked
+    (:class:`CheckedFeeds`), so that the hooked session feeds them without a second check.
+    """
+
+    def __init__(self, owner, placeholders, strict_dtype=False):
+        self.owner = owner
+        self.placeholders = list(placeholders)
+        self.strict_dtype = strict_dtype
+        self._dims = [None if p.shape.rank is None else tuple(p.shape.as_list()) for p in placeholders]
+        self._dtypes = [p.dtype.base_dtype.as_numpy_dtype for p in placeholders]
+        self._fits = {}  # (input index, numpy dtype) -> bool
+
+    def feeds(self, dp):
+        """The feed dict of datapoint ``dp``, after checking it."""
+        if not isinstance(dp, (list, tuple)):
+            raise TypeError("{}: a datapoint must be a list of {} components (one per input), got "
+                            "{}".format(self.owner, len(self.placeholders), type(dp).__name__))
+        if len(dp) != len(self.placeholders):
+            raise ValueError("{}: the datapoint has {} components but there are {} inputs ({})".format(
+                self.owner, len(dp), len(self.placeholders),
+                ', '.join(input_name(p) for p in self.placeholders)))
+        return CheckedFeeds(zip(self.placeholders, map(self._checked_component, range(len(dp)), dp)))
+
+    def _checked_component(self, index, value):
+        """``value`` as an array of the input's dtype, after checking that it fits."""
+        placeholder = self.placeholders[index]
+        if not isinstance(value, np.ndarray):
+            try:
+                value = np.asarray(value)
+            except ValueError as err:  # e.g. a ragged nested list
+                raise ValueError("{}: component {} of the datapoint, for input '{}', is not an "
+                                 "array: {}".format(self.owner, index, input_name(placeholder),
+                                                    err)) from None
+        dims = self._dims[index]
+        if dims is not None and (len(dims) != value.ndim or any(
+                d is not None and d != v for d, v in zip(dims, value.shape))):
+            raise ValueError("{}: component {} of the datapoint has shape {}, which does not fit "
+                             "input '{}' of shape {}".format(
+                                 self.owner, index, value.shape, input_name(placeholder), placeholder.shape))
+        fits = self._fits.get((index, value.dtype))
+        if fits is None:
+            fits = self._fits[(index, value.dtype)] = _dtype_fits(
+                value.dtype, placeholder.dtype.base_dtype, self.strict_dtype)
+        if not fits:
+            raise TypeError("{}: component {} of the datapoint has dtype {}, but input '{}' is "
+                            "{}".format(self.owner, index, value.dtype, input_name(placeholder),
+                                        placeholder.dtype.base_dtype.name))
+        if value.dtype != self._dtypes[index]:
+            try:
+                value = np.asarray(value, dtype=self._dtypes[index])
+            except (TypeError, ValueError, OverflowError) as err:
+                raise TypeError("{}: component {} of the datapoint ({}) cannot be converted to the "
+                                "{} of input '{}': {}".format(
+                                    self.owner, index, value.dtype, placeholder.dtype.base_dtype.name,
+                                    input_name(placeholder), err)) from None
+        return value
+
+
+def close_iterator(itr):
+    """Finish a generator early, so that it releases what it holds (reentrancy guards,
+    sockets...)."""
+    close = getattr(itr, 'close', None)
+    if close is not None:
+        close()

@@ -1,0 +1,385 @@
+"""Sources that fill a TF queue from a background thread: :class:`QueueInput` (a DataFlow),
+:class:`BatchQueueInput` (a DataFlow, batched by the queue) and :class:`ZMQInput` (messages
+received over ZeroMQ)."""
+
+import threading
+
+from ..compat import tf, tfv1
+from ..dataflow.base import DataFlow, DataFlowTerminated
+from ..dataflow.common import RepeatedData
+from ..loop.callback import Callback, CallbackFactory
+from ..tfutils.summary import add_moving_summary
+from ..utils import logger
+from ..utils.concurrency import ShareSessionThread, StoppableThread
+from .datapoints import DatapointChecker, close_iterator, input_name
+from .input_source_base import FeedfreeInput, build_or_reuse_placeholder
+
+__all__ = ['QueueInput', 'BatchQueueInput', 'ZMQInput']
+
+
+class _RunWithEveryStep(Callback):
+    """Runs an op along with every hooked run (e.g. the update of a moving average)."""
+
+    def __init__(self, op):
+        self._fetches = tfv1.train.SessionRunArgs(op)
+
+    def _before_run(self, _):
+        return self._fetches
+
+
+class _EnqueueThread(ShareSessionThread, StoppableThread):
+    """Puts datapoints into a TF queue, in the background, until stopped.
+
+    ``make_iterator()`` gives the datapoints; each is fed to ``placeholders`` and enqueued.
+    The thread ends when stopped, when the queue is closed, or when the datapoints run out or
+    fail (the error is logged with its traceback). It closes the queue (cancelling pending
+    enqueues) when it ends, so that a consumer gets ``OutOfRangeError`` rather than waiting
+    forever. :meth:`stop` also closes the queue, which unblocks a pending enqueue.
+    """
+
+    def __init__(self, owner, queue, placeholders, make_iterator, strict_dtype=False):
+        super(_EnqueueThread, self).__init__(name="EnqueueThread: {} to queue '{}'".format(
+            owner, queue.name), daemon=True)
+        self._owner = owner
+        self._checker = DatapointChecker(owner, placeholders, strict_dtype)
+        self._make_iterator = make_iterator
+        self._itr = None
+        self.enqueue_op = queue.enqueue(placeholders)
+        self.close_op = queue.close(cancel_pending_enqueues=True)
+        self._running = threading.Event()
+        self._running.set()
+        self._paused = threading.Event()
+        self.error = None
+        """The exception that ended the thread, if one did (re-raised after training)."""
+
+    def run(self):
+        with self.default_sess():
+            try:
+                self.reinitialize_dataflow()
+                while not self.stopped():
+                    if not self._running.is_set():
+                        self._paused.set()
+                        while not self._running.wait(self.poll_interval):
+                            if self.stopped():
+                                return
+                        continue
+                    try:
+                        dp = next(self._itr)
+                    except StopIteration:
+                        if not self.stopped():
+                            logger.info("[{}] The datapoints ran out.".format(self._owner))
+                        return
+                    self.enqueue_op.run(feed_dict=self._checker.feeds(dp))
+            except (tf.errors.CancelledError, tf.errors.OutOfRangeError):
+                pass  # the queue was closed: training is over
+            except DataFlowTerminated:
+                logger.info("[{}] The DataFlow has terminated.".format(self._owner))
+            except Exception as err:
+                if not (self.stopped() or self._session_closed()):
+                    self.error = err
+                    logger.exception("[{}] Exception in {}; closing the queue, which ends "
+                                     "training:".format(self._owner, self.name))
+            finally:
+                self._close_queue()
+                try:
+                    close_iterator(self._itr)
+                except Exception:
+                    logger.exception("[{}] Error while closing the datapoint iterator:".format(
+                        self._owner))
+                logger.info("[{}] {} exited.".format(self._owner, self.name))
+
+    def _session_closed(self):
+        return self._sess is None or getattr(self._sess, '_closed', False)
+
+    def _close_queue(self):
+        if self._session_closed():
+            return
+        try:
+            self._sess.run(self.close_op)
+        except Exception:  # already closed, or the session is going away
+            pass
+
+    def reinitialize_dataflow(self):
+        """Start a new iteration of the datapoints (the old one is closed)."""
+        if self._itr is not None:
+            close_iterator(self._itr)
+        self._itr = iter(self._make_iterator())
+
+    def stop(self):
+        """Stop the thread and close the queue (which cancels a blocked enqueue)."""
+        super(_EnqueueThread, self).stop()
+        self._running.set()
+        self._close_queue()
+
+    def pause(self):
+        """Stop enqueueing after the current datapoint; :meth:`wait_paused` tells when."""
+        self._paused.clear()
+        self._running.clear()
+
+    def wait_paused(self, timeout):
+        """Whether the thread has paused (or is gone), waiting up to ``timeout`` seconds."""
+        return self._paused.wait(timeout) or not self.is_alive()
+
+    def resume(self):
+        self._paused.clear()
+        self._running.set()
+
+
+class _EnqueueingInput(FeedfreeInput):
+    """What :class:`QueueInput` and :class:`ZMQInput` share: a FIFO queue of datapoints filled
+    by an :class:`_EnqueueThread` (started before training, stopped after it), dequeued on the
+    CPU, and a moving average of its size as a summary.
+
+    Subclasses give ``_datapoints()`` (an iterable, called in the thread).
+    """
+
+    queue_capacity = 50
+    _strict_dtype = False
+
+    thread_join_timeout = 5.0
+    """Seconds to wait for the thread to end after training."""
+
+    def __init__(self, queue=None):
+        self.queue = queue
+        self.thread = None
+        self._last_dequeue = []
+
+    def _datapoints(self):
+        raise NotImplementedError()
+
+    def _setup(self, input_signature):
+        owner = type(self).__name__
+        if not input_signature:
+            raise ValueError("{} needs at least one input".format(owner))
+        self._input_placehdrs = [build_or_reuse_placeholder(spec) for spec in input_signature]
+        with self.cached_name_scope():
+            enqueue_placehdrs = self._enqueue_placeholders()
+            if self.queue is None:
+                self.queue = self._create_queue(enqueue_placehdrs)
+            if list(self.queue.dtypes) != [p.dtype for p in enqueue_placehdrs]:
+                raise ValueError("{}: the queue's dtypes {} do not match the inputs' {}".format(
+                    owner, [d.name for d in self.queue.dtypes],
+                    [p.dtype.name for p in enqueue_placehdrs]))
+            logger.info("Setting up the queue '{}' for CPU prefetching ...".format(self.queue.name))
+            self.thread = _EnqueueThread(owner, self.queue, enqueue_placehdrs, self._datapoints,
+                                         self._strict_dtype)
+            self._dequeue_op = self.queue.dequeue(name='dequeue_for_reset')
+
+    def _enqueue_placeholders(self):
+        return self._input_placehdrs
+
+    def _create_queue(self, placehdrs):
+        return tfv1.FIFOQueue(self.queue_capacity, [p.dtype for p in placehdrs], name='input_queue')
+
+    def _dequeue(self):
+        return self.queue.dequeue(name='input_deque')
+
+    def _static_shape(self, placeholder):
+        return placeholder.shape
+
+    def _get_input_tensors(self):
+        # Several towers dequeue in one step: each dequeue waits for the previous one, so
+        # tower i always gets the i-th datapoint of the step.
+        with tf.device('/cpu:0'), self.cached_name_scope(), \
+                tf.control_dependencies(self._last_dequeue):
+            ret = self._dequeue()
+            if isinstance(ret, tf.Tensor):  # a queue of one component gives a bare tensor
+                ret = [ret]
+            if len(ret) != len(self._input_placehdrs):
+                raise ValueError("{}: the queue gives {} tensors for {} inputs".format(
+                    type(self).__name__, len(ret), len(self._input_placehdrs)))
+            for tensor, placeholder in zip(ret, self._input_placehdrs):
+                tensor.set_shape(self._static_shape(placeholder))
+            self._last_dequeue = [ret[0].op]
+            return ret
+
+    def _create_ema_callbacks(self):
+        """A callback keeping, with every step, a moving average of the queue's size, which
+        is summarized as ``<scope>/queue_size`` (none where summaries are not allowed, e.g.
+        inside a tower that is not the main training tower)."""
+        with self.cached_name_scope():
+            size = tf.cast(self.queue.size(), tf.float32, name='queue_size')
+        updates = add_moving_summary(size, collection=None, decay=0.5)
+        if not updates:
+            return []
+        return [_RunWithEveryStep(updates[0].op)]
+
+    def _get_callbacks(self):
+        return ([CallbackFactory(before_train=self._start_thread, after_train=self._stop_thread)]
+                + self._create_ema_callbacks())
+
+    def _start_thread(self, _):
+        logger.info("Starting {} ...".format(self.thread.name))
+        self.thread.start()
+
+    def _stop_thread(self, _):
+        """Stop the thread after training; its error (if one ended it) fails the run."""
+        if self.thread.is_alive():
+            logger.info("Stopping {} ...".format(self.thread.name))
+            self.thread.stop()
+            self.thread.join(self.thread_join_timeout)
+            if self.thread.is_alive():
+                logger.error("{}: {} is still alive {} sec after being stopped.".format(
+                    type(self).__name__, self.thread.name, self.thread_join_timeout))
+        if self.thread.error is not None:
+            raise self.thread.error
+
+    def refill_queue(self):
+        """Empty the queue and restart the datapoints from a new iteration: the thread pauses,
+        the queue is drained (in the default session), then the thread resumes.
+
+        Call it between steps (e.g. from a callback), not while a step runs.
+        """
+        sess = tfv1.get_default_session()
+        if sess is None:
+            raise RuntimeError("{}.refill_queue() needs a default session".format(
+                type(self).__name__))
+        short_wait = tfv1.RunOptions(timeout_in_ms=50)
+        self.thread.pause()
+        while True:
+            # Dequeueing also unblocks an enqueue the thread may be waiting on, so it can pause.
+            paused = self.thread.wait_paused(0)
+            try:
+                sess.run(self._dequeue_op, options=short_wait)
+            except tf.errors.DeadlineExceededError:  # the queue is empty
+                if paused:  # ... and nothing can be added to it any more
+                    break
+        self.thread.reinitialize_dataflow()
+        self.thread.resume()
+
+
+class QueueInput(_EnqueueingInput):
+    """Datapoints of a DataFlow, put into a TF queue by a background thread; each
+    ``get_input_tensors()`` dequeues one datapoint per step.
+
+    The thread starts before training and is stopped after it, closing the queue. An error in
+    the DataFlow is logged and closes the queue, which ends training (``OutOfRangeError``)
+    once the datapoints already queued are consumed.
+
+    Args:
+        ds (DataFlow): produces datapoints as lists, one component per input.
+        queue (tf.compat.v1.QueueBase): the queue to use; by default a ``FIFOQueue`` of
+            capacity 50 named ``input_queue``.
+
+    Example::
+
+        source = QueueInput(BatchData(df, 64))
+    """
+
+    def __init__(self, ds, queue=None):
+        if not isinstance(ds, DataFlow):
+            raise TypeError("{} takes a DataFlow, got {!r}".format(type(self).__name__, ds))
+        super(QueueInput, self).__init__(queue)
+        self.ds = ds
+        self._inf_ds = RepeatedData(ds, -1)
+        self._ds_was_reset = False
+
+    def _size(self):
+        return len(self.ds)
+
+    def _reset_state(self):
+        if not self._ds_was_reset:
+            self._inf_ds.reset_state()
+            self._ds_was_reset = True
+
+    def _datapoints(self):
+        return self._inf_ds
+
+
+class BatchQueueInput(QueueInput):
+    """Like :class:`QueueInput`, but the queue holds single datapoints and each step
+    dequeues ``batch_size`` of them at once, stacked.
+
+    Every input's shape must be fully defined except its first (batch) dimension.
+
+    Args:
+        ds (DataFlow): produces single (unbatched) datapoints.
+        batch_size (int): datapoints per batch.
+        queue: a queue of unbatched datapoints with fully defined shapes; by default a
+            ``FIFOQueue`` of capacity 3000.
+    """
+
+    queue_capacity = 3000
+
+    def __init__(self, ds, batch_size, queue=None):
+        super(BatchQueueInput, self).__init__(ds, queue)
+        self.batch_size = int(batch_size)
+        if self.batch_size <= 0:
+            raise ValueError("BatchQueueInput: batch_size must be positive, got {}".format(batch_size))
+
+    def _size(self):
+        return len(self.ds) // self.batch_size
+
+    def _enqueue_placeholders(self):
+        placehdrs = []
+        for ph in self._input_placehdrs:
+            shape = ph.shape
+            if shape.rank is None or shape.rank == 0 or not shape[1:].is_fully_defined():
+                raise ValueError("BatchQueueInput needs inputs whose shape is fully defined except "
+                                 "for the batch dimension; input '{}' has shape {}".format(
+                                     input_name(ph), shape))
+            placehdrs.append(tfv1.placeholder(ph.dtype, shape=shape[1:],
+                                              name=input_name(ph) + '-nobatch'))
+        return placehdrs
+
+    def _create_queue(self, placehdrs):
+        return tfv1.FIFOQueue(self.queue_capacity, [p.dtype for p in placehdrs],
+                              shapes=[p.shape for p in placehdrs], name='input_queue')
+
+    def _dequeue(self):
+        for shape in self.queue.shapes:
+            if not shape.is_fully_defined():
+                raise ValueError("BatchQueueInput needs a queue with fully defined shapes, got {}"
+                                 .format(self.queue.shapes))
+        return self.queue.dequeue_many(self.batch_size, name='input_deque')
+
+    def _static_shape(self, placeholder):
+        return tf.TensorShape([self.batch_size]).concatenate(placeholder.shape[1:])
+
+
+class ZMQInput(_EnqueueingInput):
+    """Datapoints received over ZeroMQ: a PULL socket takes messages made by
+    :func:`tensorpack_lite.utils.serialize.dumps` (a list of numpy arrays, one per input, of
+    the inputs' dtypes), and a background thread enqueues them into a TF queue as
+    :class:`QueueInput` does.
+
+    Unlike tensorpack's, which used a compiled TF op, this one is pure Python (pyzmq in the
+    enqueue thread). A message that does not fit the inputs (number of components, dtype,
+    shape) is logged with a clear error and ends training.
+
+    Args:
+        end_point (str): e.g. ``'ipc:///tmp/pipe'`` or ``'tcp://127.0.0.1:5555'``.
+        hwm (int): high-water mark (messages buffered) of the socket.
+        bind (bool): bind to ``end_point`` (senders connect); otherwise connect to it.
+
+    Example (the sender, in another process)::
+
+        sock = zmq.Context().socket(zmq.PUSH); sock.connect('ipc:///tmp/pipe')
+        for dp in df:
+            sock.send(dumps(dp), copy=False)
+    """
+
+    _strict_dtype = True
+
+    def __init__(self, end_point, hwm, bind=True):
+        super(ZMQInput, self).__init__()
+        self._end_point = str(end_point)
+        self._hwm = int(hwm)
+        self._bind = bool(bind)
+
+    def _datapoints(self):
+        import zmq
+
+        from ..utils.serialize import loads
+        sock = zmq.Context.instance().socket(zmq.PULL)
+        try:
+            sock.set_hwm(self._hwm)
+            if self._bind:
+                sock.bind(self._end_point)
+            else:
+                sock.connect(self._end_point)
+            while not self.thread.stopped():
+                if sock.poll(int(self.thread.poll_interval * 1000)):
+                    yield loads(sock.recv(copy=False).buffer)
+        finally:
+            sock.close(linger=0)

@@ -1,0 +1,201 @@
+"""The dispatcher: :class:`Callbacks` runs a group of callbacks at every stage, including
+around each hooked session run, and names the culprit of any error in one place.
+
+A trainer hands the group to its :class:`HookedSession` as one ``SessionRunHook``
+(:meth:`Callbacks.get_hooks`): the group merges what its members ask of each run (fetches,
+feeds, run options) and hands each its own results. :class:`CallbackToHook` presents any
+callback as a ``SessionRunHook`` the same way, e.g. for a ``tf.compat.v1.train.MonitoredSession``.
+"""
+
+import time
+from contextlib import contextmanager
+
+from ..compat import tfv1
+from ..tfutils.hooked_session import CheckedFeeds, RunRequests
+from ..utils import logger
+from ..utils.utils import humanize_time_delta
+from .callback import Callback, name_culprit
+
+__all__ = ['Callbacks', 'CallbackToHook']
+
+_STAGES = ('before_train', 'before_epoch', 'after_epoch', 'trigger_step', 'trigger_epoch',
+           'after_train', 'before_run', 'after_run')
+
+# By default trigger_epoch() calls trigger(): overriding either makes a callback act there.
+_IMPLIED_BY = {'trigger_epoch': ('trigger',)}
+
+
+def _overrides(cb, stage):
+    """Whether ``cb`` does anything at ``stage`` (the base class does nothing at any)."""
+    cls = type(cb)
+    for name in (stage,) + _IMPLIED_BY.get(stage, ()):
+        for attr in (name, '_' + name):
+            if attr in cb.__dict__ or getattr(cls, attr) is not getattr(Callback, attr):
+                return True
+    return False
+
+
+class _EpochTimer:
+    """Accumulates the time each callback spends at the end of an epoch."""
+
+    total_threshold = 3.0
+    """Seconds the callbacks must take in total before anything is reported."""
+
+    slow_threshold = 1.0
+    """Seconds a callback must take (and more than 30% of the total) to be named."""
+
+    def __init__(self):
+        self.times = []
+
+    @contextmanager
+    def timed(self, name):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times.append((name, time.perf_counter() - start))
+
+    def report(self):
+        total = sum(t for _, t in self.times)
+        if total < self.total_threshold:
+            return None
+        slow = ['{}: {}'.format(name, humanize_time_delta(t)) for name, t in self.times
+                if t > self.slow_threshold and t / total > 0.3]
+        msg = "Callbacks took {:.3f} sec in total. {}".format(total, '; '.join(slow))
+        logger.info(msg)
+        return msg
+
+
+class Callbacks(Callback):
+    """A group of callbacks, itself a callback: each stage runs every member in order.
+
+    Members that do nothing at a stage are skipped there, so a long list of callbacks
+    costs nothing per step unless they work per step. Around a hooked run, the members'
+    requests are merged into one (a tensor fed by two members is an error naming the
+    second) and each member receives the values it asked for. An exception from a member
+    carries a note naming it (``raised by callback X in trigger_epoch()``) and an attribute
+    ``callback``. ``after_train`` runs every member even when some of them fail.
+    """
+
+    def __init__(self, cbs):
+        for cb in cbs:
+            if not isinstance(cb, Callback):
+                raise TypeError("Callbacks takes Callback instances, got {!r} of type {}".format(
+                    cb, type(cb).__name__))
+        self.cbs = list(cbs)
+        self._active = {stage: list(self.cbs) for stage in _STAGES}
+        self._around_run = list(self.cbs)
+        self.last_epoch_report = None
+
+    def _run(self, stage, *args):
+        for cb in self._active[stage]:
+            try:
+                getattr(cb, stage)(*args)
+            except Exception as err:
+                name_culprit(err, cb, stage)
+                raise
+
+    def _setup_graph(self):
+        with tfv1.name_scope(None):
+            for cb in self.cbs:
+                try:
+                    cb.setup_graph(self.trainer)
+                except Exception as err:
+                    name_culprit(err, cb, 'setup_graph')
+                    raise
+        self._active = {stage: [cb for cb in self.cbs if _overrides(cb, stage)] for stage in _STAGES}
+        self._around_run = [cb for cb in self.cbs
+                            if cb in self._active['before_run'] or cb in self._active['after_run']]
+
+    def setup_graph(self, trainer):
+        self.trainer = trainer
+        self.graph = tfv1.get_default_graph()
+        self._setup_graph()
+
+    def get_hooks(self):
+        """The group as the one ``SessionRunHook`` to run around every hooked session run
+        (none when no member acts there)."""
+        return [CallbackToHook(self)] if self._around_run else []
+
+    def before_run(self, ctx):
+        """Collect the members' requests for this run, merged into one ``SessionRunArgs``."""
+        requests = RunRequests('Callback')
+        for index, cb in enumerate(self._around_run):
+            try:
+                requests.add(index, cb, cb.before_run(ctx))
+            except Exception as err:
+                name_culprit(err, cb, 'before_run')
+                raise
+        if not (requests.fetches or requests.feeds or requests.options_added):
+            return None
+        feeds = CheckedFeeds(requests.feeds, requests.checked) if requests.feeds else None
+        return tfv1.train.SessionRunArgs(requests.fetches, feeds, requests.options)
+
+    def after_run(self, run_context, run_values):
+        """Hand each member the values it asked for in :meth:`before_run`."""
+        results = run_values.results or {}
+        for index, cb in enumerate(self._around_run):
+            try:
+                cb.after_run(run_context, tfv1.train.SessionRunValues(
+                    results=results.get(index), options=run_values.options,
+                    run_metadata=run_values.run_metadata))
+            except Exception as err:
+                name_culprit(err, cb, 'after_run')
+                raise
+
+    def _before_train(self):
+        self._run('before_train')
+
+    def _before_epoch(self):
+        self._run('before_epoch')
+
+    def _after_epoch(self):
+        self._run('after_epoch')
+
+    def trigger_step(self):
+        self._run('trigger_step')
+
+    def _trigger_epoch(self):
+        timer = _EpochTimer()
+        for cb in self._active['trigger_epoch']:
+            with timer.timed(str(cb)):
+                try:
+                    cb.trigger_epoch()
+                except Exception as err:
+                    name_culprit(err, cb, 'trigger_epoch')
+                    raise
+        self.last_epoch_report = timer.report()
+
+    def _after_train(self):
+        first_error = None
+        for cb in self._active['after_train']:
+            try:
+                cb.after_train()
+            except Exception as err:
+                name_culprit(err, cb, 'after_train')
+                logger.exception("Callback {} failed in after_train()".format(cb))
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+
+
+class CallbackToHook(tfv1.train.SessionRunHook):
+    """Presents a callback's ``before_run``/``after_run`` as a ``SessionRunHook``; an error
+    raised there carries a note naming the callback.
+
+    Example::
+
+        with tf.train.MonitoredSession(hooks=[CallbackToHook(my_callback)]) as sess:
+            ...
+    """
+
+    def __init__(self, cb):
+        if not isinstance(cb, Callback):
+            raise TypeError("CallbackToHook takes a Callback, got {!r}".format(cb))
+        self._cb = cb if isinstance(cb, Callbacks) else Callbacks([cb])
+
+    def before_run(self, run_context):
+        return self._cb.before_run(run_context)
+
+    def after_run(self, run_context, run_values):
+        self._cb.after_run(run_context, run_values)

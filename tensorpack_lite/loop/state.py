@@ -1,0 +1,159 @@
+"""The run state of a training loop: its schedule and where it is (epoch, step, global step).
+
+The trainer owns one :class:`TrainLoop` (``trainer.loop``) and is the only thing that advances
+it; callbacks read it (``self.trainer.loop``) instead of working the answers out themselves::
+
+    loop = self.trainer.loop
+    if loop.is_last_step_of_epoch and loop.is_first_run_of_step:
+        ...   # fetch something once, with the last step of the epoch
+"""
+
+import numbers
+
+from ..tfutils.common import get_global_step_value
+
+__all__ = ['Schedule', 'TrainLoop']
+
+
+class Schedule:
+    """Which epochs a run trains and how many steps each has, checked when it is made.
+
+    Epochs are numbered from ``starting_epoch`` to ``max_epoch`` inclusive; each has
+    ``steps_per_epoch`` steps.
+
+    Example::
+
+        Schedule(steps_per_epoch=100, starting_epoch=1, max_epoch=10)
+    """
+
+    __slots__ = ('steps_per_epoch', 'starting_epoch', 'max_epoch')
+
+    def __init__(self, steps_per_epoch, starting_epoch=1, max_epoch=9999999):
+        for name, value in (('steps_per_epoch', steps_per_epoch), ('starting_epoch', starting_epoch),
+                            ('max_epoch', max_epoch)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError("{} must be an integer, got {!r} of type {}".format(
+                    name, value, type(value).__name__))
+        if steps_per_epoch <= 0:
+            raise ValueError("steps_per_epoch must be a positive number of steps, got {}".format(
+                steps_per_epoch))
+        if starting_epoch < 1:
+            raise ValueError("starting_epoch counts from 1, got {}".format(starting_epoch))
+        if max_epoch < starting_epoch:
+            raise ValueError("max_epoch ({}) is smaller than starting_epoch ({}): no epoch would "
+                             "run".format(max_epoch, starting_epoch))
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.starting_epoch = int(starting_epoch)
+        self.max_epoch = int(max_epoch)
+
+    def __repr__(self):
+        return "Schedule(steps_per_epoch={}, starting_epoch={}, max_epoch={})".format(
+            self.steps_per_epoch, self.starting_epoch, self.max_epoch)
+
+
+class TrainLoop:
+    """Where the training loop is, and the questions callbacks ask about it.
+
+    ``local_step`` numbers the steps of an epoch from 0; ``global_step`` counts every hooked
+    run ever made, across restarts (it starts from the graph's global step variable). A step
+    may make several hooked runs (e.g. a GAN's two optimizers); :attr:`is_first_run_of_step`
+    tells the first one apart.
+
+    The trainer advances the loop with :meth:`start`, :meth:`epochs`, :meth:`steps` and
+    :meth:`count_run`; nothing else changes it.
+    """
+
+    def __init__(self):
+        self._schedule = None
+        self._epoch_num = 0
+        self._global_step = 0
+        self._local_step = -1
+        self._runs_in_step = 0
+
+    # ----- advanced by the trainer ------------------------------------------------------------
+
+    def start(self, schedule):
+        """Take the :class:`Schedule` of the run and read the global step from the graph (in
+        the default session)."""
+        if not isinstance(schedule, Schedule):
+            raise TypeError("TrainLoop.start() takes a Schedule, got {!r}".format(schedule))
+        self._schedule = schedule
+        self._epoch_num = schedule.starting_epoch - 1
+        self.update_global_step()
+
+    def update_global_step(self):
+        """Read the global step from the graph's variable (in the default session)."""
+        self._global_step = get_global_step_value()
+
+    def epochs(self):
+        """Iterate over the epochs of the schedule, making each the current one."""
+        for epoch in range(self.starting_epoch, self.max_epoch + 1):
+            self._epoch_num = epoch
+            yield epoch
+
+    def steps(self):
+        """Iterate over the steps of the current epoch, making each the current one."""
+        for step in range(self.steps_per_epoch):
+            self._local_step = step
+            self._runs_in_step = 0
+            yield step
+
+    def count_run(self):
+        """Account for one hooked run of the step (it incremented the global step variable)."""
+        self._global_step += 1
+        self._runs_in_step += 1
+
+    # ----- read by everyone ---------------------------------------------------------------------
+
+    @property
+    def schedule(self):
+        """The :class:`Schedule` of the run (None before it starts)."""
+        return self._schedule
+
+    @property
+    def steps_per_epoch(self):
+        return self._scheduled('steps_per_epoch')
+
+    @property
+    def starting_epoch(self):
+        return self._scheduled('starting_epoch')
+
+    @property
+    def max_epoch(self):
+        return self._scheduled('max_epoch')
+
+    def _scheduled(self, name):
+        if self._schedule is None:
+            raise AttributeError("The training loop has no {} before training starts".format(name))
+        return getattr(self._schedule, name)
+
+    @property
+    def epoch_num(self):
+        """The current epoch (the last finished one outside an epoch)."""
+        return self._epoch_num
+
+    @property
+    def global_step(self):
+        """Hooked runs made so far, across restarts."""
+        return self._global_step
+
+    @property
+    def local_step(self):
+        """The step within the current epoch, from 0."""
+        return self._local_step
+
+    @property
+    def is_last_step_of_epoch(self):
+        """Whether the current step is the last one of its epoch."""
+        return self._local_step == self.steps_per_epoch - 1
+
+    @property
+    def is_last_epoch(self):
+        """Whether the current epoch is the last one of the schedule."""
+        return self._epoch_num == self.max_epoch
+
+    @property
+    def is_first_run_of_step(self):
+        """Whether no hooked run of the current step has finished yet (True in the
+        ``before_run`` of its first run)."""
+        return self._runs_in_step == 0

@@ -1,0 +1,245 @@
+"""The package's structure: every import (also inside functions) points down the layers listed in
+docs/architecture.md, no file or package imports itself back, DataFlow and utils need no
+TensorFlow, and importing the package leaves TensorFlow's mode alone (Keras 3 still trains)."""
+
+import ast
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PACKAGE = 'tensorpack_lite'
+ARCHITECTURE = os.path.join(REPO, 'docs', 'architecture.md')
+
+# Outside the layers: the TensorFlow import point (usable anywhere) and the top-level facade.
+UNLAYERED = {PACKAGE + '.compat'}
+
+
+def read_layers(text):
+    """{package: layer number} from the numbered list under '## Layers' of architecture.md."""
+    section = re.search(r'^## Layers\n(.*?)(?=^## |\Z)', text, re.M | re.S)
+    assert section, "docs/architecture.md has no '## Layers' section"
+    layers = {}
+    for number, names in re.findall(r'^(\d+)\. (.+)$', section.group(1), re.M):
+        for name in re.findall(r'`(\w+)`', names):
+            assert PACKAGE + '.' + name not in layers, "{} is listed twice".format(name)
+            layers[PACKAGE + '.' + name] = int(number)
+    return layers
+
+
+def module_files():
+    """{module name: path} of every module of the package."""
+    modules = {}
+    root = os.path.join(REPO, PACKAGE)
+    for directory, _, files in os.walk(root):
+        for fname in files:
+            if fname.endswith('.py'):
+                path = os.path.join(directory, fname)
+                parts = os.path.relpath(path, REPO)[:-3].split(os.sep)
+                if parts[-1] == '__init__':
+                    parts = parts[:-1]
+                modules['.'.join(parts)] = path
+    return modules
+
+
+def imports_of(name, path, modules):
+    """The modules of the package that ``name`` imports, anywhere in the file: ``from pkg import
+    x`` counts as importing ``pkg.x`` when that is a module, else ``pkg``."""
+    tree = ast.parse(open(path, encoding='utf-8').read(), path)
+    is_package = path.endswith('__init__.py')
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split('.') if is_package else name.split('.')[:-1]
+                base = base[:len(base) - node.level + 1]
+                source = '.'.join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ''
+            targets = [source + '.' + alias.name if source + '.' + alias.name in modules else source
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules and '.' in target:
+                target = target.rsplit('.', 1)[0]   # `import a.b.c` / a name of a module
+            if target in modules and target != name:
+                found.add(target)
+    return found
+
+
+def unit_of(module):
+    """The package a module belongs to for layering: tensorpack_lite.<first part>."""
+    return '.'.join(module.split('.')[:2])
+
+
+def package_of(module, modules):
+    """The directory (package) a module is in: itself for a package's __init__."""
+    return module if modules[module].endswith('__init__.py') else module.rsplit('.', 1)[0]
+
+
+def find_cycle(graph):
+    """One cycle of ``graph`` ({node: set of nodes}) as a list, or None."""
+    state = {}
+    stack = []
+
+    def visit(node):
+        state[node] = 'open'
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 'open':
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = 'done'
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+@pytest.fixture(scope='module')
+def import_graph():
+    modules = module_files()
+    return modules, {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+@pytest.fixture(scope='module')
+def layers():
+    return read_layers(open(ARCHITECTURE, encoding='utf-8').read())
+
+
+def layer_violations(graph, layers):
+    """The imports that do not point to a lower layer, as 'importer -> imported' strings."""
+    bad = []
+    for importer, imported in sorted(graph.items()):
+        if importer == PACKAGE or importer in UNLAYERED:
+            continue
+        for target in sorted(imported):
+            if target in UNLAYERED or unit_of(target) == unit_of(importer):
+                continue
+            if target == PACKAGE or layers[unit_of(target)] >= layers[unit_of(importer)]:
+                bad.append('{} -> {}'.format(importer, target))
+    return bad
+
+
+def test_every_package_has_a_layer(import_graph, layers):
+    modules, _ = import_graph
+    units = {unit_of(m) for m in modules if m != PACKAGE} - UNLAYERED
+    assert units - set(layers) == set(), "packages missing from docs/architecture.md's layers"
+    assert set(layers) - units == set(), "docs/architecture.md lists packages that do not exist"
+
+
+def test_imports_point_down_the_layers(import_graph, layers):
+    _, graph = import_graph
+    assert layer_violations(graph, layers) == []
+
+
+def test_no_import_cycle_between_files(import_graph):
+    _, graph = import_graph
+    assert find_cycle(graph) is None
+
+
+def test_no_import_cycle_between_packages(import_graph):
+    modules, graph = import_graph
+    packages = {}
+    for importer, imported in graph.items():
+        source = package_of(importer, modules)
+        for target in imported:
+            target_package = package_of(target, modules)
+            # a package's __init__ gathering its own submodules is not a dependency on itself
+            if target_package != source and not target_package.startswith(source + '.'):
+                packages.setdefault(source, set()).add(target_package)
+    assert find_cycle(packages) is None
+
+
+def test_the_checker_sees_violations_and_cycles(tmp_path):
+    """The checks above fail on what they are meant to catch: an upward import hidden in a
+    function, and a cycle through it."""
+    layers = read_layers("## Layers\n1. `utils`\n2. `train`\n\n## Next\n3. `ignored`\n")
+    assert layers == {PACKAGE + '.utils': 1, PACKAGE + '.train': 2}
+    lower = tmp_path / 'lower.py'
+    lower.write_text("def late():\n    from ..train.base import Trainer\n    return Trainer\n")
+    modules = {PACKAGE + '.utils.lower': str(lower), PACKAGE + '.train.base': 'base.py',
+               PACKAGE + '.utils': '__init__.py', PACKAGE + '.train': '__init__.py'}
+    found = imports_of(PACKAGE + '.utils.lower', str(lower), modules)
+    assert found == {PACKAGE + '.train.base'}
+    graph = {PACKAGE + '.utils.lower': found, PACKAGE + '.train.base': {PACKAGE + '.utils.lower'}}
+    assert layer_violations(graph, layers) == ['tensorpack_lite.utils.lower -> tensorpack_lite.train.base']
+    assert find_cycle(graph) == [PACKAGE + '.train.base', PACKAGE + '.utils.lower', PACKAGE + '.train.base']
+
+
+def run_python(code, without_tensorflow=False):
+    """Run ``code`` in a fresh interpreter (where ``import tensorflow`` fails, if asked); its stdout."""
+    prelude = "import sys; sys.modules['tensorflow'] = None\n" if without_tensorflow else ""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+    out = subprocess.run([sys.executable, '-c', prelude + code], capture_output=True, text=True,
+                         timeout=300, cwd=HERE, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_dataflow_and_utils_import_without_tensorflow():
+    modules = sorted(m for m in module_files() if m.startswith((PACKAGE + '.dataflow', PACKAGE + '.utils'))
+                     and '.imgaug' not in m)   # imgaug needs OpenCV, imported by Keras with TF
+    out = run_python("import importlib\n"
+                     "for name in {!r}:\n"
+                     "    importlib.import_module(name)\n"
+                     "print('tensorflow imported:', sys.modules['tensorflow'] is not None)\n".format(modules),
+                     without_tensorflow=True)
+    assert out.strip() == 'tensorflow imported: False'
+    assert len(modules) > 30
+
+
+def test_importing_the_package_leaves_eager_mode_and_keras_trains_then_tensorpack_trains():
+    out = run_python(r'''
+import numpy as np
+import tensorpack_lite
+from tensorpack_lite import BatchData, DataFromList, ModelDesc, SimpleTrainer, TrainConfig
+from tensorpack_lite import launch_train_with_config, tfv1
+from tensorpack_lite.compat import tf
+print('eager after import:', tf.executing_eagerly())
+
+import keras
+rng = np.random.RandomState(0)
+x = rng.rand(32, 4).astype('float32')
+y = (x.sum(1) > 2).astype('float32')
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation='sigmoid')])
+model.compile(optimizer='sgd', loss='binary_crossentropy')
+history = model.fit(x, y, epochs=2, batch_size=8, verbose=0)
+print('keras epochs:', len(history.history['loss']))
+
+
+class Model(ModelDesc):
+    def inputs(self):
+        return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
+
+    def build_graph(self, x, y):
+        w = tfv1.get_variable('w', [4, 1], initializer=tfv1.zeros_initializer())
+        return tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(0.1)
+
+
+trainer = SimpleTrainer()
+launch_train_with_config(TrainConfig(model=Model(), dataflow=BatchData(DataFromList(
+    [[a, b] for a, b in zip(x, y)], shuffle=False), 8), max_epoch=2, callbacks=[], monitors=[]), trainer)
+print('tensorpack steps:', trainer.global_step, 'eager after training:', tf.executing_eagerly())
+''')
+    assert 'eager after import: True' in out
+    assert 'keras epochs: 2' in out
+    assert 'tensorpack steps: 8 eager after training: False' in out
