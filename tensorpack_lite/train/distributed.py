@@ -333,7 +333,7 @@ class DistributedTrainerReplicated(_ParameterServerTrainer):
         self.sess.run(self._initial_sync_op, options=self._run_options())
         return received
 
-    def _vs_name_for_predictor(self, device):
+    def vs_name_for_predictor(self, device):
         return 'tower0'
 
 
