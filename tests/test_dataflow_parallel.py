@@ -89,14 +89,22 @@ def children():
 
 
 @pytest.fixture(autouse=True)
-def no_leftovers():
-    """Every worker started by a test has ended once the test has closed its dataflows."""
+def no_leftovers(monkeypatch, tmp_path_factory):
+    """Every worker started by a test has ended once the test has closed its dataflows.
+
+    The test's ipc directories go to a private temporary directory (short enough for socket
+    paths), so that other test sessions running on the machine cannot be mistaken for leftovers.
+    """
+    tmp_path_factory.getbasetemp()  # pytest's own temporary directories stay where they are
+    private = tempfile.mkdtemp(prefix='tpt-', dir='/tmp')
+    monkeypatch.setattr(tempfile, 'tempdir', private)
     before, dirs = children(), ipc_dirs()
     yield
     if children() - before:
         gc.collect()  # dataflows only dropped, not closed
     assert wait_gone(children() - before) == []
     assert ipc_dirs() - dirs == set()
+    shutil.rmtree(private, ignore_errors=True)
 
 
 def values(dps):
