@@ -58,6 +58,15 @@ def log_records():
         yield records
 
 
+@pytest.fixture
+def fixed_seed(monkeypatch):
+    """``fixed_seed(n)`` seeds every ``get_rng()`` made afterwards (``fix_rng_seed``); the
+    generators go back to unseeded after the test."""
+    from tensorpack_lite.utils import utils
+    monkeypatch.setattr(utils, '_RNG_SEED', utils._RNG_SEED)
+    return utils.fix_rng_seed
+
+
 @pytest.fixture(scope='module')
 def digits():
     """The 8x8 digits scikit-learn ships: images (n, 64) float32 in [0, 1], labels (n,) int32."""

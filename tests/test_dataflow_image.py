@@ -14,15 +14,6 @@ from tensorpack_lite.dataflow.image import (AugmentImageComponent, AugmentImageC
 from tensorpack_lite.dataflow.imgaug.base import AugmentorList, ImageAugmentor
 from tensorpack_lite.dataflow.imgaug.transform import TransformFactory
 from tensorpack_lite.dataflow.raw import DataFromList
-from tensorpack_lite.utils import utils
-from tensorpack_lite.utils.utils import fix_rng_seed
-
-
-@pytest.fixture
-def fixed_seed():
-    old = utils._RNG_SEED
-    yield fix_rng_seed
-    utils._RNG_SEED = old
 
 
 class Shift(ImageAugmentor):

@@ -13,19 +13,10 @@ from tensorpack_lite.dataflow import BatchData
 from tensorpack_lite.dataflow.dataset import Cifar10, Cifar100, Digits, FashionMnist, Mnist
 from tensorpack_lite.dataflow.dataset.common import DATASET_ENV_VAR
 from tensorpack_lite.dataflow.dataset.digits import resize_bilinear
-from tensorpack_lite.utils.utils import change_env, fix_rng_seed
+from tensorpack_lite.utils.utils import change_env
 
 MNIST_FILES = {'train': ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte'),
                'test': ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte')}
-
-
-@pytest.fixture
-def fixed_seed():
-    """Seed every get_rng() for the test, then go back to unseeded generators."""
-    from tensorpack_lite.utils import utils
-    old = utils._RNG_SEED
-    yield fix_rng_seed
-    utils._RNG_SEED = old
 
 
 def _epoch(df):

@@ -16,18 +16,9 @@ from tensorpack_lite.dataflow.dataset.ilsvrc import (ILSVRC12, ILSVRC12Files, IL
                                                      read_caffe_blob)
 from tensorpack_lite.dataflow.dataset.places import Places365Standard
 from tensorpack_lite.dataflow.dataset.svhn import SVHNDigit
-from tensorpack_lite.utils import utils
-from tensorpack_lite.utils.utils import fix_rng_seed
 
 SYNSETS = ['n01440764', 'n01443537', 'n01484850']
 WORDS = ['tench, Tinca tinca', 'goldfish, Carassius auratus', 'great white shark']
-
-
-@pytest.fixture
-def fixed_seed():
-    old = utils._RNG_SEED
-    yield fix_rng_seed
-    utils._RNG_SEED = old
 
 
 def _reset(df):
