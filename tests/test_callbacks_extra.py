@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks import prof
+from tensorpack_lite.callbacks import gpu_trackers, prof
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.debug import DumpTensor, DumpTensors
 from tensorpack_lite.callbacks.graph import CheckNumerics
@@ -240,7 +240,8 @@ def test_host_memory_tracker_real_numbers():
     assert all(0 < v <= psutil.virtual_memory().total / GB for v in values)
 
 
-@pytest.mark.skipif(prof._num_gpus() > 0 or prof._num_tf_gpus() > 0, reason='a GPU is visible')
+@pytest.mark.skipif(gpu_trackers._num_gpus() > 0 or gpu_trackers._num_tf_gpus() > 0,
+                    reason='a GPU is visible')
 def test_gpu_memory_tracker_without_gpu_is_a_logged_no_op(log_records):
     trainer = _counter_trainer()
     tracker = GPUMemoryTracker()

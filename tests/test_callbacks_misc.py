@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks import prof
+from tensorpack_lite.callbacks import gpu_trackers, prof
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.concurrency import StartProcOrThread
 from tensorpack_lite.callbacks.hooks import CallbackToHook, HookToCallback
@@ -209,7 +209,7 @@ def _sampler_threads():
 
 
 def test_gpu_trackers_without_gpu_warn_once_and_do_nothing(log_records):
-    if prof._num_gpus() > 0 or prof._num_tf_gpus() > 0:
+    if gpu_trackers._num_gpus() > 0 or gpu_trackers._num_tf_gpus() > 0:
         pytest.skip("this test needs a machine without a GPU")
     recorder = ScalarRecorder()
     peak, util = PeakMemoryTracker(), GPUUtilizationTracker()
@@ -232,15 +232,15 @@ def test_gpu_trackers_without_gpu_warn_once_and_do_nothing(log_records):
 # ... and the GPU path, with the measuring functions replaced by fakes
 
 def test_peak_memory_tracker_puts_peak_per_device(monkeypatch):
-    monkeypatch.setattr(prof, '_num_tf_gpus', lambda: 2)
+    monkeypatch.setattr(gpu_trackers, '_num_tf_gpus', lambda: 2)
     resets, reads = [], []
-    monkeypatch.setattr(prof, '_reset_peak_memory', resets.append)
+    monkeypatch.setattr(gpu_trackers, '_reset_peak_memory', resets.append)
 
     def fake_read(index):
         reads.append(index)
         return (index + 1) * 1e6 * len(resets)  # grows with the epochs
 
-    monkeypatch.setattr(prof, '_read_peak_memory', fake_read)
+    monkeypatch.setattr(gpu_trackers, '_read_peak_memory', fake_read)
     recorder = ScalarRecorder()
     train(make_trainer(0.0), [PeakMemoryTracker(devices=['/gpu:1', 0])], 2, 2, monitors=[recorder])
     assert resets == [1, 0, 1, 0]
@@ -252,14 +252,14 @@ def test_peak_memory_tracker_puts_peak_per_device(monkeypatch):
 def test_peak_memory_tracker_bad_devices(monkeypatch):
     with pytest.raises(ValueError, match="'/cpu:0'"):
         PeakMemoryTracker(devices=['/cpu:0'])
-    monkeypatch.setattr(prof, '_num_tf_gpus', lambda: 1)
+    monkeypatch.setattr(gpu_trackers, '_num_tf_gpus', lambda: 1)
     with pytest.raises(ValueError, match=r'PeakMemoryTracker: GPU\(s\) \[3\]') as info:
         train(make_trainer(0.0), [PeakMemoryTracker(devices=['/device:GPU:3'])], 1, 1)
     assert isinstance(info.value.callback, PeakMemoryTracker)
 
 
 def test_gpu_utilization_tracker_puts_mean_per_device(monkeypatch):
-    monkeypatch.setattr(prof, '_num_gpus', lambda: 4)
+    monkeypatch.setattr(gpu_trackers, '_num_gpus', lambda: 4)
     queried = []
     values = iter(np.arange(1000.0))
 
@@ -268,7 +268,7 @@ def test_gpu_utilization_tracker_puts_mean_per_device(monkeypatch):
         v = next(values)
         return [v, 100.0 - v]
 
-    monkeypatch.setattr(prof, '_query_gpu_utilization', fake_query)
+    monkeypatch.setattr(gpu_trackers, '_query_gpu_utilization', fake_query)
     monkeypatch.setattr(GPUUtilizationTracker, 'sample_interval', 0.01)
     recorder = ScalarRecorder()
     train(make_trainer(0.02), [GPUUtilizationTracker(devices=[2, '3'])], 3, 2, monitors=[recorder])
@@ -287,7 +287,7 @@ def test_gpu_utilization_tracker_puts_mean_per_device(monkeypatch):
 
 
 def test_gpu_utilization_tracker_disables_itself_when_query_fails(monkeypatch, log_records):
-    monkeypatch.setattr(prof, '_num_gpus', lambda: 1)
+    monkeypatch.setattr(gpu_trackers, '_num_gpus', lambda: 1)
     monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
     calls = []
 
@@ -295,7 +295,7 @@ def test_gpu_utilization_tracker_disables_itself_when_query_fails(monkeypatch, l
         calls.append(ids)
         raise RuntimeError("nvidia-smi exploded")
 
-    monkeypatch.setattr(prof, '_query_gpu_utilization', broken_query)
+    monkeypatch.setattr(gpu_trackers, '_query_gpu_utilization', broken_query)
     recorder = ScalarRecorder()
     train(make_trainer(0.0), [GPUUtilizationTracker()], 2, 3, monitors=[recorder])
     assert len(calls) == 1  # the first epoch's sampler failed; later epochs did not sample

@@ -1,0 +1,162 @@
+"""Hyper-parameter setters that react to the run: to a statistic that stopped improving
+(:class:`StatMonitorParamSetter`) or to a file a human edits (:class:`HumanHyperParamSetter`)."""
+
+import numbers
+import os
+from collections import deque
+
+from ..utils import logger
+from .param_setter import HyperParamSetter
+
+__all__ = ['StatMonitorParamSetter', 'HumanHyperParamSetter']
+
+
+class StatMonitorParamSetter(HyperParamSetter):
+    """Change a hyper-parameter when a statistic stops improving.
+
+    At every trigger (by default after every epoch) the latest value of ``stat_name`` in
+    ``trainer.monitors`` is observed. With ``history`` the last ``last_k`` observations, the
+    parameter becomes ``value_func(old_value)`` when ``min(history) >= history[0] - threshold``
+    (the statistic did not decrease by more than ``threshold``), or, with ``reverse=True``,
+    when ``max(history) <= history[0] + threshold``. A value is observed once (a trigger
+    without a new value observes nothing). After a change the history starts afresh: the
+    next change needs ``last_k`` new observations. Nothing happens before training.
+
+    The statistic must be put at least as often as this callback is triggered; put it with a
+    callback placed before this one (callbacks run in order), or the observation lags by one.
+
+    Args:
+        param: as in :class:`HyperParamSetter`.
+        stat_name (str): the scalar to watch, e.g. ``'val-error'``.
+        value_func: ``new_value = value_func(old_value)``.
+        threshold (float): the least improvement that counts.
+        last_k (int): the number of observations compared.
+        reverse (bool): watch for an increase instead of a decrease.
+
+    Example::
+
+        # validation error not lower for 5 epochs: learning rate x 0.2
+        StatMonitorParamSetter('learning_rate', 'val-error', lambda x: x * 0.2,
+                               threshold=0, last_k=5)
+    """
+
+    _enable_before_train = False
+
+    def __init__(self, param, stat_name, value_func, threshold, last_k, reverse=False):
+        if not isinstance(stat_name, str):
+            raise TypeError("StatMonitorParamSetter: stat_name must be a str, got {!r}".format(stat_name))
+        if not callable(value_func):
+            raise TypeError("StatMonitorParamSetter: value_func must be callable, got {!r}".format(
+                value_func))
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+            raise TypeError("StatMonitorParamSetter: threshold must be a number, got {!r}".format(threshold))
+        if isinstance(last_k, bool) or not isinstance(last_k, numbers.Integral) or last_k < 1:
+            raise ValueError("StatMonitorParamSetter: last_k must be a positive integer, got {!r}".format(
+                last_k))
+        super().__init__(param)
+        self.stat_name = stat_name
+        self.value_func = value_func
+        self.threshold = float(threshold)
+        self.last_k = int(last_k)
+        self.reverse = bool(reverse)
+        self.history = deque(maxlen=self.last_k)
+        self._last_observed_step = None
+
+    def _get_value_to_set(self):
+        records = self.trainer.monitors.get_history(self.stat_name)
+        if not records:
+            logger.warn("[StatMonitorParamSetter] No value of '{}' was put into the monitors yet."
+                        .format(self.stat_name))
+            return None
+        last = records[-1]
+        if last[0] == self._last_observed_step:
+            logger.warn("[StatMonitorParamSetter] Triggered, but no new value of '{}' was put since "
+                        "the last time.".format(self.stat_name))
+            return None
+        self._last_observed_step = last[0]
+        self.history.append(last)
+        if len(self.history) < self.last_k:
+            return None
+        values = [value for _, value in self.history]
+        if self.reverse:
+            stalled = max(values) <= values[0] + self.threshold
+        else:
+            stalled = min(values) >= values[0] - self.threshold
+        if not stalled:
+            return None
+        self.history.clear()
+        logger.info("[StatMonitorParamSetter] Triggered, history of {}: {}".format(
+            self.stat_name, ', '.join('{:.4g}'.format(v) for v in values)))
+        return self.value_func(self.get_current_value())
+
+
+class HumanHyperParamSetter(HyperParamSetter):
+    """Set a hyper-parameter from a file you edit while training runs.
+
+    Before training and after every epoch the file is read; each line is ``name:value``
+    (e.g. ``learning_rate:1e-4``), where ``name`` is the parameter's ``readable_name``. Blank
+    lines and lines starting with ``#`` are skipped. A missing file or a missing entry leaves
+    the parameter unchanged (and is logged); a malformed line is logged and skipped.
+
+    Args:
+        param: as in :class:`HyperParamSetter`.
+        file_name (str): the file, relative to the logger directory.
+
+    Example::
+
+        HumanHyperParamSetter('learning_rate')
+        # then, during training:  echo "learning_rate:1e-4" > train_log/run1/hyper.txt
+    """
+
+    def __init__(self, param, file_name='hyper.txt'):
+        super().__init__(param)
+        logdir = logger.get_logger_dir()
+        if logdir is None and not os.path.isabs(file_name):
+            raise ValueError("HumanHyperParamSetter reads '{}' in the logger directory, which is not "
+                             "set: call logger.set_logger_dir() first.".format(file_name))
+        self.file_name = os.path.join(logdir or '', file_name)
+        self._reported = set()
+        logger.info("Use {} to set hyperparam: '{}'.".format(self.file_name, self.param.readable_name))
+
+    def _read_file(self):
+        """``({name: value}, [problems])`` for the file's lines."""
+        entries, problems = {}, []
+        with open(self.file_name) as f:
+            lines = f.read().splitlines()
+        for lineno, line in enumerate(lines, 1):
+            text = line.strip()
+            if not text or text.startswith('#'):
+                continue
+            name, sep, value = text.partition(':')
+            try:
+                if not sep or not name.strip():
+                    raise ValueError
+                entries[name.strip()] = float(value)
+            except ValueError:
+                problems.append("[HumanHyperParamSetter] {}:{}: cannot parse line {!r}, expected "
+                                "'name:value' with a number.".format(self.file_name, lineno, line))
+        return entries, problems
+
+    def _report(self, messages, log=logger.warn):
+        """Log the messages not already logged at the previous reading."""
+        for message in messages:
+            if message not in self._reported:
+                log(message)
+        self._reported = set(messages)
+
+    def _get_value_to_set(self):
+        name = self.param.readable_name
+        if not os.path.isfile(self.file_name):
+            self._report(["[HumanHyperParamSetter] {} does not exist: {} is left unchanged.".format(
+                self.file_name, name)], log=logger.info)
+            return None
+        try:
+            entries, problems = self._read_file()
+        except (OSError, UnicodeDecodeError) as err:
+            self._report(["[HumanHyperParamSetter] cannot read {}: {}".format(self.file_name, err)])
+            return None
+        if name not in entries:
+            problems.append("[HumanHyperParamSetter] {} has no entry '{}:<value>': {} is left "
+                            "unchanged.".format(self.file_name, name, name))
+        self._report(problems)
+        return entries.get(name)
