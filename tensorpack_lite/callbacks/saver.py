@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import time
 from datetime import datetime
 
 from ..compat import tf, tfv1
@@ -22,8 +23,11 @@ from ..loop.callback import Callback
 from ..tfutils.common import get_global_step_var
 from ..tfutils.varmanip import get_checkpoint_path
 from ..utils import logger
+from ..utils.fs import write_atomically
 
-__all__ = ['ModelSaver', 'MinSaver', 'MaxSaver']
+__all__ = ['ModelSaver', 'MinSaver', 'MaxSaver', 'CheckpointWriteError']
+
+_STEP_SUFFIX = re.compile(r'-(\d+)$')
 
 
 def _default_checkpoint_dir(checkpoint_dir):
@@ -48,20 +52,60 @@ def _prepare_checkpoint_dir(callback):
     os.makedirs(callback.checkpoint_dir, exist_ok=True)
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (e.g. the disk is full); training stops."""
+
+
+_STATE_FILE = 'checkpoint'
+
+
+def _remove_checkpoint_files(prefix):
+    """Delete checkpoint ``prefix``: its ``.index`` first (so that a half-deleted checkpoint is
+    never taken for a complete one), then its ``.data-*`` shards and TF's temporary files."""
+    dirname, base = os.path.split(prefix)
+    if os.path.exists(prefix + '.index'):
+        os.remove(prefix + '.index')
+    for fname in os.listdir(dirname):
+        path = os.path.join(dirname, fname)
+        if fname.startswith(base + '.data-'):
+            os.remove(path)
+        elif fname.startswith(base + '_temp'):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_checkpoint_state(directory, paths):
+    """Write the ``checkpoint`` state file listing ``paths`` (oldest first, the last is the
+    latest) relative to ``directory``, in one rename."""
+    names = [os.path.relpath(path, directory) for path in paths]
+    lines = ['model_checkpoint_path: "{}"'.format(names[-1])]
+    lines += ['all_model_checkpoint_paths: "{}"'.format(name) for name in names]
+    write_atomically(os.path.join(directory, _STATE_FILE),
+                     lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
+
+
 class ModelSaver(Callback):
     """Saves the variables to ``<checkpoint_dir>/model-<global_step>`` at every trigger (by
     default after every epoch) and once more when training ends, unless the last trigger
     already saved that step. Also writes the graph to ``graph-<time>.meta`` before training.
 
-    The ``checkpoint`` state file always names a complete checkpoint: TensorFlow's Saver
-    writes the ``.data`` and ``.index`` files each to a temporary name renamed into place,
-    then rewrites ``checkpoint`` atomically (temporary file + rename, see
-    ``file_io.atomic_write_string_to_file``), and deletes checkpoints beyond ``max_to_keep``
-    only after that. Checkpoints listed in an existing ``checkpoint`` file (an earlier run in
-    the same directory) stay listed and count towards ``max_to_keep``.
+    What survives a failure:
+
+    * A checkpoint that cannot be written (a full or read-only disk) raises
+      :class:`CheckpointWriteError` naming it, which ends training: the last complete
+      checkpoint stays the resume point.
+    * The ``checkpoint`` state file always names complete checkpoints: the files are written
+      first, then the state file is replaced in one rename, and only then are checkpoints
+      beyond ``max_to_keep`` deleted.
+    * The two newest checkpoints taken at the end of an epoch (a global step that is a multiple
+      of ``steps_per_epoch``) are never deleted, whatever ``max_to_keep`` says: they are what
+      :class:`AutoResumeTrainConfig` resumes from, and checkpoints saved mid-epoch (for
+      instance when training ends by an error) must not push them out.
+
+    Checkpoints listed in an existing ``checkpoint`` file (an earlier run in the same
+    directory) stay listed and count towards ``max_to_keep``.
 
     Args:
-        max_to_keep (int): how many recent checkpoints to keep (see ``tf.train.Saver``).
+        max_to_keep (int): how many recent checkpoints to keep (0 or None: all).
         keep_checkpoint_every_n_hours (float): in addition, keep one checkpoint per that many
             hours.
         checkpoint_dir (str): defaults to the logger directory (created if missing).
@@ -73,6 +117,9 @@ class ModelSaver(Callback):
         PeriodicTrigger(ModelSaver(max_to_keep=3), every_k_steps=1000)
     """
 
+    RESUME_POINTS_KEPT = 2
+    """How many of the newest end-of-epoch checkpoints are never deleted."""
+
     def __init__(self, max_to_keep=10, keep_checkpoint_every_n_hours=0.5, checkpoint_dir=None,
                  var_collections=None):
         if var_collections is None:
@@ -80,10 +127,12 @@ class ModelSaver(Callback):
         if isinstance(var_collections, str):
             var_collections = [var_collections]
         self.var_collections = list(var_collections)
-        self._max_to_keep = max_to_keep
-        self._keep_every_n_hours = keep_checkpoint_every_n_hours
+        self._max_to_keep = max_to_keep or 0
+        self._keep_every_secs = (keep_checkpoint_every_n_hours or 0) * 3600.
         self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self._last_saved_step = None
+        self._kept = []            # [(global_step, path)], oldest first
+        self._last_preserved = time.time()
 
     @property
     def path(self):
@@ -100,16 +149,19 @@ class ModelSaver(Callback):
         step_var = get_global_step_var()
         if step_var not in variables:
             variables.append(step_var)
+        # TF's own rotation is off (max_to_keep=0): this callback rotates (see _rotate).
         self.saver = tfv1.train.Saver(
-            var_list=variables, max_to_keep=self._max_to_keep,
-            keep_checkpoint_every_n_hours=self._keep_every_n_hours,
+            var_list=variables, max_to_keep=0,
             write_version=tfv1.train.SaverDef.V2, save_relative_paths=True)
         tfv1.add_to_collection(tfv1.GraphKeys.SAVERS, self.saver)
 
     def _before_train(self):
         state = tfv1.train.get_checkpoint_state(self.checkpoint_dir)
-        if state is not None and state.all_model_checkpoint_paths:
-            self.saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
+        if state is not None:
+            for path in state.all_model_checkpoint_paths:
+                match = _STEP_SUFFIX.search(path)
+                if match and os.path.isfile(path + '.index'):
+                    self._kept.append((int(match.group(1)), path))
         # The graph is complete now.
         time_str = datetime.now().strftime('%m%d-%H%M%S')
         self.saver.export_meta_graph(
@@ -120,15 +172,46 @@ class ModelSaver(Callback):
         step = self.global_step
         if step == self._last_saved_step:
             return
+        target = '{}-{}'.format(self.path, step)
         try:
             path = self.saver.save(self.trainer.sess, self.path, global_step=step,
-                                   write_meta_graph=False)
-        except (OSError, tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError):
-            # A full or flaky disk should not end a long training; the next trigger retries.
-            logger.exception("ModelSaver failed to save the model at global_step={}.".format(step))
-            return
+                                   write_meta_graph=False, write_state=False)
+            self._kept = [(s, p) for s, p in self._kept if s != step] + [(step, path)]
+            self._rotate()
+        except (OSError, tf.errors.OpError) as err:
+            _remove_checkpoint_files(target)
+            raise CheckpointWriteError(
+                "ModelSaver could not write checkpoint {} ({}: {}). Training stops here so that "
+                "no further work depends on it; the last complete checkpoint is kept. Free the "
+                "space (or fix the directory) and start again: AutoResumeTrainConfig continues "
+                "from that checkpoint.".format(target, type(err).__name__, err)) from err
         self._last_saved_step = step
         logger.info("Model saved to {}.".format(path))
+
+    def _to_delete(self):
+        """The checkpoints beyond ``max_to_keep``, except the protected resume points."""
+        if not self._max_to_keep:
+            return []
+        steps_per_epoch = self.trainer.steps_per_epoch
+        epoch_ends = [s for s, _ in self._kept if s % steps_per_epoch == 0]
+        protected = set(epoch_ends[-self.RESUME_POINTS_KEPT:])
+        others = [(s, p) for s, p in self._kept if s not in protected]
+        room = max(self._max_to_keep - len(protected), 0)
+        return others[:len(others) - room] if room < len(others) else []
+
+    def _rotate(self):
+        """List the kept checkpoints in the state file, then delete the others."""
+        dropped = self._to_delete()
+        now = time.time()
+        for item in list(dropped):
+            if self._keep_every_secs and now - self._last_preserved >= self._keep_every_secs:
+                self._last_preserved = now
+                dropped.remove(item)  # kept for good: forgotten by the rotation
+                self._kept.remove(item)
+        self._kept = [item for item in self._kept if item not in dropped]
+        _write_checkpoint_state(self.checkpoint_dir, [p for _, p in self._kept])
+        for _, path in dropped:
+            _remove_checkpoint_files(path)
 
     def _after_train(self):
         self._trigger()
