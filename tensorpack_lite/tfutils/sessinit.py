@@ -219,8 +219,11 @@ class DictRestore(SessionInit):
     """Assigns values from a dict ``{variable name: ndarray}`` (names with or without ``:0``).
 
     Names unknown to the graph, and values of the wrong shape, are errors naming them (with
-    ``ignore_mismatch`` they are skipped and logged instead); global variables missing from
-    the dict are logged. Values are cast to the variable's dtype when of the same kind
+    ``ignore_mismatch`` they are skipped and logged instead), except training-only names
+    (``global_step``, ``learning_rate``, optimizer slots such as ``W/Adam``), which are
+    skipped with one log line when the graph has no such variable: the values of a trained
+    session's ``global_variables()`` load into a predictor. Global variables missing from the
+    dict are logged. Values are cast to the variable's dtype when of the same kind
     (float64 to float32...). Adds no ops to the graph.
 
     Example::
@@ -247,7 +250,13 @@ class DictRestore(SessionInit):
     def _setup_graph(self):
         variables = tfv1.global_variables()
         graph_names = {v.name for v in variables}
-        unknown = sorted(get_op_tensor_name(n)[0] for n in self._prms if n not in graph_names)
+        absent = sorted(get_op_tensor_name(n)[0] for n in self._prms if n not in graph_names)
+        training_only = [name for name in absent if is_training_name(name)]
+        if training_only:
+            logger.info("DictRestore: skipping {} training-only name(s) the graph does not have "
+                        "(global step, learning rate, optimizer slots...): {}".format(
+                            len(training_only), ', '.join(training_only)))
+        unknown = [name for name in absent if not is_training_name(name)]
         if unknown and not self._ignore_mismatch:
             raise ValueError("DictRestore: {} name(s) are not variables of the graph: {}. Pass "
                              "ignore_mismatch=True (or SmartInit(..., ignore_mismatch=True)) to skip "
@@ -295,23 +304,49 @@ class ChainInit(SessionInit):
             init.run_init(sess)
 
 
+def _pickle_refusal(path, where=''):
+    return ValueError(
+        "'{}' holds an object array or a pickle{}, which could only be read by unpickling it; "
+        "pickles are never loaded from a weights file (unpickling can run arbitrary code). Save "
+        "the weights as plain arrays instead: np.savez('weights.npz', **weights_dict).".format(
+            path, where))
+
+
+def _np_load(path, load):
+    """``load()``, with numpy's refusal of a pickle turned into an error naming ``path``."""
+    try:
+        return load()
+    except ValueError as err:
+        if 'allow_pickle' in str(err):
+            raise _pickle_refusal(path) from None
+        raise ValueError("Cannot read a dict of variables from '{}': {}".format(path, err)) from err
+    except Exception as err:
+        raise ValueError("Cannot read a dict of variables from '{}': {}".format(path, err)) from err
+
+
 def _load_dict_file(path):
-    """The dict of arrays in an ``.npz`` file, or in an ``.npy`` file holding a pickled dict."""
+    """The dict of arrays in an ``.npz`` file.
+
+    Nothing is unpickled: a pickle or an object array (such as tensorpack's old ``np.save()``
+    of a dict in an ``.npy`` file) is an error naming the file."""
     if not os.path.isfile(path):
         raise FileNotFoundError("File '{}' does not exist.".format(path))
     logger.info("Loading a dict of variables from {} ...".format(path))
-    try:
-        if path.endswith('.npz'):
-            with np.load(path) as data:
-                return {name: data[name] for name in data.files}
-        # tensorpack's older format: np.save() of a dict, which needs unpickling.
-        obj = np.load(path, allow_pickle=True, encoding='latin1')
-        obj = obj.item() if obj.dtype == object and obj.shape == () else obj
-    except Exception as err:
-        raise ValueError("Cannot read a dict of variables from '{}': {}".format(path, err)) from err
-    if not isinstance(obj, dict):
-        raise ValueError("'{}' holds a {}, not a dict of variables.".format(path, type(obj).__name__))
-    return obj
+    loaded = _np_load(path, lambda: np.load(path, allow_pickle=False))
+    if isinstance(loaded, np.ndarray):
+        raise ValueError("'{}' holds a single {} array of shape {}, not a dict of variables; "
+                         "save the weights with np.savez('weights.npz', **weights_dict).".format(
+                             path, loaded.dtype, loaded.shape))
+    with loaded:
+        result = {}
+        for name in loaded.files:
+            try:
+                result[name] = loaded[name]
+            except ValueError as err:
+                if 'allow_pickle' in str(err):
+                    raise _pickle_refusal(path, " (member '{}')".format(name)) from None
+                raise ValueError("Cannot read member '{}' of '{}': {}".format(name, path, err)) from err
+        return result
 
 
 def SmartInit(obj, *, ignore_mismatch=False):
@@ -319,8 +354,9 @@ def SmartInit(obj, *, ignore_mismatch=False):
 
     * None, '' or an empty list: :class:`JustCurrentSession`;
     * a :class:`SessionInit`: itself;
-    * a dict ``{name: ndarray}``, or the path of an ``.npz`` (or ``.npy`` dict) file:
-      :class:`DictRestore`;
+    * a dict ``{name: ndarray}``, or the path of an ``.npz`` file: :class:`DictRestore`
+      (an ``.npy`` file holding a pickled dict, tensorpack's older format, is refused: it
+      is never unpickled);
     * a checkpoint prefix, one of its files or a directory with a ``checkpoint`` state file:
       :class:`SaverRestore` (:class:`SaverRestoreRelaxed` when ``ignore_mismatch``);
     * a list of these: :class:`ChainInit`, applied in order.

@@ -246,15 +246,19 @@ def dump_session_params(path):
     save_chkpt_vars({v.name: value for v, value in zip(variables, values)}, path)
 
 
+_TRAINING_SLOT_SUFFIXES = ('/Adam', '/Adam_1', '/Momentum', '/Adadelta', '/Adadelta_1', '/RMSProp',
+                           '/RMSProp_1', '/Adagrad', '/AccumGrad')
+_TRAINING_ONLY_NAMES = ('global_step', 'learning_rate', 'beta1_power', 'beta2_power')
+
+
 def is_training_name(name):
-    """Whether ``name`` looks like a variable that only training uses (optimizer slots,
-    moving-average summaries, gradient accumulators). Such variables are not reported
-    when they are missing from a checkpoint."""
+    """Whether ``name`` looks like a variable that only training uses: the global step, the
+    learning rate, optimizer slots and accumulators (Adam's ``beta1_power``...), moving-average
+    summaries, gradient accumulators. Such variables are not reported when they are missing
+    from a checkpoint, and are skipped when a predictor's graph has no place for them."""
     name = get_op_tensor_name(name)[0]
-    slot_suffixes = ('/Adam', '/Adam_1', '/Momentum', '/Adadelta', '/Adadelta_1', '/RMSProp',
-                     '/RMSProp_1', '/Adagrad', '/AccumGrad')
-    return (name.endswith(slot_suffixes) or name.startswith(('EMA/', 'AccumGrad', 'apply_gradients'))
-            or '/EMA/' in name)
+    return (name in _TRAINING_ONLY_NAMES or name.endswith(_TRAINING_SLOT_SUFFIXES)
+            or name.startswith(('EMA/', 'AccumGrad', 'apply_gradients')) or '/EMA/' in name)
 
 
 def _convert_dtype(value, var):

@@ -100,6 +100,22 @@ def _encode(obj):
     raise TypeError("Cannot serialize an object of type {}".format(type(obj).__name__))
 
 
+def _received_dtype(dtype_str):
+    """The plain dtype named by a message; anything else (an object or structured dtype,
+    which could only be filled by unpickling, or not a dtype string) is a ValueError."""
+    if not isinstance(dtype_str, str):
+        raise ValueError("loads(): a message declares dtype {!r}; only plain dtype strings "
+                         "are accepted".format(dtype_str))
+    try:
+        dtype = np.dtype(dtype_str)
+    except TypeError as err:
+        raise ValueError("loads(): a message declares an unknown dtype {!r}".format(dtype_str)) from err
+    if dtype.hasobject or dtype.fields is not None:
+        raise ValueError("loads(): a message declares dtype {}; object and structured arrays "
+                         "are refused (they would need unpickling)".format(dtype))
+    return dtype
+
+
 def _decode(code, data):
     """msgpack's ``ext_hook``: rebuild arrays (views of ``data``) and scalars."""
     if code == _EXT_STRINGS:
@@ -109,7 +125,7 @@ def _decode(code, data):
     view = memoryview(data)
     header_len, start = _PREFIX.unpack_from(view)
     dtype_str, shape = msgpack.unpackb(view[_PREFIX.size:_PREFIX.size + header_len])
-    dtype = np.dtype(dtype_str)
+    dtype = _received_dtype(dtype_str)
     if dtype.itemsize == 0:  # e.g. '<U0': frombuffer refuses it, and there is no data anyway
         arr = np.zeros(shape, dtype=dtype)
         arr.flags.writeable = False
@@ -268,7 +284,7 @@ def loads_frames(frames):
         if not 0 < index < len(frames):
             raise ValueError("loads_frames(): the header refers to frame {} of {}".format(
                 index, len(frames)))
-        return np.frombuffer(_frame_buffer(frames[index]), dtype=np.dtype(dtype_str)).reshape(shape)
+        return np.frombuffer(_frame_buffer(frames[index]), dtype=_received_dtype(dtype_str)).reshape(shape)
 
     return msgpack.unpackb(_frame_buffer(frames[0]), raw=False, ext_hook=decode,
                            strict_map_key=False)
