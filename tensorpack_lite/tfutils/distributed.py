@@ -186,7 +186,7 @@ def build_worker_done_op(cluster):
                           for i in range(cluster.num_ps)])
 
 
-def serve_until_workers_finish(server, startup_timeout=300.0, lost_after=10.0, interval=0.5):
+def serve_until_workers_finish(server, startup_timeout=300.0, lost_after=5.0, interval=0.5):
     """What a parameter server does: serve the variables until every worker has finished
     (each runs the op of :func:`build_worker_done_op` at its end).
 

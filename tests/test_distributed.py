@@ -1,0 +1,145 @@
+"""Multi-worker training through TensorFlow's distributed runtime, with real processes on this
+machine (tests/distributed_scripts/train_tiny.py, started by the launcher on free ports, each
+run bounded in time and every process killed at the end): the trainers make the update of one
+process on all the batches together, the replicas end equal, only the chief writes files, a
+lost worker makes the others fail naming it, and a killed run resumes."""
+
+import io
+import json
+import os
+import re
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tensorpack_lite.utils.launch import LocalCluster
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, 'distributed_scripts', 'train_tiny.py')
+RUN_TIMEOUT = 240
+
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import train_tiny  # noqa: E402
+
+
+class Run:
+    """One run of train_tiny.py as a local cluster: ``code``, ``output`` and the time each
+    task's process ended (``ended``: {(job, index): seconds since the start})."""
+
+    def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0):
+        command = [sys.executable, SCRIPT, '--out', str(out_dir)] + [str(a) for a in args]
+        self._output = io.BytesIO()
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), TF_CPP_MIN_LOG_LEVEL='2',
+                   CUDA_VISIBLE_DEVICES='')
+        self.cluster = LocalCluster(command, num_worker, num_ps, grace=grace, env=env, output=self._output)
+        self.ended = {}
+        start = time.monotonic()
+        self.cluster.start()
+        try:
+            while len(self.ended) < len(self.cluster.tasks) and time.monotonic() - start <= RUN_TIMEOUT:
+                for job, index, proc in self.cluster.tasks:
+                    if proc.poll() is not None:
+                        self.ended.setdefault((job, index), time.monotonic() - start)
+                time.sleep(0.05)
+        finally:
+            self.code = self.cluster.wait(timeout=1)   # ends what is left
+        self.output = self._output.getvalue().decode('utf-8', 'replace')
+        assert time.monotonic() - start <= RUN_TIMEOUT, "the run took too long:\n" + self.output[-6000:]
+
+    def returncode(self, job, index):
+        return {(j, i): p.returncode for j, i, p in self.cluster.tasks}[(job, index)]
+
+
+def load_worker(out_dir, index):
+    with open(os.path.join(str(out_dir), 'worker{}.json'.format(index))) as f:
+        result = json.load(f)
+    result['weights'] = {k: np.asarray(v, np.float32) for k, v in result['weights'].items()}
+    return result
+
+
+def reference_weights(num_worker, towers, batch, hidden, steps_per_epoch, epochs, lr):
+    """One process, the batches of every tower of every worker of a step concatenated, from
+    the chief's initial weights (see train_tiny.py for why the data lines up)."""
+    samples = train_tiny.make_samples(steps_per_epoch * towers * batch * num_worker)
+    return train_tiny.train_single(samples, num_worker * towers * batch, lr, hidden, steps_per_epoch, epochs)
+
+
+def assert_replicas_match(weights, reference, atol=1e-5):
+    """Every variable, replicas ``tower<k>/...`` included, equals its reference."""
+    assert {re.sub(r'^tower\d+/', '', name) for name in weights} == set(reference)
+    for name, value in weights.items():
+        np.testing.assert_allclose(value, reference[re.sub(r'^tower\d+/', '', name)], rtol=0, atol=atol,
+                                   err_msg=name)
+
+
+def stats_epochs(logdir):
+    with open(os.path.join(str(logdir), 'stats.json')) as f:
+        return [entry['epoch_num'] for entry in json.load(f)]
+
+
+def files_in(directory):
+    return sorted(os.listdir(str(directory))) if os.path.isdir(str(directory)) else []
+
+
+def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
+    logdir = tmp_path / 'logs'
+    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--sum', '--lr', 0.05, '--epochs', 2,
+                               '--logdir', logdir, '--per-worker-logdir'])
+    assert run.code == 0, run.output[-6000:]
+    workers = [load_worker(tmp_path, k) for k in range(2)]
+    assert [w['global_step'] for w in workers] == [6, 6]
+    # worker 1 started from other weights: equal results need the chief's broadcast and the all-reduce;
+    # summing the two workers' mean gradients is one process's mean gradient with twice the rate
+    reference = reference_weights(2, 1, 4, 5, 3, 2, lr=0.1)
+    for worker in workers:
+        assert_replicas_match(worker['weights'], reference)
+
+    chief_files, other_files = files_in(logdir / 'worker0'), files_in(logdir / 'worker1')
+    assert 'checkpoint' in chief_files and 'model-6.index' in chief_files
+    assert any(f.startswith('events.out.tfevents') for f in chief_files)
+    assert stats_epochs(logdir / 'worker0') == [1, 2]
+    assert other_files == ['log.log'], other_files
+    other_log = (logdir / 'worker1' / 'log.log').read_text()
+    assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
+
+
+def test_parameter_server_two_workers_match_one_process_and_the_ps_ends(tmp_path):
+    run = Run(tmp_path, 2, 1, ['--trainer', 'ps', '--lr', 0.05, '--epochs', 2])
+    assert run.code == 0, run.output[-6000:]
+    assert '[ps 0]' in run.output and '/job:ps/task:0: every worker finished.' in run.output
+    assert run.returncode('ps', 0) == 0        # it ended by itself, before the launcher's grace
+    reference = reference_weights(2, 1, 4, 5, 3, 2, lr=0.05)
+    for k in range(2):
+        worker = load_worker(tmp_path, k)
+        assert worker['global_step'] == 6
+        assert_replicas_match(worker['weights'], reference)
+
+
+@pytest.mark.parametrize('trainer, num_ps', [('collective', 0), ('replicated', 1)])
+def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, trainer, num_ps):
+    """2 workers x 2 CPU towers (4 replicas); worker 1 SIGKILLs itself at step 7 of 4 epochs of 3."""
+    logdir = tmp_path / 'logs'
+    args = ['--trainer', trainer, '--towers', 2, '--hidden', 700, '--lr', 0.01, '--epochs', 4,
+            '--logdir', logdir, '--per-worker-logdir']
+    killed = Run(tmp_path, 2, num_ps, args + ['--die-at-step', 7], grace=60)
+    assert killed.returncode('worker', 1) == -9, killed.output[-6000:]
+    assert killed.returncode('worker', 0) not in (0, None), killed.output[-6000:]
+    assert killed.ended[('worker', 0)] - killed.ended[('worker', 1)] < 60
+    address = killed.cluster.config.address('worker', 1)
+    assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): lost worker 1 \({}\)'.format(
+        address), killed.output), killed.output[-6000:]
+    assert stats_epochs(logdir / 'worker0') == [1, 2]
+
+    resumed = Run(tmp_path, 2, num_ps, args)
+    assert resumed.code == 0, resumed.output[-6000:]
+    assert 'Resuming from checkpoint' in resumed.output
+    schedule = "/job:worker/task:1 follows the chief's schedule: 3 steps per epoch, epochs 3..4."
+    assert schedule in resumed.output
+    assert stats_epochs(logdir / 'worker0') == [1, 2, 3, 4]     # as an uninterrupted run
+    reference = reference_weights(2, 2, 4, 700, 3, 4, lr=0.01)
+    for k in range(2):
+        worker = load_worker(tmp_path, k)
+        assert worker['global_step'] == 12
+        assert_replicas_match(worker['weights'], reference)

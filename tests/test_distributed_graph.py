@@ -1,0 +1,152 @@
+"""The distributed servers, builders and trainers in this process, without training: where
+variables and ops go, and the errors for what cannot work. (Processes that train together
+are in test_distributed.py.) The servers made here live until the test process ends."""
+
+import re
+import socket
+
+import numpy as np
+import pytest
+
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.graph_builder.distributed import (CollectiveAllReduceBuilder,
+                                                       DistributedParameterServerBuilder,
+                                                       DistributedReplicatedBuilder)
+from tensorpack_lite.tfutils.distributed import cluster_of_server, create_server
+from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
+from tensorpack_lite.tfutils.sessinit import JustCurrentSession
+from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer, DistributedTrainerReplicated
+from tensorpack_lite.utils.cluster import local_cluster
+
+
+@pytest.fixture(scope='module')
+def ps_servers():
+    """The servers of workers 0 and 1 of a cluster with 2 parameter servers (never started)."""
+    cluster = local_cluster(2, 2)
+    return [create_server(cluster, 'worker', k) for k in range(2)]
+
+
+@pytest.fixture(scope='module')
+def lone_server():
+    """The server of the only worker of a cluster without parameter server."""
+    return create_server(local_cluster(1), 'worker', 0)
+
+
+def test_the_cluster_of_a_server(ps_servers):
+    config = cluster_of_server(ps_servers[1])
+    assert (config.job_name, config.task_index, config.num_worker, config.num_ps) == ('worker', 1, 2, 2)
+    assert ps_servers[1].server_def.default_session_config.experimental.collective_group_leader == \
+        '/job:worker/replica:0/task:0'
+    with pytest.raises(TypeError, match='Expected a tf.compat.v1.train.Server'):
+        cluster_of_server('grpc://localhost:1234')
+
+
+def test_create_server_refuses_a_taken_port_and_mixed_arguments():
+    with socket.socket() as sock:
+        sock.bind(('', 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        expected = 'Cannot start the server of worker 0 (localhost:{0}): port {0} of this machine is taken'
+        with pytest.raises(ValueError, match=re.escape(expected.format(port))):
+            create_server({'worker': ['localhost:{}'.format(port)]}, 'worker', 0)
+    with pytest.raises(ValueError, match='give job_name and task_index with an explicit cluster'):
+        create_server(job_name='worker', task_index=0)
+
+
+def build_tiny_model():
+    """Variables of 100, 10 and 5 elements; returns the cost and the variables."""
+    a = tfv1.get_variable('a', initializer=np.ones(100, 'float32'))
+    b = tfv1.get_variable('b', initializer=np.ones(10, 'float32'))
+    c = tfv1.get_variable('c', initializer=np.ones(5, 'float32'))
+    return tf.reduce_sum(a) + tf.reduce_sum(b) * tf.reduce_sum(c), [a, b, c]
+
+
+def tower_gradients():
+    cost, variables = build_tiny_model()
+    return tfv1.train.GradientDescentOptimizer(0.1).compute_gradients(cost, var_list=variables)
+
+
+def test_parameter_server_builder_spreads_variables_and_caches_them_on_the_worker(ps_servers):
+    builder = DistributedParameterServerBuilder(['/cpu:0'], ps_servers[1])
+    assert builder.raw_devices == ['/job:worker/task:1/device:CPU:0']
+    grad_list = builder.call_for_each_tower(tower_gradients)
+    variables = {v.op.name: v for v in tfv1.global_variables()}
+    # least-loaded by size: a (100) on ps 0, then b and c on ps 1
+    ps0, ps1 = '/job:ps/task:0/device:CPU:0', '/job:ps/task:1/device:CPU:0'
+    assert [variables[n].device for n in 'abc'] == [ps0, ps1, ps1]
+    assert variables['a'].value().device == '/job:worker/task:1/device:CPU:0'    # the cached read
+    step_done = builder.build(grad_list, lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    # worker 1 sends its gradients to the queue of each parameter server, then waits for the chief
+    ops = {op.name: op for op in tf.compat.v1.get_default_graph().get_operations()}
+    sends = [op for op in ops.values() if op.type == 'QueueEnqueueV2' and 'from_worker1' in op.name]
+    queue_devices = sorted(op.inputs[0].op.device for op in sends)
+    assert queue_devices == ['/job:ps/task:0/device:CPU:0', '/job:ps/task:1/device:CPU:0']
+    waits = [op for op in step_done.control_inputs if op.type == 'QueueDequeueV2']
+    assert [op.name for op in waits] == ['ps_sync/step_done_1_Dequeue']
+
+
+def test_parameter_server_builder_of_the_chief_averages_what_the_others_send(ps_servers):
+    builder = DistributedParameterServerBuilder(['/cpu:0'], ps_servers[0])
+    grad_list = builder.call_for_each_tower(tower_gradients)
+    builder.build(grad_list, lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    ops = tf.compat.v1.get_default_graph().get_operations()
+    received = sorted(op.name for op in ops if op.type == 'QueueDequeueV2')
+    assert received == ['ps_sync/grads_ps0_from_worker1_Dequeue', 'ps_sync/grads_ps1_from_worker1_Dequeue']
+    tokens = [op for op in ops if op.type == 'QueueEnqueueV2' and 'step_done_1' in op.name]
+    assert len(tokens) == 1
+
+
+def test_replicated_builder_keeps_local_replicas_and_global_copies_on_the_ps(ps_servers):
+    builder = DistributedReplicatedBuilder(['/cpu:0', '/cpu:1'], ps_servers[0])
+    grad_list = builder.call_for_each_tower(tower_gradients)
+    _, _, model_sync = builder.build(grad_list, lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    local = {v.op.name: v.device for v in tfv1.local_variables()}
+    assert local == {'tower{}/{}'.format(k, n): '/job:worker/task:0/device:CPU:{}'.format(k)
+                     for k in range(2) for n in 'abc'}
+    shadows = {v.op.name: v.device for v in tfv1.global_variables()}
+    assert shadows == {'a': '/job:ps/task:0/device:CPU:0', 'b': '/job:ps/task:1/device:CPU:0',
+                       'c': '/job:ps/task:1/device:CPU:0'}
+    assert model_sync is None    # no non-trainable model variable
+    ops = tf.compat.v1.get_default_graph().get_operations()
+    for scope in ('initial_sync_variables/', 'copy_from_ps/'):   # every replica from its global copy
+        assigned = sorted(op.inputs[0].op.name for op in ops
+                          if op.type == 'AssignVariableOp' and op.name.startswith(scope))
+        assert assigned == ['tower0/a', 'tower0/b', 'tower0/c', 'tower1/a', 'tower1/b', 'tower1/c'], scope
+
+
+def test_trainers_refuse_clusters_and_towers_that_cannot_work(ps_servers, lone_server):
+    with pytest.raises(ValueError, match=r"needs parameter servers, but the cluster .* has no 'ps' job"):
+        DistributedTrainerReplicated(['/cpu:0'], lone_server)
+    ps_addresses = cluster_of_server(ps_servers[0]).cluster['ps']
+    expected = "CollectiveAllReduceBuilder uses no parameter server, but the cluster has 'ps' tasks: {}"
+    with pytest.raises(ValueError, match=re.escape(expected.format(ps_addresses))):
+        CollectiveAllReduceTrainer(['/cpu:0'], ps_servers[0])
+    with pytest.raises(ValueError, match=r"tower '/job:worker/task:0/cpu:0' is not on this worker "
+                                         r"\(/job:worker/task:1\)"):
+        DistributedTrainerReplicated(['/job:worker/task:0/cpu:0'], ps_servers[1])
+
+
+def test_the_session_config_belongs_to_the_server(lone_server):
+    trainer = CollectiveAllReduceTrainer(['/cpu:0'], lone_server)
+    assert trainer.is_chief and trainer.num_worker == 1
+    with pytest.raises(ValueError, match='pass the config to create_server'):
+        trainer.initialize(NewSessionCreator(config=tfv1.ConfigProto()), JustCurrentSession())
+
+
+def test_collective_builder_digests_the_variables_of_a_worker(lone_server):
+    def digest_of(build):
+        with tfv1.Graph().as_default():
+            build()
+            builder = CollectiveAllReduceBuilder(['/cpu:0'], lone_server)
+            digest, smallest, largest = builder.build_variable_check()
+            assert builder.build_broadcast() is None       # one worker: nothing to copy
+            with tfv1.Session() as sess:
+                return sess.run([digest, smallest, largest])
+
+    same = digest_of(build_tiny_model)
+    assert same[0] == same[1] == same[2]
+    assert digest_of(build_tiny_model) == same
+    assert digest_of(lambda: [tfv1.get_variable('c', [5]), tfv1.get_variable('b', [10]),
+                              tfv1.get_variable('a', [100])])[0] == same[0]     # order does not matter
+    assert digest_of(lambda: [tfv1.get_variable('a', [100]), tfv1.get_variable('b', [10]),
+                              tfv1.get_variable('c', [6])])[0] != same[0]       # shapes do
