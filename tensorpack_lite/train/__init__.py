@@ -2,6 +2,8 @@
 
 from .base import StopTraining, TrainLoop, Trainer
 from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, TrainConfig
+from .distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
+                          DistributedTrainerReplicated)
 from .interface import apply_default_prefetch, launch_train_with_config
 from .horovod_trainer import HorovodTrainer, RankShardData
 from .model_desc import ModelDesc, ModelDescBase
@@ -13,4 +15,5 @@ __all__ = ['StopTraining', 'TrainLoop', 'Trainer', 'DEFAULT_CALLBACKS', 'DEFAULT
            'TrainConfig', 'AutoResumeTrainConfig', 'apply_default_prefetch', 'launch_train_with_config',
            'ModelDesc', 'ModelDescBase', 'SingleCostTrainer', 'TowerTrainer', 'NoOpTrainer',
            'QueueInputTrainer', 'SimpleTrainer', 'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer',
-           'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer', 'HorovodTrainer', 'RankShardData']
+           'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer', 'HorovodTrainer', 'RankShardData',
+           'DistributedTrainerParameterServer', 'DistributedTrainerReplicated', 'CollectiveAllReduceTrainer']
