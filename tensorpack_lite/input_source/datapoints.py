@@ -31,11 +31,33 @@ def _dtype_fits(dtype, expected, strict):
     return accepted is None or dtype.kind in accepted  # e.g. bfloat16: left to TensorFlow
 
 
+def _needs_range_check(dtype, target):
+    """Whether integers of numpy ``dtype`` may hold values that the integer ``target`` cannot
+    (int64 into int32, int8 into uint8...): those would wrap around silently on conversion."""
+    return dtype.kind in 'iu' and target.kind in 'iu' and not np.can_cast(dtype, target, 'safe')
+
+
+def _out_of_range(value, target):
+    """The first element of the integer array ``value`` that ``target`` cannot hold, or None."""
+    if value.size == 0:
+        return None
+    info = np.iinfo(target)
+    low, high = value.min(), value.max()
+    if low < info.min:
+        return low
+    if high > info.max:
+        return high
+    return None
+
+
 class DatapointChecker:
     """Turns datapoints into feeds for ``placeholders``, with a clear error for one that does
     not fit: wrong number of components, a shape the placeholder does not accept, or a dtype
     that would change meaning when converted (floats into an int input; with
-    ``strict_dtype`` any other dtype). Runs once per datapoint, so it is kept cheap.
+    ``strict_dtype`` any other dtype), or integers out of the range of an integer input
+    (2**33 + 3 fed to an int32 input would silently become 3). Runs once per datapoint, so
+    it is kept cheap: the range is only looked at when the datapoint's integer dtype is
+    wider than the input's.
 
     The feeds are arrays of exactly the placeholders' dtypes, marked as checked
     (:class:`CheckedFeeds`), so that the hooked session feeds them without a second check.
@@ -47,7 +69,7 @@ class DatapointChecker:
         self.strict_dtype = strict_dtype
         self._dims = [None if p.shape.rank is None else tuple(p.shape.as_list()) for p in placeholders]
         self._dtypes = [p.dtype.base_dtype.as_numpy_dtype for p in placeholders]
-        self._fits = {}  # (input index, numpy dtype) -> bool
+        self._fits = {}  # (input index, numpy dtype) -> (fits, needs a range check)
 
     def feeds(self, dp):
         """The feed dict of datapoint ``dp``, after checking it."""
@@ -76,14 +98,25 @@ class DatapointChecker:
             raise ValueError("{}: component {} of the datapoint has shape {}, which does not fit "
                              "input '{}' of shape {}".format(
                                  self.owner, index, value.shape, input_name(placeholder), placeholder.shape))
-        fits = self._fits.get((index, value.dtype))
-        if fits is None:
-            fits = self._fits[(index, value.dtype)] = _dtype_fits(
-                value.dtype, placeholder.dtype.base_dtype, self.strict_dtype)
+        verdict = self._fits.get((index, value.dtype))
+        if verdict is None:
+            verdict = self._fits[(index, value.dtype)] = (
+                _dtype_fits(value.dtype, placeholder.dtype.base_dtype, self.strict_dtype),
+                placeholder.dtype.base_dtype != tf.string
+                and _needs_range_check(value.dtype, np.dtype(self._dtypes[index])))
+        fits, needs_range_check = verdict
         if not fits:
             raise TypeError("{}: component {} of the datapoint has dtype {}, but input '{}' is "
                             "{}".format(self.owner, index, value.dtype, input_name(placeholder),
                                         placeholder.dtype.base_dtype.name))
+        if needs_range_check:
+            culprit = _out_of_range(value, self._dtypes[index])
+            if culprit is not None:
+                raise ValueError("{}: component {} of the datapoint holds {}, which does not fit "
+                                 "the {} of input '{}' (it would wrap around to {})".format(
+                                     self.owner, index, culprit, placeholder.dtype.base_dtype.name,
+                                     input_name(placeholder),
+                                     np.array(culprit).astype(self._dtypes[index])))
         if value.dtype != self._dtypes[index]:
             try:
                 value = np.asarray(value, dtype=self._dtypes[index])

@@ -112,6 +112,32 @@ class SingleCostTrainer(TowerTrainer):
     XLA_COMPILE = False
     """Compile the forward and backward pass of each tower with XLA."""
 
+    CHECK_COST = True
+    """Stop training with a ``FloatingPointError`` naming the step as soon as a tower's cost is
+    NaN or infinite, before its gradients are applied (not with ``XLA_COMPILE``)."""
+
+    _COST_CHECK_MARK = 'is not finite'
+
+    def run_step(self):
+        try:
+            super().run_step()
+        except tf.errors.InvalidArgumentError as err:
+            if self._COST_CHECK_MARK not in (err.message or ''):
+                raise
+            loop = self.loop
+            raise FloatingPointError(
+                "{} at global step {} (epoch {}, step {} of the epoch); no update of that step "
+                "was applied.".format(err.message.split('\n')[0], loop.global_step + 1,
+                                      loop.epoch_num, loop.local_step + 1)) from err
+
+    def _checked_gradients(self, cost, grads):
+        """``grads`` made to wait for a check that ``cost`` is finite (see :attr:`CHECK_COST`)."""
+        check = tf.debugging.check_numerics(
+            cost, "The cost {} {}".format(cost.name, self._COST_CHECK_MARK))
+        with tf.control_dependencies([check]):
+            return [(tf.IndexedSlices(tf.identity(g.values), g.indices, g.dense_shape)
+                     if isinstance(g, tf.IndexedSlices) else tf.identity(g), v) for g, v in grads]
+
     @call_only_once
     def setup_graph(self, input_signature, input, get_cost_fn, get_opt_fn):
         """Build the training graph.
@@ -164,7 +190,10 @@ class SingleCostTrainer(TowerTrainer):
                                 else tfv1.train.Optimizer.GATE_NONE),
                 colocate_gradients_with_ops=self.COLOCATE_GRADIENTS_WITH_OPS,
                 aggregation_method=self.AGGREGATION_METHOD)
-            return FilterNoneGrad().process(grads)
+            grads = FilterNoneGrad().process(grads)
+            if self.CHECK_COST and not self.XLA_COMPILE:
+                grads = self._checked_gradients(cost, grads)
+            return grads
 
         def get_grad_fn():
             inputs = input.get_input_tensors()
