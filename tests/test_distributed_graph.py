@@ -150,3 +150,19 @@ def test_collective_builder_digests_the_variables_of_a_worker(lone_server):
                               tfv1.get_variable('a', [100])])[0] == same[0]     # order does not matter
     assert digest_of(lambda: [tfv1.get_variable('a', [100]), tfv1.get_variable('b', [10]),
                               tfv1.get_variable('c', [6])])[0] != same[0]       # shapes do
+
+
+def test_collective_all_reduce_sends_large_tensors_in_pieces(lone_server):
+    builder = CollectiveAllReduceBuilder(['/cpu:0'], lone_server, average=False)
+    builder.CHUNK_BYTES = 4000                                   # 1000 float32 per piece
+    values = np.arange(2 * 3 * 1001, dtype='float32').reshape(2, 3, 1001)
+    with tf.device(builder.raw_devices[0]):
+        big, small = builder.all_reduce([[tf.constant(values), tf.constant([1.5, 2.5])]])[0]
+    ops = tf.compat.v1.get_default_graph().get_operations()
+    keys = sorted(op.inputs[3].op.get_attr('value').int_val[0]   # the instance keys
+                  for op in ops if op.type == 'CollectiveReduceV2')
+    assert keys == list(range(1000, 1008))         # 6006 elements: 7 pieces of <= 1000 (and 1 for small)
+    with tfv1.Session(lone_server.target) as sess:  # a group of one device gives the tensors back
+        big_value, small_value = sess.run([big, small])
+    np.testing.assert_array_equal(big_value, values)
+    np.testing.assert_array_equal(small_value, [1.5, 2.5])

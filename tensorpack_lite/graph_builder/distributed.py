@@ -338,6 +338,9 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     NUM_PACKS = 4
     """How many tensors the gradients are packed into (when there are enough elements)."""
 
+    CHUNK_BYTES = 2 << 20
+    """A tensor larger than this is all-reduced in pieces of about this size."""
+
     _CHECK_KEYS = (1, 2)
     _TENSOR_BROADCAST_KEY = 3
     _FIRST_GRADIENT_KEY = 1000
@@ -361,24 +364,50 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         packer = GradientPacker(self.NUM_PACKS)
         if packer.compute_strategy(all_grads[0]):
             packed = packer.pack_all(all_grads, self.raw_devices)
-            return packer.unpack_all(self._all_reduce(packed), self.raw_devices)
-        return self._all_reduce(all_grads)
+            return packer.unpack_all(self.all_reduce(packed), self.raw_devices)
+        return self.all_reduce(all_grads)
 
-    def _all_reduce(self, all_tensors):
+    def all_reduce(self, all_tensors):
         """K lists of N tensors (one list per tower of this worker) -> their sums (or means)
-        over every tower of every worker."""
+        over every tower of every worker. A tensor larger than :attr:`CHUNK_BYTES` travels
+        in pieces of about that size, which gRPC moves faster than one large message. Build
+        it once, the same way on every worker (the order gives the collective instance keys)."""
+        keys = iter(range(self._FIRST_GRADIENT_KEY, self._FIRST_BROADCAST_KEY))
         per_tensor = []
         with tf.name_scope('collective_allreduce'):
-            for index, tensors in enumerate(zip(*all_tensors)):
+            for tensors in zip(*all_tensors):
+                tensors = [_dense(t) for t in tensors]
+                pieces = self._num_pieces(tensors[0])
+                instance_keys = [next(keys) for _ in range(pieces)]
                 reduced = []
                 for tensor, device in zip(tensors, self.raw_devices):
                     with tf.device(device):
-                        reduced.append(tf.raw_ops.CollectiveReduceV2(
-                            input=_dense(tensor), group_size=self.group_size,
-                            group_key=self.GRADIENT_GROUP_KEY, instance_key=self._FIRST_GRADIENT_KEY + index,
-                            ordering_token=[], merge_op='Add', final_op='Div' if self._average else 'Id'))
+                        reduced.append(self._reduce_in_pieces(tensor, instance_keys))
                 per_tensor.append(reduced)
         return [list(tensors) for tensors in zip(*per_tensor)]
+
+    def _num_pieces(self, tensor):
+        size = tensor.shape.num_elements()
+        if size is None:
+            return 1
+        return max(1, min(size, -(-size * tensor.dtype.size // self.CHUNK_BYTES)))
+
+    def _reduce_in_pieces(self, tensor, instance_keys):
+        def reduce(piece, key):
+            return tf.raw_ops.CollectiveReduceV2(
+                input=piece, group_size=self.group_size, group_key=self.GRADIENT_GROUP_KEY, instance_key=key,
+                ordering_token=[], merge_op='Add', final_op='Div' if self._average else 'Id')
+
+        if len(instance_keys) == 1:
+            return reduce(tensor, instance_keys[0])
+        pieces = tf.split(tf.reshape(tensor, [-1]), self._piece_sizes(tensor, len(instance_keys)))
+        flat = tf.concat([reduce(p, key) for p, key in zip(pieces, instance_keys)], 0)
+        return tf.reshape(flat, tf.shape(tensor))
+
+    @staticmethod
+    def _piece_sizes(tensor, num):
+        size = tensor.shape.num_elements()
+        return [size // num + (1 if i < size % num else 0) for i in range(num)]
 
     def build_variable_check(self):
         """``(digest, minimum, maximum)`` tensors: this worker's digest of its global

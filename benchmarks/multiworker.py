@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""Multi-worker training on one machine: all-reduce throughput and training speed.
+
+1. All-reduce of 1, 4, 16 and 64 MB of float32 between 2 local processes:
+   (a) the collective path of CollectiveAllReduceTrainer (CollectiveReduceV2 over gRPC,
+       processes started by the launcher), in this environment;
+   (b) Horovod's allreduce with Gloo (``horovodrun -np 2 --gloo``), in the Horovod
+       environment (``bash .ci/horovod_env.sh`` builds it; or $TENSORPACK_LITE_HOROVOD_PYTHON).
+   Both are timed in graph mode, one all-reduce per ``session.run``, medians of
+   ``--repeat`` runs after warm-up; throughput = size / time.
+2. Steps/s of CollectiveAllReduceTrainer on an MLP 784-1024-1024-10 (about 1.9 M parameters,
+   7.6 MB of gradients) with constant inputs: 2 workers of batch B against 1 worker of
+   batch B and of batch 2B.
+
+    python benchmarks/multiworker.py                 # everything
+    python benchmarks/multiworker.py --skip-horovod --sizes 1 4
+
+On a 2-core machine, 2 processes share the cores one process would use: expect no speed-up
+there; the numbers show what the all-reduce and the second process cost.
+"""
+
+import argparse
+import io
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+RESULT_PREFIX = 'MULTIWORKER_BENCHMARK_RESULT '
+RUN_TIMEOUT = 1200
+MB = 1 << 20
+
+
+def _report(result):
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def _time_runs(sess, op, repeat, warmup=3, options=None):
+    for _ in range(warmup):
+        sess.run(op, options=options)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        sess.run(op, options=options)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _tensors(tf, tfv1, sizes):
+    """One float32 variable per size (in MB), read as a tensor."""
+    return [tfv1.get_variable('data{}'.format(i), initializer=tf.ones([size * MB // 4]), use_resource=True)
+            .read_value() for i, size in enumerate(sizes)]
+
+
+def collective_worker(args):
+    """A worker of the collective all-reduce benchmark (TF_CONFIG from the launcher)."""
+    from tensorpack_lite.compat import enable_graph_mode, tf, tfv1
+    from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
+    from tensorpack_lite.tfutils.distributed import DistributedSessionCreator, create_server
+    enable_graph_mode()
+    server = create_server()
+    with tf.device('/job:worker/task:{}/device:CPU:0'.format(server.server_def.task_index)):
+        builder = CollectiveAllReduceBuilder(['/cpu:0'], server)
+        reduced = builder.all_reduce([_tensors(tf, tfv1, args.sizes)])[0]
+    sess = DistributedSessionCreator(server).create_session()
+    times = {}
+    for key, (size, tensor) in enumerate(zip(args.sizes, reduced), start=1):
+        options = tfv1.RunOptions(timeout_in_ms=600000)
+        options.experimental.collective_graph_key = key
+        times[size] = _time_runs(sess, tensor.op, args.repeat, options=options)
+    if builder.is_chief:
+        _report(times)
+
+
+def horovod_worker(args):
+    """A rank of the Horovod all-reduce benchmark (under horovodrun)."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+    tfv1 = tf.compat.v1
+    tfv1.disable_eager_execution()
+    hvd.init()
+    reduced = [hvd.allreduce(t, op=hvd.Sum) for t in _tensors(tf, tfv1, args.sizes)]
+    with tfv1.Session() as sess:
+        sess.run(tfv1.global_variables_initializer())
+        times = {size: _time_runs(sess, tensor.op, args.repeat) for size, tensor in zip(args.sizes, reduced)}
+    if hvd.rank() == 0:
+        _report(times)
+
+
+def train_worker(args):
+    """A worker of the training benchmark: CollectiveAllReduceTrainer, epoch times."""
+    from tensorpack_lite.compat import tf, tfv1
+    from tensorpack_lite.input_source import DummyConstantInput
+    from tensorpack_lite.tfutils.distributed import create_server
+    from tensorpack_lite.train import ModelDesc, TrainConfig, launch_train_with_config
+    from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer
+    from timing import EpochTimer
+
+    class MLP(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec([args.batch, 784], tf.float32, 'image'),
+                    tf.TensorSpec([args.batch], tf.int32, 'label')]
+
+        def build_graph(self, image, label):
+            x = image
+            for i, width in enumerate([1024, 1024]):
+                x = tf.nn.relu(tf.matmul(x, tfv1.get_variable('fc{}/W'.format(i), [x.shape[-1], width])))
+            logits = tf.matmul(x, tfv1.get_variable('out/W', [1024, 10]))
+            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
+                                  name='cost')
+
+        def optimizer(self):
+            return tfv1.train.GradientDescentOptimizer(1e-3)
+
+    trainer = CollectiveAllReduceTrainer(['/cpu:0'], create_server())
+    timer = EpochTimer()
+    config = TrainConfig(model=MLP(), data=DummyConstantInput([[args.batch, 784], [args.batch]]),
+                         callbacks=[timer], extra_callbacks=[], monitors=[],
+                         steps_per_epoch=args.steps, max_epoch=args.epochs)
+    launch_train_with_config(config, trainer)
+    if trainer.is_chief:
+        _report({'steps_per_second': args.steps / statistics.median(timer.times[1:])})
+
+
+# ----- the driver ---------------------------------------------------------------------------------
+
+def _result(output, what):
+    found = re.findall(re.escape(RESULT_PREFIX) + r'(\{.*\})', output)
+    if not found:
+        sys.exit("{} failed:\n{}".format(what, output[-4000:]))
+    return json.loads(found[-1])
+
+
+def _worker_args(args, role, **extra):
+    values = ['--role', role, '--repeat', str(args.repeat), '--sizes'] + [str(s) for s in args.sizes]
+    for name, value in extra.items():
+        values += ['--' + name, str(value)]
+    return values
+
+
+def run_local_cluster(args, num_worker, role, **extra):
+    from tensorpack_lite.utils.launch import LocalCluster
+    output = io.BytesIO()
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    cluster = LocalCluster([sys.executable, os.path.abspath(__file__)] + _worker_args(args, role, **extra),
+                           num_worker, env=env, output=output)
+    cluster.start()
+    code = cluster.wait(timeout=RUN_TIMEOUT)
+    text = output.getvalue().decode('utf-8', 'replace')
+    if code != 0:
+        sys.exit("{} on {} workers failed (exit code {}):\n{}".format(role, num_worker, code, text[-4000:]))
+    return _result(text, role)
+
+
+def horovod_python():
+    python = os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON')
+    if python:
+        return python
+    proc = subprocess.run(['bash', os.path.join(REPO, '.ci', 'horovod_env.sh')], stdout=subprocess.PIPE,
+                          text=True, timeout=3600, check=True)
+    return re.findall(r'^HOROVOD_PYTHON=(.+)$', proc.stdout, re.M)[-1]
+
+
+def run_horovod(args):
+    python = horovod_python()
+    horovodrun = os.path.join(os.path.dirname(python), 'horovodrun')
+    command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', python, os.path.abspath(__file__)] + \
+        _worker_args(args, 'horovod')
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          timeout=RUN_TIMEOUT)
+    return _result(proc.stdout, 'horovod allreduce')
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--sizes', type=int, nargs='+', default=[1, 4, 16, 64],
+                        help='all-reduce sizes in MB')
+    parser.add_argument('--repeat', type=int, default=10, help='timed all-reduces per size')
+    parser.add_argument('--batch', type=int, default=128, help='B: the batch per worker')
+    parser.add_argument('--steps', type=int, default=30, help='steps per epoch')
+    parser.add_argument('--epochs', type=int, default=4, help='epochs per run, the first is warm-up')
+    parser.add_argument('--skip-horovod', action='store_true')
+    parser.add_argument('--skip-training', action='store_true')
+    parser.add_argument('--role', choices=['collective', 'horovod', 'train'], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        {'collective': collective_worker, 'horovod': horovod_worker, 'train': train_worker}[args.role](args)
+        return
+
+    collective = run_local_cluster(args, 2, 'collective')
+    horovod = None if args.skip_horovod else run_horovod(args)
+    print("all-reduce of float32 between 2 processes on this machine (median of {} runs):".format(
+        args.repeat))
+    print("  {:>6s}  {:>24s}  {:>24s}".format('MB', 'collective (gRPC)', 'horovod (gloo)'))
+    for size in args.sizes:
+        seconds = collective[str(size)]
+        line = "  {:6d}  {:9.1f} ms {:8.1f} MB/s".format(size, 1000 * seconds, size / seconds)
+        if horovod is not None:
+            line += "  {:9.1f} ms {:8.1f} MB/s".format(1000 * horovod[str(size)], size / horovod[str(size)])
+        print(line, flush=True)
+    if args.skip_training:
+        return
+    runs = [('1 worker, batch {}'.format(args.batch), 1, args.batch),
+            ('1 worker, batch {}'.format(2 * args.batch), 1, 2 * args.batch),
+            ('2 workers, batch {} each'.format(args.batch), 2, args.batch)]
+    print("\nCollectiveAllReduceTrainer, MLP 784-1024-1024-10, median over {} epochs of {} steps:".format(
+        args.epochs - 1, args.steps))
+    for name, workers, batch in runs:
+        speed = run_local_cluster(args, workers, 'train', batch=batch, steps=args.steps,
+                                  epochs=args.epochs)['steps_per_second']
+        print("  {:<28s} {:7.2f} steps/s  {:8.0f} samples/s".format(name, speed, speed * batch * workers),
+              flush=True)
+
+
+if __name__ == '__main__':
+    main()
