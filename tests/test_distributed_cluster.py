@@ -148,31 +148,21 @@ def test_watchdog_reports_a_task_that_stops_answering():
 
 # ----- the launcher -------------------------------------------------------------------------------
 
-def run_launcher(tmp_path, *args, command_args=(), timeout=60):
-    command = [sys.executable, '-m', 'tensorpack_lite.utils.launch'] + list(args) + \
-        ['--', sys.executable, CHILD, str(tmp_path)] + list(command_args)
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONPATH=REPO), start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_process_tree(proc)
-        pytest.fail("the launcher did not end within {} s".format(timeout))
-    return proc.returncode, output
-
-
 def test_every_task_gets_its_tf_config_and_prefixed_output(tmp_path):
-    code, output = run_launcher(tmp_path, '-n', '2', '--ps', '1', '--grace', '5')
-    assert code == 0, output
+    output = io.BytesIO()
+    cluster = LocalCluster([sys.executable, CHILD, str(tmp_path)], num_worker=2, num_ps=1, grace=5,
+                           output=output)
+    cluster.start()
+    assert cluster.wait(timeout=60) == 0, output.getvalue()
     configs = {name: json.loads((tmp_path / (name + '.json')).read_text())['tf_config']
                for name in ('worker0', 'worker1', 'ps0')}
-    cluster = configs['worker0']['cluster']
-    assert all(c['cluster'] == cluster for c in configs.values())
-    assert len(cluster['worker']) == 2 and len(cluster['ps']) == 1
+    assert all(c['cluster'] == cluster.config.cluster for c in configs.values())
+    assert len(cluster.config.cluster['worker']) == 2 and len(cluster.config.cluster['ps']) == 1
     assert [configs[n]['task'] for n in ('worker0', 'worker1', 'ps0')] == [
         {'type': 'worker', 'index': 0}, {'type': 'worker', 'index': 1}, {'type': 'ps', 'index': 0}]
+    text = output.getvalue().decode()
     for job, index in (('worker', 0), ('worker', 1), ('ps', 0)):
-        assert '[{0} {1}] task {0} {1} of 2 workers\n'.format(job, index) in output
+        assert '[{0} {1}] task {0} {1} of 2 workers\n'.format(job, index) in text
 
 
 def test_a_failing_worker_ends_the_others_and_its_code_is_the_exit_code(tmp_path):
@@ -188,7 +178,7 @@ def test_a_failing_worker_ends_the_others_and_its_code_is_the_exit_code(tmp_path
     assert sorted(p.name for p in tmp_path.glob('*.sigterm')) == ['worker0.sigterm', 'worker2.sigterm']
 
 
-def test_signals_are_passed_on_to_every_task(tmp_path):
+def test_the_command_line_passes_signals_on_to_every_task(tmp_path):
     command = [sys.executable, '-m', 'tensorpack_lite.utils.launch', '-n', '2', '--ps', '1', '--grace', '10',
                '--', sys.executable, CHILD, str(tmp_path), '--wait']
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -224,6 +224,9 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     def run_step(self):
         self.hooked_sess.run(self.train_op, options=self._step_options)
+        loop = self.loop
+        if loop.epoch_num == loop.max_epoch and loop.local_step == loop.steps_per_epoch - 1:
+            self._stop_watching()   # after the last step, the others may end before this worker
 
     @property
     def _step_options(self):
