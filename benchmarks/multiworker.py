@@ -157,16 +157,8 @@ def run_local_cluster(args, num_worker, role, **extra):
     return _result(text, role)
 
 
-def horovod_python():
-    python = os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON')
-    if python:
-        return python
-    proc = subprocess.run(['bash', os.path.join(REPO, '.ci', 'horovod_env.sh')], stdout=subprocess.PIPE,
-                          text=True, timeout=3600, check=True)
-    return re.findall(r'^HOROVOD_PYTHON=(.+)$', proc.stdout, re.M)[-1]
-
-
 def run_horovod(args):
+    from horovod_scaling import horovod_python
     python = horovod_python()
     horovodrun = os.path.join(os.path.dirname(python), 'horovodrun')
     command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', python, os.path.abspath(__file__)] + \
