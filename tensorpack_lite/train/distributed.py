@@ -48,9 +48,9 @@ __all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'Distr
            'CollectiveAllReduceTrainer', 'LostTaskError']
 
 
-class _AtEnd(Callback):
-    """Runs last among the callbacks: when training ended without failure, tells the
-    parameter servers that this worker is done."""
+class _TellParameterServersDone(Callback):
+    """Registered after the user's callbacks: when training ended without failure, tells the
+    parameter servers that this worker is done (they exit once every worker is)."""
 
     _chief_only = False
 
@@ -131,7 +131,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
             super().setup_graph(input_signature, input, get_cost_fn, get_opt_fn)
 
     def _build_train_op(self, grad_list, get_opt_fn):
-        self._at_end = _AtEnd(build_worker_done_op(self.cluster))
+        self._tell_done = _TellParameterServersDone(build_worker_done_op(self.cluster))
         return self._build_sync_ops(grad_list, get_opt_fn)
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
@@ -152,7 +152,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
             logger.info("{}: only the chief writes into the logger directory; this worker stops writing "
                         "into {}.".format(self.cluster.task_name, logger.get_logger_dir()))
             logger._detach_file_handler()
-        super().setup_callbacks(list(callbacks) + [self._at_end], monitors)
+        super().setup_callbacks(list(callbacks) + [self._tell_done], monitors)
 
     # ----- session -----------------------------------------------------------------------------
 
@@ -206,10 +206,12 @@ class DistributedTrainerBase(_DataParallelTrainer):
         try:
             with self.sess.as_default():
                 received = self._start_together(schedule)
-        except (tf.errors.OpError, LostTaskError) as err:
+        except Exception as err:
             self._stop_watching()
             self.sess.close()
             explained = self._explain(err) if isinstance(err, tf.errors.OpError) else err
+            if explained is err:
+                raise
             raise explained from err
         if received is not None and list(received) != list(schedule):
             logger.info("{} follows the chief's schedule: {} steps per epoch, epochs {}..{}.".format(
