@@ -128,7 +128,7 @@ class Callbacks(Callback):
                 raise
         if not (requests.fetches or requests.feeds or requests.options_added):
             return None
-        feeds = CheckedFeeds(requests.feeds, requests.checked) if requests.feeds else None
+        feeds = CheckedFeeds(requests.feeds, requests.unchecked) if requests.feeds else None
         return tfv1.train.SessionRunArgs(requests.fetches, feeds, requests.options)
 
     def after_run(self, run_context, run_values):

@@ -70,11 +70,14 @@ class _CompiledRun:
             return {k: self._rebuild(v, values) for k, v in template.items()}
         return None if template is None else values[template]
 
-    def __call__(self, feeds, checked):
-        """Run with ``feeds`` (in the order compiled); the values of the tensors in ``checked``
-        are used as they are, the others converted and checked first."""
-        arrays = [value if tensor in checked else self._convert(spec, value)
-                  for spec, (tensor, value) in zip(self._feeds, feeds.items())]
+    def __call__(self, feeds, unchecked):
+        """Run with ``feeds`` (in the order compiled); the values of the tensors in
+        ``unchecked`` are converted and checked first, the others used as they are."""
+        if unchecked:
+            arrays = [self._convert(spec, value) if tensor in unchecked else value
+                      for spec, (tensor, value) in zip(self._feeds, feeds.items())]
+        else:
+            arrays = feeds.values()
         return self._rebuild(self._template, self._callable(*arrays))
 
     @staticmethod
@@ -113,7 +116,7 @@ class _CallableCache:
         self._compiled = {}
         self._usable = hasattr(sess, '_make_callable_from_options')
 
-    def run(self, fetches, feeds, checked=frozenset()):
+    def run(self, fetches, feeds, unchecked):
         try:
             if not self._usable or any(isinstance(v, (tf.Tensor, tf.Variable)) for v in feeds.values()):
                 raise _NotCacheable()
@@ -127,7 +130,7 @@ class _CallableCache:
         compiled = self._compiled[key]
         if compiled is None:
             return self._sess.run(fetches, feed_dict=feeds or None)
-        return compiled(feeds, checked)
+        return compiled(feeds, unchecked)
 
     def _compile(self, fetches, feeds):
         """A compiled run, or None where only ``sess.run`` will do (it also reports errors in
@@ -144,16 +147,17 @@ class _CallableCache:
 class CheckedFeeds(dict):
     """A feed dict whose values were checked by whoever made it: numpy arrays of exactly their
     tensor's dtype, of a shape the tensor accepts. :class:`HookedSession` feeds them as they are
-    (other feeds are converted and checked as ``sess.run`` would).
+    (the values of any other feed dict are converted and checked as ``sess.run`` would).
 
     Args:
         feeds: the feeds (a dict or pairs).
-        checked: the tensors among them whose values are checked; default: all of them.
+        unchecked: the tensors among them whose values were not checked (when feeds of both
+            kinds were merged).
     """
 
-    def __init__(self, feeds=(), checked=None):
+    def __init__(self, feeds=(), unchecked=()):
         super().__init__(feeds)
-        self.checked = frozenset(self) if checked is None else frozenset(checked)
+        self.unchecked = frozenset(unchecked)
 
 
 class RunRequests:
@@ -170,8 +174,8 @@ class RunRequests:
         self._kind = kind
         self.fetches = {}
         self.feeds = dict(feed_dict) if feed_dict else {}
-        self.checked = set()
-        """The fed tensors whose values came checked (see :class:`CheckedFeeds`)."""
+        self.unchecked = self._unchecked_of(self.feeds)
+        """The fed tensors whose values did not come checked (see :class:`CheckedFeeds`)."""
         self.options = options
         self.options_added = False
         """Whether a requester asked for run options."""
@@ -183,13 +187,17 @@ class RunRequests:
             return
         if request.fetches is not None:
             self.fetches[key] = request.fetches
-        if request.feed_dict:
-            for tensor, value in request.feed_dict.items():
-                if tensor in self.feeds:
-                    raise RuntimeError("{} {} feeds {}, which is already fed by the caller or another "
-                                       "{}.".format(self._kind, requester, tensor, self._kind.lower()))
-                self.feeds[tensor] = value
-            self.checked.update(getattr(request.feed_dict, 'checked', ()))
+        feed_dict = request.feed_dict
+        if feed_dict:
+            if not self.feeds:
+                self.feeds = dict(feed_dict)   # the usual case: one requester feeds
+            else:
+                for tensor, value in feed_dict.items():
+                    if tensor in self.feeds:
+                        raise RuntimeError("{} {} feeds {}, which is already fed by the caller or another "
+                                           "{}.".format(self._kind, requester, tensor, self._kind.lower()))
+                    self.feeds[tensor] = value
+            self.unchecked.update(self._unchecked_of(feed_dict))
         if request.options is not None:
             if not self.options_added:
                 merged = tfv1.RunOptions()
@@ -198,6 +206,12 @@ class RunRequests:
                 self.options = merged
                 self.options_added = True
             self.options.MergeFrom(request.options)
+
+    @staticmethod
+    def _unchecked_of(feed_dict):
+        if isinstance(feed_dict, CheckedFeeds):
+            return set(feed_dict.unchecked)
+        return set(feed_dict)
 
 
 class HookedSession:
@@ -244,7 +258,7 @@ class HookedSession:
             outputs = self._sess.run(combined, feed_dict=feeds or None, options=options,
                                      run_metadata=run_metadata)
         else:
-            outputs = self._cache.run(combined, feeds, requests.checked)
+            outputs = self._cache.run(combined, feeds, requests.unchecked)
         hook_results = outputs['hooks']
         for index, hook in enumerate(self._hooks):
             hook.after_run(context, tfv1.train.SessionRunValues(
