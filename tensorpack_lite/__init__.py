@@ -62,7 +62,8 @@ if _TENSORFLOW_IMPORT_ERROR is not None:
 else:
     from . import callbacks, compat, graph_builder, input_source, models, predict, tfutils, train
     from .callbacks import (
-        BinaryClassificationStats, Callback, CallbackFactory, Callbacks, CallbackToHook, CheckNumerics,
+        BinaryClassificationStats, Callback, CheckpointWriteError, CallbackFactory, Callbacks,
+        CallbackToHook, CheckNumerics,
         ClassificationError, CometMLMonitor, DataParallelInferenceRunner, DumpParamAsImage, DumpTensor,
         DumpTensorAsImage, DumpTensors, EnableCallbackIf, EstimatedTimeLeft, GPUMemoryTracker,
         GPUUtilizationTracker, GraphProfiler, GraphVarParam, HookToCallback, HostMemoryTracker,
@@ -96,7 +97,9 @@ else:
         JustCurrentSession, optimizer, SaverRestore, SaverRestoreRelaxed, sesscreate, sessinit, SessionInit,
         SmartInit, summary, tower, TowerContext, varreplace)
     from .train import (
-        AsyncMultiGPUTrainer, AutoResumeTrainConfig, DEFAULT_CALLBACKS, DEFAULT_MONITORS, HorovodTrainer,
+        AsyncMultiGPUTrainer, AutoResumeTrainConfig, CollectiveAllReduceTrainer,
+        DistributedTrainerParameterServer,
+        DistributedTrainerReplicated, DEFAULT_CALLBACKS, DEFAULT_MONITORS, HorovodTrainer,
         launch_train_with_config, ModelDesc, ModelDescBase, NoOpTrainer, QueueInputTrainer, SimpleTrainer,
         SingleCostTrainer, StopTraining, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
         SyncMultiGPUTrainerReplicated, TowerTrainer, TrainConfig, Trainer)
@@ -105,7 +108,8 @@ else:
         'tfv1', 'callbacks', 'compat', 'graph_builder', 'input_source', 'models', 'predict',
         'tfutils', 'train',
         # callbacks
-        'BinaryClassificationStats', 'Callback', 'CallbackFactory', 'Callbacks', 'CallbackToHook',
+        'BinaryClassificationStats', 'Callback', 'CheckpointWriteError', 'CallbackFactory', 'Callbacks',
+        'CallbackToHook',
         'CheckNumerics', 'ClassificationError', 'CometMLMonitor', 'DataParallelInferenceRunner',
         'DumpParamAsImage', 'DumpTensor', 'DumpTensorAsImage', 'DumpTensors', 'EnableCallbackIf',
         'EstimatedTimeLeft', 'GPUMemoryTracker', 'GPUUtilizationTracker', 'GraphProfiler', 'GraphVarParam',
@@ -144,7 +148,9 @@ else:
         'JustCurrentSession', 'optimizer', 'SaverRestore', 'SaverRestoreRelaxed', 'sesscreate', 'sessinit',
         'SessionInit', 'SmartInit', 'summary', 'tower', 'TowerContext', 'varreplace',
         # train
-        'AsyncMultiGPUTrainer', 'AutoResumeTrainConfig', 'DEFAULT_CALLBACKS', 'DEFAULT_MONITORS',
+        'AsyncMultiGPUTrainer', 'AutoResumeTrainConfig', 'CollectiveAllReduceTrainer',
+        'DistributedTrainerParameterServer', 'DistributedTrainerReplicated', 'DEFAULT_CALLBACKS',
+        'DEFAULT_MONITORS',
         'HorovodTrainer', 'launch_train_with_config', 'ModelDesc', 'ModelDescBase', 'NoOpTrainer',
         'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer', 'StopTraining', 'SyncMultiGPUTrainer',
         'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainerReplicated', 'TowerTrainer', 'TrainConfig',

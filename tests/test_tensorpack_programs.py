@@ -128,3 +128,13 @@ def test_log_deprecated_takes_tensorpacks_arguments(log_records):
     assert any('Only a text.' in m for m in warnings)
     with pytest.raises(ValueError, match='name or a text'):
         log_deprecated()
+
+
+def test_model_desc_training_follows_the_tower_context():
+    from tensorpack_lite.graph_builder.model_desc import ModelDescBase
+    from tensorpack_lite.tfutils.tower import TowerContext
+    model = ModelDescBase()
+    with TowerContext('', is_training=True):
+        assert model.training is True
+    with TowerContext('infer', is_training=False):
+        assert model.training is False

@@ -17,7 +17,7 @@ from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParam
                     StatMonitorParamSetter)
 from .prof import (GPUMemoryTracker, GPUUtilizationTracker, GraphProfiler, HostMemoryTracker,
                    PeakMemoryTracker, ThroughputTracker)
-from .saver import MaxSaver, MinSaver, ModelSaver
+from .saver import CheckpointWriteError, MaxSaver, MinSaver, ModelSaver
 from .stats import InjectShell, SendStat
 from .steps import MaintainStepCounter, ProgressBar, SessionRunTimeout, TensorPrinter
 from .summary import MergeAllSummaries, MovingAverageSummary, SimpleMovingAverage
@@ -39,7 +39,7 @@ __all__ = [
     'HyperParamSetterWithFunc', 'ObjAttrParam', 'ScheduledHyperParamSetter', 'StatMonitorParamSetter',
     'GPUMemoryTracker', 'GPUUtilizationTracker', 'GraphProfiler', 'HostMemoryTracker',
     'PeakMemoryTracker', 'ThroughputTracker',
-    'MaxSaver', 'MinSaver', 'ModelSaver',
+    'MaxSaver', 'MinSaver', 'ModelSaver', 'CheckpointWriteError',
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',
     'MergeAllSummaries', 'MovingAverageSummary', 'SimpleMovingAverage',
     'EnableCallbackIf', 'PeriodicCallback', 'PeriodicTrigger',

@@ -19,6 +19,7 @@ Example::
 
 from ..compat import tf, tfv1
 from ..tfutils.common import get_op_tensor_name
+from ..tfutils.tower_context import get_current_tower_context
 from ..tfutils.tower_func import check_input_signature
 from ..utils.argtools import memoized_method
 
@@ -48,6 +49,11 @@ class ModelDescBase:
                                 "inputs()), got {!r}".format(owner, index, item))
             signature.append(item)
         return check_input_signature(signature, owner)
+
+    @property
+    def training(self):
+        """Whether the graph being built is for training (the current tower context's ``is_training``)."""
+        return get_current_tower_context().is_training
 
     @property
     def input_names(self):
