@@ -1,5 +1,5 @@
 """Multi-worker training through TensorFlow's distributed runtime, with real processes on this
-machine (tests/distributed_scripts/train_tiny.py, started by the launcher on free ports, each
+machine (distributed_scripts/train_tiny_multiworker.py, started by the launcher on free ports, each
 run bounded in time and every process killed at the end): the trainers make the update of one
 process on all the batches together, the replicas end equal, only the chief writes files, a
 lost worker makes the others fail naming it, and a killed run resumes."""
@@ -17,15 +17,15 @@ import pytest
 from tensorpack_lite.utils.launch import LocalCluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, 'distributed_scripts', 'train_tiny.py')
+SCRIPT = os.path.join(HERE, 'distributed_scripts', 'train_tiny_multiworker.py')
 RUN_TIMEOUT = 240
 
 sys.path.insert(0, os.path.dirname(SCRIPT))
-import train_tiny  # noqa: E402
+import train_tiny_multiworker as train_tiny  # noqa: E402
 
 
 class Run:
-    """One run of train_tiny.py as a local cluster: ``code``, ``output`` and the time each
+    """One run of train_tiny_multiworker.py as a local cluster: ``code``, ``output`` and the time each
     task's process ended (``ended``: {(job, index): seconds since the start})."""
 
     def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0):
@@ -61,7 +61,7 @@ def load_worker(out_dir, index):
 
 def reference_weights(num_worker, towers, batch, hidden, steps_per_epoch, epochs, lr):
     """One process, the batches of every tower of every worker of a step concatenated, from
-    the chief's initial weights (see train_tiny.py for why the data lines up)."""
+    the chief's initial weights (see train_tiny_multiworker.py for why the data lines up)."""
     samples = train_tiny.make_samples(steps_per_epoch * towers * batch * num_worker)
     return train_tiny.train_single(samples, num_worker * towers * batch, lr, hidden, steps_per_epoch, epochs)
 

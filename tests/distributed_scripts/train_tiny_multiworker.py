@@ -1,6 +1,6 @@
 """A tiny regression model trained by one task of a cluster, for tests/test_distributed.py.
 
-    TF_CONFIG=... python train_tiny.py --trainer collective --out DIR [options]
+    TF_CONFIG=... python train_tiny_multiworker.py --trainer collective --out DIR [options]
 
 Every process of the cluster runs it (the launcher sets TF_CONFIG). Worker k
 trains on its share (RankShardData) of the same deterministic data and, when training ends,
