@@ -32,26 +32,9 @@ RUN_TIMEOUT = 900
 
 def worker(args):
     """Train for ``args.epochs`` epochs and print the epoch times (on rank 0 only)."""
-    from tensorpack_lite.compat import tf, tfv1
     from tensorpack_lite.input_source import DummyConstantInput
-    from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
-    from timing import EpochTimer
-
-    class MLP(ModelDesc):
-        def inputs(self):
-            return [tf.TensorSpec([args.batch, 784], tf.float32, 'image'),
-                    tf.TensorSpec([args.batch], tf.int32, 'label')]
-
-        def build_graph(self, image, label):
-            x = image
-            for i, width in enumerate([512, 512]):
-                x = tf.nn.relu(tf.matmul(x, tfv1.get_variable('fc{}/W'.format(i), [x.shape[-1], width])))
-            logits = tf.matmul(x, tfv1.get_variable('out/W', [512, 10]))
-            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                                  name='cost')
-
-        def optimizer(self):
-            return tfv1.train.GradientDescentOptimizer(1e-3)
+    from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
+    from timing import DenseMLP, EpochTimer
 
     if args.horovod:
         from tensorpack_lite.train.horovod_trainer import HorovodTrainer
@@ -59,7 +42,7 @@ def worker(args):
     else:
         trainer = SimpleTrainer()
     timer = EpochTimer()
-    model = MLP()
+    model = DenseMLP(args.batch, [512, 512])
     config = TrainConfig(model=model, data=DummyConstantInput([[args.batch, 784], [args.batch]]),
                          callbacks=[timer], extra_callbacks=[], monitors=[],
                          steps_per_epoch=args.steps, max_epoch=args.epochs)

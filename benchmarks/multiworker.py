@@ -94,32 +94,16 @@ def horovod_worker(args):
 
 def train_worker(args):
     """A worker of the training benchmark: CollectiveAllReduceTrainer, epoch times."""
-    from tensorpack_lite.compat import tf, tfv1
     from tensorpack_lite.input_source import DummyConstantInput
     from tensorpack_lite.tfutils.distributed import create_server
-    from tensorpack_lite.train import ModelDesc, TrainConfig, launch_train_with_config
+    from tensorpack_lite.train import TrainConfig, launch_train_with_config
     from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer
-    from timing import EpochTimer
-
-    class MLP(ModelDesc):
-        def inputs(self):
-            return [tf.TensorSpec([args.batch, 784], tf.float32, 'image'),
-                    tf.TensorSpec([args.batch], tf.int32, 'label')]
-
-        def build_graph(self, image, label):
-            x = image
-            for i, width in enumerate([1024, 1024]):
-                x = tf.nn.relu(tf.matmul(x, tfv1.get_variable('fc{}/W'.format(i), [x.shape[-1], width])))
-            logits = tf.matmul(x, tfv1.get_variable('out/W', [1024, 10]))
-            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                                  name='cost')
-
-        def optimizer(self):
-            return tfv1.train.GradientDescentOptimizer(1e-3)
+    from timing import DenseMLP, EpochTimer
 
     trainer = CollectiveAllReduceTrainer(['/cpu:0'], create_server())
     timer = EpochTimer()
-    config = TrainConfig(model=MLP(), data=DummyConstantInput([[args.batch, 784], [args.batch]]),
+    config = TrainConfig(model=DenseMLP(args.batch, [1024, 1024]),
+                         data=DummyConstantInput([[args.batch, 784], [args.batch]]),
                          callbacks=[timer], extra_callbacks=[], monitors=[],
                          steps_per_epoch=args.steps, max_epoch=args.epochs)
     launch_train_with_config(config, trainer)
