@@ -18,7 +18,7 @@ from tensorpack_lite.tfutils.tower import get_current_tower_context
 from tensorpack_lite.train import ModelDesc
 
 __all__ = ['LogRecords', 'capture_logs', 'ReadBack', 'RecordCost', 'AssignValues',
-           'DigitsMLPBase', 'cross_entropy_cost', 'labelled_batches']
+           'DigitsMLPBase', 'cross_entropy_cost', 'labelled_batches', 'varint']
 
 
 # ----- logging -------------------------------------------------------------------------------
@@ -171,3 +171,17 @@ def kill_process_tree(proc):
             member.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
             pass
+
+
+# ----- protobuf wire format ------------------------------------------------------------------
+
+def varint(n):
+    """``n`` encoded as a protobuf varint, written independently of the library's reader
+    (negative numbers are sign-extended to 64 bits, as protobuf does for int32)."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)

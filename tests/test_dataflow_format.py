@@ -17,6 +17,7 @@ from tensorpack_lite.dataflow import serialize as serialize_module
 from tensorpack_lite.dataflow.format import CaffeLMDB, HDF5Data, LMDBData, LMDBDataDecoder, SVMLightData
 from tensorpack_lite.dataflow.serialize import HDF5Serializer, LMDBSerializer
 from tensorpack_lite.utils import utils as rng_utils
+from helpers import varint
 
 TF_DTYPES = ['bool', 'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8',
              'uint16', 'uint32', 'uint64', 'complex64', 'complex128']
@@ -291,16 +292,6 @@ def test_lmdb_unserializable_datapoint_is_named_and_no_file_is_left(tmp_path):
 
 
 # ----- Caffe ------------------------------------------------------------------------------------
-
-def varint(n):
-    n &= (1 << 64) - 1  # negative int32 values are sign-extended to 64 bits
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
 
 def field(number, wire, payload):
     tag = varint(number << 3 | wire)

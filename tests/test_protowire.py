@@ -6,16 +6,7 @@ import pytest
 
 from tensorpack_lite.utils.protowire import (FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, int32,
                                              message_fields, packed_varints, read_varint)
-
-
-def varint(n):
-    out = bytearray()
-    n &= (1 << 64) - 1
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+from helpers import varint
 
 
 def field(number, wire_type, payload):
