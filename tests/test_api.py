@@ -113,10 +113,11 @@ SUBMODULE_ONLY = {
 }
 
 
-@pytest.mark.parametrize('module', sorted(CONTRACT))
-def test_names_in_module_and_top_level(module):
+@pytest.mark.parametrize('contract, module', [(CONTRACT, m) for m in sorted(CONTRACT)]
+                         + [(SECOND_ROUND, m) for m in sorted(SECOND_ROUND)])
+def test_names_in_module_and_top_level(contract, module):
     mod = importlib.import_module(module)
-    for name in CONTRACT[module]:
+    for name in contract[module]:
         assert name in mod.__all__, (module, name)
         assert getattr(tensorpack_lite, name) is getattr(mod, name), name
         assert name in tensorpack_lite.__all__, name
@@ -140,15 +141,6 @@ def test_top_level_extras():
     assert TowerContext is tower.TowerContext and get_current_tower_context is tower.get_current_tower_context
     assert SessionInit is sessinit.SessionInit and JustCurrentSession is sessinit.JustCurrentSession
     assert logger.get_logger_dir is tensorpack_lite.utils.logger.get_logger_dir
-
-
-@pytest.mark.parametrize('module', sorted(SECOND_ROUND))
-def test_second_round_names_in_module_and_top_level(module):
-    mod = importlib.import_module(module)
-    for name in SECOND_ROUND[module]:
-        assert name in mod.__all__, (module, name)
-        assert getattr(tensorpack_lite, name) is getattr(mod, name), name
-        assert name in tensorpack_lite.__all__, name
 
 
 def test_second_round_modules_and_helpers():
