@@ -145,7 +145,7 @@ class _EnqueueingInput(FeedfreeInput):
         self._last_dequeue = []
 
     def _datapoints(self):
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement _datapoints()".format(type(self).__name__))
 
     def _setup(self, input_signature):
         owner = type(self).__name__

@@ -91,7 +91,7 @@ class GradientProcessor(object):
 
     def _process(self, grads):
         """Return the processed list of ``(gradient, variable)`` pairs."""
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement _process()".format(type(self).__name__))
 
 
 class FilterNoneGrad(GradientProcessor):

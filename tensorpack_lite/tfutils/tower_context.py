@@ -83,17 +83,17 @@ class BaseTowerContext(object):
     @property
     def is_training(self):
         """Whether this tower is built for training."""
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement is_training".format(type(self).__name__))
 
     @property
     def is_main_training_tower(self):
         """Whether this is the first training tower (the one that owns summaries)."""
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement is_main_training_tower".format(type(self).__name__))
 
     @property
     def has_own_variables(self):
         """Whether the tower creates variables, rather than reusing existing ones."""
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement has_own_variables".format(type(self).__name__))
 
     @property
     def index(self):
@@ -107,7 +107,7 @@ class BaseTowerContext(object):
 
     def _keys_to_freeze(self):
         """The collections whose additions inside this tower are discarded on exit."""
-        raise NotImplementedError()
+        raise NotImplementedError("{} must implement _keys_to_freeze()".format(type(self).__name__))
 
     def get_collection_in_tower(self, key):
         """The items this tower added to collection ``key``, in order. Additions to frozen
