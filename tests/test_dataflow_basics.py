@@ -92,7 +92,8 @@ def test_public_names():
                 'TFRecordSerializer',
                 # second round: formats, extra flows, image flows (tested in their own modules)
                 'DataFromQueue', 'FakeData', 'RandomChooseData', 'RandomMixData',
-                'MultiProcessMapAndBatchData', 'MultiProcessMapAndBatchDataZMQ', 'LMDBSerializer', 'HDF5Serializer', 'LMDBData',
+                'MultiProcessMapAndBatchData', 'MultiProcessMapAndBatchDataZMQ', 'LMDBSerializer',
+                'HDF5Serializer', 'LMDBData',
                 'LMDBDataDecoder', 'CaffeLMDB', 'HDF5Data', 'SVMLightData', 'ImageFromFile',
                 'AugmentImageComponent', 'AugmentImageComponents', 'AugmentImageCoordinates'}
     modules = {'dataset', 'imgaug'}
