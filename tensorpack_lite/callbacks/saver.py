@@ -218,7 +218,7 @@ class ModelSaver(Callback):
 
 
 # ---------------------------------------------------------------------------------------------
-# A crash-safe copy of a checkpoint (several files) onto another prefix.
+# A crash-safe copy of a checkpoint (several files), with a record of it, onto another prefix.
 # ---------------------------------------------------------------------------------------------
 
 _TMP = '.tmp'
@@ -233,54 +233,67 @@ def _checkpoint_files(prefix):
     return sorted(suffixes) + ['.index']
 
 
-def _finish_copy(dst, suffixes):
-    """Move the complete temporary copies onto ``dst`` (data first, index last), remove data
-    shards of the previous checkpoint that the new one does not have, drop the marker."""
-    for suffix in suffixes:  # '.index' is last
-        if os.path.exists(dst + suffix + _TMP):
-            os.replace(dst + suffix + _TMP, dst + suffix)
+def _finish_copy(dst, names):
+    """Move the complete temporary files named ``names`` into place (in that order: the data
+    shards, the index, the record), remove data shards of the previous checkpoint that the
+    new one does not have, drop the marker."""
+    dirname, base = os.path.split(dst)
+    for name in names:
+        path = os.path.join(dirname, name)
+        if os.path.exists(path + _TMP):
+            os.replace(path + _TMP, path)
     for suffix in _checkpoint_files(dst):
-        if suffix not in suffixes:
+        if base + suffix not in names:
             os.remove(dst + suffix)
     os.remove(dst + _COMMIT)
 
 
-def _recover_copy(dst):
-    """Complete a copy onto ``dst`` that was interrupted after every file was copied (the
-    marker exists), or discard the leftovers of one interrupted earlier."""
+def _recover_copy(dst, record):
+    """Complete a copy onto ``dst`` that was interrupted after every file was written (the
+    marker exists), or discard the leftovers of one interrupted earlier (the temporary
+    files of ``dst`` and of its ``record``)."""
     if os.path.isfile(dst + _COMMIT):
         with open(dst + _COMMIT) as f:
-            suffixes = json.load(f)
+            names = json.load(f)
         logger.info("Completing the interrupted update of checkpoint {}.".format(dst))
-        _finish_copy(dst, suffixes)
+        _finish_copy(dst, names)
         return
     dirname, base = os.path.split(dst)
     for fname in os.listdir(dirname or '.'):
         if fname.startswith(base + '.') and fname.endswith(_TMP):
             os.remove(os.path.join(dirname, fname))
+    if os.path.exists(record + _TMP):
+        os.remove(record + _TMP)
 
 
-def _copy_checkpoint(src, dst):
-    """Copy checkpoint ``src`` to prefix ``dst`` so that a crash never leaves ``dst`` half
-    written: files are first copied to temporary names (the slow part, which leaves the old
-    ``dst`` untouched), then a marker records that the copy is complete, then the files are
-    renamed into place. A crash during the renames is completed by :func:`_recover_copy`."""
-    _recover_copy(dst)
-    suffixes = _checkpoint_files(src)
+def _write_synced(path, write, mode):
+    with open(path, mode) as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _copy_checkpoint(src, dst, record, content):
+    """Copy checkpoint ``src`` to prefix ``dst`` and write ``content`` (a JSON-able dict) to
+    the file ``record``, all or nothing: the files are first written under temporary names
+    (the slow part, which leaves the old ones untouched), then a marker listing them is
+    written, then they are renamed into place. A crash before the marker leaves the previous
+    checkpoint and record; one after it is completed by :func:`_recover_copy`."""
+    _recover_copy(dst, record)
+    base = os.path.basename(dst)
+    names = [base + suffix for suffix in _checkpoint_files(src)] + [os.path.basename(record)]
     try:
-        for suffix in suffixes:
+        for suffix in _checkpoint_files(src):
             shutil.copyfile(src + suffix, dst + suffix + _TMP)
             with open(dst + suffix + _TMP, 'rb+') as f:
                 os.fsync(f.fileno())
-        with open(dst + _COMMIT + _TMP, 'w') as f:
-            json.dump(suffixes, f)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(record + _TMP, lambda f: json.dump(content, f), 'w')
+        _write_synced(dst + _COMMIT + _TMP, lambda f: json.dump(names, f), 'w')
         os.replace(dst + _COMMIT + _TMP, dst + _COMMIT)
     except BaseException:
-        _recover_copy(dst)  # no marker yet: removes the partial copies
+        _recover_copy(dst, record)  # no marker yet: removes the partial copies
         raise
-    _finish_copy(dst, suffixes)
+    _finish_copy(dst, names)
 
 
 class MinSaver(Callback):
@@ -290,8 +303,18 @@ class MinSaver(Callback):
     ``monitor_stat`` from ``trainer.monitors``; when that value is new and better than the
     best so far, the latest checkpoint of ``checkpoint_dir`` (written by a
     :class:`ModelSaver` earlier in the callback list) is copied to ``min-<monitor_stat>``
-    (``.index`` and ``.data-*``). The copy goes through temporary files, so a crash leaves the
-    previous best checkpoint intact (or completes the new one at the next start).
+    (``.index`` and ``.data-*``), and the value and its global step are recorded in
+    ``best-min-<monitor_stat>.json`` next to it.
+
+    Across restarts: the record is read before training, so a run resumed in the same
+    directory (e.g. by :class:`AutoResumeTrainConfig`) only replaces the best checkpoint
+    with a better one; epochs that are run again after the resume point give their values
+    again, which (being no better than themselves) do not replace it. The copy and the
+    record are replaced together: both are written under temporary names, then a commit
+    marker is written, then they are renamed into place, and a start after a crash completes
+    or discards the update. A best checkpoint without a record (e.g. written by an older
+    version) counts as absent: the first value replaces it. To start over in the same
+    directory, delete ``min-<monitor_stat>.*`` and ``best-min-<monitor_stat>.json``.
 
     Args:
         monitor_stat (str): name of the statistic, e.g. 'val-error'. It is an error if it
@@ -311,22 +334,66 @@ class MinSaver(Callback):
                 type(self).__name__, monitor_stat))
         self.monitor_stat = monitor_stat
         self.reverse = bool(reverse)
-        self.filename = filename or '{}-{}'.format('max' if self.reverse else 'min',
-                                                   monitor_stat.replace('/', '_'))
+        self.filename = filename or '{}-{}'.format(self._kind, monitor_stat.replace('/', '_'))
         self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self.best = None
         self._last_seen_step = None
+
+    @property
+    def _kind(self):
+        return 'max' if self.reverse else 'min'
 
     @property
     def best_path(self):
         """The prefix of the best checkpoint."""
         return os.path.join(self.checkpoint_dir, self.filename)
 
+    @property
+    def record_path(self):
+        """The JSON file recording the statistic of the best checkpoint
+        (``best-<filename>.json``)."""
+        return os.path.join(self.checkpoint_dir, 'best-{}.json'.format(self.filename))
+
     def _setup_graph(self):
         _prepare_checkpoint_dir(self)
 
     def _before_train(self):
-        _recover_copy(self.best_path)
+        _recover_copy(self.best_path, self.record_path)
+        self.best = self._read_record()
+        if self.best is not None:
+            logger.info("{}: the best {} so far is {:.5g}, at global_step={} (recorded in {}).".format(
+                self, self.monitor_stat, self.best[1], self.best[0], self.record_path))
+
+    def _read_record(self):
+        """``(global_step, value)`` from the record of the best checkpoint, or None when there
+        is no usable record (a problem is logged)."""
+        has_checkpoint = os.path.isfile(self.best_path + '.index')
+        if not os.path.isfile(self.record_path):
+            if has_checkpoint:
+                logger.warn("{}: {} has no record of its {} ({} is missing); the first value "
+                            "will replace it.".format(self, self.best_path, self.monitor_stat,
+                                                      self.record_path))
+            return None
+        if not has_checkpoint:
+            logger.warn("{}: {} records a checkpoint {} that does not exist; ignored.".format(
+                self, self.record_path, self.best_path))
+            return None
+        try:
+            with open(self.record_path) as f:
+                record = json.load(f)
+            mine = (record['monitor_stat'], record['kind']) == (self.monitor_stat, self._kind)
+            best = (int(record['global_step']), float(record['value']))
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            logger.warn("{}: cannot read {} ({}: {}); the first value will replace {}.".format(
+                self, self.record_path, type(err).__name__, err, self.best_path))
+            return None
+        if not mine:
+            logger.warn("{}: {} records the {} of '{}', not the {} of '{}'; the first value will "
+                        "replace {}.".format(self, self.record_path, record['kind'],
+                                             record['monitor_stat'], self._kind, self.monitor_stat,
+                                             self.best_path))
+            return None
+        return best
 
     def _is_better(self, value):
         if self.best is None:
@@ -362,7 +429,9 @@ class MinSaver(Callback):
         if match and int(match.group(1)) != step:
             logger.warn("{}: the latest checkpoint {} is not from global_step={}, when '{}' was "
                         "put; it is copied anyway.".format(self, src, step, self.monitor_stat))
-        _copy_checkpoint(src, self.best_path)
+        record = {'monitor_stat': self.monitor_stat, 'kind': self._kind, 'global_step': int(step),
+                  'value': float(value), 'checkpoint': os.path.basename(src)}
+        _copy_checkpoint(src, self.best_path, self.record_path, record)
         logger.info("Model at global_step={} with {} {}={:.5g} saved to {}.".format(
             step, 'maximum' if self.reverse else 'minimum', self.monitor_stat, value, self.best_path))
 
