@@ -1,15 +1,11 @@
-"""utils.viz (patch grids, boxes) and utils.plot (stats.json curves to PNG)."""
+"""utils.viz: patch grids and boxes (the plot tool is tested in test_plot.py)."""
 
-import json
-import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from tensorpack_lite.utils import viz
-from tensorpack_lite.utils.plot import load_stats, main, plot_stats, stat_keys
 from tensorpack_lite.utils.viz import draw_boxes, gen_stack_patches, stack_patches
 
 
@@ -132,75 +128,3 @@ def test_draw_boxes_labels_without_pillow(monkeypatch, log_records):
     out = draw_boxes(im, [[2, 2, 9, 9]], labels=['dog'])
     np.testing.assert_array_equal(out, draw_boxes(im, [[2, 2, 9, 9]]))     # the box, no text
     assert any('Pillow' in m for m in log_records.messages())
-
-
-# ----- plot -----------------------------------------------------------------------------------
-
-def _write_stats(logdir, records):
-    os.makedirs(logdir, exist_ok=True)
-    with open(os.path.join(logdir, 'stats.json'), 'w') as f:
-        json.dump(records, f)
-
-
-RECORDS = [{'epoch_num': e, 'global_step': 10 * e, 'cost': 1.0 / e, 'val-error': 0.5 / e, 'tag': 'x'}
-           for e in range(1, 6)] + [{'epoch_num': 5, 'global_step': 55, 'lr': 0.1, 'flag': True}]
-
-
-def test_plot_stats_figure_and_png(tmp_path):
-    matplotlib = pytest.importorskip('matplotlib')
-    import matplotlib.image
-    assert stat_keys(RECORDS) == ['cost', 'val-error', 'lr']
-    out = str(tmp_path / 'curves.png')
-    fig = plot_stats(RECORDS, out=out)
-    assert len(fig.axes) == 3 and [ax.get_ylabel() for ax in fig.axes] == ['cost', 'val-error', 'lr']
-    np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), [0.5 / e for e in range(1, 6)])
-    np.testing.assert_array_equal(fig.axes[0].lines[0].get_xdata(), [1, 2, 3, 4, 5])
-    png = matplotlib.image.imread(out)
-    width, height = np.rint(fig.get_size_inches() * fig.dpi).astype(int)
-    assert png.shape[:2] == (height, width) and os.path.getsize(out) > 0
-
-    fig = plot_stats(RECORDS, keys=['lr', 'cost'], x='global_step')
-    assert [ax.get_ylabel() for ax in fig.axes] == ['lr', 'cost']
-    np.testing.assert_array_equal(fig.axes[1].lines[0].get_xdata(), [10, 20, 30, 40, 50])
-    with pytest.raises(ValueError, match="'nope'.*available: cost, val-error, lr"):
-        plot_stats(RECORDS, keys=['nope'])
-    with pytest.raises(ValueError, match='x must be'):
-        plot_stats(RECORDS, x='time')
-
-
-def test_plot_without_matplotlib(monkeypatch):
-    monkeypatch.setitem(sys.modules, 'matplotlib.figure', None)
-    with pytest.raises(ImportError, match='pip install matplotlib'):
-        plot_stats(RECORDS)
-
-
-def test_plot_command_line(tmp_path, capsys):
-    pytest.importorskip('matplotlib')
-    from PIL import Image
-    logdir = str(tmp_path / 'run')
-    _write_stats(logdir, RECORDS)
-    assert main([logdir, '--keys', 'cost,lr']) == os.path.join(logdir, 'stats.png')
-    with Image.open(os.path.join(logdir, 'stats.png')) as img:
-        assert img.format == 'PNG' and img.size == (800, int(round(100 * (0.4 + 2.2 * 2))))
-
-    with pytest.raises(SystemExit) as info:
-        main([str(tmp_path / 'empty')])
-    assert info.value.code == 2
-    assert os.path.join(str(tmp_path / 'empty'), 'stats.json') in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main([logdir, '--keys', 'nope'])
-    assert "'nope'" in capsys.readouterr().err
-    with pytest.raises(FileNotFoundError, match='stats.json'):
-        load_stats(str(tmp_path))
-
-
-def test_plot_module_runs_as_script(tmp_path):
-    pytest.importorskip('matplotlib')
-    logdir = str(tmp_path / 'run')
-    _write_stats(logdir, RECORDS)
-    out = str(tmp_path / 'out.png')
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-    proc = subprocess.run([sys.executable, '-m', 'tensorpack_lite.utils.plot', logdir, '--out', out,
-                           '--x', 'global_step'], capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().endswith(out) and os.path.getsize(out) > 0
