@@ -1,6 +1,7 @@
 """Hyper-parameter setters that react to the run: to a statistic that stopped improving
 (:class:`StatMonitorParamSetter`) or to a file a human edits (:class:`HumanHyperParamSetter`)."""
 
+import math
 import numbers
 import os
 from collections import deque
@@ -96,7 +97,9 @@ class HumanHyperParamSetter(HyperParamSetter):
     Before training and after every epoch the file is read; each line is ``name:value``
     (e.g. ``learning_rate:1e-4``), where ``name`` is the parameter's ``readable_name``. Blank
     lines and lines starting with ``#`` are skipped. A missing file or a missing entry leaves
-    the parameter unchanged (and is logged); a malformed line is logged and skipped.
+    the parameter unchanged (and is logged); a malformed line is logged and skipped; a value
+    that is not a finite number (``nan``, ``inf``, ``1e999``) is logged and leaves the
+    parameter unchanged.
 
     Args:
         param: as in :class:`HyperParamSetter`.
@@ -119,7 +122,8 @@ class HumanHyperParamSetter(HyperParamSetter):
         logger.info("Use {} to set hyperparam: '{}'.".format(self.file_name, self.param.readable_name))
 
     def _read_file(self):
-        """``({name: value}, [problems])`` for the file's lines."""
+        """``({name: value}, [problems])`` for the file's lines; the value of an entry that
+        is not a finite number is None."""
         entries, problems = {}, []
         with open(self.file_name) as f:
             lines = f.read().splitlines()
@@ -131,10 +135,19 @@ class HumanHyperParamSetter(HyperParamSetter):
             try:
                 if not sep or not name.strip():
                     raise ValueError
-                entries[name.strip()] = float(value)
+                number = float(value)
             except ValueError:
                 problems.append("[HumanHyperParamSetter] {}:{}: cannot parse line {!r}, expected "
                                 "'name:value' with a number.".format(self.file_name, lineno, line))
+                continue
+            name = name.strip()
+            if math.isfinite(number):
+                entries[name] = number
+            else:  # refused, and no "missing entry" message either
+                entries[name] = None
+                problems.append("[HumanHyperParamSetter] {}:{}: {} is set to {!r}, which is not a finite "
+                                "number: {} is left unchanged.".format(
+                                    self.file_name, lineno, name, value.strip(), name))
         return entries, problems
 
     def _report(self, messages, log=logger.warn):
