@@ -11,6 +11,7 @@ from ..loop.callback import Callback, CallbackFactory
 from ..tfutils.summary import add_moving_summary
 from ..utils import logger
 from ..utils.concurrency import ShareSessionThread, StoppableThread
+from ..utils.zmq_security import CurveReceiver, DroppedMessages
 from .datapoints import DatapointChecker, close_iterator, input_name
 from .input_source_base import FeedfreeInput, build_or_reuse_placeholder
 
@@ -27,25 +28,50 @@ class _RunWithEveryStep(Callback):
         return self._fetches
 
 
+def _queue_attr(queue, name, default):
+    """An attribute of the op that made ``queue`` (e.g. its ``capacity``), or ``default``."""
+    try:
+        return queue.queue_ref.op.get_attr(name)
+    except (AttributeError, ValueError):
+        return default
+
+
+def _raise(error):
+    raise error
+
+
 class _EnqueueThread(ShareSessionThread, StoppableThread):
     """Puts datapoints into a TF queue, in the background, until stopped.
 
     ``make_iterator()`` gives the datapoints; each is fed to ``placeholders`` and enqueued.
-    The thread ends when stopped, when the queue is closed, or when the datapoints run out or
-    fail (the error is logged with its traceback). It closes the queue (cancelling pending
-    enqueues) when it ends, so that a consumer gets ``OutOfRangeError`` rather than waiting
-    forever. :meth:`stop` also closes the queue, which unblocks a pending enqueue.
+    One that does not fit them goes to ``on_misfit(error)``, which raises (the default: the
+    thread ends) or returns (the datapoint is skipped). The thread ends when stopped, when the
+    queue is closed, or when the datapoints run out or fail (the error is logged with its
+    traceback). It closes the queue when it ends, so that a consumer gets ``OutOfRangeError``
+    rather than waiting forever.
+
+    The end of a run is quiet: :meth:`stop` never makes a TF step fail (TensorFlow's runtime
+    prints ``Local rendezvous is aborting with status: CANCELLED ...`` to stderr for every
+    failed step, e.g. an enqueue cancelled by closing the queue). An enqueue blocked on a full
+    queue is let through by taking one datapoint out, after which the thread sees that it was
+    stopped and closes the queue itself, when nothing is pending.
     """
 
-    def __init__(self, owner, queue, placeholders, make_iterator, strict_dtype=False):
+    def __init__(self, owner, queue, placeholders, make_iterator, strict_dtype=False,
+                 on_misfit=_raise):
         super(_EnqueueThread, self).__init__(name="EnqueueThread: {} to queue '{}'".format(
             owner, queue.name), daemon=True)
         self._owner = owner
         self._checker = DatapointChecker(owner, placeholders, strict_dtype)
+        self._on_misfit = on_misfit
         self._make_iterator = make_iterator
         self._itr = None
         self.enqueue_op = queue.enqueue(placeholders)
         self.close_op = queue.close(cancel_pending_enqueues=True)
+        self._size_op = queue.size()
+        self._take_one_op = queue.dequeue(name='dequeue_to_make_room')
+        self._capacity = _queue_attr(queue, 'capacity', None)  # -1: unbounded; None: unknown
+        self._floor = _queue_attr(queue, 'min_after_dequeue', 0)  # a dequeue below it blocks
         self._running = threading.Event()
         self._running.set()
         self._paused = threading.Event()
@@ -69,7 +95,12 @@ class _EnqueueThread(ShareSessionThread, StoppableThread):
                         if not self.stopped():
                             logger.info("[{}] The datapoints ran out.".format(self._owner))
                         return
-                    self.enqueue_op.run(feed_dict=self._checker.feeds(dp))
+                    try:
+                        feeds = self._checker.feeds(dp)
+                    except (TypeError, ValueError) as err:
+                        self._on_misfit(err)
+                        continue
+                    self.enqueue_op.run(feed_dict=feeds)
             except (tf.errors.CancelledError, tf.errors.OutOfRangeError):
                 pass  # the queue was closed: training is over
             except DataFlowTerminated:
@@ -105,11 +136,33 @@ class _EnqueueThread(ShareSessionThread, StoppableThread):
             close_iterator(self._itr)
         self._itr = iter(self._make_iterator())
 
+    def make_room(self, sess, timeout_in_ms=50):
+        """If an enqueue may be blocked on a full queue, take one datapoint out so that it
+        finishes. Without a known capacity, dequeue one if any comes within ``timeout_in_ms``."""
+        if self._capacity is None:
+            try:
+                sess.run(self._take_one_op, options=tfv1.RunOptions(timeout_in_ms=timeout_in_ms))
+            except tf.errors.DeadlineExceededError:
+                pass
+        elif self._capacity >= 0 and sess.run(self._size_op) >= self._capacity:
+            sess.run(self._take_one_op)
+
+    def drain(self, sess):
+        """Dequeue what the queue holds (down to its ``min_after_dequeue``), while paused."""
+        for _ in range(sess.run(self._size_op) - self._floor):
+            sess.run(self._take_one_op)
+
     def stop(self):
-        """Stop the thread and close the queue (which cancels a blocked enqueue)."""
+        """Stop the thread, quietly (see the class docstring). Call it once nothing else
+        dequeues: then at most one more enqueue happens, and it finds room."""
         super(_EnqueueThread, self).stop()
         self._running.set()
-        self._close_queue()
+        if self._session_closed():
+            return
+        if self._capacity is None:  # a blocked enqueue cannot be told apart: cancel it
+            self._close_queue()
+        else:
+            self.make_room(self._sess)
 
     def pause(self):
         """Stop enqueueing after the current datapoint; :meth:`wait_paused` tells when."""
@@ -147,6 +200,11 @@ class _EnqueueingInput(FeedfreeInput):
     def _datapoints(self):
         raise NotImplementedError("{} must implement _datapoints()".format(type(self).__name__))
 
+    def _misfit(self, error):
+        """Called in the thread with the error of a datapoint that does not fit the inputs:
+        raise it to end training (the default), or return to skip the datapoint."""
+        raise error
+
     def _setup(self, input_signature):
         owner = type(self).__name__
         if not input_signature:
@@ -162,8 +220,7 @@ class _EnqueueingInput(FeedfreeInput):
                     [p.dtype.name for p in enqueue_placehdrs]))
             logger.info("Setting up the queue '{}' for CPU prefetching ...".format(self.queue.name))
             self.thread = _EnqueueThread(owner, self.queue, enqueue_placehdrs, self._datapoints,
-                                         self._strict_dtype)
-            self._dequeue_op = self.queue.dequeue(name='dequeue_for_reset')
+                                         self._strict_dtype, self._misfit)
 
     def _enqueue_placeholders(self):
         return self._input_placehdrs
@@ -234,16 +291,10 @@ class _EnqueueingInput(FeedfreeInput):
         if sess is None:
             raise RuntimeError("{}.refill_queue() needs a default session".format(
                 type(self).__name__))
-        short_wait = tfv1.RunOptions(timeout_in_ms=50)
         self.thread.pause()
-        while True:
-            # Dequeueing also unblocks an enqueue the thread may be waiting on, so it can pause.
-            paused = self.thread.wait_paused(0)
-            try:
-                sess.run(self._dequeue_op, options=short_wait)
-            except tf.errors.DeadlineExceededError:  # the queue is empty
-                if paused:  # ... and nothing can be added to it any more
-                    break
+        while not self.thread.wait_paused(0.01):
+            self.thread.make_room(sess)  # the thread may be blocked on a full queue
+        self.thread.drain(sess)
         self.thread.reinitialize_dataflow()
         self.thread.resume()
 
@@ -344,13 +395,26 @@ class ZMQInput(_EnqueueingInput):
     :class:`QueueInput` does.
 
     Unlike tensorpack's, which used a compiled TF op, this one is pure Python (pyzmq in the
-    enqueue thread). A message that does not fit the inputs (number of components, dtype,
-    shape) is logged with a clear error and ends training.
+    enqueue thread). A message that cannot be decoded or does not fit the inputs (number of
+    components, dtype, shape) is dropped: counted in :attr:`dropped_messages` (also put as the
+    scalar ``ZMQInput/dropped_messages`` at every epoch's end) and logged with the error,
+    which names the input. With ``strict=True`` such a message ends training instead.
+    Messages are never unpickled.
+
+    The channel is unauthenticated and unencrypted unless CURVE is turned on: at a TCP
+    endpoint anyone who reaches the port can send. Prefer ``ipc://`` (file permissions apply)
+    or ``tcp://127.0.0.1`` when the sender runs on the same machine.
 
     Args:
         end_point (str): e.g. ``'ipc:///tmp/pipe'`` or ``'tcp://127.0.0.1:5555'``.
         hwm (int): high-water mark (messages buffered) of the socket.
         bind (bool): bind to ``end_point`` (senders connect); otherwise connect to it.
+        strict (bool): end training at the first bad message (tensorpack's behaviour).
+        curve_keys: with ``curve_clients``, turns CURVE on (see
+            :mod:`tensorpack_lite.utils.zmq_security`): this receiver's keypair (a
+            ``CurveKeypair`` or the path of its ``.key_secret`` certificate).
+        curve_clients (list): the public keys of the senders allowed in (z85 bytes or
+            ``.key`` certificate paths); every other peer is refused at the handshake.
 
     Example (the sender, in another process)::
 
@@ -361,25 +425,61 @@ class ZMQInput(_EnqueueingInput):
 
     _strict_dtype = True
 
-    def __init__(self, end_point, hwm, bind=True):
+    def __init__(self, end_point, hwm, bind=True, *, strict=False, curve_keys=None,
+                 curve_clients=None):
         super(ZMQInput, self).__init__()
         self._end_point = str(end_point)
         self._hwm = int(hwm)
         self._bind = bool(bind)
+        self._strict = bool(strict)
+        self._curve = CurveReceiver.from_arguments(type(self).__name__, curve_keys, curve_clients)
+        self._dropped = DroppedMessages(type(self).__name__)
+
+    @property
+    def dropped_messages(self):
+        """Messages dropped because they could not be decoded or did not fit the inputs."""
+        return self._dropped.count
+
+    def _misfit(self, error):
+        if self._strict:
+            raise error
+        self._dropped.drop(error)
+
+    def _get_callbacks(self):
+        return super(ZMQInput, self)._get_callbacks() + [
+            CallbackFactory(trigger=self._put_dropped_count)]
+
+    def _put_dropped_count(self, callback):
+        callback.trainer.monitors.put_scalar('ZMQInput/dropped_messages', self.dropped_messages)
 
     def _datapoints(self):
         import zmq
 
         from ..utils.serialize import loads
-        sock = zmq.Context.instance().socket(zmq.PULL)
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.PULL)
+        auth = None
         try:
             sock.set_hwm(self._hwm)
+            if self._curve is not None:
+                auth = self._curve.start_authenticator(ctx)
+                self._curve.configure(sock)
             if self._bind:
                 sock.bind(self._end_point)
             else:
                 sock.connect(self._end_point)
             while not self.thread.stopped():
-                if sock.poll(int(self.thread.poll_interval * 1000)):
-                    yield loads(sock.recv(copy=False).buffer)
+                if not sock.poll(int(self.thread.poll_interval * 1000)):
+                    continue
+                try:
+                    dp = loads(sock.recv(copy=False).buffer)
+                except Exception as err:
+                    self._misfit(ValueError("ZMQInput: a message received on {} cannot be decoded "
+                                            "({}: {})".format(self._end_point, type(err).__name__, err)))
+                    continue
+                yield dp
         finally:
             sock.close(linger=0)
+            if auth is not None:
+                auth.stop()
+            ctx.term()
