@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tensorpack_lite.utils.utils as utils_mod
+from helpers import HANG_TIMEOUT, VirtualClock, run_or_hang, wait_until
 from tensorpack_lite.utils import argtools, concurrency, gpu, timer
 from tensorpack_lite.utils.argtools import (call_only_once, graph_memoized, log_once, map_arg,
                                             memoized, memoized_ignoreargs, memoized_method,
@@ -278,27 +279,31 @@ def test_timed_operation_logs(log_records):
 
 def test_total_timer(log_records, monkeypatch):
     monkeypatch.setattr(timer, '_TOTAL_TIMER_DATA', defaultdict(StatCounter))
-    for _ in range(3):
+    clock = VirtualClock()
+    monkeypatch.setattr(timer, '_now', clock)
+    for seconds in (0.25, 0.5, 0.75):
         with timer.total_timer('step'):
-            time.sleep(0.01)
+            clock.advance(seconds)
     stat = timer._TOTAL_TIMER_DATA['step']
-    assert stat.count == 3 and stat.sum >= 0.03
+    assert stat.count == 3 and stat.sum == 1.5 and stat.average == 0.5
     timer.print_total_timer()
     assert any(m.startswith('Total Time: step ->') and '3 times' in m
                for m in log_records.messages())
 
 
-def test_timer_pause_excludes_paused_time():
+def test_timer_pause_excludes_paused_time(monkeypatch):
+    clock = VirtualClock()
+    monkeypatch.setattr(timer, '_now', clock)
     t = timer.Timer()
-    time.sleep(0.02)
+    clock.advance(2.0)
     t.pause()
     assert t.is_paused()
-    paused_value = t.seconds()
-    time.sleep(0.05)
-    assert t.seconds() == paused_value  # frozen while paused
+    assert t.seconds() == 2.0
+    clock.advance(5.0)
+    assert t.seconds() == 2.0  # frozen while paused
     t.resume()
-    time.sleep(0.01)
-    assert 0.03 <= t.seconds() < 0.06 + 0.5 and t.seconds() > paused_value
+    clock.advance(1.0)
+    assert t.seconds() == 3.0 and not t.is_paused()
     with pytest.raises(RuntimeError):
         t.resume()
 
@@ -346,8 +351,24 @@ def test_get_num_gpu_without_nvidia_smi_never_asks_tf(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------ threads
 
+class _RecordingQueue(queue.Queue):
+    """A queue that records the timeout of every blocking get/put."""
+
+    def __init__(self, maxsize=0):
+        super().__init__(maxsize)
+        self.timeouts = []
+
+    def get(self, block=True, timeout=None):
+        self.timeouts.append(timeout)
+        return super().get(block, timeout)
+
+    def put(self, item, block=True, timeout=None):
+        self.timeouts.append(timeout)
+        return super().put(item, block, timeout)
+
+
 def test_stoppable_thread_get_returns_promptly_after_stop():
-    q = queue.Queue()
+    q = _RecordingQueue()
     got = []
 
     class Consumer(StoppableThread):
@@ -357,19 +378,18 @@ def test_stoppable_thread_get_returns_promptly_after_stop():
     th = Consumer()
     th.daemon = True
     th.start()
-    time.sleep(0.1)
-    assert th.is_alive()  # blocked on the empty queue
-    assert not th.stopped()
-    start = time.time()
+    assert wait_until(lambda: q.timeouts)  # blocked on the empty queue
+    assert th.is_alive() and not th.stopped()
     th.stop()
-    th.join(timeout=3)
+    th.join(HANG_TIMEOUT)
     assert not th.is_alive()
-    assert time.time() - start < 1.0
     assert th.stopped() and got == [None]
+    # promptly: it waited in slices of at most poll_interval, checking the stop event in between
+    assert all(t is not None and 0 < t <= StoppableThread.poll_interval for t in q.timeouts), q.timeouts
 
 
 def test_stoppable_thread_queue_put_and_get():
-    q = queue.Queue(maxsize=1)
+    q = _RecordingQueue(maxsize=1)
     th = StoppableThread()
     assert th.queue_put_stoppable(q, 'x') is True
     assert th.queue_get_stoppable(q) == 'x'
@@ -378,11 +398,13 @@ def test_stoppable_thread_queue_put_and_get():
     worker = threading.Thread(target=lambda: results.append(th.queue_put_stoppable(q, 'y')),
                               daemon=True)
     worker.start()
-    time.sleep(0.1)
-    assert worker.is_alive()  # waiting for room
+    assert wait_until(lambda: len(q.timeouts) > 3)  # the put of 'y' is waiting for room
+    assert worker.is_alive()
     th.stop()
-    worker.join(timeout=3)
+    worker.join(HANG_TIMEOUT)
     assert not worker.is_alive() and results == [False]
+    puts_of_y = q.timeouts[3:]  # after: put 'x', get, put 'full'
+    assert all(t is not None and 0 < t <= StoppableThread.poll_interval for t in puts_of_y), q.timeouts
     assert q.get_nowait() == 'full'
 
 
@@ -395,22 +417,28 @@ def test_stoppable_threads_share_an_event():
 
 def test_loop_thread_pause_resume_stop():
     counter = []
-    th = LoopThread(lambda: (counter.append(1), time.sleep(0.005)))
+    paused, resumed = threading.Event(), threading.Event()
+
+    def func():
+        counter.append(1)
+        if len(counter) == 3:
+            th.pause()  # during a call: this call finishes, the next waits for resume()
+            paused.set()
+        elif len(counter) == 4:
+            resumed.set()
+        time.sleep(0.001)
+
+    th = LoopThread(func)
     assert th.daemon
     th.start()
-    time.sleep(0.1)
-    assert len(counter) > 0
-    th.pause()
-    time.sleep(0.05)  # let a call in progress finish
-    paused_count = len(counter)
-    time.sleep(0.1)
-    assert len(counter) == paused_count
+    assert paused.wait(HANG_TIMEOUT)  # it called func over and over
+    time.sleep(0.1)  # time for a wrong call while paused (a correct thread makes none, however slow)
+    assert len(counter) == 3
     th.resume()
-    time.sleep(0.1)
-    assert len(counter) > paused_count
+    assert resumed.wait(HANG_TIMEOUT)
     th.pause()
     th.stop()  # stopping a paused thread must not hang
-    th.join(timeout=3)
+    th.join(HANG_TIMEOUT)
     assert not th.is_alive()
 
 
@@ -458,8 +486,7 @@ def _sleep_after_ready(ready):
 
 
 def _wait_ready(ready, proc):
-    assert ready.wait(20), "child process did not start"
-    time.sleep(0.05)
+    assert ready.wait(HANG_TIMEOUT), "child process did not start"
 
 
 def test_mask_sigint_restores_handler():
@@ -493,7 +520,7 @@ def _check_start_proc_mask_signal():
         _wait_ready(ready_plain, plain)
         os.kill(masked.pid, signal.SIGINT)
         os.kill(plain.pid, signal.SIGINT)
-        plain.join(10)
+        plain.join(HANG_TIMEOUT)
         assert plain.exitcode is not None  # control: SIGINT does end an unmasked child
         masked.join(0.3)
         assert masked.is_alive()
@@ -514,12 +541,21 @@ sys.modules['tensorpack_lite'] = _pkg
 """.format(os.path.join(REPO_ROOT, 'tensorpack_lite'))
 
 
-def _run_script(tmp_path, body, timeout=30):
+def _run_script(tmp_path, body, timeout=HANG_TIMEOUT):
+    """Runs ``body`` in a new Python (in its own process group, killed whole if it outlives
+    ``timeout``: that means a hang)."""
     script = tmp_path / 'script.py'
     script.write_text(_SCRIPT_PRELUDE + textwrap.dedent(body))
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=str(tmp_path), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError('the script did not end within {} s: it hangs'.format(timeout))
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def _pid_is_gone(pid):
@@ -531,36 +567,32 @@ def _pid_is_gone(pid):
     return state in ('Z', 'X')  # a zombie nobody reaped yet is dead too
 
 
-def _wait_gone(pid, timeout):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if _pid_is_gone(pid):
-            return True
-        time.sleep(0.05)
-    return False
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='uses /proc')
 def test_ensure_proc_terminate_at_exit(tmp_path):
-    start = time.time()
     res = _run_script(tmp_path, """
         import multiprocessing as mp, time
         from tensorpack_lite.utils.concurrency import ensure_proc_terminate
 
         def forever():
-            time.sleep(60)
+            time.sleep(3600)
 
         if __name__ == '__main__':
             p = mp.get_context('fork').Process(target=forever)   # not a daemon
             p.start()
             ensure_proc_terminate([p])
             print(p.pid, flush=True)
-            # without ensure_proc_terminate, exiting would wait 60 s for the child
+            # without ensure_proc_terminate, exiting would wait for the child: a hang
     """)
     assert res.returncode == 0, res.stderr
-    assert time.time() - start < 20
     assert 'tensorflow' not in res.stderr.lower()
-    assert _wait_gone(int(res.stdout.split()[0]), 5)
+    assert wait_until(lambda: _pid_is_gone(int(res.stdout.split()[0])))
 
 
 def test_ensure_proc_terminate_registers_atexit(monkeypatch):
@@ -598,19 +630,23 @@ def test_enable_death_signal_child_dies_with_parent(tmp_path):
             if enable:
                 enable_death_signal()
             q.put(os.getpid())
-            time.sleep(30)
+            time.sleep(3600)   # killed by the test unless the death signal ended it
 
         if __name__ == '__main__':
             ctx = mp.get_context('fork')
             q = ctx.Queue()
             p = ctx.Process(target=child, args=(q, {enable}))
             p.start()
-            print(q.get(timeout=20), flush=True)
+            print(q.get(timeout=100), flush=True)
             os._exit(0)   # die abruptly: no atexit, no join
     """
     res = _run_script(tmp_path, body.format(enable=True))
     assert res.returncode == 0, res.stderr
-    assert _wait_gone(int(res.stdout.split()[0]), 5)
+    pid = int(res.stdout.split()[0])
+    try:
+        assert wait_until(lambda: _pid_is_gone(pid))
+    finally:
+        _kill(pid)
 
     res = _run_script(tmp_path, body.format(enable=False))  # control: the orphan survives
     pid = int(res.stdout.split()[0])
@@ -618,24 +654,42 @@ def test_enable_death_signal_child_dies_with_parent(tmp_path):
         time.sleep(0.3)
         assert not _pid_is_gone(pid)
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill(pid)
 
 
-def test_subproc_call(log_records):
+def _popen_timing_out_after(ready_file):
+    """A subprocess.Popen whose communicate() with a timeout starts counting once
+    ``ready_file`` exists."""
+    class Popen(subprocess.Popen):
+        def communicate(self, input=None, timeout=None):
+            if timeout is not None:
+                assert wait_until(ready_file.exists), 'the command did not start'
+            return super().communicate(input, timeout)
+    return Popen
+
+
+def test_subproc_call(log_records, tmp_path, monkeypatch):
     out, code = subproc_call('echo hello')
     assert (out, code) == (b'hello\n', 0)
     out, code = subproc_call(['sh', '-c', 'echo oops >&2; exit 3'])
     assert code == 3 and out == b'oops\n'
     assert any("failed, return code=3" in m for m in log_records.messages())
 
-    start = time.time()
-    out, code = subproc_call('echo partial; sleep 20', timeout=0.3)
-    assert code == -1 and out == b'partial\n'
-    assert time.time() - start < 5
-    assert any('timed out' in m for m in log_records.messages())
+    # Never ends by itself: the timeout must end the shell and the sleep it started (a process
+    # left with the output pipe open would make the call hang). The timeout is counted only once
+    # the command has written its output, which CPU load may delay.
+    sleep_pid = tmp_path / 'sleep_pid'
+    monkeypatch.setattr(concurrency.subprocess, 'Popen', _popen_timing_out_after(sleep_pid))
+    command = 'echo partial; sleep 3600 & echo $! > {}.tmp; mv {}.tmp {}; wait'.format(
+        sleep_pid, sleep_pid, sleep_pid)
+    try:
+        out, code = run_or_hang(subproc_call, command, timeout=0.3)
+        assert code == -1 and out == b'partial\n'
+        assert any('timed out' in m for m in log_records.messages())
+        assert wait_until(lambda: _pid_is_gone(int(sleep_pid.read_text())))
+    finally:
+        if sleep_pid.exists():
+            _kill(int(sleep_pid.read_text()))
 
     out, code = subproc_call(['/definitely/not/a/command'])
     assert (out, code) == (b'', -2)
