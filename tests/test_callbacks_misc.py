@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks import gpu_trackers, prof
+from helpers import VirtualClock
+from tensorpack_lite.callbacks import gpu_trackers, misc, prof
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.concurrency import StartProcOrThread
 from tensorpack_lite.callbacks.hooks import CallbackToHook, HookToCallback
@@ -27,21 +28,22 @@ from tensorpack_lite.utils.concurrency import StoppableThread
 # helpers
 
 class SleepTrainer(Trainer):
-    """Each step sleeps ``step_time(trainer)`` seconds, then runs the train op in the hooked
-    session (so that hooks and the step counter see it)."""
+    """Each step sleeps ``step_time(trainer)`` seconds (through ``sleep``, e.g. a VirtualClock's),
+    then runs the train op in the hooked session (so that hooks and the step counter see it)."""
 
-    def __init__(self, step_time):
+    def __init__(self, step_time, sleep=time.sleep):
         super().__init__()
         self._step_time = step_time if callable(step_time) else (lambda _: step_time)
+        self._sleep = sleep
 
     def run_step(self):
-        time.sleep(self._step_time(self))
+        self._sleep(self._step_time(self))
         self.hooked_sess.run(self.train_op)
 
 
-def make_trainer(step_time=0.0):
+def make_trainer(step_time=0.0, sleep=time.sleep):
     counter = tfv1.get_variable('counter', shape=[], initializer=tfv1.zeros_initializer())
-    trainer = SleepTrainer(step_time)
+    trainer = SleepTrainer(step_time, sleep)
     trainer.train_op = tfv1.assign_add(counter, 1.0).op
     return trainer
 
@@ -79,43 +81,45 @@ class _RecordEstimates(Callback):
         self.history.append((self.epoch_num, [e.estimated_time_left for e in self.estimators]))
 
 
-def test_estimated_time_left_scales_with_remaining_epochs(log_records):
-    step_time, steps, max_epoch = 0.03, 2, 4
+def test_estimated_time_left_scales_with_remaining_epochs(log_records, monkeypatch):
+    clock = VirtualClock()
+    monkeypatch.setattr(misc, 'time', clock)   # EstimatedTimeLeft reads misc.time.perf_counter()
+    step_time, steps, max_epoch = 30.0, 2, 4
     epoch_time = step_time * steps
     etl = EstimatedTimeLeft()
     recorder = _RecordEstimates([etl])
-    train(make_trainer(step_time), [etl, recorder], steps, max_epoch)
+    train(make_trainer(step_time, clock.sleep), [etl, recorder], steps, max_epoch)
 
     assert [epoch for epoch, _ in recorder.history] == [1, 2, 3, 4]
     for epoch, (estimate,) in recorder.history[:-1]:
-        left = max_epoch - epoch
-        # each epoch sleeps epoch_time; graph and logging overhead adds a little
-        assert left * epoch_time <= estimate <= left * (epoch_time * 1.5 + 0.05), (epoch, estimate)
+        assert estimate == pytest.approx((max_epoch - epoch) * epoch_time, rel=1e-12), epoch
     assert recorder.history[-1][1] == [0.0]
     logged = [m for m in log_records.messages(logging.INFO) if m.startswith('Estimated Time Left: ')]
     assert len(logged) == max_epoch - 1  # nothing when no epoch is left
 
 
-def test_estimated_time_left_median_mean_and_window():
-    # epoch 1 is slow (0.3 s), epochs 2-5 are fast (0.02 s)
+def test_estimated_time_left_median_mean_and_window(monkeypatch):
+    clock = VirtualClock()
+    monkeypatch.setattr(misc, 'time', clock)
+
+    # epoch 1 is slow (30 s), epochs 2-5 are fast (2 s)
     def step_time(trainer):
-        return 0.3 if trainer.epoch_num == 1 else 0.02
+        return 30.0 if trainer.epoch_num == 1 else 2.0
 
     median = EstimatedTimeLeft(last_k_epochs=5, median=True)
     mean = EstimatedTimeLeft(last_k_epochs=5, median=False)
     last_only = EstimatedTimeLeft(last_k_epochs=1, median=False)
     recorder = _RecordEstimates([median, mean, last_only])
-    train(make_trainer(step_time), [median, mean, last_only, recorder], 1, 5)
+    train(make_trainer(step_time, clock.sleep), [median, mean, last_only, recorder], 1, 5)
 
     epoch, (est_median, est_mean, est_last) = recorder.history[2]  # after epoch 3: 2 left
     assert epoch == 3
-    assert 2 * 0.02 <= est_median < 2 * 0.1              # median of [0.3, 0.02, 0.02]
-    assert 2 * (0.34 / 3) <= est_mean < 2 * (0.34 / 3 + 0.1)  # mean of the same
-    assert 2 * 0.02 <= est_last < 2 * 0.1                # only the last epoch
+    assert est_median == pytest.approx(2 * 2.0)               # median of [30, 2, 2]
+    assert est_mean == pytest.approx(2 * 34.0 / 3)            # mean of the same
+    assert est_last == pytest.approx(2 * 2.0)                 # only the last epoch
     # right after the slow epoch, every estimate is driven by it
     _, first = recorder.history[0]
-    for estimate in first:
-        assert 4 * 0.3 <= estimate < 4 * 0.5
+    assert first == pytest.approx([4 * 30.0] * 3)
 
 
 def test_estimated_time_left_silent_when_max_epoch_unknown(log_records):
@@ -147,19 +151,6 @@ def test_estimated_time_left_rejects_bad_window(k):
 # ----------------------------------------------------------------------------------------
 # ThroughputTracker
 
-class _VirtualClock:
-    """A clock that only moves when told to: timings measured with it are exact, whatever the load."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def perf_counter(self):
-        return self.now
-
-    def advance(self, seconds):
-        self.now += seconds
-
-
 class _SlowEpochEnd(Callback):
     def __init__(self, clock, seconds):
         self.clock, self.seconds = clock, seconds
@@ -169,7 +160,7 @@ class _SlowEpochEnd(Callback):
 
 
 def test_throughput_tracker_measures_step_rate_without_epoch_end_work(monkeypatch):
-    clock = _VirtualClock()
+    clock = VirtualClock()
     monkeypatch.setattr(prof, 'time', clock)   # ThroughputTracker reads prof.time.perf_counter()
     step_time, steps, max_epoch = 0.02, 5, 2
     trainer = make_trainer(0.0)
