@@ -42,13 +42,13 @@ def freeze_collection(keys):
 
 
 def _graphkey_names():
-    """Map each ``tf.compat.v1.GraphKeys`` value to its attribute name, for readable logs."""
+    """Map each ``tf.compat.v1.GraphKeys`` value to its attribute name, for readable logs.
+
+    The class dict is read rather than ``getattr``: deprecated keys (``VARIABLES``) are
+    properties there, and reading them would log TensorFlow's deprecation warning."""
     names = {}
-    for attr in dir(tfv1.GraphKeys):
-        if attr.startswith('_'):
-            continue
-        value = getattr(tfv1.GraphKeys, attr)
-        if isinstance(value, str):
+    for attr, value in sorted(vars(tfv1.GraphKeys).items()):
+        if not attr.startswith('_') and isinstance(value, str):
             names.setdefault(value, attr)
     return names
 

@@ -62,6 +62,15 @@ def _log_mismatch(names, present_in, absent_in):
             present_in, absent_in, ', '.join(sorted(names))))
 
 
+def _log_training_only_skipped(owner, names, what):
+    """One info line for the training-only variables (global step, learning rate, optimizer
+    slots) a source holds and the graph does not: expected when a predictor loads a training
+    checkpoint, so not worth a warning."""
+    if names:
+        logger.info("{}: skipping {} training-only {} the graph does not have (global step, learning "
+                    "rate, optimizer slots...): {}".format(owner, len(names), what, ', '.join(sorted(names))))
+
+
 def _shape_str(shape):
     return str(list(shape))
 
@@ -129,8 +138,10 @@ class SaverRestore(SessionInit):
             elif not is_training_name(var.name):
                 missing.append(var.op.name)
         _log_mismatch(missing, 'graph', 'checkpoint')
-        _log_mismatch([n for n in in_checkpoint if n not in used and not is_training_name(n)],
-                      'checkpoint', 'graph')
+        unused = [name for name in in_checkpoint if name not in used]
+        _log_training_only_skipped('SaverRestore', [n for n in unused if is_training_name(n)],
+                                   'tensors of the checkpoint')
+        _log_mismatch([n for n in unused if not is_training_name(n)], 'checkpoint', 'graph')
         return matched
 
     @staticmethod
@@ -251,11 +262,8 @@ class DictRestore(SessionInit):
         variables = tfv1.global_variables()
         graph_names = {v.name for v in variables}
         absent = sorted(get_op_tensor_name(n)[0] for n in self._prms if n not in graph_names)
-        training_only = [name for name in absent if is_training_name(name)]
-        if training_only:
-            logger.info("DictRestore: skipping {} training-only name(s) the graph does not have "
-                        "(global step, learning rate, optimizer slots...): {}".format(
-                            len(training_only), ', '.join(training_only)))
+        _log_training_only_skipped('DictRestore', [name for name in absent if is_training_name(name)],
+                                   'names')
         unknown = [name for name in absent if not is_training_name(name)]
         if unknown and not self._ignore_mismatch:
             raise ValueError("DictRestore: {} name(s) are not variables of the graph: {}. Pass "

@@ -246,18 +246,25 @@ def dump_session_params(path):
     save_chkpt_vars({v.name: value for v, value in zip(variables, values)}, path)
 
 
-_TRAINING_SLOT_SUFFIXES = ('/Adam', '/Adam_1', '/Momentum', '/Adadelta', '/Adadelta_1', '/RMSProp',
-                           '/RMSProp_1', '/Adagrad', '/AccumGrad')
-_TRAINING_ONLY_NAMES = ('global_step', 'learning_rate', 'beta1_power', 'beta2_power')
+# Slots of tf.compat.v1.train optimizers are named '<variable>/<optimizer name>' plus '_1', '_2'
+# for the second and third slot of one variable (Adam's m and v, centered RMSProp's mg...).
+_TRAINING_SLOT = re.compile(r'/(Adam|Momentum|Adadelta|RMSProp|Adagrad|AdagradDA|Ftrl|ProximalAdagrad'
+                            r'|AccumGrad)(_\d+)?$')
+# Adam's power accumulators live under the optimizer's name scope ('optimize/beta1_power'),
+# with '_1'... when several Adam optimizers share a graph.
+_ADAM_POWER = re.compile(r'(^|/)beta[12]_power(_\d+)?$')
+_TRAINING_ONLY_NAMES = ('global_step', 'learning_rate')
 
 
 def is_training_name(name):
     """Whether ``name`` looks like a variable that only training uses: the global step, the
-    learning rate, optimizer slots and accumulators (Adam's ``beta1_power``...), moving-average
-    summaries, gradient accumulators. Such variables are not reported when they are missing
-    from a checkpoint, and are skipped when a predictor's graph has no place for them."""
+    learning rate, optimizer slots and accumulators (``W/Adam``, ``optimize/beta1_power``...),
+    moving-average summaries, gradient accumulators. Such variables are not reported when
+    they are missing from a checkpoint, and are skipped when a predictor's graph has no
+    place for them."""
     name = get_op_tensor_name(name)[0]
-    return (name in _TRAINING_ONLY_NAMES or name.endswith(_TRAINING_SLOT_SUFFIXES)
+    return (name in _TRAINING_ONLY_NAMES or bool(_TRAINING_SLOT.search(name))
+            or bool(_ADAM_POWER.search(name))
             or name.startswith(('EMA/', 'AccumGrad', 'apply_gradients')) or '/EMA/' in name)
 
 
