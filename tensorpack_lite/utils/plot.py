@@ -34,7 +34,8 @@ How the figure is made:
   matches (``re.search``).
 
 Needs matplotlib (``pip install matplotlib``, part of the ``examples`` extra). Drawing uses the
-off-screen Agg canvas, so no display is needed. TensorFlow is not imported.
+off-screen Agg canvas, so no display is needed. This module imports no TensorFlow (``python -m``
+imports the ``tensorpack_lite`` package first, though, and that imports TensorFlow when it is installed).
 """
 
 import argparse
@@ -142,31 +143,24 @@ def _curve(records, key, x):
     return xs, [points[value] for value in xs]
 
 
-def _quantities(runs, key_filter):
-    """{quantity: [key, ...]} over the numeric statistics of all runs that ``key_filter`` matches;
-    quantities in order of first appearance, keys in the order of :data:`SPLITS`."""
-    quantities = collections.OrderedDict()
-    for _, records in runs:
-        for record in records:
-            for key, value in record.items():
-                if key in X_KEYS or not _is_number(value):
-                    continue
-                if key_filter is not None and not key_filter.search(key):
-                    continue
-                keys = quantities.setdefault(split_key(key)[0], [])
-                if key not in keys:
-                    keys.append(key)
-    for keys in quantities.values():
-        keys.sort(key=lambda k: SPLITS.index(split_key(k)[1] or 'train'))
-    return quantities
-
-
-def _available_keys(runs):
+def _numeric_keys(runs):
+    """The statistics (numeric, other than :data:`X_KEYS`) of all runs, in order of first appearance."""
     keys = collections.OrderedDict()
     for _, records in runs:
         for record in records:
             keys.update((k, None) for k, v in record.items() if k not in X_KEYS and _is_number(v))
     return list(keys)
+
+
+def _group_quantities(keys):
+    """{quantity: [key, ...]}: quantities in the order of ``keys``, their keys in the order of
+    :data:`SPLITS` (a key without a split counts as 'train')."""
+    quantities = collections.OrderedDict()
+    for key in keys:
+        quantities.setdefault(split_key(key)[0], []).append(key)
+    for quantity_keys in quantities.values():
+        quantity_keys.sort(key=lambda k: SPLITS.index(split_key(k)[1] or 'train'))
+    return quantities
 
 
 def _compile_keys(keys):
@@ -213,12 +207,13 @@ def plot_runs(logdirs, keys=None, smooth=1, logy=False, x='epoch_num'):
     _check_arguments(x, smooth)
     key_filter = _compile_keys(keys)
     runs = list(zip(run_names(logdirs), [load_stats(d) for d in logdirs]))
-    quantities = _quantities(runs, key_filter)
+    available = _numeric_keys(runs)
+    quantities = _group_quantities([k for k in available if key_filter is None or key_filter.search(k)])
     if not quantities:
         files = ', '.join("'{}'".format(stats_json.stats_path(d)) for d in logdirs)
         raise ValueError("No numeric statistic {}in {}; available: {}".format(
             "matches keys={!r} ".format(keys) if keys is not None else '', files,
-            ', '.join(_available_keys(runs)) or 'none'))
+            ', '.join(available) or 'none'))
 
     figure_module = import_optional('matplotlib.figure', extra='examples', purpose='The plot tool')
     ticker = import_optional('matplotlib.ticker', extra='examples', purpose='The plot tool')
