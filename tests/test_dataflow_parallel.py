@@ -21,6 +21,8 @@ from tensorpack_lite.dataflow import (DataFlow, DataFlowWorkerError, DataFromLis
                                       MultiThreadRunner, PrefetchData, PrefetchDataZMQ, RNGDataFlow)
 from tensorpack_lite.utils import utils as rng_utils
 
+from helpers import HANG_TIMEOUT, run_or_hang, wait_until
+
 FORK = mp.get_context('fork')
 
 
@@ -77,10 +79,9 @@ def gone(pid):
         return True
 
 
-def wait_gone(pids, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline and not all(gone(p) for p in pids):
-        time.sleep(0.05)
+def wait_gone(pids):
+    """The processes of ``pids`` still there after waiting (as long as a hang takes) for them to end."""
+    wait_until(lambda: all(gone(p) for p in pids), interval=0.05)
     return [p for p in pids if not gone(p)]
 
 
@@ -139,7 +140,7 @@ def test_runner_one_worker_keeps_order_and_values(kind):
             assert big.dtype == np.float32 and big.shape == (64, 64) and (big == i).all()
             assert small.dtype == np.int16 and small.tolist() == [i, i + 1, i + 2]
     df.close()
-    assert wait_gone(workers, 5) == []
+    assert wait_gone(workers) == []
 
 
 @pytest.mark.parametrize('kind', sorted(RUNNERS))
@@ -244,10 +245,8 @@ def test_multi_thread_runner_and_its_errors():
 
     bad = MultiThreadRunner(Failing, 2, 2)
     bad.reset_state()
-    start = time.time()
     with pytest.raises(DataFlowWorkerError, match='raised ValueError: boom after 3') as info:
-        take(bad, 100)
-    assert time.time() - start < 5
+        run_or_hang(take, bad, 100)  # raises, rather than waiting for datapoints that never come
     assert isinstance(info.value.__cause__, ValueError)
 
 
@@ -341,17 +340,19 @@ def test_worker_exception_is_raised_by_the_parent(kind):
     df = FAILING[kind]()
     df.reset_state()
     workers = children() - before
-    start = time.time()
-    with pytest.raises(DataFlowWorkerError) as info:
+
+    def three_epochs():
         for _ in range(3):
             list(df)
-    assert time.time() - start < 5
+
+    with pytest.raises(DataFlowWorkerError) as info:
+        run_or_hang(three_epochs)  # raises, rather than waiting for datapoints that never come
     message = str(info.value)
     assert 'raised ValueError: boom after 3' in message and 'worker #' in message
     assert 'traceback in the worker' in message
     with pytest.raises(DataFlowWorkerError, match='boom after 3'):  # for good
         list(df)
-    assert wait_gone(workers, 5) == []  # the failure closed the other workers too
+    assert wait_gone(workers) == []  # the failure closed the other workers too
 
 
 def _killable(kind):
@@ -369,13 +370,15 @@ def test_worker_killed_makes_the_parent_fail(kind):
     itr = iter(df)
     next(itr)
     os.kill(workers[0], signal.SIGKILL)
-    start = time.time()
-    with pytest.raises(DataFlowWorkerError) as info:
+
+    def consume():
         for _ in range(10 ** 6):
             next(itr)
-    assert time.time() - start < 5
+
+    with pytest.raises(DataFlowWorkerError) as info:
+        run_or_hang(consume)  # raises, rather than waiting for the dead worker
     assert 'killed by signal SIGKILL' in str(info.value) and str(workers[0]) in str(info.value)
-    assert wait_gone(workers, 5) == []
+    assert wait_gone(workers) == []
 
 
 @pytest.mark.parametrize('where', ['runner', 'map'])
@@ -394,13 +397,17 @@ def test_unserializable_datapoint_names_type_and_component(where):
 
 def test_map_worker_that_never_starts_is_an_error(monkeypatch):
     from tensorpack_lite.dataflow import parallel_map
-    monkeypatch.setattr(parallel_map._MapWorker, '_open', lambda self: time.sleep(60))
+    monkeypatch.setattr(parallel_map._MapWorker, '_open', lambda self: time.sleep(3600))  # never starts
     monkeypatch.setattr(MultiProcessMapDataZMQ, 'startup_timeout', 1.0)
     df = MultiProcessMapData(Numbered(3), num_proc=2, map_func=slow_identity)
-    start = time.time()
-    with pytest.raises(DataFlowWorkerError, match=r'worker\(s\) \[0, 1\] did not start within 1.0 s'):
-        df.reset_state()
-    assert time.time() - start < 10  # and the workers are gone (checked by the fixture)
+    before = children()
+    try:
+        with pytest.raises(DataFlowWorkerError, match=r'worker\(s\) \[0, 1\] did not start within 1.0 s'):
+            run_or_hang(df.reset_state)  # gives up after startup_timeout, rather than waiting for them
+        assert wait_gone(children() - before) == []  # and the workers are gone
+    finally:
+        for pid in children() - before:
+            os.kill(pid, signal.SIGKILL)
 
 
 def _parent_that_gets_killed(conn):
@@ -414,7 +421,7 @@ def _parent_that_gets_killed(conn):
         df.reset_state()
         next(iter(df))
     conn.send((sorted(children() - before), sorted(ipc_dirs() - dirs)))
-    time.sleep(60)
+    time.sleep(3600)   # until the test kills it
 
 
 def test_parent_killed_takes_its_workers_along():
@@ -423,12 +430,12 @@ def test_parent_killed_takes_its_workers_along():
     parent.start()
     dirs = []
     try:
-        assert recv.poll(30), "the parent did not start its workers"
+        assert recv.poll(HANG_TIMEOUT), "the parent did not start its workers"
         workers, dirs = recv.recv()
         assert len(workers) == 5 and not any(gone(p) for p in workers)
         os.kill(parent.pid, signal.SIGKILL)
         parent.join(5)
-        assert wait_gone(workers, 5) == []
+        assert wait_gone(workers) == []
     finally:
         parent.kill()
         parent.join(5)
@@ -466,14 +473,14 @@ def test_ctrl_c_in_the_parent_ends_everything(tmp_path):
     parent = FORK.Process(target=_parent_that_gets_interrupted, args=(send, str(tmp_path)))
     parent.start()
     try:
-        assert recv.poll(30), "the parent did not start its workers"
+        assert recv.poll(HANG_TIMEOUT), "the parent did not start its workers"
         workers = recv.recv()
         assert len(workers) == 4 and len(os.listdir(tmp_path)) == 2
         os.kill(parent.pid, signal.SIGINT)
-        assert recv.poll(10) and recv.recv() == 'interrupted'
-        parent.join(10)
+        assert recv.poll(HANG_TIMEOUT) and recv.recv() == 'interrupted'
+        parent.join(HANG_TIMEOUT)
         assert parent.exitcode == 1  # KeyboardInterrupt went up, and the process ended
-        assert wait_gone(workers, 5) == []
+        assert wait_gone(workers) == []
         assert os.listdir(tmp_path) == []  # the ipc directories are removed
     finally:
         parent.kill()
