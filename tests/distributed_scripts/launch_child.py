@@ -3,8 +3,9 @@
 
     python launch_child.py OUT [--fail JOB:INDEX:CODE] [--wait]
 
-``--fail`` makes that task exit with CODE; ``--wait`` makes every other task wait (up to 120 s)
-until a SIGTERM, which it records in ``OUT/<job><index>.sigterm`` before exiting with code 0.
+``--fail`` makes that task exit with CODE once every task of the cluster has started (so that each
+has its SIGTERM handler, however slow its start); ``--wait`` makes every other task wait (up to
+600 s) until a SIGTERM, which it records in ``OUT/<job><index>.sigterm`` before exiting with code 0.
 """
 
 import json
@@ -12,6 +13,16 @@ import os
 import signal
 import sys
 import time
+
+
+def wait_for_every_task(out, cluster, timeout=600):
+    """Wait until every task of ``cluster`` has written its ``OUT/<job><index>.json``."""
+    names = ['{}{}'.format(job, i) for job, addresses in cluster.items() for i in range(len(addresses))]
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(os.path.join(out, name + '.json')) for name in names):
+        if time.monotonic() > deadline:
+            sys.exit('launch_child: not every task started within {} s'.format(timeout))
+        time.sleep(0.02)
 
 
 def main(argv):
@@ -32,9 +43,10 @@ def main(argv):
     if '--fail' in argv:
         fail_job, fail_index, code = argv[argv.index('--fail') + 1].split(':')
         if (fail_job, int(fail_index)) == (job, index):
+            wait_for_every_task(out, config['cluster'])
             sys.exit(int(code))
     if '--wait' in argv:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             time.sleep(0.05)
         sys.exit(5)
