@@ -8,12 +8,17 @@ import os
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks.base import Callback
+from tensorpack_lite.callbacks.base import Callback, CallbackFactory
+from tensorpack_lite.callbacks.inference import BinaryClassificationStats, ClassificationError, ScalarStats
+from tensorpack_lite.callbacks.inference_runner import InferenceRunner
 from tensorpack_lite.callbacks.saver import MaxSaver, MinSaver, ModelSaver
+from tensorpack_lite.callbacks.summary import MergeAllSummaries
+from tensorpack_lite.callbacks.trigger import PeriodicTrigger
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars, save_chkpt_vars
-from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer,
+from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer, TrainConfig,
                                    launch_train_with_config)
 
 STEPS = 2  # per epoch: 8 points in batches of 4
@@ -243,3 +248,138 @@ def test_a_copy_without_record_or_a_record_without_copy_counts_as_absent(tmp_pat
     saver.trainer.monitors.history.append((20, 9.0))  # worse than the lost 2.0, yet taken
     saver.trigger()
     assert saver.best == (20, 9.0) and step_of(os.path.join(directory, 'min-err')) == 20
+
+
+# ---------------------------------------------------------------------------------------------
+# A misspelled statistic, reported before the first step
+# ---------------------------------------------------------------------------------------------
+
+class ClassifierModel(TinyModel):
+    """TinyModel with a 0/1 'incorrect_vector' and a moving summary of its cost."""
+
+    def build_graph(self, x, y):
+        w = tfv1.get_variable('w', initializer=np.full((4, 1), 0.5, 'float32'))
+        pred = tf.squeeze(tf.matmul(x, w), 1)
+        tf.cast(tf.abs(pred - y) > 1.0, tf.float32, name='incorrect_vector')
+        cost = tf.reduce_mean(tf.square(pred - y), name='cost')
+        add_moving_summary(cost)
+        return cost
+
+
+class CountSteps(Callback):
+    def __init__(self):
+        self.steps = 0
+
+    def _stat_names(self):
+        return []  # puts nothing
+
+    def _trigger_step(self):
+        self.steps += 1
+
+
+class DeclaredStat(ScriptedStat):
+    """A user's callback that says what it puts."""
+
+    def _stat_names(self):
+        return [self.name]
+
+
+def validation(*infs):
+    return InferenceRunner(dataflow(), list(infs) or [ScalarStats('cost'), ClassificationError()])
+
+
+def train_classifier(callbacks, max_epoch=1):
+    counter = CountSteps()
+    trainer = SimpleTrainer()
+    config = TrainConfig(model=ClassifierModel(), dataflow=dataflow(), max_epoch=max_epoch,
+                         callbacks=[ModelSaver()] + callbacks + [counter])
+    launch_train_with_config(config, trainer)
+    return counter.steps
+
+
+def test_misspelled_stat_raises_before_the_first_step(logdir):
+    counter = CountSteps()
+    config = TrainConfig(model=ClassifierModel(), dataflow=dataflow(), max_epoch=2,
+                         callbacks=[ModelSaver(), validation(), MinSaver('val-error'), counter])
+    trainer = SimpleTrainer()
+    with pytest.raises(KeyError) as info:
+        launch_train_with_config(config, trainer)
+    message = str(info.value)
+    assert "MinSaver('val-error'): the statistic 'val-error'" in message
+    assert "Did you mean 'validation_error'?" in message
+    assert "The callbacks declare: cost, validation_cost, validation_error." in message
+    assert counter.steps == 0 and trainer.global_step == 0
+    assert not [f for f in os.listdir(logdir) if 'val' in f]
+
+
+def test_misspelled_summary_name_is_suggested_from_the_graph(logdir):
+    with pytest.raises(KeyError, match=r"MaxSaver\('cots'\).*Did you mean 'cost'\?"):
+        train_classifier([MaxSaver('cots')])
+
+
+def test_declared_stat_on_a_slower_schedule_is_waited_for(logdir):
+    saver = MinSaver('validation_cost')
+    steps = train_classifier([PeriodicTrigger(validation(), every_k_epochs=2), saver], max_epoch=3)
+    assert steps == 3 * STEPS
+    assert saver.best[0] == 2 * STEPS   # the only value, put at the end of epoch 2
+    assert step_of(os.path.join(logdir, 'min-validation_cost')) == 2 * STEPS
+
+
+def test_undeclared_callbacks_turn_the_error_into_a_warning(logdir, log_records):
+    saver = MinSaver('val-error')
+    train_classifier([validation(), ScriptedStat('val-error', {1: 0.5}), saver])
+    warnings = ' '.join(log_records.messages(logging.WARNING))
+    assert ("MinSaver('val-error'): no callback declares the statistic 'val-error' (ScriptedStat "
+            "cannot tell what they put). Did you mean 'validation_error'?") in warnings
+    assert saver.best == (STEPS, 0.5)
+
+
+def test_a_declared_user_stat_needs_no_warning(logdir, log_records):
+    saver = MinSaver('val-error')
+    train_classifier([validation(), DeclaredStat('val-error', {1: 0.5}), saver])
+    assert not [m for m in log_records.messages(logging.WARNING) if 'declares' in m]
+    assert saver.best == (STEPS, 0.5)
+
+
+def test_undeclared_and_missing_stat_fails_at_the_first_trigger_with_the_known_names(logdir):
+    with pytest.raises(KeyError) as info:
+        train_classifier([validation(ClassificationError()), ScriptedStat('other', {1: 0.5}),
+                          MinSaver('accuracy')])
+    message = str(info.value)
+    assert "MinSaver('accuracy'): the statistic 'accuracy' was never put" in message
+    assert "The callbacks declare: cost, validation_error." in message
+
+
+def test_stat_names_of_the_library_callbacks():
+    assert ScalarStats(['cost', 'acc:0'], prefix='val').stat_names() == ['val_cost', 'val_acc']
+    assert ScalarStats('cost', prefix='').stat_names() == ['cost']
+    assert ClassificationError(summary_name='err').stat_names() == ['err']
+    assert BinaryClassificationStats('p', 'l').stat_names() == ['val_precision', 'val_recall']
+    assert PeriodicTrigger(DeclaredStat('x', {}), every_k_epochs=2).stat_names() == ['x']
+    assert ScriptedStat('x', {}).stat_names() is None        # a user's callback cannot tell
+    assert ModelSaver(checkpoint_dir='.').stat_names() == []
+    assert CallbackFactory(trigger=lambda cb: None).stat_names() is None
+
+    class MoreStats(ClassificationError):  # a user's subclass may put more than its base
+        pass
+    assert MoreStats().stat_names() is None
+
+    class BadNames(Callback):
+        def _stat_names(self):
+            return 'loss'
+    with pytest.raises(TypeError, match=r"BadNames._stat_names\(\) must return a list of names"):
+        BadNames().stat_names()
+
+
+def test_merged_summaries_declare_their_scalar_names():
+    with tf.name_scope('tower0'):
+        tfv1.summary.scalar('loss-summary', tf.constant(1.0))
+    tfv1.summary.scalar('lr', tf.constant(0.1))
+    tfv1.summary.histogram('weights', tf.constant([1.0]))
+    tfv1.summary.scalar('other', tf.constant(2.0), collections=['mine'])
+    merged = MergeAllSummaries()
+    merged.setup_graph(None)
+    assert merged.stat_names() == ['loss', 'lr']   # as put_summary puts them
+    mine = MergeAllSummaries(key='mine', run_alone=True)
+    mine.setup_graph(None)
+    assert mine.stat_names() == ['other']

@@ -151,11 +151,11 @@ class ScalarStats(Inferencer):
         if not self.stats:
             return {}
         means = np.mean(np.asarray(self.stats, dtype=np.float64), axis=0)
-        ret = {}
-        for name, mean in zip(self.names, means):
-            op_name = get_op_tensor_name(name)[0]
-            ret['{}_{}'.format(self.prefix, op_name) if self.prefix else op_name] = float(mean)
-        return ret
+        return {stat: float(mean) for stat, mean in zip(self._stat_names(), means)}
+
+    def _stat_names(self):
+        op_names = [get_op_tensor_name(name)[0] for name in self.names]
+        return ['{}_{}'.format(self.prefix, name) if self.prefix else name for name in op_names]
 
 
 class ClassificationError(Inferencer):
@@ -196,6 +196,9 @@ class ClassificationError(Inferencer):
 
     def _after_inference(self):
         return {self.summary_name: float(self.err_stat.ratio)}
+
+    def _stat_names(self):
+        return [self.summary_name]
 
 
 class BinaryClassificationStats(Inferencer):
@@ -242,5 +245,8 @@ class BinaryClassificationStats(Inferencer):
         self.stat.feed(pred, label)
 
     def _after_inference(self):
-        return {self.prefix + '_precision': float(self.stat.precision),
-                self.prefix + '_recall': float(self.stat.recall)}
+        precision, recall = self._stat_names()
+        return {precision: float(self.stat.precision), recall: float(self.stat.recall)}
+
+    def _stat_names(self):
+        return [self.prefix + '_precision', self.prefix + '_recall']

@@ -206,6 +206,12 @@ class InferenceRunnerBase(Callback):
             self._steps_done += 1
             pbar.update()
 
+    def _stat_names(self):
+        names = [inf.stat_names() for inf in self.infs]
+        if any(n is None for n in names):
+            return None  # an inferencer that cannot tell
+        return [name for inf_names in names for name in inf_names]
+
     def _after_train(self):
         try:
             for inf in self.infs:

@@ -11,6 +11,7 @@ A checkpoint is ``<prefix>.index`` plus ``<prefix>.data-*`` files; load one with
 :func:`~tensorpack_lite.tfutils.sessinit.SmartInit` (``SmartInit('train_log/run1/min-val-error')``).
 """
 
+import difflib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from datetime import datetime
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
+from ..loop.dispatch import Callbacks
 from ..tfutils.common import get_global_step_var
 from ..tfutils.varmanip import get_checkpoint_path
 from ..utils import logger
@@ -131,6 +133,7 @@ class ModelSaver(Callback):
         self._keep_every_secs = (keep_checkpoint_every_n_hours or 0) * 3600.
         self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self._last_saved_step = None
+        self._failed_step = None   # a step whose checkpoint could not be written
         self._kept = []            # [(global_step, path)], oldest first
         self._last_preserved = time.time()
 
@@ -180,6 +183,7 @@ class ModelSaver(Callback):
             self._rotate()
         except (OSError, tf.errors.OpError) as err:
             _remove_checkpoint_files(target)
+            self._failed_step = step
             raise CheckpointWriteError(
                 "ModelSaver could not write checkpoint {} ({}: {}). Training stops here so that "
                 "no further work depends on it; the last complete checkpoint is kept. Free the "
@@ -214,7 +218,9 @@ class ModelSaver(Callback):
             _remove_checkpoint_files(path)
 
     def _after_train(self):
-        self._trigger()
+        # Not again when this step's checkpoint just failed: training stopped because of it.
+        if self.global_step != self._failed_step:
+            self._trigger()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,10 +322,16 @@ class MinSaver(Callback):
     version) counts as absent: the first value replaces it. To start over in the same
     directory, delete ``min-<monitor_stat>.*`` and ``best-min-<monitor_stat>.json``.
 
+    The name is checked before training against the statistics the other callbacks
+    declare (:meth:`Callback.stat_names`: inferencers, scalar summaries, ...): a name no
+    callback puts raises a KeyError suggesting the closest ones; when some callbacks cannot
+    tell what they put, a close match only gives a warning. At a trigger, a statistic not
+    put yet is waited for when a callback declares it (e.g. an InferenceRunner on a slower
+    schedule), and is an error otherwise.
+
     Args:
-        monitor_stat (str): name of the statistic, e.g. 'val-error'. It is an error if it
-            was never put when MinSaver triggers: place MinSaver after the callback that
-            puts it, and give both the same schedule.
+        monitor_stat (str): name of the statistic, e.g. 'val-error'. Place MinSaver after
+            the callback that puts it.
         reverse (bool): keep the largest value instead (see :class:`MaxSaver`).
         filename (str): name of the best checkpoint; defaults to ``min-<monitor_stat>``
             (``max-<monitor_stat>`` when ``reverse``).
@@ -338,6 +350,11 @@ class MinSaver(Callback):
         self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self.best = None
         self._last_seen_step = None
+        self._checked = False
+        self._declared = None   # the statistics the callbacks declare (set before the first step)
+
+    def __str__(self):
+        return "{}('{}')".format(type(self).__name__, self.monitor_stat)
 
     @property
     def _kind(self):
@@ -395,6 +412,49 @@ class MinSaver(Callback):
             return None
         return best
 
+    def _before_epoch(self):
+        if not self._checked:  # before the first step, once every callback is ready
+            self._checked = True
+            self._check_stat_is_declared()
+
+    def _check_stat_is_declared(self):
+        """Compare ``monitor_stat`` with the statistics the trainer's callbacks declare."""
+        group = getattr(self.trainer, '_callbacks', None)
+        if not isinstance(group, Callbacks):
+            return  # not run by a Trainer: nothing to compare with
+        producers, undeclared = {}, []
+        for cb in group.cbs:
+            names = cb.stat_names()
+            if names is None:
+                undeclared.append(str(cb))
+            for name in names or []:
+                producers.setdefault(name, cb)
+        self._declared = set(producers)
+        producer = producers.get(self.monitor_stat)
+        if producer is not None:
+            if self in group.cbs and group.cbs.index(producer) > group.cbs.index(self):
+                logger.warn("{}: '{}' is put by {}, which comes after it in the callbacks: each "
+                            "trigger would see the previous value. Place {} after {}.".format(
+                                self, self.monitor_stat, producer, self, producer))
+            return
+        suggestion = self._suggest()
+        if not undeclared:
+            raise KeyError("{}: the statistic '{}' was never put into trainer.monitors and none of the "
+                           "callbacks declares it (checked before training).{}".format(
+                               self, self.monitor_stat, suggestion))
+        if difflib.get_close_matches(self.monitor_stat, self._declared, n=1, cutoff=0.6):
+            logger.warn("{}: no callback declares the statistic '{}' ({} cannot tell what they "
+                        "put).{}".format(self, self.monitor_stat, ', '.join(undeclared), suggestion))
+
+    def _suggest(self):
+        """The closest declared names and all of them, for an error message."""
+        if self._declared is None:
+            return ""
+        close = difflib.get_close_matches(self.monitor_stat, sorted(self._declared), n=3, cutoff=0.6)
+        return "{} The callbacks declare: {}.".format(
+            " Did you mean {}?".format(' or '.join("'{}'".format(c) for c in close)) if close else "",
+            ', '.join(sorted(self._declared)) or 'nothing')
+
     def _is_better(self, value):
         if self.best is None:
             return True
@@ -403,10 +463,12 @@ class MinSaver(Callback):
     def _trigger(self):
         history = self.trainer.monitors.get_history(self.monitor_stat)
         if not history:
+            if self.monitor_stat in (self._declared or ()):
+                logger.info("{}: '{}' was not put yet.".format(self, self.monitor_stat))
+                return  # declared by a callback on another schedule
             raise KeyError("{}: the statistic '{}' was never put into trainer.monitors. Check its "
                            "name, and that the callback producing it comes before {} in the "
-                           "callbacks and runs at least as often.".format(
-                               self, self.monitor_stat, self))
+                           "callbacks.{}".format(self, self.monitor_stat, self, self._suggest()))
         step, value = history[-1]
         if step == self._last_seen_step:
             return  # not updated since the last trigger

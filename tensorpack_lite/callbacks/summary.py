@@ -8,6 +8,7 @@
 """
 
 import numbers
+import re
 from collections import deque
 
 import numpy as np
@@ -76,6 +77,30 @@ def _summary_op(key):
     return tfv1.summary.merge_all(key)
 
 
+_TOWER_PREFIX = re.compile(r'tower[0-9]+/')
+
+
+def _scalar_names_of(summary_op):
+    """The names under which ``trainer.monitors.put_summary`` puts the scalars that
+    ``summary_op`` (a merged summary) evaluates, or None when a tag is not a constant."""
+    if summary_op is None:
+        return []
+    names = []
+    pending = [summary_op.op if isinstance(summary_op, tf.Tensor) else summary_op]
+    while pending:
+        op = pending.pop(0)
+        if op.type == 'MergeSummary':
+            pending.extend(t.op for t in op.inputs)
+        elif op.type == 'ScalarSummary':
+            tag = tf.get_static_value(op.inputs[0])
+            if tag is None or np.ndim(tag) != 0:
+                return None
+            tag = np.asarray(tag).item()
+            tag = _TOWER_PREFIX.sub('', tag.decode() if isinstance(tag, bytes) else str(tag))
+            names.append(tag[:-len('-summary')] if tag.endswith('-summary') else tag)
+    return names
+
+
 class MergeAllSummaries_RunAlone(Callback):
     """:func:`MergeAllSummaries` with ``run_alone=True``: the summaries are evaluated in a
     ``sess.run`` of their own, at every :meth:`trigger` (end of epoch) and every ``period``
@@ -95,6 +120,9 @@ class MergeAllSummaries_RunAlone(Callback):
     def _trigger(self):
         if self.summary_op is not None:
             self.trainer.monitors.put_summary(self.trainer.sess.run(self.summary_op))
+
+    def _stat_names(self):
+        return _scalar_names_of(self.summary_op)
 
 
 class MergeAllSummaries_RunWithOp(Callback):
@@ -124,6 +152,9 @@ class MergeAllSummaries_RunWithOp(Callback):
     def _after_run(self, _, run_values):
         if run_values.results is not None:
             self.trainer.monitors.put_summary(run_values.results)
+
+    def _stat_names(self):
+        return _scalar_names_of(self.summary_op)
 
 
 def MergeAllSummaries(period=0, run_alone=False, key=None):
@@ -208,3 +239,6 @@ class SimpleMovingAverage(Callback):
             averages = np.asarray(self._queue, dtype=np.float64).mean(axis=0)
             for name, average in zip(self._display_names, averages):
                 self.trainer.monitors.put_scalar(name + '/SMA', average)
+
+    def _stat_names(self):
+        return [name + '/SMA' for name in self._display_names]

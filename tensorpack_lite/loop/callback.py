@@ -47,6 +47,12 @@ def name_culprit(err, cb, stage):
         err.__notes__ = getattr(err, '__notes__', []) + [note]
 
 
+def _is_library_class(cls):
+    """Whether class or function ``cls`` is defined in tensorpack_lite (whose callbacks say
+    what they put)."""
+    return (getattr(cls, '__module__', None) or '').split('.')[0] == __name__.split('.')[0]
+
+
 class Callback:
     """Base class of all callbacks; every method is a no-op until a subclass overrides it.
 
@@ -169,6 +175,40 @@ class Callback:
         self._chief_only = bool(value)
         return self
 
+    def stat_names(self):
+        """The names of the scalars this callback puts into ``trainer.monitors`` (as far as
+        known after :meth:`setup_graph`), or None when it cannot tell. Lets a callback that
+        reads a statistic (e.g. :class:`~tensorpack_lite.callbacks.saver.MinSaver`) check
+        its name before training.
+
+        A subclass that puts statistics overrides ``_stat_names()``. A subclass defined
+        outside tensorpack_lite that does not override it answers None: it may put anything.
+
+        Example::
+
+            class Evaluator(Callback):
+                def _stat_names(self):
+                    return ['mAP']
+        """
+        answering = next(cls for cls in type(self).__mro__ if '_stat_names' in vars(cls))
+        for cls in type(self).__mro__:
+            if cls is answering:
+                break
+            if not _is_library_class(cls):
+                return None  # a user's subclass, silent about what it adds
+        names = self._stat_names()
+        if names is None:
+            return None
+        if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+            raise TypeError("{}._stat_names() must return a list of names (str) or None, got {!r}".format(
+                self, names))
+        return list(names)
+
+    def _stat_names(self):
+        """The names of the scalars this callback puts, or None if unknown: none for the base
+        class."""
+        return []
+
     def __str__(self):
         return type(self).__name__
 
@@ -240,6 +280,9 @@ class ProxyCallback(Callback):
     def _after_train(self):
         self.cb.after_train()
 
+    def _stat_names(self):
+        return self.cb.stat_names()
+
     def __str__(self):
         return "Proxy-" + str(self.cb)
 
@@ -273,6 +316,12 @@ class CallbackFactory(Callback):
     def _after_train(self):
         if self._cb_after_train:
             self._cb_after_train(self)
+
+    def _stat_names(self):
+        functions = [self._cb_setup_graph, self._cb_before_train, self._cb_trigger, self._cb_after_train]
+        if all(_is_library_class(f) for f in functions if f is not None):
+            return []  # tensorpack_lite's own (e.g. an InputSource's)
+        return None  # a user's functions may put anything
 
     def __str__(self):
         named = [f for f in (self._cb_setup_graph, self._cb_before_train, self._cb_trigger,
