@@ -10,7 +10,14 @@ utils, dataflow, models, callbacks, tfutils, train, input_source and predict, an
 subpackages). Without TensorFlow installed, the package still offers what does not need it
 (``utils``, the DataFlows, ``dataset`` and ``imgaug``), as tensorpack does; any other name
 raises one ImportError saying what to install.
+
+The TensorFlow part (``tfv1``, ``callbacks``, ``train``... and the names taken from them) is
+imported on first use, so that ``import tensorpack_lite`` and the TensorFlow-free tools
+(``python -m tensorpack_lite.utils.plot``) do not load TensorFlow.
 """
+
+import importlib
+import importlib.util
 
 from . import dataflow, libinfo, utils
 from .dataflow import (
@@ -47,112 +54,86 @@ __all__ = [
     'TestDataSpeed', 'TFRecordSerializer',
 ]
 
-try:
-    from .compat import tfv1
-except ImportError as _error:  # TensorFlow is missing or broken: offer the TensorFlow-free part only
-    _TENSORFLOW_IMPORT_ERROR = _error
-else:
-    _TENSORFLOW_IMPORT_ERROR = None
+_TENSORFLOW_SUBPACKAGES = ('callbacks', 'compat', 'graph_builder', 'input_source', 'models', 'predict',
+                           'tfutils', 'train')
 
-if _TENSORFLOW_IMPORT_ERROR is not None:
-    def __getattr__(name):
-        if name.startswith('__'):
-            raise AttributeError(name)
-        raise ImportError("tensorpack_lite.{} is not available: {}".format(name, _TENSORFLOW_IMPORT_ERROR))
-else:
-    from . import callbacks, compat, graph_builder, input_source, models, predict, tfutils, train
-    from .callbacks import (
-        BinaryClassificationStats, Callback, CheckpointWriteError, CallbackFactory, Callbacks,
-        CallbackToHook, CheckNumerics,
-        ClassificationError, CometMLMonitor, DataParallelInferenceRunner, DumpParamAsImage, DumpTensor,
-        DumpTensorAsImage, DumpTensors, EnableCallbackIf, EstimatedTimeLeft, GPUMemoryTracker,
-        GPUUtilizationTracker, GraphProfiler, GraphVarParam, HookToCallback, HostMemoryTracker,
-        HumanHyperParamSetter, HyperParam, HyperParamSetter, HyperParamSetterWithFunc, Inferencer,
-        InferenceRunner, InferenceRunnerBase, InjectShell, JSONWriter, MaxSaver, MergeAllSummaries, MinSaver,
-        ModelSaver, MonitorBase, Monitors, MovingAverageSummary, ObjAttrParam, PeakMemoryTracker,
-        PeriodicCallback, PeriodicTrigger, ProcessTensors, ProgressBar, ProxyCallback, RunOp, RunUpdateOps,
-        ScalarPrinter, ScalarStats, ScheduledHyperParamSetter, SendMonitorData, SendStat, SessionRunTimeout,
-        SimpleMovingAverage, StartProcOrThread, StatMonitorParamSetter, TensorPrinter, TFEventWriter,
-        TFLocalCLIDebugHook, ThroughputTracker)
-    from .graph_builder import (
-        aggregate_grads, allreduce_grads, AsyncMultiGPUBuilder, average_grads, DataParallelBuilder,
-        GradientPacker, LeastLoadedDeviceSetter, merge_grad_list, override_to_local_variable, split_grad_list,
-        SyncMultiGPUParameterServerBuilder, SyncMultiGPUReplicatedBuilder)
-    from .input_source import (
-        BatchQueueInput, DummyConstantInput, FeedfreeInput, FeedInput, InputSource, PlaceholderInput,
-        QueueInput, remap_input_source, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
-    from .models import (
-        AvgPooling, BatchNorm, BatchRenorm, BNReLU, ConcatWith, Conv2D, Conv2DTranspose, Deconv2D,
-        disable_layer_logging, Dropout, FixedUnPooling, FullyConnected, GlobalAvgPooling, InstanceNorm,
-        l1_regularizer, l2_regularizer, LayerNorm, layer_register, LeakyReLU, LinearWrap, Maxout, MaxPooling,
-        PReLU, regularize_cost, regularize_cost_from_collection, rename_tflayer_get_variable, VariableHolder)
-    from .predict import (
-        DataParallelOfflinePredictor, DatasetPredictorBase, FeedfreePredictor, MultiProcessDatasetPredictor,
-        MultiThreadAsyncPredictor, MultiTowerOfflinePredictor, OfflinePredictor, OnlinePredictor,
-        PredictConfig, PredictorBase, SimpleDatasetPredictor)
-    from .tfutils import (
-        argscope, ChainInit, collect_env_info, DictRestore, enable_argscope_for_function,
-        enable_argscope_for_module, get_arg_scope, get_current_tower_context, get_default_sess_config,
-        get_global_step_value, get_global_step_var, get_model_loader, get_tf_version_tuple, gradproc,
-        JustCurrentSession, optimizer, SaverRestore, SaverRestoreRelaxed, sesscreate, sessinit, SessionInit,
-        SmartInit, summary, tower, TowerContext, varreplace)
-    from .train import (
-        AsyncMultiGPUTrainer, AutoResumeTrainConfig, CollectiveAllReduceTrainer,
-        DistributedTrainerParameterServer,
-        DistributedTrainerReplicated, DEFAULT_CALLBACKS, DEFAULT_MONITORS, HorovodTrainer,
-        launch_train_with_config, ModelDesc, ModelDescBase, NoOpTrainer, QueueInputTrainer, SimpleTrainer,
-        SingleCostTrainer, StopTraining, SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer,
-        SyncMultiGPUTrainerReplicated, TowerTrainer, TrainConfig, Trainer)
-
-    __all__ += [
-        'tfv1', 'callbacks', 'compat', 'graph_builder', 'input_source', 'models', 'predict',
-        'tfutils', 'train',
-        # callbacks
-        'BinaryClassificationStats', 'Callback', 'CheckpointWriteError', 'CallbackFactory', 'Callbacks',
-        'CallbackToHook',
-        'CheckNumerics', 'ClassificationError', 'CometMLMonitor', 'DataParallelInferenceRunner',
-        'DumpParamAsImage', 'DumpTensor', 'DumpTensorAsImage', 'DumpTensors', 'EnableCallbackIf',
-        'EstimatedTimeLeft', 'GPUMemoryTracker', 'GPUUtilizationTracker', 'GraphProfiler', 'GraphVarParam',
-        'HookToCallback', 'HostMemoryTracker', 'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter',
-        'HyperParamSetterWithFunc', 'Inferencer', 'InferenceRunner', 'InferenceRunnerBase', 'InjectShell',
-        'JSONWriter', 'MaxSaver', 'MergeAllSummaries', 'MinSaver', 'ModelSaver', 'MonitorBase', 'Monitors',
-        'MovingAverageSummary', 'ObjAttrParam', 'PeakMemoryTracker', 'PeriodicCallback', 'PeriodicTrigger',
-        'ProcessTensors', 'ProgressBar', 'ProxyCallback', 'RunOp', 'RunUpdateOps', 'ScalarPrinter',
-        'ScalarStats', 'ScheduledHyperParamSetter', 'SendMonitorData', 'SendStat', 'SessionRunTimeout',
-        'SimpleMovingAverage', 'StartProcOrThread', 'StatMonitorParamSetter', 'TensorPrinter',
-        'TFEventWriter', 'TFLocalCLIDebugHook', 'ThroughputTracker',
-        # graph_builder
-        'aggregate_grads', 'allreduce_grads', 'AsyncMultiGPUBuilder', 'average_grads', 'DataParallelBuilder',
-        'GradientPacker', 'LeastLoadedDeviceSetter', 'merge_grad_list', 'override_to_local_variable',
-        'split_grad_list', 'SyncMultiGPUParameterServerBuilder', 'SyncMultiGPUReplicatedBuilder',
-        # input_source
+# The names the top level takes from each TensorFlow subpackage, imported on first use.
+_TENSORFLOW_NAMES = {
+    'callbacks': (
+        'BinaryClassificationStats', 'Callback', 'CheckpointWriteError', 'CallbackFactory',
+        'Callbacks', 'CallbackToHook', 'CheckNumerics', 'ClassificationError', 'CometMLMonitor',
+        'DataParallelInferenceRunner', 'DumpParamAsImage', 'DumpTensor', 'DumpTensorAsImage',
+        'DumpTensors', 'EnableCallbackIf', 'EstimatedTimeLeft', 'GPUMemoryTracker',
+        'GPUUtilizationTracker', 'GraphProfiler', 'GraphVarParam', 'HookToCallback',
+        'HostMemoryTracker', 'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter',
+        'HyperParamSetterWithFunc', 'Inferencer', 'InferenceRunner', 'InferenceRunnerBase',
+        'InjectShell', 'JSONWriter', 'MaxSaver', 'MergeAllSummaries', 'MinSaver', 'ModelSaver',
+        'MonitorBase', 'Monitors', 'MovingAverageSummary', 'ObjAttrParam', 'PeakMemoryTracker',
+        'PeriodicCallback', 'PeriodicTrigger', 'ProcessTensors', 'ProgressBar', 'ProxyCallback',
+        'RunOp', 'RunUpdateOps', 'ScalarPrinter', 'ScalarStats', 'ScheduledHyperParamSetter',
+        'SendMonitorData', 'SendStat', 'SessionRunTimeout', 'SimpleMovingAverage',
+        'StartProcOrThread', 'StatMonitorParamSetter', 'TensorPrinter', 'TFEventWriter',
+        'TFLocalCLIDebugHook', 'ThroughputTracker'),
+    'graph_builder': (
+        'aggregate_grads', 'allreduce_grads', 'AsyncMultiGPUBuilder', 'average_grads',
+        'DataParallelBuilder', 'GradientPacker', 'LeastLoadedDeviceSetter', 'merge_grad_list',
+        'override_to_local_variable', 'split_grad_list', 'SyncMultiGPUParameterServerBuilder',
+        'SyncMultiGPUReplicatedBuilder'),
+    'input_source': (
         'BatchQueueInput', 'DummyConstantInput', 'FeedfreeInput', 'FeedInput', 'InputSource',
         'PlaceholderInput', 'QueueInput', 'remap_input_source', 'StagingInput', 'TensorInput',
-        'TFDatasetInput', 'ZMQInput',
-        # models
-        'AvgPooling', 'BatchNorm', 'BatchRenorm', 'BNReLU', 'ConcatWith', 'Conv2D', 'Conv2DTranspose',
-        'Deconv2D', 'disable_layer_logging', 'Dropout', 'FixedUnPooling', 'FullyConnected',
-        'GlobalAvgPooling',
-        'InstanceNorm', 'l1_regularizer', 'l2_regularizer', 'LayerNorm', 'layer_register', 'LeakyReLU',
-        'LinearWrap', 'Maxout', 'MaxPooling', 'PReLU', 'regularize_cost', 'regularize_cost_from_collection',
-        'rename_tflayer_get_variable', 'VariableHolder',
-        # predict
+        'TFDatasetInput', 'ZMQInput'),
+    'models': (
+        'AvgPooling', 'BatchNorm', 'BatchRenorm', 'BNReLU', 'ConcatWith', 'Conv2D',
+        'Conv2DTranspose', 'Deconv2D', 'disable_layer_logging', 'Dropout', 'FixedUnPooling',
+        'FullyConnected', 'GlobalAvgPooling', 'InstanceNorm', 'l1_regularizer', 'l2_regularizer',
+        'LayerNorm', 'layer_register', 'LeakyReLU', 'LinearWrap', 'Maxout', 'MaxPooling', 'PReLU',
+        'regularize_cost', 'regularize_cost_from_collection', 'rename_tflayer_get_variable',
+        'VariableHolder'),
+    'predict': (
         'DataParallelOfflinePredictor', 'DatasetPredictorBase', 'FeedfreePredictor',
         'MultiProcessDatasetPredictor', 'MultiThreadAsyncPredictor', 'MultiTowerOfflinePredictor',
-        'OfflinePredictor', 'OnlinePredictor', 'PredictConfig', 'PredictorBase', 'SimpleDatasetPredictor',
-        # tfutils
+        'OfflinePredictor', 'OnlinePredictor', 'PredictConfig', 'PredictorBase',
+        'SimpleDatasetPredictor'),
+    'tfutils': (
         'argscope', 'ChainInit', 'collect_env_info', 'DictRestore', 'enable_argscope_for_function',
-        'enable_argscope_for_module', 'get_arg_scope', 'get_current_tower_context', 'get_default_sess_config',
-        'get_global_step_value', 'get_global_step_var', 'get_model_loader', 'get_tf_version_tuple',
-        'gradproc',
-        'JustCurrentSession', 'optimizer', 'SaverRestore', 'SaverRestoreRelaxed', 'sesscreate', 'sessinit',
-        'SessionInit', 'SmartInit', 'summary', 'tower', 'TowerContext', 'varreplace',
-        # train
+        'enable_argscope_for_module', 'get_arg_scope', 'get_current_tower_context',
+        'get_default_sess_config', 'get_global_step_value', 'get_global_step_var',
+        'get_model_loader', 'get_tf_version_tuple', 'gradproc', 'JustCurrentSession', 'optimizer',
+        'SaverRestore', 'SaverRestoreRelaxed', 'sesscreate', 'sessinit', 'SessionInit', 'SmartInit',
+        'summary', 'tower', 'TowerContext', 'varreplace'),
+    'train': (
         'AsyncMultiGPUTrainer', 'AutoResumeTrainConfig', 'CollectiveAllReduceTrainer',
         'DistributedTrainerParameterServer', 'DistributedTrainerReplicated', 'DEFAULT_CALLBACKS',
-        'DEFAULT_MONITORS',
-        'HorovodTrainer', 'launch_train_with_config', 'ModelDesc', 'ModelDescBase', 'NoOpTrainer',
-        'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer', 'StopTraining', 'SyncMultiGPUTrainer',
-        'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainerReplicated', 'TowerTrainer', 'TrainConfig',
-        'Trainer',
-    ]
+        'DEFAULT_MONITORS', 'HorovodTrainer', 'launch_train_with_config', 'ModelDesc',
+        'ModelDescBase', 'NoOpTrainer', 'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer',
+        'StopTraining', 'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerParameterServer',
+        'SyncMultiGPUTrainerReplicated', 'TowerTrainer', 'TrainConfig', 'Trainer'),
+    'compat': ('tfv1',),
+}
+
+_SUBPACKAGE_OF = {name: subpackage for subpackage, names in _TENSORFLOW_NAMES.items() for name in names}
+
+if importlib.util.find_spec('tensorflow') is not None:
+    __all__ += list(_TENSORFLOW_SUBPACKAGES) + list(_SUBPACKAGE_OF)
+
+
+def __getattr__(name):
+    """A TensorFlow subpackage or a name from one, imported on first use; without TensorFlow, one
+    ImportError saying what to install."""
+    if name in _TENSORFLOW_SUBPACKAGES:
+        subpackage = name
+    elif name in _SUBPACKAGE_OF:
+        subpackage = _SUBPACKAGE_OF[name]
+    else:
+        raise AttributeError("module {!r} has no attribute {!r}".format(__name__, name))
+    try:
+        importlib.import_module('.compat', __name__)    # its ImportError says what to install
+    except ImportError as err:
+        raise ImportError("tensorpack_lite.{} is not available: {}".format(name, err)) from err
+    module = importlib.import_module('.' + subpackage, __name__)
+    return module if subpackage == name else getattr(module, name)
+
+
+def __dir__():
+    return sorted(set(__all__) | set(_TENSORFLOW_SUBPACKAGES) | set(_SUBPACKAGE_OF))

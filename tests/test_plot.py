@@ -260,8 +260,6 @@ def test_python_m_writes_the_png(module_run):
     assert lines[0] == out and os.path.getsize(out) > 0
 
 
-@pytest.mark.xfail(strict=True, reason="tensorpack_lite/__init__.py imports TensorFlow; `python -m` imports "
-                                       "the parent package first (fix proposed to the lead)")
 def test_python_m_imports_no_tensorflow(module_run):
     lines, _ = module_run
     assert lines[-1] == 'tensorflow imported: False'

@@ -34,8 +34,8 @@ How the figure is made:
   matches (``re.search``).
 
 Needs matplotlib (``pip install matplotlib``, part of the ``examples`` extra). Drawing uses the
-off-screen Agg canvas, so no display is needed. This module imports no TensorFlow (``python -m``
-imports the ``tensorpack_lite`` package first, though, and that imports TensorFlow when it is installed).
+off-screen Agg canvas, so no display is needed. Neither this module nor ``python -m`` of it imports
+TensorFlow (the package loads its TensorFlow part on first use).
 """
 
 import argparse
