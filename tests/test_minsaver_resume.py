@@ -24,13 +24,19 @@ from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrain
 STEPS = 2  # per epoch: 8 points in batches of 4
 
 
-class TinyModel(ModelDesc):
+class Model(ModelDesc):
+    """A linear regression; also a 0/1 'incorrect_vector' and a moving summary of its cost."""
+
     def inputs(self):
         return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
 
     def build_graph(self, x, y):
         w = tfv1.get_variable('w', initializer=np.full((4, 1), 0.5, 'float32'))
-        return tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
+        pred = tf.squeeze(tf.matmul(x, w), 1)
+        tf.cast(tf.abs(pred - y) > 1.0, tf.float32, name='incorrect_vector')
+        cost = tf.reduce_mean(tf.square(pred - y), name='cost')
+        add_moving_summary(cost)
+        return cost
 
     def optimizer(self):
         return tfv1.train.GradientDescentOptimizer(0.1)
@@ -56,7 +62,7 @@ def run(values, max_epoch, saver=None):
     """Train (resuming what the logger directory holds) with 'val-error' scripted by epoch."""
     saver = saver or MinSaver('val-error')
     with tfv1.Graph().as_default():
-        config = AutoResumeTrainConfig(model=TinyModel(), dataflow=dataflow(), max_epoch=max_epoch,
+        config = AutoResumeTrainConfig(model=Model(), dataflow=dataflow(), max_epoch=max_epoch,
                                        callbacks=[ModelSaver(), ScriptedStat('val-error', values), saver])
         launch_train_with_config(config, SimpleTrainer())
     return saver
@@ -146,32 +152,36 @@ def test_max_saver_record_is_its_own(logdir, log_records):
 # Crashes while the best checkpoint and its record are replaced
 # ---------------------------------------------------------------------------------------------
 
-class FakeMonitors:
+class ScriptedMonitors:
+    """Stands for a trainer (``monitors`` is itself) whose statistic 'err' we script."""
+
     def __init__(self):
-        self.history = []
+        self.monitors, self.err = self, []
 
     def get_history(self, name):
-        return self.history if name == 'err' else []
+        return self.err if name == 'err' else []
 
 
-def write_model(directory, step, value):
+def add_checkpoint(directory, step, fill):
+    """A ModelSaver-like checkpoint 'model-<step>' holding w (all ``fill``) and the step."""
     prefix = os.path.join(directory, 'model-{}'.format(step))
-    save_chkpt_vars({'w': np.full((20, 20), value, 'float32'), 'global_step': np.int64(step)}, prefix)
+    save_chkpt_vars({'w': np.full((20, 20), fill, 'float32'), 'global_step': np.int64(step)}, prefix)
     tfv1.train.update_checkpoint_state(directory, prefix)
 
 
-def make_saver(directory):
-    """A MinSaver('err') set up with a fake trainer whose monitors we script."""
-    trainer = type('FakeTrainer', (), {})()
-    trainer.monitors = FakeMonitors()
+def saver_with_a_best(directory):
+    """A MinSaver('err') on scripted monitors, which took model-10 (err=2.0) as its best."""
     saver = MinSaver('err', checkpoint_dir=directory)
-    saver.setup_graph(trainer)
+    saver.setup_graph(ScriptedMonitors())
+    add_checkpoint(directory, 10, 1.0)
+    saver.trainer.err.append((10, 2.0))
+    saver.trigger()
     return saver
 
 
 def restarted_best(directory):
     """What a MinSaver started again in ``directory`` takes as the best so far."""
-    saver = make_saver(directory)
+    saver = MinSaver('err', checkpoint_dir=directory)
     saver.before_train()
     return saver.best
 
@@ -186,12 +196,9 @@ CRASHES = [('shutil.copyfile', 1, 'old'),  # while copying the data (before the 
 @pytest.mark.parametrize('target, call, outcome', CRASHES)
 def test_a_crash_leaves_the_copy_and_its_record_consistent(tmp_path, monkeypatch, target, call, outcome):
     directory = str(tmp_path)
-    saver = make_saver(directory)
-    write_model(directory, 10, 1.0)
-    saver.trainer.monitors.history.append((10, 2.0))
-    saver.trigger()
-    write_model(directory, 20, 7.0)
-    saver.trainer.monitors.history.append((20, 1.5))
+    saver = saver_with_a_best(directory)
+    add_checkpoint(directory, 20, 7.0)
+    saver.trainer.err.append((20, 1.5))
 
     real = {'os.replace': os.replace, 'shutil.copyfile': __import__('shutil').copyfile}[target]
     calls = []
@@ -221,10 +228,7 @@ def test_a_crash_leaves_the_copy_and_its_record_consistent(tmp_path, monkeypatch
 
 def test_a_copy_without_record_or_a_record_without_copy_counts_as_absent(tmp_path, log_records):
     directory = str(tmp_path)
-    saver = make_saver(directory)
-    write_model(directory, 10, 1.0)
-    saver.trainer.monitors.history.append((10, 2.0))
-    saver.trigger()
+    saver_with_a_best(directory)
     record = os.path.join(directory, 'best-min-err.json')
 
     os.rename(record, record + '.away')
@@ -239,32 +243,26 @@ def test_a_copy_without_record_or_a_record_without_copy_counts_as_absent(tmp_pat
     assert "records a checkpoint {} that does not exist".format(
         os.path.join(directory, 'min-err')) in ' '.join(log_records.messages())
 
+
+def test_an_unreadable_record_counts_as_absent(tmp_path, log_records):
+    directory = str(tmp_path)
+    saver = saver_with_a_best(directory)
+    record = os.path.join(directory, 'best-min-err.json')
     with open(record, 'w') as f:
-        f.write('{"monitor_stat": "err"')  # not JSON
-    write_model(directory, 20, 3.0)
-    saver = make_saver(directory)
-    saver.before_train()
+        f.write('{"monitor_stat": "err"')  # cut short
+    saver.before_train()                    # as when started again
     assert saver.best is None
-    saver.trainer.monitors.history.append((20, 9.0))  # worse than the lost 2.0, yet taken
+    assert "cannot read {} (JSONDecodeError".format(record) in ' '.join(log_records.messages())
+    add_checkpoint(directory, 20, 3.0)
+    saver.trainer.err.append((20, 9.0))     # worse than the lost 2.0, yet taken
     saver.trigger()
     assert saver.best == (20, 9.0) and step_of(os.path.join(directory, 'min-err')) == 20
+    assert read_json(record)['value'] == 9.0
 
 
 # ---------------------------------------------------------------------------------------------
 # A misspelled statistic, reported before the first step
 # ---------------------------------------------------------------------------------------------
-
-class ClassifierModel(TinyModel):
-    """TinyModel with a 0/1 'incorrect_vector' and a moving summary of its cost."""
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=np.full((4, 1), 0.5, 'float32'))
-        pred = tf.squeeze(tf.matmul(x, w), 1)
-        tf.cast(tf.abs(pred - y) > 1.0, tf.float32, name='incorrect_vector')
-        cost = tf.reduce_mean(tf.square(pred - y), name='cost')
-        add_moving_summary(cost)
-        return cost
-
 
 class CountSteps(Callback):
     def __init__(self):
@@ -291,7 +289,7 @@ def validation(*infs):
 def train_classifier(callbacks, max_epoch=1):
     counter = CountSteps()
     trainer = SimpleTrainer()
-    config = TrainConfig(model=ClassifierModel(), dataflow=dataflow(), max_epoch=max_epoch,
+    config = TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=max_epoch,
                          callbacks=[ModelSaver()] + callbacks + [counter])
     launch_train_with_config(config, trainer)
     return counter.steps
@@ -299,7 +297,7 @@ def train_classifier(callbacks, max_epoch=1):
 
 def test_misspelled_stat_raises_before_the_first_step(logdir):
     counter = CountSteps()
-    config = TrainConfig(model=ClassifierModel(), dataflow=dataflow(), max_epoch=2,
+    config = TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=2,
                          callbacks=[ModelSaver(), validation(), MinSaver('val-error'), counter])
     trainer = SimpleTrainer()
     with pytest.raises(KeyError) as info:
