@@ -339,6 +339,12 @@ def test_a_declared_user_stat_needs_no_warning(logdir, log_records):
     assert saver.best == (STEPS, 0.5)
 
 
+def test_a_saver_placed_before_the_producer_is_warned(logdir, log_records):
+    train_classifier([MinSaver('validation_error'), validation()])
+    assert ("MinSaver('validation_error'): 'validation_error' is put by InferenceRunner(InferenceTower), "
+            "which comes after it in the callbacks") in ' '.join(log_records.messages(logging.WARNING))
+
+
 def test_undeclared_and_missing_stat_fails_at_the_first_trigger_with_the_known_names(logdir):
     with pytest.raises(KeyError) as info:
         train_classifier([validation(ClassificationError()), ScriptedStat('other', {1: 0.5}),

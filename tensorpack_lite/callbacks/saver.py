@@ -322,7 +322,7 @@ class MinSaver(Callback):
     version) counts as absent: the first value replaces it. To start over in the same
     directory, delete ``min-<monitor_stat>.*`` and ``best-min-<monitor_stat>.json``.
 
-    The name is checked before training against the statistics the other callbacks
+    The name is checked before the first step against the statistics the other callbacks
     declare (:meth:`Callback.stat_names`: inferencers, scalar summaries, ...): a name no
     callback puts raises a KeyError suggesting the closest ones; when some callbacks cannot
     tell what they put, a close match only gives a warning. At a trigger, a statistic not

@@ -47,10 +47,10 @@ def name_culprit(err, cb, stage):
         err.__notes__ = getattr(err, '__notes__', []) + [note]
 
 
-def _is_library_class(cls):
-    """Whether class or function ``cls`` is defined in tensorpack_lite (whose callbacks say
+def _defined_in_library(obj):
+    """Whether class or function ``obj`` is defined in tensorpack_lite (whose callbacks say
     what they put)."""
-    return (getattr(cls, '__module__', None) or '').split('.')[0] == __name__.split('.')[0]
+    return (getattr(obj, '__module__', None) or '').split('.')[0] == __name__.split('.')[0]
 
 
 class Callback:
@@ -181,8 +181,9 @@ class Callback:
         reads a statistic (e.g. :class:`~tensorpack_lite.callbacks.saver.MinSaver`) check
         its name before training.
 
-        A subclass that puts statistics overrides ``_stat_names()``. A subclass defined
-        outside tensorpack_lite that does not override it answers None: it may put anything.
+        A subclass that puts statistics overrides ``_stat_names()``, as tensorpack_lite's
+        own do (the others answer an empty list). A subclass defined elsewhere that does not
+        override it answers None: it may put anything.
 
         Example::
 
@@ -194,7 +195,7 @@ class Callback:
         for cls in type(self).__mro__:
             if cls is answering:
                 break
-            if not _is_library_class(cls):
+            if not _defined_in_library(cls):
                 return None  # a user's subclass, silent about what it adds
         names = self._stat_names()
         if names is None:
@@ -319,7 +320,7 @@ class CallbackFactory(Callback):
 
     def _stat_names(self):
         functions = [self._cb_setup_graph, self._cb_before_train, self._cb_trigger, self._cb_after_train]
-        if all(_is_library_class(f) for f in functions if f is not None):
+        if all(_defined_in_library(f) for f in functions if f is not None):
             return []  # tensorpack_lite's own (e.g. an InputSource's)
         return None  # a user's functions may put anything
 
