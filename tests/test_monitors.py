@@ -5,6 +5,7 @@ import glob
 import json
 import logging
 import os
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.tfutils.summary import create_scalar_summary
 from tensorpack_lite.train.base import Trainer
-from tensorpack_lite.utils import logger
+from tensorpack_lite.utils import logger, stats_json
 
 STEPS = 3
 
@@ -143,14 +144,16 @@ def test_json_load_helpers_without_file_or_epoch(tmp_path):
 
 def test_json_crash_while_writing_keeps_previous_file(logdir, monkeypatch):
     real_dump = json.dump
-    calls = []
+    calls, on_disk_after_crash = [], []
 
     def dump_then_crash(obj, f, *args, **kwargs):
         calls.append(len(obj))
-        if len(calls) == 2:  # the write at the end of epoch 2 dies half-way
+        if len(calls) == 3:  # the write at the end of epoch 2 dies half-way (the first is `[]`)
             f.write('[{"metric": 1.5, ')
             f.flush()
             raise RuntimeError('simulated crash while writing')
+        if len(calls) == 4:  # after_train writes the waiting records again
+            on_disk_after_crash.append(_load_stats(logdir))
         return real_dump(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(json, 'dump', dump_then_crash)
@@ -158,8 +161,10 @@ def test_json_crash_while_writing_keeps_previous_file(logdir, monkeypatch):
         _train([PutEpochStats()], [JSONWriter()], max_epoch=3)
     monkeypatch.undo()
 
-    assert calls == [1, 2]
-    assert _load_stats(logdir) == [{'metric': 1.5, 'summ': 10.0, 'epoch_num': 1, 'global_step': 3}]
+    assert calls == [0, 1, 2, 2]
+    epoch1 = {'metric': 1.5, 'summ': 10.0, 'epoch_num': 1, 'global_step': 3}
+    assert on_disk_after_crash == [[epoch1]]   # the half-written file never replaced it
+    assert _load_stats(logdir) == [epoch1, {'metric': 3.0, 'summ': 20.0, 'epoch_num': 2, 'global_step': 6}]
     assert glob.glob(os.path.join(logdir, '*.tmp')) == []
 
 
@@ -170,7 +175,7 @@ def test_json_failed_rename_is_logged_and_retried(logdir, monkeypatch, log_recor
     def flaky_replace(src, dst, *args, **kwargs):
         if str(dst).endswith('stats.json'):
             calls.append(dst)
-            if len(calls) == 2:
+            if len(calls) == 3:  # the write at the end of epoch 2 (the first is before training)
                 # At this moment the file on disk must still be the previous good version.
                 assert len(_load_stats(logdir)) == 1
                 raise OSError(28, 'No space left on device (simulated)')
@@ -180,11 +185,106 @@ def test_json_failed_rename_is_logged_and_retried(logdir, monkeypatch, log_recor
     _train([PutEpochStats()], [JSONWriter()], max_epoch=3)
     monkeypatch.undo()
 
-    assert len(calls) == 3
+    assert len(calls) == 4
     # The epoch-2 record was kept in memory and written with epoch 3.
     assert [r['epoch_num'] for r in _load_stats(logdir)] == [1, 2, 3]
     assert glob.glob(os.path.join(logdir, '*.tmp')) == []
     assert any('could not write' in msg for msg in log_records.messages_at(logging.ERROR))
+
+
+class PutEveryStep(Callback):
+    """Puts 'step-x' = global_step after every step."""
+
+    def _trigger_step(self):
+        self.trainer.monitors.put_scalar('step-x', self.global_step)
+
+
+def test_json_per_step_scalars_cost_one_write_per_epoch(logdir, monkeypatch):
+    """A scalar put every step is buffered: 300 steps in 3 epochs make at most epochs + 2
+    writes (before training, each epoch's end, after training), and every record is kept."""
+    written = []
+    real_write = stats_json.write_records
+
+    def counting_write(directory, records):
+        written.append(len(records))
+        return real_write(directory, records)
+
+    monkeypatch.setattr(stats_json, 'write_records', counting_write)
+    _train([PutEveryStep()], [JSONWriter()], max_epoch=3, steps_per_epoch=100)
+
+    assert len(written) <= 3 + 2
+    assert written == [0, 100, 200, 300]   # [] before training, then at each epoch's end
+    stats = _load_stats(logdir)
+    assert [r['step-x'] for r in stats] == list(range(1, 301))
+    assert [r['global_step'] for r in stats] == list(range(1, 301))
+    assert [r['epoch_num'] for r in stats] == [(step - 1) // 100 + 1 for step in range(1, 301)]
+
+
+def test_json_new_run_writes_an_empty_list_before_training(logdir):
+    class Look(Callback):
+        def _before_train(self):
+            self.seen = None
+
+        def _trigger_step(self):
+            if self.seen is None:
+                self.seen = _load_stats(logdir)
+
+    look = Look()
+    _train([look], [JSONWriter()], max_epoch=1)
+    assert look.seen == []   # the run exists and has finished no epoch yet
+    # An epoch without any scalar is still recorded: the record says that it finished.
+    assert _load_stats(logdir) == [{'epoch_num': 1, 'global_step': 3}]
+
+
+def test_json_failure_writes_the_waiting_records(logdir):
+    class FailAtStep5(Callback):
+        def _trigger_step(self):
+            if self.global_step == 5:
+                raise RuntimeError('failure at step 5')
+
+    with pytest.raises(RuntimeError, match='step 5'):
+        _train([PutEveryStep(), FailAtStep5()], [JSONWriter()], max_epoch=3)
+    stats = _load_stats(logdir)
+    assert [(r['epoch_num'], r['global_step'], r['step-x']) for r in stats] == [
+        (1, 1, 1), (1, 2, 2), (1, 3, 3), (2, 4, 4), (2, 5, 5)]
+
+
+def test_json_removes_stale_temporary_files_only(logdir, log_records):
+    stale = [os.path.join(logdir, 'stats.json.{}.tmp'.format(h)) for h in ('0123456789ab', 'ff00')]
+    kept = [os.path.join(logdir, name) for name in
+            ('stats.json.0123-120000', 'model.data.0123456789ab.tmp', 'stats.json.xyz.tmp')]
+    for path in stale + kept:
+        with open(path, 'w') as f:
+            f.write('[')
+    _train([PutEpochStats()], [JSONWriter()], max_epoch=1)
+    assert not any(os.path.exists(path) for path in stale)
+    assert all(os.path.exists(path) for path in kept)
+    infos = log_records.messages_at(logging.INFO)
+    assert all(any(path in msg for msg in infos) for path in stale)
+
+
+def test_json_resume_moves_records_of_later_epochs_to_a_backup(logdir, log_records):
+    """Records of the starting epoch and later (an interrupted attempt at them: a mid-epoch
+    validation, an epoch whose checkpoint failed) are set aside; the history goes on."""
+    earlier = [{'metric': 1.5, 'epoch_num': 1, 'global_step': 3},
+               {'val': 0.5, 'epoch_num': 2, 'global_step': 4},
+               {'metric': 3.0, 'epoch_num': 2, 'global_step': 6}]
+    later = [{'val': 0.7, 'epoch_num': 3, 'global_step': 7},
+             {'metric': 4.5, 'epoch_num': 3, 'global_step': 9},
+             {'val': 0.9, 'epoch_num': 4, 'global_step': 10}]
+    with open(os.path.join(logdir, 'stats.json'), 'w') as f:
+        json.dump(earlier + later, f)
+
+    _train([PutEpochStats()], [JSONWriter()], starting_epoch=3, max_epoch=3)
+
+    assert _load_stats(logdir) == earlier + [
+        {'metric': 4.5, 'summ': 30.0, 'epoch_num': 3, 'global_step': 3}]
+    backups = glob.glob(os.path.join(logdir, 'stats.json.*'))
+    assert len(backups) == 1 and re.search(r'stats\.json\.\d{4}-\d{6}$', backups[0])
+    with open(backups[0]) as f:
+        assert json.load(f) == later
+    warnings = log_records.messages_at(logging.WARNING)
+    assert any('3 record(s) of epoch 3 or later' in msg and backups[0] in msg for msg in warnings)
 
 
 # ----------------------------------------------------------------------- TFEventWriter

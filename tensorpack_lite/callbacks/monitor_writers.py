@@ -3,29 +3,20 @@
 epoch (:class:`ScalarPrinter`)."""
 
 import itertools
+import json
 import os
 import re
 import shutil
 import threading
-from datetime import datetime
 
 from tabulate import tabulate
 
 from ..compat import tfv1
 from ..utils import logger, stats_json
+from ..utils.fs import write_atomically
 from .monitor_group import MonitorBase, NoOpMonitor
 
 __all__ = ['TFEventWriter', 'JSONWriter', 'ScalarPrinter']
-
-
-def _timestamped_backup_name(path):
-    """``path.<MMDD-HHMMSS>``, with a counter appended if that name is taken."""
-    backup = '{}.{}'.format(path, datetime.now().strftime('%m%d-%H%M%S'))
-    candidate, index = backup, 1
-    while os.path.exists(candidate):
-        candidate = '{}.{}'.format(backup, index)
-        index += 1
-    return candidate
 
 
 _EVENT_FILE_SEQ = itertools.count()
@@ -119,17 +110,24 @@ class TFEventWriter(MonitorBase):
 
 
 class JSONWriter(MonitorBase):
-    """Keeps the scalars in ``stats.json`` in the logger directory: a list with one dict per
-    trigger, holding the scalars put since the previous one plus ``epoch_num`` and
-    ``global_step``.
+    """Keeps the scalars in ``stats.json`` in the logger directory: a list of dicts holding the
+    scalars put since the previous one plus ``epoch_num`` and ``global_step``.
 
-    A record is made at each epoch's end, and after a step when scalars were put during it
-    (except the last step of an epoch, whose scalars join the epoch's record). The file is
-    replaced atomically, so a crash never leaves a half-written file.
+    A record is made at each epoch's end (even without scalars: the record says the epoch
+    finished), and after a step when scalars were put during it (except the last step of an
+    epoch, whose scalars join the epoch's record).
 
-    When resuming (``starting_epoch`` continues the last recorded epoch) the history is
-    appended to; otherwise the old file is moved to ``stats.json.<MMDD-HHMMSS>``. An
-    unreadable ``stats.json`` is backed up the same way.
+    The file is written before training (an empty list in a new run, so that "no epoch
+    finished yet" differs from "no JSONWriter"), at each epoch's end, and after training
+    (also when it fails) if records are waiting. Records made mid-epoch wait in memory until
+    then, so a scalar put every step costs no write. Each write replaces the file atomically,
+    so a crash never leaves a half-written file; the ``stats.json.<hex>.tmp`` files of writes
+    interrupted by a kill are removed before training.
+
+    When resuming, the history is appended to: the records of epochs from ``starting_epoch``
+    on (left by an interrupted attempt at them) are moved to ``stats.json.<MMDD-HHMMSS>``.
+    When the history does not end with the epoch before ``starting_epoch`` (or cannot be
+    read), the whole file is moved there and a new history starts.
 
     Without a logger directory, constructing it logs a warning and returns a
     :class:`NoOpMonitor`.
@@ -178,63 +176,98 @@ class JSONWriter(MonitorBase):
         # Ready before before_train: other callbacks may put scalars in their before_train.
         self._stats = []
         self._stat_now = {}
-
-    def _backup_existing(self, reason):
-        backup = _timestamped_backup_name(self._fname)
-        shutil.move(self._fname, backup)
-        logger.warn("{} Moved it to '{}'; training continues with starting_epoch={} and a new "
-                    "history.".format(reason, backup, self.trainer.loop.starting_epoch))
-        return backup
+        self._unwritten = False
 
     def _before_train(self):
+        for path in stats_json.remove_stale_temporaries(self._dir):
+            logger.info("Removed '{}', left by an interrupted write.".format(path))
+        self._stats = self._history_to_continue()
+        self._record()  # scalars put before training, if any
+        self._write()
+
+    def _history_to_continue(self):
+        """The records of the existing file that this run continues (see the class doc)."""
         try:
             stats = self.load_existing_json(self._dir)
         except ValueError as err:
-            self._backup_existing("Cannot read the existing {}: {}.".format(self.FILENAME, err))
-            stats = None
-        if stats is not None:
-            starting_epoch = self.trainer.loop.starting_epoch
-            last_epoch = stats_json.last_epoch(stats)
-            if not stats or (last_epoch is not None and last_epoch + 1 == starting_epoch):
-                if stats:
-                    logger.info("Found {} with epochs up to {} in {}: appending to it.".format(
-                        self.FILENAME, last_epoch, self._dir))
-                self._stats = stats
-            else:
-                self._backup_existing(
-                    "The last epoch in '{}' is {}, which does not precede the current "
-                    "starting_epoch={}. To resume a training, use AutoResumeTrainConfig or set "
-                    "starting_epoch to the epoch after the last finished one.".format(
-                        self._fname, last_epoch, starting_epoch))
-        self._trigger()  # scalars put before training, if any
+            self._set_aside_file("Cannot read the existing {}: {}.".format(self.FILENAME, err))
+            return []
+        if stats is None:
+            return []
+        starting_epoch = self.trainer.loop.starting_epoch
+        kept = [r for r in stats if not _is_from_epoch_on(r, starting_epoch)]
+        if kept and stats_json.last_epoch(kept) != starting_epoch - 1:
+            self._set_aside_file(
+                "The last epoch in '{}' before starting_epoch={} is {}, which does not precede "
+                "it. To resume a training, use AutoResumeTrainConfig or set starting_epoch to the "
+                "epoch after the last finished one.".format(
+                    self._fname, starting_epoch, stats_json.last_epoch(kept)))
+            return []
+        later = [r for r in stats if _is_from_epoch_on(r, starting_epoch)]
+        if later:
+            backup = stats_json.backup_path(self._dir)
+            write_atomically(backup, lambda f: json.dump(later, f), mode='w')
+            logger.warn("{} holds {} record(s) of epoch {} or later, from an interrupted attempt at "
+                        "them: moved them to '{}' (training continues with starting_epoch={}).".format(
+                            self._fname, len(later), starting_epoch, backup, starting_epoch))
+        if kept:
+            logger.info("Found {} with epochs up to {} in {}: appending to it.".format(
+                self.FILENAME, starting_epoch - 1, self._dir))
+        return kept
+
+    def _set_aside_file(self, reason):
+        backup = stats_json.backup_path(self._dir)
+        shutil.move(self._fname, backup)
+        logger.warn("{} Moved it to '{}'; training continues with starting_epoch={} and a new "
+                    "history.".format(reason, backup, self.trainer.loop.starting_epoch))
 
     def _trigger_step(self):
         if not self.trainer.loop.is_last_step_of_epoch:
-            self._trigger()
+            self._record()
 
     def _trigger_epoch(self):
-        self._trigger()
+        self._record(epoch_end=True)
+        self._write()
+
+    def _after_train(self):
+        self._record()
+        if self._unwritten:
+            self._write()
 
     def process_scalar(self, name, value):
         self._stat_now[name] = value
 
     def _trigger(self):
-        if not self._stat_now:
+        self._record()
+        self._write()
+
+    def _record(self, epoch_end=False):
+        """Turn the scalars put since the last record into a record (in memory); at an epoch's
+        end, even when there are none."""
+        if not self._stat_now and not epoch_end:
             return
         self._stat_now['epoch_num'] = self.epoch_num
         self._stat_now['global_step'] = self.global_step
         self._stats.append(self._stat_now)
         self._stat_now = {}
+        self._unwritten = True
+
+    def _write(self):
         try:
-            self._write_stats()
+            stats_json.write_records(self._dir, self._stats)
         except OSError:
-            # A disk hiccup must not stop training: the record stays in memory and is
-            # written with the next one.
+            # A disk hiccup must not stop training: the records stay in memory and are
+            # written with the next ones.
             logger.exception("JSONWriter could not write '{}'; the previous version is kept.".format(
                 self._fname))
+        else:
+            self._unwritten = False
 
-    def _write_stats(self):
-        stats_json.write_records(self._dir, self._stats)
+
+def _is_from_epoch_on(record, epoch):
+    """Whether ``record`` was made in epoch ``epoch`` or later."""
+    record_epoch = stats_json.epoch_of(record)
+    return record_epoch is not None and record_epoch >= epoch
 
 
 def _compile_regexes(patterns, arg):

@@ -124,13 +124,20 @@ _CHECKPOINT_STEP = re.compile(r'-(\d+)$')
 class AutoResumeTrainConfig(TrainConfig):
     """A TrainConfig that continues the run found in the logger directory, if any.
 
-    When the logger directory holds checkpoints (from :class:`ModelSaver`) and a
-    ``stats.json`` (from :class:`JSONWriter`), training resumes after the last epoch
-    recorded in ``stats.json``, from the checkpoint saved at the end of that epoch: the
-    global step, the epoch number, the hyper-parameter setters (which set their value for
-    the starting epoch) and the statistics history continue, and no epoch runs twice. A
-    run killed between saving a checkpoint and recording its epoch resumes from the
-    previous checkpoint (so keep ``max_to_keep >= 2``, the default is 10).
+    It resumes from the newest checkpoint that ``stats.json`` describes: a checkpoint saved
+    by :class:`ModelSaver` at the end of an epoch ``k`` (global step ``k * steps_per_epoch``)
+    whose end is recorded in ``stats.json`` (a record of epoch ``k`` at that step, see
+    :func:`~tensorpack_lite.utils.stats_json.finished_epochs`). The global step, the epoch
+    number, the hyper-parameter setters (which set their value for the starting epoch) and
+    the statistics history continue, and no epoch runs twice.
+
+    So a run resumes by itself whatever interrupted it: checkpoints saved mid-epoch (when
+    training failed), a checkpoint saved just before a kill that left its epoch unrecorded,
+    records made mid-epoch (a validation every N steps) and records of epochs whose checkpoint
+    could not be written are all passed over; :class:`JSONWriter` then moves the records
+    after the resume point to a backup file. When ``stats.json`` exists but describes no
+    epoch that has a checkpoint, the run starts from scratch; when there is no ``stats.json``
+    at all (a run without JSONWriter), the newest end-of-epoch checkpoint is trusted.
 
     Args:
         always_resume (bool): when False, an explicit ``session_init`` or ``starting_epoch``
@@ -164,8 +171,9 @@ class AutoResumeTrainConfig(TrainConfig):
     @staticmethod
     def find_resume_point(directory, steps_per_epoch):
         """``(checkpoint_path, last_finished_epoch)`` of the run in ``directory``, or None
-        when it holds no checkpoint. Raises ValueError when the checkpoints and stats.json
-        cannot be reconciled."""
+        when there is nothing to resume (see the class doc for the rule). Raises ValueError
+        when there is no ``stats.json`` and no checkpoint at the end of an epoch, or when
+        ``stats.json`` cannot be read."""
         if not directory:
             return None
         directory = os.path.abspath(directory)  # then the state's paths come back absolute
@@ -177,18 +185,24 @@ class AutoResumeTrainConfig(TrainConfig):
             match = _CHECKPOINT_STEP.search(path)
             if match and os.path.exists(path + '.index'):
                 steps[int(match.group(1))] = path
-        last_epoch = stats_json.last_epoch(stats_json.load_records(directory))
-        if last_epoch is None:  # no statistics: trust the newest whole-epoch checkpoint
-            whole = [step for step in steps if step % steps_per_epoch == 0]
-            if not whole:
+        epoch_ends = sorted(step for step in steps if step > 0 and step % steps_per_epoch == 0)
+        records = stats_json.load_records(directory)
+        if records is None:  # a run without JSONWriter: trust the newest whole-epoch checkpoint
+            if not epoch_ends:
                 raise ValueError("Checkpoints in {} are at steps {}, none at the end of an epoch of {} "
                                  "steps, and there is no stats.json to tell the epoch.".format(
                                      directory, sorted(steps), steps_per_epoch))
-            return steps[max(whole)], max(whole) // steps_per_epoch
-        wanted = last_epoch * steps_per_epoch
-        if wanted not in steps:
-            raise ValueError("stats.json in {} ends at epoch {} (global step {} with {} steps per "
-                             "epoch) but the checkpoints there are at steps {}; resume by hand with "
-                             "session_init and starting_epoch.".format(
-                                 directory, last_epoch, wanted, steps_per_epoch, sorted(steps)))
-        return steps[wanted], last_epoch
+            return steps[epoch_ends[-1]], epoch_ends[-1] // steps_per_epoch
+        described = stats_json.finished_epochs(records, steps_per_epoch)
+        usable = [step for step in epoch_ends if step // steps_per_epoch in described]
+        if not usable:
+            logger.warn("{} describes no finished epoch that has a checkpoint (finished epochs: {}; "
+                        "checkpoints at steps {} with {} steps per epoch): starting from scratch.".format(
+                            stats_json.stats_path(directory), sorted(described), sorted(steps),
+                            steps_per_epoch))
+            return None
+        skipped = sorted(step for step in steps if step > usable[-1])
+        if skipped:
+            logger.info("Checkpoints after step {} (at steps {}) are passed over: stats.json does not "
+                        "record their epoch's end.".format(usable[-1], skipped))
+        return steps[usable[-1]], usable[-1] // steps_per_epoch
