@@ -12,7 +12,7 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession, SessionInit
 from tensorpack_lite.train.base import StopTraining, Trainer
 
-from helpers import ReadBack
+from helpers import ReadBack, VirtualClock
 
 
 def build_regression(seed=0):
@@ -408,15 +408,21 @@ def test_proxy_and_factory_callbacks_forward_hooks():
     assert triggered == [1, 2, 3]
 
 
-def test_slow_callbacks_are_reported(monkeypatch):
-    import time
+@pytest.fixture
+def epoch_clock(monkeypatch):
+    """The clock that times the callbacks at the end of an epoch: it moves only when told to."""
+    clock = VirtualClock()
+    monkeypatch.setattr(callback_group, 'time', clock)
+    return clock
+
+
+def test_slow_callbacks_are_reported(epoch_clock):
     _, train_op = build_regression()
-    monkeypatch.setattr(callback_group._EpochTimer, 'total_threshold', 0.05)
-    monkeypatch.setattr(callback_group._EpochTimer, 'slow_threshold', 0.02)
+    slow_seconds = callback_group._EpochTimer.total_threshold + 1
 
     class Slow(Callback):
         def _trigger_epoch(self):
-            time.sleep(0.1)
+            epoch_clock.advance(slow_seconds)
 
     trainer = Trainer()
     trainer.train_op = train_op
@@ -425,7 +431,7 @@ def test_slow_callbacks_are_reported(monkeypatch):
     assert report is not None and 'Slow' in report
 
 
-def test_fast_callbacks_are_not_reported():
+def test_fast_callbacks_are_not_reported(epoch_clock):
     _, train_op = build_regression()
     trainer = Trainer()
     trainer.train_op = train_op
