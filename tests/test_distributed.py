@@ -18,15 +18,15 @@ from tensorpack_lite.utils.launch import LocalCluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, 'distributed_scripts', 'train_tiny_multiworker.py')
-RUN_TIMEOUT = 240
+RUN_TIMEOUT = 600   # a hang: a run takes well under a minute on an idle machine, a few under load
 
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import train_tiny_multiworker as train_tiny  # noqa: E402
 
 
 class Run:
-    """One run of train_tiny_multiworker.py as a local cluster: ``code``, ``output`` and the time each
-    task's process ended (``ended``: {(job, index): seconds since the start})."""
+    """One run of train_tiny_multiworker.py as a local cluster, until every process has ended on its
+    own: ``code`` and ``output``."""
 
     def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0):
         command = [sys.executable, SCRIPT, '--out', str(out_dir)] + [str(a) for a in args]
@@ -34,14 +34,11 @@ class Run:
         env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), TF_CPP_MIN_LOG_LEVEL='2',
                    CUDA_VISIBLE_DEVICES='')
         self.cluster = LocalCluster(command, num_worker, num_ps, grace=grace, env=env, output=self._output)
-        self.ended = {}
         start = time.monotonic()
         self.cluster.start()
         try:
-            while len(self.ended) < len(self.cluster.tasks) and time.monotonic() - start <= RUN_TIMEOUT:
-                for job, index, proc in self.cluster.tasks:
-                    if proc.poll() is not None:
-                        self.ended.setdefault((job, index), time.monotonic() - start)
+            while (any(proc.poll() is None for _, _, proc in self.cluster.tasks)
+                   and time.monotonic() - start <= RUN_TIMEOUT):
                 time.sleep(0.05)
         finally:
             self.code = self.cluster.wait(timeout=1)   # ends what is left
@@ -125,8 +122,8 @@ def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, traine
             '--logdir', logdir, '--per-worker-logdir']
     killed = Run(tmp_path, 2, num_ps, args + ['--die-at-step', 7], grace=60)
     assert killed.returncode('worker', 1) == -9, killed.output[-6000:]
-    assert killed.returncode('worker', 0) not in (0, None), killed.output[-6000:]
-    assert killed.ended[('worker', 0)] - killed.ended[('worker', 1)] < 60
+    # worker 0 stopped on its own with an error (the launcher would have ended it with a signal)
+    assert killed.returncode('worker', 0) > 0, killed.output[-6000:]
     address = killed.cluster.config.address('worker', 1)
     assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): lost worker 1 \({}\)'.format(
         address), killed.output), killed.output[-6000:]
