@@ -36,16 +36,12 @@ def _queue_attr(queue, name, default):
         return default
 
 
-def _raise(error):
-    raise error
-
-
 class _EnqueueThread(ShareSessionThread, StoppableThread):
     """Puts datapoints into a TF queue, in the background, until stopped.
 
     ``make_iterator()`` gives the datapoints; each is fed to ``placeholders`` and enqueued.
-    One that does not fit them goes to ``on_misfit(error)``, which raises (the default: the
-    thread ends) or returns (the datapoint is skipped). The thread ends when stopped, when the
+    One that does not fit them goes to ``on_misfit(error)``, which raises (the thread ends)
+    or returns (the datapoint is skipped). The thread ends when stopped, when the
     queue is closed, or when the datapoints run out or fail (the error is logged with its
     traceback). It closes the queue when it ends, so that a consumer gets ``OutOfRangeError``
     rather than waiting forever.
@@ -57,8 +53,7 @@ class _EnqueueThread(ShareSessionThread, StoppableThread):
     stopped and closes the queue itself, when nothing is pending.
     """
 
-    def __init__(self, owner, queue, placeholders, make_iterator, strict_dtype=False,
-                 on_misfit=_raise):
+    def __init__(self, owner, queue, placeholders, make_iterator, on_misfit, strict_dtype=False):
         super(_EnqueueThread, self).__init__(name="EnqueueThread: {} to queue '{}'".format(
             owner, queue.name), daemon=True)
         self._owner = owner
@@ -220,7 +215,7 @@ class _EnqueueingInput(FeedfreeInput):
                     [p.dtype.name for p in enqueue_placehdrs]))
             logger.info("Setting up the queue '{}' for CPU prefetching ...".format(self.queue.name))
             self.thread = _EnqueueThread(owner, self.queue, enqueue_placehdrs, self._datapoints,
-                                         self._strict_dtype, self._misfit)
+                                         self._misfit, self._strict_dtype)
 
     def _enqueue_placeholders(self):
         return self._input_placehdrs

@@ -100,6 +100,17 @@ def _public_key(value, argument):
                     "got {!r}".format(argument, _Z85_KEY_LENGTH, value))
 
 
+def _curve_requested(owner, keys, other):
+    """Whether CURVE is asked for: ``keys`` and ``other`` are (argument name, value, what it
+    is) of the two arguments turning it on; both given is True, neither False, one an error."""
+    given = [value is not None for _, value, _ in (keys, other)]
+    if all(given) or not any(given):
+        return all(given)
+    (missing, _, what), = [arg for arg, present in zip((keys, other), given) if not present]
+    raise ValueError("{}: CURVE needs both {} ({}) and {} ({}); {} is missing".format(
+        owner, keys[0], keys[2], other[0], other[2], missing))
+
+
 class _AllowedKeys(object):
     """The ZAP authenticator's credentials provider: accepts the listed public keys only."""
 
@@ -137,13 +148,9 @@ class CurveReceiver(object):
     @classmethod
     def from_arguments(cls, owner, curve_keys, curve_clients):
         """A receiver set-up, or None when neither argument is given (no CURVE)."""
-        if curve_keys is None and curve_clients is None:
+        if not _curve_requested(owner, ('curve_keys', curve_keys, "the receiver's keypair"),
+                                ('curve_clients', curve_clients, "the senders' public keys")):
             return None
-        if curve_keys is None or curve_clients is None:
-            missing = 'curve_keys' if curve_keys is None else 'curve_clients'
-            raise ValueError("{}: CURVE needs both curve_keys (the receiver's keypair) and "
-                             "curve_clients (the senders' public keys); {} is missing".format(
-                                 owner, missing))
         return cls(owner, curve_keys, curve_clients)
 
     def start_authenticator(self, context):
@@ -179,13 +186,9 @@ class CurveSender(object):
     @classmethod
     def from_arguments(cls, owner, curve_keys, curve_server_key):
         """A sender set-up, or None when neither argument is given (no CURVE)."""
-        if curve_keys is None and curve_server_key is None:
+        if not _curve_requested(owner, ('curve_keys', curve_keys, "the sender's keypair"),
+                                ('curve_server_key', curve_server_key, "the receiver's public key")):
             return None
-        if curve_keys is None or curve_server_key is None:
-            missing = 'curve_keys' if curve_keys is None else 'curve_server_key'
-            raise ValueError("{}: CURVE needs both curve_keys (the sender's keypair) and "
-                             "curve_server_key (the receiver's public key); {} is missing".format(
-                                 owner, missing))
         return cls(owner, curve_keys, curve_server_key)
 
     def configure(self, socket):
