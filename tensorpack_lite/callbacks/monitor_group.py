@@ -65,13 +65,19 @@ class NoOpMonitor(MonitorBase):
 
 
 class ScalarHistory(MonitorBase):
-    """Keeps every scalar put, as ``(global_step, value)`` pairs."""
+    """Keeps the scalars put, as ``(global_step, value)`` pairs: one per name and step, the
+    last one put (as ``stats.json`` and the TensorBoard event files do)."""
 
     def _setup_graph(self):
         self._history = defaultdict(list)
 
     def process_scalar(self, name, value):
-        self._history[name].append((self.global_step, float(value)))
+        history = self._history[name]
+        point = (self.global_step, float(value))
+        if history and history[-1][0] == point[0]:
+            history[-1] = point
+        else:
+            history.append(point)
 
     def get_latest(self, name):
         history = self._history.get(name)
@@ -164,5 +170,6 @@ class Monitors(Callback):
         return self._scalar_history.get_latest(name)[1]
 
     def get_history(self, name):
-        """Every ``(global_step, value)`` put for scalar ``name``, oldest first."""
+        """The ``(global_step, value)`` pairs put for scalar ``name``, oldest first: one per
+        global step (the last value put at that step)."""
         return self._scalar_history.get_history(name)

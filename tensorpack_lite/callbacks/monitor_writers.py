@@ -26,6 +26,11 @@ class TFEventWriter(MonitorBase):
     """Writes TensorBoard event files: the graph, and every summary put into the monitors,
     at the trainer's global step.
 
+    A scalar gets one point per global step: when several values of one name are put at the
+    same step (e.g. a model's ``tf.summary.scalar('learning_rate', ...)`` and a
+    :class:`HyperParamSetter`), the last one is written, as in ``stats.json``. Scalars are
+    therefore written when the step moves on, at each epoch's end, and when training ends.
+
     Without ``logdir`` and without a logger directory there is nothing to write to:
     constructing it then logs a warning and returns a :class:`NoOpMonitor` instead.
 
@@ -59,6 +64,8 @@ class TFEventWriter(MonitorBase):
         self._split_files = bool(split_files)
         self._writer = None
         self._graph_thread = None
+        self._pending_scalars = {}   # tag -> Summary.Value, all put at self._pending_step
+        self._pending_step = None
 
     @property
     def logdir(self):
@@ -90,12 +97,31 @@ class TFEventWriter(MonitorBase):
         self._graph_thread.start()
 
     def process_summary(self, summary):
-        self._writer.add_summary(summary, self.global_step)
+        step = self.global_step
+        if step != self._pending_step:
+            self._write_pending_scalars()
+            self._pending_step = step
+        others = tfv1.Summary()
+        for value in summary.value:
+            if value.WhichOneof('value') == 'simple_value':
+                self._pending_scalars[value.tag] = tfv1.Summary.Value()
+                self._pending_scalars[value.tag].CopyFrom(value)
+            else:
+                others.value.add().CopyFrom(value)
+        if others.value:
+            self._writer.add_summary(others, step)
+
+    def _write_pending_scalars(self):
+        if self._pending_scalars:
+            summary = tfv1.Summary(value=list(self._pending_scalars.values()))
+            self._writer.add_summary(summary, self._pending_step)
+            self._pending_scalars = {}
 
     def process_event(self, event):
         self._writer.add_event(event)
 
     def _trigger(self):
+        self._write_pending_scalars()
         if self._split_files:
             self._wait_for_graph()  # the graph belongs in the first file
             self._writer.close()
@@ -105,6 +131,7 @@ class TFEventWriter(MonitorBase):
 
     def _after_train(self):
         if self._writer is not None:
+            self._write_pending_scalars()
             self._wait_for_graph()
             self._writer.close()
 

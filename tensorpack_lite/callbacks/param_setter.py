@@ -4,8 +4,8 @@
 
 Every setter sets its value before training (so that a resumed run starts with the value of
 its starting epoch) and whenever it is triggered (by default after every epoch), and puts the
-current value into ``trainer.monitors`` after every epoch's trigger (it shows in
-``stats.json``).
+value the epoch's steps ran with into ``trainer.monitors`` at the end of every epoch (it shows
+in ``stats.json`` and TensorBoard).
 """
 
 import bisect
@@ -68,11 +68,13 @@ class HyperParamSetter(Callback):
     differs from the one this setter asked for last and from the current one (real numbers
     are compared at float32 precision).
 
-    At the end of every epoch, right after this setter's own epoch trigger, the current value
-    (the one the next epoch runs with) is put into ``trainer.monitors`` under the parameter's
-    ``readable_name`` when it is a real scalar, so it shows in ``stats.json`` (as a summary
-    of the variable evaluated at the end of the epoch would). A setter wrapped in
-    :class:`PeriodicTrigger` does not put it (its epoch trigger is replaced).
+    At the end of every epoch, right before this setter's own epoch trigger may change it, the
+    value the epoch's last step ran with is put into ``trainer.monitors`` under the parameter's
+    ``readable_name`` when it is a real scalar, so it shows in ``stats.json`` and TensorBoard
+    with the same value, at the same step, as a summary of the variable evaluated in that
+    step (the monitors keep one value per name and step, so a model that also summarizes
+    the variable gives one point). A setter wrapped in :class:`PeriodicTrigger` does not put
+    it (its epoch trigger is replaced).
 
     A change is logged as ``[HyperParamSetter] At global_step=..., learning_rate changes from
     x to y``, at most once per epoch (a step-based schedule may change the value every step).
@@ -137,8 +139,8 @@ class HyperParamSetter(Callback):
         self._set_param()
 
     def trigger_epoch(self):
-        self._trigger_epoch()
         self._put_current_value()
+        self._trigger_epoch()
 
     def _put_current_value(self):
         value = _as_scalar(self.get_current_value())
