@@ -11,9 +11,12 @@
 Every worker resets its own copy of the DataFlow, with its own RNG seed, and runs it epoch
 after epoch. Worker processes die with the parent (even a parent killed with SIGKILL), and a
 worker that fails makes the parent raise :class:`DataFlowWorkerError` naming its exception.
-See docs/dataflow.md for choosing a runner, start methods and cleanup guarantees.
+A parent left waiting by silent workers logs their names and pids (``idle_warning``) and
+can give up (``idle_timeout``). See docs/dataflow.md for choosing a runner, start methods
+and cleanup guarantees, and docs/parallel.md for stuck workers and leftovers.
 """
 
+import contextlib
 import itertools
 import mmap
 import multiprocessing as mp
@@ -84,35 +87,51 @@ def _reseed_worker(idx):
     random.seed(seed)
 
 
-def _watch_parent(parent_pid, interval=1.0):
-    """Exit as soon as the parent is gone (where the death signal is not available or was
-    tied to a thread that ended)."""
+def _watch_parent(parent_pid, on_parent_gone, interval=1.0):
+    """Call ``on_parent_gone()`` (which must end the process) as soon as the parent is gone
+    (where the death signal is not available or was tied to a thread that ended)."""
     def watch():
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(1)
+        while os.getppid() == parent_pid:
             time.sleep(interval)
+        on_parent_gone()
     threading.Thread(target=watch, name='parent-watchdog', daemon=True).start()
 
 
 class _ProcessWorker(object):
     """The body of one worker process (template): ``_open()``, ``_loop()``, ``_close()``;
-    a failure is sent to the parent with ``_report(text)``, then the process exits with 1."""
+    a failure is sent to the parent with ``_report(text)``, then the process exits with 1.
+
+    A worker given an :class:`_IPCDir` (``ipc``) joins it when it starts and leaves it on
+    every way out: the end of :meth:`run`, SIGTERM (the parent's :meth:`_WorkerProcesses.close`
+    or the death signal; the worker still dies by SIGTERM), and the watchdog that notices a
+    parent gone.
+    """
+
+    ipc = None
+    """The :class:`_IPCDir` of the parent's endpoints, set by :class:`_WorkerProcesses`."""
+
+    leave_grace = 5.0
 
     def __init__(self, owner, idx, parent_pid):
         self.owner = owner
         self.idx = idx
         self.parent_pid = parent_pid
+        self._membership = None
 
     @property
     def name(self):
         return '{} worker #{}'.format(self.owner, self.idx)
 
     def run(self):
+        signal.signal(signal.SIGTERM, self._on_sigterm)  # not a handler inherited from the parent
+        if self.ipc is not None:
+            self._membership = self.ipc.join()
+            if self._membership is None:  # removed: the parent and every other worker are gone
+                os._exit(1)
         enable_death_signal(_warn=self.idx == 0)
         if os.getppid() != self.parent_pid:  # the parent died before the death signal was set
-            os._exit(1)
-        _watch_parent(self.parent_pid)
+            self._leave_and_exit()
+        _watch_parent(self.parent_pid, self._leave_and_exit)
         _reseed_worker(self.idx)
         try:
             self._open()
@@ -126,6 +145,23 @@ class _ProcessWorker(object):
                 sys.exit(1)
         finally:
             self._close()
+            self._leave()
+
+    def _leave(self):
+        """Leave the ipc directory (if any), waiting up to :attr:`leave_grace` seconds for the
+        other members to leave (the threads of a dying parent hold its lock for a moment
+        after the death signal was sent; a parent that closes removes the directory first,
+        so this does not wait then). False when interrupting a leave in progress."""
+        return self._membership is None or self._membership.leave(wait=self.leave_grace)
+
+    def _leave_and_exit(self):
+        self._leave()
+        os._exit(1)
+
+    def _on_sigterm(self, signum, frame):
+        if self._leave():  # otherwise the interrupted leave finishes, then the process ends
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def before_fork(self):
         """In the parent, just before this worker is forked."""
@@ -162,14 +198,17 @@ class _WorkerProcesses(object):
     """The worker processes of one parallel DataFlow.
 
     They start with SIGINT ignored (Ctrl-C goes to the parent only), are terminated at exit
-    of the parent, and :meth:`close` ends them (SIGTERM, then SIGKILL).
+    of the parent, and :meth:`close` ends them (SIGTERM, then SIGKILL). Given an
+    :class:`_IPCDir`, each of them is a member of it (see :class:`_ProcessWorker`).
     """
 
     join_timeout = 5.0
 
-    def __init__(self, workers):
+    def __init__(self, workers, ipc=None):
         ctx = _start_method_context()
-        self.workers = workers
+        self.workers, self.ipc = workers, ipc
+        for worker in workers:
+            worker.ipc = ipc
         self.names = [w.name for w in workers]
         self.procs = [ctx.Process(target=w.run, name=w.name) for w in workers]
         self._owner_pid = os.getpid()
@@ -198,6 +237,8 @@ class _WorkerProcesses(object):
     def close(self):
         if os.getpid() != self._owner_pid:  # an inherited copy in a forked child
             return
+        if self.ipc is not None:  # first: the workers leaving then find nothing to wait for
+            self.ipc.cleanup()
         for p in self.procs:
             if p.pid is not None and p.exitcode is None:
                 p.terminate()
@@ -212,7 +253,19 @@ class _WorkerProcesses(object):
 
 
 class _IPCDir(object):
-    """A private temporary directory for ``ipc://`` endpoints, removed by :meth:`cleanup`."""
+    """A private temporary directory for ``ipc://`` endpoints, shared by a parent and its
+    worker processes and removed by the last of them to leave.
+
+    Each member holds a shared ``flock`` on the directory through a descriptor of its own
+    (:meth:`join`: the parent when it makes the directory, each worker when it starts); the
+    kernel drops the lock when the process ends, however it ends. A member that leaves drops
+    its lock, then tries to lock the directory exclusively without waiting: that succeeds
+    only when no other member is left, and then it removes the directory. So a worker that
+    ends never removes the endpoints of a living parent, and when the parent is killed
+    (SIGKILL, or SIGTERM without a handler) the last of its workers to exit removes them.
+    The parent's :meth:`cleanup` removes the directory in any case (its workers are ended
+    by then).
+    """
 
     _MAX_PATH = 103  # sockaddr_un.sun_path: 108 bytes on Linux, 104 on macOS, with a final NUL
     _MAX_SUFFIX = 36  # '/tplite-runner-XXXXXXXX/' + the endpoint's name
@@ -223,13 +276,100 @@ class _IPCDir(object):
             base = '/tmp'
         self.path = tempfile.mkdtemp(prefix='tplite-{}-'.format(prefix), dir=base)
         self._owner_pid = os.getpid()
+        self._membership = self.join()
 
     def endpoint(self, name):
         return 'ipc://' + os.path.join(self.path, name)
 
+    def join(self):
+        """Make the calling process a member: its :class:`_Membership`, or None when the
+        directory is gone already."""
+        return _Membership.take(self.path)
+
     def cleanup(self):
+        """In the parent: leave, and remove the directory whoever is left."""
         if os.getpid() == self._owner_pid:
+            self._membership.leave()
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+class _Membership(object):
+    """One process's shared lock on an :class:`_IPCDir` (see there).
+
+    Children forked from this process close the descriptors of its memberships at once
+    (``os.register_at_fork``), so that each lock counts one process: a worker takes its own
+    lock when it starts, and a process forked by something else holds none.
+    """
+
+    _held = set()  # descriptors of the memberships of this process
+    _fork_hook_registered = False
+
+    def __init__(self, path, fd):
+        self.path, self._fd, self._pid = path, fd, os.getpid()
+        self._lock = threading.Lock()
+        self._leaving_threads = set()
+
+    @classmethod
+    def take(cls, path):
+        import fcntl
+        if not _Membership._fork_hook_registered:
+            os.register_at_fork(after_in_child=cls._close_inherited)
+            _Membership._fork_hook_registered = True
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        cls._held.add(fd)
+        return cls(path, fd)
+
+    @classmethod
+    def _close_inherited(cls):
+        for fd in cls._held:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        cls._held.clear()
+
+    def leave(self, wait=0.0):
+        """Drop the lock; remove the directory if no other member is left, or if they all
+        leave within ``wait`` seconds. Idempotent and safe from a signal handler: returns
+        False, doing nothing, when it interrupts a leave in progress in the same thread."""
+        me = threading.get_ident()
+        if me in self._leaving_threads:
+            return False
+        self._leaving_threads.add(me)
+        try:
+            with self._lock:
+                if self._fd is not None and os.getpid() == self._pid:
+                    self._held.discard(self._fd)
+                    os.close(self._fd)
+                    self._fd = None
+                    self._remove_when_last(time.monotonic() + wait)
+        finally:
+            self._leaving_threads.discard(me)
+        return True
+
+    def _remove_when_last(self, deadline):
+        import fcntl
+        while True:
+            try:
+                probe = os.open(self.path, os.O_RDONLY)
+            except OSError:
+                return  # removed by another member
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pass  # another member is left (or is checking, and will remove it)
+            else:
+                shutil.rmtree(self.path, ignore_errors=True)
+                return
+            finally:
+                os.close(probe)
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
 
 
 def _zmq():
@@ -261,21 +401,97 @@ class _Sockets(object):
         self.context.destroy(linger=int(linger * 1000))  # closes every socket, then terminates
 
 
+def _soonest(*times):
+    """The smallest of ``times`` that are not None; None if all are."""
+    given = [t for t in times if t is not None]
+    return min(given) if given else None
+
+
+class _IdleWatch(object):
+    """Watches a parent waiting for its workers. Each wait (:meth:`start_wait`) with nothing
+    arriving logs a warning every ``warn_after`` seconds, and raises
+    :class:`DataFlowWorkerError` after ``timeout`` seconds (None: never); both name the
+    watched workers (index, pid) and how long each has been silent, longest first.
+
+    Args:
+        owner (str): who waits, for the messages.
+        workers (_WorkerProcesses): the workers (names and pids).
+        warn_after, timeout (float or None): seconds.
+        watched (list[int]): the workers that send datapoints (default: all).
+    """
+
+    def __init__(self, owner, workers, warn_after, timeout, watched=None):
+        self.owner, self.workers = owner, workers
+        self.warn_after, self.timeout = warn_after, timeout
+        now = time.monotonic()
+        watched = range(len(workers.procs)) if watched is None else watched
+        self._last_heard = {k: None for k in watched}
+        self._started = now
+        self._wait_start = self._next_warning = now
+
+    def heard(self, idx):
+        """A message from worker ``idx`` arrived."""
+        if idx in self._last_heard:
+            self._last_heard[idx] = time.monotonic()
+
+    def start_wait(self):
+        now = time.monotonic()
+        self._wait_start = now
+        self._next_warning = None if self.warn_after is None else now + self.warn_after
+
+    def seconds_left(self):
+        """Seconds until :meth:`check` has something to do (None: never)."""
+        due = _soonest(self._next_warning, self._deadline())
+        return None if due is None else max(0.0, due - time.monotonic())
+
+    def check(self):
+        """Warn, then raise, if it is time to (a warning that is due is never skipped)."""
+        now = time.monotonic()
+        waited = now - self._wait_start
+        if self._next_warning is not None and now >= self._next_warning:
+            self._next_warning = now + self.warn_after
+            logger.warn("[{}] Nothing arrived from the workers for {:.0f} s; silent: {}. A worker may be "
+                        "stuck (a blocking read, a deadlock) or slow; `py-spy dump --pid <pid>` shows "
+                        "where. Set {}.idle_timeout to fail instead of waiting.".format(
+                            self.owner, waited, self._silent(now), self.owner))
+        if self.timeout is not None and waited >= self.timeout:
+            raise DataFlowWorkerError(
+                "{}: nothing arrived from the workers for {:.0f} s (idle_timeout={}); silent: {}. "
+                "A worker may be stuck (a blocking read, a deadlock); `py-spy dump --pid <pid>` shows "
+                "where.".format(self.owner, waited, self.timeout, self._silent(now)))
+
+    def _deadline(self):
+        return None if self.timeout is None else self._wait_start + self.timeout
+
+    def _silent(self, now):
+        def since(k):
+            last = self._last_heard[k]
+            return self._started if last is None else last
+        parts = []
+        for k in sorted(self._last_heard, key=since):
+            what = 'nothing since it started' if self._last_heard[k] is None else 'nothing'
+            parts.append("{} (pid {}): {} for {:.0f} s".format(
+                self.workers.names[k], self.workers.procs[k].pid, what, now - since(k)))
+        return '; '.join(parts)
+
+
 _ERROR_TAG = b''  # first frame of a worker's error report (a datapoint's header is never empty)
 
 
 class _ZMQCollector(object):
     """Receives multi-part messages from worker processes on a PULL socket, watching the
     workers at the same time: a worker's error report or death raises
-    :class:`DataFlowWorkerError` at once."""
+    :class:`DataFlowWorkerError` at once, and silence is reported by ``watch``
+    (an :class:`_IdleWatch`). ``worker_of(frames)`` tells which worker sent a message."""
 
     report_grace = 1.0
     """Seconds to wait, after a worker ended, for the error report it may have sent."""
 
-    def __init__(self, pull_socket, workers):
+    def __init__(self, pull_socket, workers, watch, worker_of):
         zmq = _zmq()
         self.socket = pull_socket
         self.workers = workers
+        self.watch, self.worker_of = watch, worker_of
         self._poller = zmq.Poller()
         self._poller.register(pull_socket, zmq.POLLIN)
         for fd in workers.sentinels:
@@ -285,15 +501,21 @@ class _ZMQCollector(object):
         """The frames of the next message that is not an error report; None if ``timeout``
         seconds pass first."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.watch.start_wait()
         while True:
-            wait_ms = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            wait = _soonest(self.watch.seconds_left(),
+                            None if deadline is None else deadline - time.monotonic())
+            wait_ms = None if wait is None else max(0, int(wait * 1000) + 1)
             ready = dict(self._poller.poll(wait_ms))
             if len(ready) > (self.socket in ready):  # a worker ended: do not wait for the others
                 self._raise_for_dead_worker()
             if self.socket in ready:
-                return self._check(self.socket.recv_multipart(copy=False))
+                frames = self._check(self.socket.recv_multipart(copy=False))
+                self.watch.heard(self.worker_of(frames))
+                return frames
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+            self.watch.check()
 
     def _check(self, frames):
         if frames[0].bytes == _ERROR_TAG:
@@ -335,25 +557,55 @@ def _thread_error(name, err):
 class _ParallelBase(_Closable, DataFlow):
     """What the process runners share: reset once, fail for good after a worker failure,
     release everything (workers, sockets, ipc directory) on :meth:`close`, at garbage
-    collection or at exit."""
+    collection or at exit, and report workers that leave the parent waiting.
+
+    Example::
+
+        df = MultiProcessRunnerZMQ(ds, num_proc=4)
+        df.idle_timeout = 600   # fail if the workers send nothing for 10 minutes
+    """
+
+    idle_warning = 60.0
+    """Seconds of waiting with nothing arriving from the workers after which a warning names
+    them (index, pid, how long each has been silent); repeated every such period. None:
+    no warning."""
+
+    idle_timeout = None
+    """Seconds of waiting with nothing arriving after which reading raises
+    :class:`DataFlowWorkerError` naming the silent workers (and closes the dataflow). None:
+    wait forever (as tensorpack)."""
 
     def __init__(self):
         self._reset_done = False
         self._failure = None
         self._guard = DataFlowReentrantGuard(type(self).__name__)
 
-    def _check_reset(self):
+    @contextlib.contextmanager
+    def _starting(self):
+        """Around the start of the workers, in :meth:`reset_state`: once only; if anything
+        fails, what was made so far (registered with :meth:`_on_close`) is released."""
         if self._reset_done:
             raise RuntimeError("{}.reset_state() was called twice: it starts the worker "
                                "processes, so call it once".format(type(self).__name__))
         self._reset_done = True
-
-    def _set_cleanup(self, *actions):
-        """Run ``actions`` (callables not holding ``self``) once: at :meth:`close`, when this
-        object is garbage-collected, or when the process exits -- also a process started by
-        ``multiprocessing``, which would otherwise wait for our workers before exiting."""
-        self._finalizer = multiprocessing.util.Finalize(self, _run_all, args=(actions,),
+        self._cleanups = []
+        self._finalizer = multiprocessing.util.Finalize(self, _run_all, args=(self._cleanups,),
                                                         exitpriority=10)
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
+
+    def _on_close(self, action):
+        """Run ``action`` (a callable not holding ``self``) once: at :meth:`close`, when this
+        object is garbage-collected, or when the process exits -- also a process started by
+        ``multiprocessing``, which would otherwise wait for our workers before exiting.
+        Actions run in the reverse order of registration (the last made is released first)."""
+        self._cleanups.insert(0, action)
+
+    def _idle_watch(self, workers, watched=None):
+        return _IdleWatch(type(self).__name__, workers, self.idle_warning, self.idle_timeout, watched)
 
     def _from_workers(self, get):
         """``get()``; after a worker failure (this one or an earlier one), everything is
@@ -379,7 +631,11 @@ class _ParallelBase(_Closable, DataFlow):
 
 
 def _closer(pipe_worker):
-    return lambda: pipe_worker.reader.close()
+    """Closes the parent's end of the pipe of ``pipe_worker`` (if it was made)."""
+    def close():
+        if pipe_worker.reader is not None:
+            pipe_worker.reader.close()
+    return close
 
 
 def _run_all(actions):
@@ -494,6 +750,11 @@ class _PushWorker(_ProcessWorker):
             self.pipes.close(linger=_ZMQCollector.report_grace)
 
 
+def _sender_of_datapoint(frames):
+    """The worker that sent a datapoint of :class:`_PushWorker`."""
+    return _WORKER.unpack_from(frames[1].buffer)[0]
+
+
 class MultiProcessRunnerZMQ(_ParallelBase):
     """Run ``ds`` in ``num_proc`` worker processes that send datapoints through a ZeroMQ
     ``ipc://`` pipe.
@@ -510,6 +771,9 @@ class MultiProcessRunnerZMQ(_ParallelBase):
     an array after yielding it. Arrays of 1 MiB or more go through shared memory when a slot
     is free (one copy in all; see :attr:`shared_memory_slots`). Received arrays are views of
     the message or of a slot; small ones are read-only.
+
+    Workers that leave the parent waiting are named in a warning every :attr:`idle_warning`
+    seconds; set :attr:`idle_timeout` to raise instead of waiting forever.
 
     Args:
         ds (DataFlow): the dataflow to run.
@@ -545,21 +809,44 @@ class MultiProcessRunnerZMQ(_ParallelBase):
 
     def reset_state(self):
         """Fork the workers (once)."""
-        self._check_reset()
-        name = type(self).__name__
-        ipc = _IPCDir('runner')
-        endpoint = ipc.endpoint('data')
-        self._slots = [_SharedSlots(self.shared_memory_slots, self.shared_memory_slot_bytes)
-                       if self.shared_memory_slots > 0 else None for _ in range(self.num_proc)]
-        workers = _WorkerProcesses([
-            _PushWorker(name, k, os.getpid(), self.ds, endpoint, self._hwm, self._slots[k])
-            for k in range(self.num_proc)])
-        pipes = _Sockets()
-        self._set_cleanup(workers.close, pipes.close, ipc.cleanup)
-        socket = pipes.socket(pipes.zmq.PULL, self._hwm)
-        socket.bind(endpoint)
-        workers.start()
-        self._collector = _ZMQCollector(socket, workers)
+        with self._starting():
+            name = type(self).__name__
+            self._slots = self._reserve_slots()
+            pipes = _Sockets()
+            self._on_close(pipes.close)
+            ipc = _IPCDir('runner')
+            self._on_close(ipc.cleanup)
+            endpoint = ipc.endpoint('data')
+            workers = _WorkerProcesses([
+                _PushWorker(name, k, os.getpid(), self.ds, endpoint, self._hwm, self._slots[k])
+                for k in range(self.num_proc)], ipc)
+            self._on_close(workers.close)
+            socket = pipes.socket(pipes.zmq.PULL, self._hwm)
+            socket.bind(endpoint)
+            workers.start()
+            self._collector = _ZMQCollector(socket, workers, self._idle_watch(workers), _sender_of_datapoint)
+
+    def _reserve_slots(self):
+        """The shared-memory slots of every worker; a MemoryError saying what to lower when
+        the address space is short."""
+        if self.shared_memory_slots <= 0:
+            return [None] * self.num_proc
+        slots = []
+        for k in range(self.num_proc):
+            try:
+                slots.append(_SharedSlots(self.shared_memory_slots, self.shared_memory_slot_bytes))
+            except OSError as err:  # mmap: ENOMEM, e.g. under a limit of the address space (ulimit -v)
+                each = self.shared_memory_slots * self.shared_memory_slot_bytes
+                raise MemoryError(
+                    "{name}: cannot reserve the shared memory of worker #{k} ({err}). Each of the {n} "
+                    "workers reserves shared_memory_slots x shared_memory_slot_bytes = {slots} x {size} "
+                    "bytes ({each:g} MiB; {total:g} MiB in all) of address space. Lower "
+                    "{name}.shared_memory_slots (0: arrays go through the pipe) or "
+                    "{name}.shared_memory_slot_bytes, or use fewer workers.".format(
+                        name=type(self).__name__, k=k, err=err, n=self.num_proc,
+                        slots=self.shared_memory_slots, size=self.shared_memory_slot_bytes,
+                        each=each / 2 ** 20, total=each * self.num_proc / 2 ** 20)) from err
+        return slots
 
     def _recv(self):
         frames = self._collector.recv()
@@ -622,7 +909,8 @@ _DATA_TAG, _REPORT_TAG = b'D', b'E'  # first byte of a message of _PipeWorker
 class MultiProcessRunner(_ParallelBase, ProxyDataFlow):
     """Run ``ds`` in ``num_proc`` worker processes that send pickled datapoints through
     ``multiprocessing`` pipes, at most ``num_prefetch`` of them waiting at a time. Same
-    guarantees as :class:`MultiProcessRunnerZMQ`, without ZeroMQ, but slower for big arrays.
+    guarantees as :class:`MultiProcessRunnerZMQ` (``idle_warning`` and ``idle_timeout``
+    included), without ZeroMQ, but slower for big arrays.
 
     Args:
         ds (DataFlow): the dataflow to run.
@@ -643,25 +931,34 @@ class MultiProcessRunner(_ParallelBase, ProxyDataFlow):
 
     def reset_state(self):
         """Fork the workers (once)."""
-        self._check_reset()
-        self._tokens = _start_method_context().Semaphore(self.num_prefetch)
-        name = type(self).__name__
-        self._pipe_workers = [_PipeWorker(name, k, os.getpid(), self.ds, self._tokens)
-                              for k in range(self.num_proc)]
-        workers = _WorkerProcesses(self._pipe_workers)
-        self._set_cleanup(workers.close, *[_closer(w) for w in self._pipe_workers])
-        workers.start()
-        self._workers = workers
-        self._turn = 0
+        with self._starting():
+            self._tokens = _start_method_context().Semaphore(self.num_prefetch)
+            name = type(self).__name__
+            self._pipe_workers = [_PipeWorker(name, k, os.getpid(), self.ds, self._tokens)
+                                  for k in range(self.num_proc)]
+            for worker in self._pipe_workers:
+                self._on_close(_closer(worker))
+            workers = _WorkerProcesses(self._pipe_workers)
+            self._on_close(workers.close)
+            workers.start()
+            self._workers = workers
+            self._watch = self._idle_watch(workers)
+            self._turn = 0
 
     def _get(self):
         readers = [w.reader for w in self._pipe_workers]
+        self._watch.start_wait()
         while True:
-            ready = wait_for_sentinels(readers + self._workers.sentinels)
+            ready = wait_for_sentinels(readers + self._workers.sentinels, self._watch.seconds_left())
+            if not ready:
+                self._watch.check()
+                continue
             self._turn = (self._turn + 1) % len(readers)  # take turns among ready workers
             for k in itertools.chain(range(self._turn, len(readers)), range(self._turn)):
                 if readers[k] in ready:
-                    return self._read(k)
+                    dp = self._read(k)
+                    self._watch.heard(k)
+                    return dp
             dead = self._workers.dead()  # a worker ended and its pipe is empty
             if dead is not None:
                 name, proc = dead

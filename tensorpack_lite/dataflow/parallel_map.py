@@ -186,8 +186,13 @@ def _stop_map_threads(inq, threads):
 # ------------------------------------------------------------------ processes
 
 _SEQ = struct.Struct('<q')
-_HELLO = -1  # sequence number of the message a worker sends once connected, with its number
-_WORKER_ID = struct.Struct('<H')
+_HELLO = -1  # sequence number of the message a worker sends once connected
+_WORKER_ID = struct.Struct('<H')  # second frame of every message of a worker: its number
+
+
+def _sender(frames):
+    """The worker that sent a message ``[seq, worker id, ...]``."""
+    return _WORKER_ID.unpack_from(frames[1].buffer)[0]
 
 
 class _ZMQWorker(_ProcessWorker):
@@ -206,8 +211,8 @@ class _ZMQWorker(_ProcessWorker):
 
 
 class _MapWorker(_ZMQWorker):
-    """Receives ``[seq, datapoint frames...]``, sends back ``[seq, result frames...]`` (or
-    ``[seq, b'']`` when ``map_func`` returns None)."""
+    """Receives ``[seq, datapoint frames...]``, sends back ``[seq, worker id, result
+    frames...]`` (or ``[seq, worker id, b'']`` when ``map_func`` returns None)."""
 
     def __init__(self, owner, idx, parent_pid, map_func, task_endpoint, result_endpoint, hwm):
         super(_MapWorker, self).__init__(owner, idx, parent_pid)
@@ -221,16 +226,17 @@ class _MapWorker(_ZMQWorker):
         self.tasks.connect(self.task_endpoint)
         self.results = self.pipes.socket(zmq.PUSH, self.hwm)
         self.results.connect(self.result_endpoint)
-        self.results.send_multipart([_SEQ.pack(_HELLO), _WORKER_ID.pack(self.idx)])
+        self.signature = _WORKER_ID.pack(self.idx)
+        self.results.send_multipart([_SEQ.pack(_HELLO), self.signature])
 
     def _loop(self):
         while True:
             frames = self.tasks.recv_multipart(copy=False)
             result = self.map_func(loads_frames(frames[1:]))
             if result is None:
-                self.results.send_multipart([frames[0], b''])
+                self.results.send_multipart([frames[0], self.signature, b''])
             else:
-                self.results.send_multipart([frames[0]] + dumps_frames(result), copy=False)
+                self.results.send_multipart([frames[0], self.signature] + dumps_frames(result), copy=False)
 
 
 class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
@@ -241,7 +247,9 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
     ``ds`` is reset and iterated in the parent; ``map_func`` runs in the workers (each with
     its own ``np.random`` / ``random`` seed). Datapoints and results must be serializable by
     :func:`~tensorpack_lite.utils.serialize.dumps`; arrays of 16 KiB or more travel without
-    copies, so ``ds`` must not modify an array after yielding it.
+    copies, so ``ds`` must not modify an array after yielding it. Workers that leave the
+    parent waiting are named in a warning every ``idle_warning`` seconds; set
+    ``idle_timeout`` to raise instead of waiting forever.
 
     Args:
         ds (DataFlow): the datapoints to map.
@@ -271,32 +279,39 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
         self.map_func = map_func
 
     def _start_workers(self):
-        self._check_reset()
+        with self._starting():
+            name = type(self).__name__
+            hwm = 2 * self._buffer_size  # more than can ever be in flight: sends never block
+            pipes = _Sockets()
+            self._on_close(pipes.close)
+            ipc = _IPCDir('map')
+            self._on_close(ipc.cleanup)
+            task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
+            workers = _WorkerProcesses([
+                _MapWorker(name, k, os.getpid(), self.map_func, task_endpoint, result_endpoint, hwm)
+                for k in range(self.num_proc)], ipc)
+            self._on_close(workers.close)
+            zmq = pipes.zmq
+            self._tasks = pipes.socket(zmq.PUSH, hwm)
+            self._tasks.bind(task_endpoint)
+            results = pipes.socket(zmq.PULL, hwm)
+            results.bind(result_endpoint)
+            workers.start()
+            self._collector = _ZMQCollector(results, workers, self._idle_watch(workers), _sender)
+        self._wait_for_workers()
+
+    def _wait_for_workers(self):
+        """Until every worker has connected (so that the first tasks are spread)."""
         name = type(self).__name__
-        hwm = 2 * self._buffer_size  # more than can ever be in flight: sends never block
-        ipc = _IPCDir('map')
-        task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
-        workers = _WorkerProcesses([
-            _MapWorker(name, k, os.getpid(), self.map_func, task_endpoint, result_endpoint, hwm)
-            for k in range(self.num_proc)])
-        pipes = _Sockets()
-        self._set_cleanup(workers.close, pipes.close, ipc.cleanup)
-        zmq = pipes.zmq
-        self._tasks = pipes.socket(zmq.PUSH, hwm)
-        self._tasks.bind(task_endpoint)
-        results = pipes.socket(zmq.PULL, hwm)
-        results.bind(result_endpoint)
-        workers.start()
-        self._collector = _ZMQCollector(results, workers)
         connected = set()
-        while len(connected) < self.num_proc:  # all connected: the first tasks are spread
+        while len(connected) < self.num_proc:
             frames = self._from_workers(lambda: self._collector.recv(self.startup_timeout))
             if frames is None:
                 self._failure = DataFlowWorkerError("{}: worker(s) {} did not start within {} s".format(
                     name, sorted(set(range(self.num_proc)) - connected), self.startup_timeout))
                 self.close()
                 raise self._failure
-            connected.add(_WORKER_ID.unpack(frames[1].bytes)[0])
+            connected.add(_sender(frames))
 
     def _send(self, seq, dp):
         frames = [_SEQ.pack(seq)] + dumps_frames(dp)
@@ -305,9 +320,9 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
     def _recv(self):
         frames = self._from_workers(self._collector.recv)
         seq = _SEQ.unpack(frames[0].bytes)[0]
-        if len(frames) == 2 and not frames[1].bytes:
+        if len(frames) == 3 and not frames[2].bytes:
             return seq, _DROPPED
-        return seq, loads_frames(frames[1:])
+        return seq, loads_frames(frames[2:])
 
 
 MultiProcessMapData = MultiProcessMapDataZMQ
@@ -359,8 +374,8 @@ class _MapBatchWorker(_MapWorker):
                 continue
             batch.append(result)
             if len(batch) == self.batch_size:
-                self.results.send_multipart([frames[0]] + dumps_frames(BatchData.aggregate_batch(batch)),
-                                            copy=False)
+                self.results.send_multipart([frames[0], self.signature]
+                                            + dumps_frames(BatchData.aggregate_batch(batch)), copy=False)
                 batch = []
 
 
@@ -378,7 +393,8 @@ class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
     An iteration produces ``len(ds) // batch_size`` batches (forever if ``ds`` has no
     length), continuing where the previous one stopped. Processes start in
     :meth:`reset_state` (call it once); see :class:`MultiProcessMapDataZMQ` for what
-    datapoints may hold.
+    datapoints may hold and for ``idle_warning`` / ``idle_timeout`` (which watch the map
+    workers, not the dispatcher).
 
     Args:
         ds (DataFlow): the datapoints to map.
@@ -415,28 +431,31 @@ class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
 
     def reset_state(self):
         """Start the dispatcher and the workers (once)."""
-        self._check_reset()
-        name = type(self).__name__
-        ipc = _IPCDir('mapbatch')
-        task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
-        worker_hwm = max(self.batch_size, self.buffer_size // self.num_proc)
-        workers = _WorkerProcesses(
-            [_MapBatchWorker(name, k, os.getpid(), self.map_func, self.batch_size, task_endpoint,
-                             result_endpoint, worker_hwm) for k in range(self.num_proc)]
-            + [_DispatchWorker(name, self.num_proc, os.getpid(), self.ds, task_endpoint, result_endpoint,
-                               self.buffer_size)])
-        pipes = _Sockets()
-        self._set_cleanup(workers.close, pipes.close, ipc.cleanup)
-        results = pipes.socket(pipes.zmq.PULL, max(5, self.buffer_size // self.batch_size))
-        results.bind(result_endpoint)
-        workers.start()
-        self._collector = _ZMQCollector(results, workers)
+        with self._starting():
+            name = type(self).__name__
+            pipes = _Sockets()
+            self._on_close(pipes.close)
+            ipc = _IPCDir('mapbatch')
+            self._on_close(ipc.cleanup)
+            task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
+            worker_hwm = max(self.batch_size, self.buffer_size // self.num_proc)
+            workers = _WorkerProcesses(
+                [_MapBatchWorker(name, k, os.getpid(), self.map_func, self.batch_size, task_endpoint,
+                                 result_endpoint, worker_hwm) for k in range(self.num_proc)]
+                + [_DispatchWorker(name, self.num_proc, os.getpid(), self.ds, task_endpoint, result_endpoint,
+                                   self.buffer_size)], ipc)
+            self._on_close(workers.close)
+            results = pipes.socket(pipes.zmq.PULL, max(5, self.buffer_size // self.batch_size))
+            results.bind(result_endpoint)
+            workers.start()
+            watch = self._idle_watch(workers, watched=range(self.num_proc))  # not the dispatcher
+            self._collector = _ZMQCollector(results, workers, watch, _sender)
 
     def _recv(self):
         while True:
             frames = self._collector.recv()
             if _SEQ.unpack(frames[0].bytes)[0] != _HELLO:  # the workers' greetings are not waited for
-                return loads_frames(frames[1:])
+                return loads_frames(frames[2:])
 
     def __iter__(self):
         yield from self._iterate(self._recv, self._num_batches)
