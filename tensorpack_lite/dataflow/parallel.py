@@ -111,6 +111,8 @@ class _ProcessWorker(object):
     """The :class:`_IPCDir` of the parent's endpoints, set by :class:`_WorkerProcesses`."""
 
     leave_grace = 5.0
+    """Seconds a leaving worker waits for the other members of the ipc directory (see
+    :meth:`_leave`)."""
 
     def __init__(self, owner, idx, parent_pid):
         self.owner = owner
