@@ -151,7 +151,7 @@ def test_cifar10_resnet_fake_smoke(smoke_runs):
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 6
     # the schedule's first point, (1, 0.1), replaces the initial 0.01 after the first epoch
-    assert [s['learning_rate'] for s in stats] == pytest.approx([0.1, 0.1])
+    assert [s['learning_rate'] for s in stats] == pytest.approx([0.01, 0.1])
     for s in stats:
         assert_multiple_of(s['validation_error'], 128)     # every one of the 128 fake test images
         assert np.isfinite(s['validation_cost'])

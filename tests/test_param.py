@@ -111,12 +111,13 @@ def test_piecewise_schedule_changes_after_the_given_epochs(logdir, log_records):
     expected = {1: INITIAL_LR, 2: INITIAL_LR, 3: 0.1, 4: 0.1, 5: 0.01}
     assert recorder.per_epoch() == {e: f32(v) for e, v in expected.items()}
     assert len(recorder.steps) == 5 * STEPS_PER_EPOCH
-    # stats.json has the value at the end of each epoch, after the setter's trigger
+    # the variable after each epoch's triggers holds the next epoch's value...
     after = {1: INITIAL_LR, 2: 0.1, 3: 0.1, 4: 0.01, 5: 0.01}
     assert recorder.end_of_epoch == {e: f32(v) for e, v in after.items()}
+    # ...while stats.json (and TensorBoard) have the value each epoch ran with
     recorded = stats_json(logdir)
     assert sorted(recorded) == [1, 2, 3, 4, 5]
-    np.testing.assert_allclose([recorded[e] for e in range(1, 6)], [after[e] for e in range(1, 6)],
+    np.testing.assert_allclose([recorded[e] for e in range(1, 6)], [expected[e] for e in range(1, 6)],
                                rtol=1e-6)
     changes = [m for m in log_records.messages() if m.startswith('[HyperParamSetter]')]
     assert changes == ["[HyperParamSetter] At global_step=4, learning_rate changes from 0.3 to 0.1",
@@ -141,9 +142,8 @@ def test_linear_schedule_matches_numpy_interp(logdir):
     expected = np.interp(np.arange(1, 8), points, values)   # constant after the last point
     np.testing.assert_allclose([used[e] for e in range(2, 9)], expected, rtol=1e-6)
     assert len(set(np.round(expected, 6))) == 6   # it really interpolates
-    recorded = stats_json(logdir)
-    np.testing.assert_allclose([recorded[e] for e in range(1, 9)], np.interp(np.arange(1, 9), points, values),
-                               rtol=1e-6)
+    recorded = stats_json(logdir)   # the value each epoch ran with
+    np.testing.assert_allclose([recorded[e] for e in range(1, 9)], [used[e] for e in range(1, 9)], rtol=1e-6)
 
 
 def test_step_based_schedule_changes_at_the_exact_global_steps(logdir):
@@ -182,9 +182,9 @@ def test_resumed_run_starts_with_the_scheduled_value(logdir, interp, expected):
                      starting_epoch=5, max_epoch=7)
     assert recorder.per_epoch() == {e: f32(expected[e]) for e in (5, 6, 7)}
     assert recorder.steps[0][:2] == (5, 0)
-    # each epoch's record: the value for the epoch after it
+    # each epoch's record: the value it ran with
     np.testing.assert_allclose([stats_json(logdir)[e] for e in (5, 6, 7)],
-                               [expected[e + 1] for e in (5, 6, 7)], rtol=1e-6)
+                               [expected[e] for e in (5, 6, 7)], rtol=1e-6)
 
 
 @pytest.mark.parametrize('schedule, match', [
@@ -281,8 +281,7 @@ def test_obj_attr_param_schedule(logdir):
     expected = {1: 1.0, 2: 0.5, 3: 0.5 + (0.1 - 0.5) / 2, 4: 0.1}   # no float32 here
     assert recorder.values == pytest.approx(expected, rel=1e-12)
     assert player.exploration == pytest.approx(0.1, rel=1e-12)
-    assert stats_json(logdir, 'epsilon') == pytest.approx({e: expected[min(e + 1, 4)] for e in expected},
-                                                          rel=1e-12)
+    assert stats_json(logdir, 'epsilon') == pytest.approx(expected, rel=1e-12)   # what each epoch ran with
     assert param.readable_name == 'epsilon'
     assert ObjAttrParam(player, 'exploration').readable_name == 'exploration'
 
