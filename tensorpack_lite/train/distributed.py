@@ -27,6 +27,7 @@ that never starts, or is lost during training, makes the others fail within seco
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -92,6 +93,11 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     PROBE_INTERVAL = 1.0
     """Seconds between two checks that the other tasks still accept connections."""
+
+    LOSS_CONFIRM_TIMEOUT = 30.0
+    """After a step fails with a connection error (a peer reset or unavailable), seconds to
+    keep probing for the task that went away: a process being killed may still hold its
+    listening port for a moment after its connections were reset."""
 
     def __init__(self, gpus, server):
         self.server = server
@@ -180,6 +186,10 @@ class DistributedTrainerBase(_DataParallelTrainer):
             except tf.errors.OpError:
                 pass   # e.g. the lost task is a parameter server
 
+    def _lost_tasks(self):
+        """The other tasks known to be lost (by the watchdog) or not accepting connections now."""
+        return (self._watchdog.lost if self._watchdog is not None else []) or self.cluster.unreachable()
+
     def _run_options(self, collective_graph_key=0):
         options = tfv1.RunOptions(timeout_in_ms=int(self.STEP_TIMEOUT * 1000))
         if collective_graph_key:
@@ -188,7 +198,12 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     def _explain(self, err):
         """The error to raise for ``err``: a :class:`LostTaskError` when a task is lost."""
-        lost = (self._watchdog.lost if self._watchdog is not None else []) or self.cluster.unreachable()
+        lost = self._lost_tasks()
+        if not lost and isinstance(err, (tf.errors.UnavailableError, tf.errors.AbortedError)):
+            deadline = time.monotonic() + self.LOSS_CONFIRM_TIMEOUT
+            while not lost and time.monotonic() < deadline:
+                time.sleep(0.2)
+                lost = self._lost_tasks()
         if lost:
             return self.cluster.lost_task_error(lost, err)
         if isinstance(err, tf.errors.DeadlineExceededError):
