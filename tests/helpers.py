@@ -20,7 +20,8 @@ from tensorpack_lite.tfutils.tower import get_current_tower_context
 from tensorpack_lite.train import ModelDesc
 
 __all__ = ['LogRecords', 'capture_logs', 'ReadBack', 'RecordCost', 'AssignValues',
-           'DigitsMLPBase', 'cross_entropy_cost', 'labelled_batches', 'varint',
+           'DigitsMLPBase', 'LineRegression', 'LINE_INITIAL_LR', 'cross_entropy_cost', 'labelled_batches',
+           'varint',
            'HANG_TIMEOUT', 'run_or_hang', 'wait_until', 'VirtualClock']
 
 
@@ -149,6 +150,26 @@ class DigitsMLPBase(ModelDesc):
 
     def optimizer(self):
         return tfv1.train.GradientDescentOptimizer(self.lr)
+
+
+LINE_INITIAL_LR = 0.3
+
+
+class LineRegression(ModelDesc):
+    """y = w * x (w starts at 0) fitted by plain gradient descent, with the learning rate in a
+    graph variable ``learning_rate`` (initially :data:`LINE_INITIAL_LR`) as tensorpack models
+    have it: hyper-parameter tests compute the expected w by hand."""
+
+    def inputs(self):
+        return [tf.TensorSpec([None], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
+
+    def build_graph(self, x, y):
+        w = tfv1.get_variable('w', initializer=0.0)
+        return tf.reduce_mean(tf.square(w * x - y), name='cost')
+
+    def optimizer(self):
+        lr = tfv1.get_variable('learning_rate', initializer=LINE_INITIAL_LR, trainable=False)
+        return tfv1.train.GradientDescentOptimizer(lr)
 
 
 def cross_entropy_cost(logits, label):

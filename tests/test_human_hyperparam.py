@@ -10,28 +10,15 @@ import numpy as np
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.param_feedback import HumanHyperParamSetter
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
-INITIAL_LR = 0.3
+from helpers import LINE_INITIAL_LR, LineRegression
+
+INITIAL_LR = LINE_INITIAL_LR
 XS = np.linspace(-1, 1, 8).astype('float32')
 BATCH = 4   # two steps per epoch, in the order of XS
-
-
-class Line(ModelDesc):
-    """y = w * x, fitted to y = 3 x, with the learning rate in a graph variable."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=0.0)
-        return tf.reduce_mean(tf.square(w * x - y), name='cost')
-
-    def optimizer(self):
-        lr = tfv1.get_variable('learning_rate', initializer=INITIAL_LR, trainable=False)
-        return tfv1.train.GradientDescentOptimizer(lr)
 
 
 class EditAndRecord(Callback):
@@ -78,7 +65,7 @@ def test_values_that_are_not_finite_are_refused_and_the_weights_stay_finite(logd
         5: "learning_rate:0.02\n",
     })
     dataflow = BatchData(DataFromList([[x, 3 * x] for x in XS], shuffle=False), BATCH)
-    config = TrainConfig(model=Line(), dataflow=dataflow, max_epoch=6,
+    config = TrainConfig(model=LineRegression(), dataflow=dataflow, max_epoch=6,
                          callbacks=[editor, HumanHyperParamSetter('learning_rate')])
     launch_train_with_config(config, SimpleTrainer())
 

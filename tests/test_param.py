@@ -11,28 +11,15 @@ from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.param import (
     GraphVarParam, HumanHyperParamSetter, HyperParamSetterWithFunc, ObjAttrParam,
     ScheduledHyperParamSetter, StatMonitorParamSetter)
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
-INITIAL_LR = 0.3
+from helpers import LINE_INITIAL_LR, LineRegression
+
+INITIAL_LR = LINE_INITIAL_LR
 STEPS_PER_EPOCH = 2   # 8 points in batches of 4
-
-
-class TinyRegression(ModelDesc):
-    """y = w * x, with the learning rate in a graph variable as tensorpack models have it."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=0.0)
-        return tf.reduce_mean(tf.square(w * x - y), name='cost')
-
-    def optimizer(self):
-        lr = tfv1.get_variable('learning_rate', initializer=INITIAL_LR, trainable=False)
-        return tfv1.train.GradientDescentOptimizer(lr)
 
 
 def dataflow():
@@ -81,9 +68,9 @@ class CountingSessionCreator(NewSessionCreator):
 
 
 def train(callbacks, max_epoch, starting_epoch=1, session_creator=None):
-    """Train TinyRegression with ``callbacks`` then a RecordLR; return the recorder."""
+    """Train LineRegression with ``callbacks`` then a RecordLR; return the recorder."""
     recorder = RecordLR()
-    config = TrainConfig(model=TinyRegression(), dataflow=dataflow(),
+    config = TrainConfig(model=LineRegression(), dataflow=dataflow(),
                          callbacks=list(callbacks) + [recorder], max_epoch=max_epoch,
                          starting_epoch=starting_epoch, session_creator=session_creator)
     assert config.steps_per_epoch == STEPS_PER_EPOCH
