@@ -56,6 +56,19 @@ class _GPUTracker(Callback):
     def _setup_gpus(self, num_gpu):
         """Prepare to track; called only when ``num_gpu`` > 0."""
 
+    def _tracked(self):
+        """The devices tracked, as named in the statistics (known after setup)."""
+        raise NotImplementedError
+
+    def _stat_name(self, device):
+        """The statistic put for ``device``."""
+        raise NotImplementedError
+
+    def _stat_names(self):
+        if self._disabled:
+            return []  # no GPU: nothing is put
+        return [self._stat_name(device) for device in self._tracked() or []]
+
 
 # ----------------------------------------------------------------------------------------
 # Peak memory
@@ -135,7 +148,13 @@ class PeakMemoryTracker(_GPUTracker):
         if self._disabled or self._peaks is None:
             return
         for index, peak in zip(self._indices, self._peaks):
-            self.trainer.monitors.put_scalar('PeakMemory(MB)/gpu:{}'.format(index), peak / 1e6)
+            self.trainer.monitors.put_scalar(self._stat_name(index), peak / 1e6)
+
+    def _tracked(self):
+        return self._indices
+
+    def _stat_name(self, device):
+        return 'PeakMemory(MB)/gpu:{}'.format(device)
 
 
 class GPUMemoryTracker(PeakMemoryTracker):
@@ -280,8 +299,14 @@ class GPUUtilizationTracker(_GPUTracker):
         if self._means is None:
             return
         for dev, mean in zip(self._devices, self._means):
-            self.trainer.monitors.put_scalar('GPUUtil/{}'.format(dev), float(mean))
+            self.trainer.monitors.put_scalar(self._stat_name(dev), float(mean))
         self._means = None
+
+    def _tracked(self):
+        return self._devices
+
+    def _stat_name(self, device):
+        return 'GPUUtil/{}'.format(device)
 
     def _after_train(self):
         self._stop_sampler()

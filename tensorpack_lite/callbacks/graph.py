@@ -214,6 +214,9 @@ class ProcessTensors(Callback):
     def _after_run(self, _, run_values):
         self._fn(*run_values.results)
 
+    def _stat_names(self):
+        return None  # ``fn`` may put anything
+
 
 class CheckNumerics(RunOp):
     """Check every trainable variable for NaN and Inf: before training, at every trigger

@@ -18,10 +18,23 @@ from ..compat import tfv1
 from ..loop.callback import Callback
 from ..tfutils.summary import create_image_summary, create_scalar_summary
 
-__all__ = ['MonitorBase', 'NoOpMonitor', 'Monitors']
+__all__ = ['MonitorBase', 'NoOpMonitor', 'Monitors', 'summary_scalar_name']
 
 
 _TOWER_PREFIX = re.compile(r'tower[0-9]+/')
+_SUMMARY_SUFFIX = '-summary'
+
+
+def summary_scalar_name(tag):
+    """The name under which :meth:`Monitors.put_summary` puts the scalar summary ``tag``:
+    the tag without tower prefixes and without a ``-summary`` suffix.
+
+    Example::
+
+        summary_scalar_name('tower0/cost-summary')   # 'cost'
+    """
+    name = _TOWER_PREFIX.sub('', tag)
+    return name[:-len(_SUMMARY_SUFFIX)] if name.endswith(_SUMMARY_SUFFIX) else name
 
 
 class MonitorBase(Callback):
@@ -134,9 +147,7 @@ class Monitors(Callback):
             raise TypeError("put_summary() takes a tf.compat.v1.Summary, got {}".format(type(summary)))
         for value in summary.value:
             if value.WhichOneof('value') == 'simple_value':
-                value.tag = _TOWER_PREFIX.sub('', value.tag)
-                if value.tag.endswith('-summary'):
-                    value.tag = value.tag[:-len('-summary')]
+                value.tag = summary_scalar_name(value.tag)
                 self._dispatch('process_scalar', value.tag, value.simple_value)
         self._dispatch('process_summary', summary)
 

@@ -147,6 +147,9 @@ class HyperParamSetter(Callback):
         if value is not None:
             self.trainer.monitors.put_scalar(self.param.readable_name, value)
 
+    def _stat_names(self):
+        return [self.param.readable_name]
+
     def __str__(self):
         return "{}({})".format(type(self).__name__, self.param.readable_name)
 

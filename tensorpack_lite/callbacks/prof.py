@@ -80,6 +80,11 @@ class ThroughputTracker(Callback):
         if self._samples_per_step is not None:
             self.trainer.monitors.put_scalar(self.SAMPLES_NAME, steps_per_sec * self._samples_per_step)
 
+    def _stat_names(self):
+        if self._samples_per_step is None:
+            return [self.STEPS_NAME]
+        return [self.STEPS_NAME, self.SAMPLES_NAME]
+
 
 # ----------------------------------------------------------------------------------------
 # Host memory
@@ -121,6 +126,9 @@ class HostMemoryTracker(Callback):
         if available < self.low_memory_fraction * total:
             logger.warn("[HostMemoryTracker] The host is low on memory: {:.2f} GB of {:.2f} GB "
                         "available.".format(available / 1024 ** 3, total / 1024 ** 3))
+
+    def _stat_names(self):
+        return [self.STAT_NAME]
 
 
 # ----------------------------------------------------------------------------------------

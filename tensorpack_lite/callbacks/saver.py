@@ -21,7 +21,6 @@ from datetime import datetime
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
-from ..loop.dispatch import Callbacks
 from ..tfutils.common import get_global_step_var
 from ..tfutils.varmanip import get_checkpoint_path
 from ..utils import logger
@@ -419,11 +418,11 @@ class MinSaver(Callback):
 
     def _check_stat_is_declared(self):
         """Compare ``monitor_stat`` with the statistics the trainer's callbacks declare."""
-        group = getattr(self.trainer, '_callbacks', None)
-        if not isinstance(group, Callbacks):
+        callbacks = getattr(self.trainer, 'callbacks', None)
+        if not isinstance(callbacks, tuple):
             return  # not run by a Trainer: nothing to compare with
         producers, undeclared = {}, []
-        for cb in group.cbs:
+        for cb in callbacks:
             names = cb.stat_names()
             if names is None:
                 undeclared.append(str(cb))
@@ -432,7 +431,7 @@ class MinSaver(Callback):
         self._declared = set(producers)
         producer = producers.get(self.monitor_stat)
         if producer is not None:
-            if self in group.cbs and group.cbs.index(producer) > group.cbs.index(self):
+            if self in callbacks and callbacks.index(producer) > callbacks.index(self):
                 logger.warn("{}: '{}' is put by {}, which comes after it in the callbacks: each "
                             "trigger would see the previous value. Place {} after {}.".format(
                                 self, self.monitor_stat, producer, self, producer))

@@ -8,7 +8,6 @@
 """
 
 import numbers
-import re
 from collections import deque
 
 import numpy as np
@@ -19,6 +18,7 @@ from ..tfutils.common import get_op_tensor_name
 from ..utils import logger
 from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 from .graph import _as_operation
+from .monitor_group import summary_scalar_name
 
 __all__ = ['MOVING_SUMMARY_OPS_KEY', 'MovingAverageSummary', 'MergeAllSummaries',
            'MergeAllSummaries_RunAlone', 'MergeAllSummaries_RunWithOp', 'SimpleMovingAverage']
@@ -77,9 +77,6 @@ def _summary_op(key):
     return tfv1.summary.merge_all(key)
 
 
-_TOWER_PREFIX = re.compile(r'tower[0-9]+/')
-
-
 def _scalar_names_of(summary_op):
     """The names under which ``trainer.monitors.put_summary`` puts the scalars that
     ``summary_op`` (a merged summary) evaluates, or None when a tag is not a constant."""
@@ -96,8 +93,7 @@ def _scalar_names_of(summary_op):
             if tag is None or np.ndim(tag) != 0:
                 return None
             tag = np.asarray(tag).item()
-            tag = _TOWER_PREFIX.sub('', tag.decode() if isinstance(tag, bytes) else str(tag))
-            names.append(tag[:-len('-summary')] if tag.endswith('-summary') else tag)
+            names.append(summary_scalar_name(tag.decode() if isinstance(tag, bytes) else str(tag)))
     return names
 
 

@@ -383,6 +383,24 @@ class BatchQueueInput(QueueInput):
         return tf.TensorShape([self.batch_size]).concatenate(placeholder.shape[1:])
 
 
+class _PutDroppedMessages(Callback):
+    """Puts how many messages a :class:`ZMQInput` has dropped so far, at every trigger."""
+
+    STAT_NAME = 'ZMQInput/dropped_messages'
+
+    def __init__(self, zmq_input):
+        self._input = zmq_input
+
+    def _trigger(self):
+        self.trainer.monitors.put_scalar(self.STAT_NAME, self._input.dropped_messages)
+
+    def _stat_names(self):
+        return [self.STAT_NAME]
+
+    def __str__(self):
+        return 'ZMQInput-dropped-messages'
+
+
 class ZMQInput(_EnqueueingInput):
     """Datapoints received over ZeroMQ: a PULL socket takes messages made by
     :func:`tensorpack_lite.utils.serialize.dumps` (a list of numpy arrays, one per input, of
@@ -441,11 +459,7 @@ class ZMQInput(_EnqueueingInput):
         self._dropped.drop(error)
 
     def _get_callbacks(self):
-        return super(ZMQInput, self)._get_callbacks() + [
-            CallbackFactory(trigger=self._put_dropped_count)]
-
-    def _put_dropped_count(self, callback):
-        callback.trainer.monitors.put_scalar('ZMQInput/dropped_messages', self.dropped_messages)
+        return super(ZMQInput, self)._get_callbacks() + [_PutDroppedMessages(self)]
 
     def _datapoints(self):
         import zmq

@@ -112,6 +112,12 @@ class Callbacks(Callback):
         self.graph = tfv1.get_default_graph()
         self._setup_graph()
 
+    def _stat_names(self):
+        names = [cb.stat_names() for cb in self.cbs]
+        if any(member_names is None for member_names in names):
+            return None  # a member that cannot tell
+        return list(dict.fromkeys(name for member_names in names for name in member_names))
+
     def get_hooks(self):
         """The group as the one ``SessionRunHook`` to run around every hooked session run
         (none when no member acts there)."""

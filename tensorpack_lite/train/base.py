@@ -73,6 +73,14 @@ class Trainer:
     max_epoch = property(lambda self: self.loop.max_epoch)
     steps_per_epoch = property(lambda self: self.loop.steps_per_epoch)
 
+    @property
+    def callbacks(self):
+        """The trainer's callbacks in the order they run, as a tuple (read-only): those
+        registered so far, and after :meth:`setup_callbacks` all of them (step counter, the
+        given callbacks, the monitors and ``trainer.monitors``)."""
+        registered = self._callbacks.cbs if isinstance(self._callbacks, Callbacks) else self._callbacks
+        return tuple(registered)
+
     def register_callback(self, cb):
         """Add a callback (or a list of them) before :meth:`setup_callbacks` runs.
 
