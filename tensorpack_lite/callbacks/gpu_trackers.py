@@ -58,11 +58,11 @@ class _GPUTracker(Callback):
 
     def _tracked(self):
         """The devices tracked, as named in the statistics (known after setup)."""
-        raise NotImplementedError
+        raise NotImplementedError("{} must implement _tracked()".format(type(self).__name__))
 
     def _stat_name(self, device):
         """The statistic put for ``device``."""
-        raise NotImplementedError
+        raise NotImplementedError("{} must implement _stat_name()".format(type(self).__name__))
 
     def _stat_names(self):
         if self._disabled:
