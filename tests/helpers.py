@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import psutil
+import pytest
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.compat import tf, tfv1
@@ -21,7 +22,7 @@ from tensorpack_lite.train import ModelDesc
 
 __all__ = ['LogRecords', 'capture_logs', 'ReadBack', 'RecordCost', 'AssignValues',
            'DigitsMLPBase', 'LineRegression', 'LINE_INITIAL_LR', 'cross_entropy_cost', 'labelled_batches',
-           'varint',
+           'assert_records_close', 'varint',
            'HANG_TIMEOUT', 'run_or_hang', 'wait_until', 'VirtualClock']
 
 
@@ -182,6 +183,17 @@ def labelled_batches(images, labels, batch, shuffle=False, remainder=False):
     """A DataFlow of [images, labels] batches."""
     return BatchData(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=shuffle), batch,
                      remainder=remainder)
+
+
+def assert_records_close(got, expected, abs=1e-6):
+    """Two lists of stats records (dicts of scalars) hold the same keys and values within ``abs``.
+
+    pytest.approx compares one flat dict, not a list of them (pytest 9.2 refuses nested data).
+    """
+    assert len(got) == len(expected), (len(got), len(expected))
+    for index, (mine, theirs) in enumerate(zip(got, expected)):
+        assert sorted(mine) == sorted(theirs), 'record {}'.format(index)
+        assert mine == pytest.approx(theirs, abs=abs), 'record {}'.format(index)
 
 
 def kill_process_tree(proc):

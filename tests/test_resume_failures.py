@@ -20,7 +20,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import DigitsMLPBase, cross_entropy_cost, kill_process_tree, labelled_batches
+from helpers import (DigitsMLPBase, assert_records_close, cross_entropy_cost, kill_process_tree,
+                     labelled_batches)
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, ModelSaver
@@ -247,9 +248,7 @@ def runs(tmp_path_factory):
 
 def _assert_same_run(got, expected):
     """Same records (every key, values within 1e-6), same final and best weights."""
-    assert [sorted(r) for r in got['stats']] == [sorted(r) for r in expected['stats']]
-    for mine, theirs in zip(got['stats'], expected['stats']):
-        assert mine == pytest.approx(theirs, abs=1e-6)
+    assert_records_close(got['stats'], expected['stats'])
     for which in ('final', 'best'):
         assert sorted(got[which]) == sorted(expected[which])
         for name in expected[which]:
@@ -350,7 +349,7 @@ def _final_state(logdir):
 def _assert_same_final_state(got, expected):
     assert [(r['epoch_num'], r['global_step']) for r in got['stats']] == [
         (epoch, epoch * IN_STEPS) for epoch in range(1, IN_EPOCHS + 1)]
-    assert got['stats'] == pytest.approx(expected['stats'], abs=1e-6)
+    assert_records_close(got['stats'], expected['stats'])
     assert sorted(got['final']) == sorted(expected['final'])
     for name, value in expected['final'].items():
         np.testing.assert_allclose(got['final'][name], value, atol=1e-6, err_msg=name)
