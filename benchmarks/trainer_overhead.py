@@ -7,10 +7,14 @@ For each model (an MLP 784-256-10 and a small convnet on 28x28x1, batch 64):
   (c) default:     DataFlow of numpy batches -> default InputSource -> SimpleTrainer ->
                    default callbacks and monitors (the path ``launch_train_with_config`` takes)
   (d) dummy:       DummyConstantInput -> SimpleTrainer -> default callbacks and monitors
-Each is timed per epoch; the first epoch is warm-up; medians of the rest are compared
-with (a). Machines here are noisy: read the ratios, not the absolute numbers.
+Each is timed per epoch; the first epoch is warm-up; a run's rate is the median of the
+rest. The paths run one after the other in rounds, in alternating order (forward, then
+backward), so that drift hits all alike. Printed per path: the median rate over the rounds,
+its ratio to the median rate of (a), the median over rounds of the ratio to (a) in the same
+round (paired), and the range of the rates. Machines here are noisy: read the ratios, not
+the absolute numbers, and give it many rounds.
 
-    python benchmarks/trainer_overhead.py --rounds 3
+    python benchmarks/trainer_overhead.py --rounds 5
 """
 
 import argparse
@@ -112,8 +116,8 @@ def library_path(model_cls, batches, epochs, logdir, dummy):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--epochs', type=int, default=4, help='epochs per run (the first is warm-up)')
-    parser.add_argument('--rounds', type=int, default=3,
-                        help='the paths run one after the other this many times (drift hits all alike)')
+    parser.add_argument('--rounds', type=int, default=5,
+                        help='the paths run one after the other this many times, in alternating order')
     parser.add_argument('--mlp-steps', type=int, default=200, help='steps per epoch, MLP')
     parser.add_argument('--conv-steps', type=int, default=60, help='steps per epoch, convnet')
     args = parser.parse_args()
@@ -131,18 +135,24 @@ def main():
                                                                os.path.join(tmp, name + '-d'), dummy=True),
             }
             rates = {path: [] for path in paths}
-            for _ in range(args.rounds):
-                for path, run in paths.items():
-                    rates[path].append(steps / statistics.median(run()[1:]))
-            reference = statistics.median(rates['(a) bare'])
+            for round_index in range(args.rounds):
+                order = list(paths) if round_index % 2 == 0 else list(reversed(list(paths)))
+                for path in order:
+                    rates[path].append(steps / statistics.median(paths[path]()[1:]))
+            reference = rates['(a) bare']
             for path, values in rates.items():
                 rate = statistics.median(values)
-                results.append((name, path, rate, rate / reference, min(values), max(values)))
-    print("\nsteps/s: median over {} rounds of the median of {} timed epochs; ratio to (a)".format(
-        args.rounds, args.epochs - 1))
-    print("{:<8} {:<24} {:>9} {:>7} {:>17}".format('model', 'path', 'steps/s', 'ratio', 'range (steps/s)'))
-    for name, path, rate, ratio, low, high in results:
-        print("{:<8} {:<24} {:>9.1f} {:>7.3f} {:>8.1f}-{:<8.1f}".format(name, path, rate, ratio, low, high))
+                paired = statistics.median(v / r for v, r in zip(values, reference))
+                results.append((name, path, rate, rate / statistics.median(reference), paired,
+                                min(values), max(values)))
+    print("\nsteps/s: median over {} rounds (alternating order) of the median of {} timed epochs. Ratio "
+          "to (a): of the medians; paired: median of the per-round ratios".format(
+              args.rounds, args.epochs - 1))
+    print("{:<8} {:<24} {:>9} {:>7} {:>7} {:>17}".format('model', 'path', 'steps/s', 'ratio', 'paired',
+                                                         'range (steps/s)'))
+    for name, path, rate, ratio, paired, low, high in results:
+        print("{:<8} {:<24} {:>9.1f} {:>7.3f} {:>7.3f} {:>8.1f}-{:<8.1f}".format(
+            name, path, rate, ratio, paired, low, high))
 
 
 if __name__ == '__main__':

@@ -194,6 +194,29 @@ def test_zmq_runner_shared_memory_slots_are_never_overwritten_while_in_use():
     df.close()
 
 
+def _big_result(dp):
+    return [np.full((256, 256), dp[1], np.float32), dp[1]]   # 256 KiB
+
+
+def test_map_results_shared_memory_slots_are_never_overwritten_while_in_use():
+    df = MultiProcessMapData(Numbered(12), num_proc=2, map_func=_big_result, buffer_size=4, strict=True)
+    df.shared_memory_slots = 2
+    df.datapoints_per_message = 2
+    df.reset_state()
+    kept = run_or_hang(list, df)  # all kept: up to 2 per worker in slots, the others through the pipe
+    assert values(kept) == list(range(12))
+    assert 2 <= sum(through_shared_memory(dp[0]) for dp in kept) <= 4
+    for i, (big, _) in enumerate(kept):  # nothing was overwritten by a later result
+        assert big.shape == (256, 256) and (big == i).all()
+    del kept, big
+    gc.collect()
+    # the slots came back: the next epoch goes through shared memory again, values intact
+    again = run_or_hang(list, df)
+    assert values(again) == list(range(12)) and all((dp[0] == dp[1]).all() for dp in again)
+    assert sum(through_shared_memory(dp[0]) for dp in again) >= 2
+    df.close()
+
+
 def _first_draws(seed, monkeypatch):
     monkeypatch.setattr(rng_utils, '_RNG_SEED', seed)
     df = MultiProcessRunnerZMQ(Draws(), num_proc=2)
@@ -284,6 +307,29 @@ def test_map_unordered_gives_every_datapoint_once(kind):
     df = MAPPERS[kind](Numbered(20), drop_odd, buffer_size=5)
     df.reset_state()
     assert sorted(values(list(df))) == list(range(0, 20, 2))
+    df.close()
+
+
+@pytest.mark.parametrize('chunk', [3, 8, 50])
+def test_map_in_chunks_keeps_order_epochs_and_drops(chunk):
+    """Datapoints go to the workers ``datapoints_per_message`` at a time (50: more than the
+    buffer, which then bounds it); an epoch left in the middle of a chunk does not leak."""
+    df = MultiProcessMapData(Numbered(60), num_proc=2, map_func=slow_identity, buffer_size=9, strict=True)
+    df.datapoints_per_message = chunk
+    df.reset_state()
+    for _ in range(2):
+        assert values(run_or_hang(list, df)) == list(range(60))
+    assert values(take(df, 5)) == list(range(5))
+    assert values(run_or_hang(list, df)) == list(range(60))
+    df.close()
+
+    def drop_odd(dp):
+        return dp if dp[1] % 2 == 0 else None
+    df = MultiProcessMapData(Numbered(21), num_proc=2, map_func=drop_odd, buffer_size=9)
+    df.datapoints_per_message = chunk
+    df.reset_state()
+    for _ in range(2):
+        assert sorted(values(run_or_hang(list, df))) == list(range(0, 21, 2))
     df.close()
 
 
@@ -485,3 +531,41 @@ def test_ctrl_c_in_the_parent_ends_everything(tmp_path):
     finally:
         parent.kill()
         parent.join(5)
+
+
+# ---------------------------------------------------------------- OpenCV's threads in workers
+
+def _opencv_threads(dp):
+    import cv2
+    return [cv2.getNumThreads()]
+
+
+class OpenCVThreads(DataFlow):
+    def __iter__(self):
+        import cv2
+        while True:
+            yield [cv2.getNumThreads()]
+
+
+OPENCV_FLOWS = {
+    'map': lambda: MultiProcessMapData(Numbered(4), num_proc=1, map_func=_opencv_threads, buffer_size=2),
+    'runner': lambda: MultiProcessRunnerZMQ(OpenCVThreads(), num_proc=1),
+    'pipe runner': lambda: MultiProcessRunner(OpenCVThreads(), num_prefetch=2, num_proc=1),
+}
+
+
+@pytest.mark.parametrize('kind', sorted(OPENCV_FLOWS))
+def test_workers_run_opencv_on_one_thread_unless_told_otherwise(kind):
+    cv2 = pytest.importorskip('cv2')
+    cv2.resize(np.zeros((2000, 2000, 3), np.uint8), (1000, 1000))  # this process's thread pool runs
+    mine = cv2.getNumThreads()
+    seen = {}
+    for setting in (1, None, 3):   # 1 is the default; after a fork, asking for 1 thread can hang OpenCV
+        df = OPENCV_FLOWS[kind]()
+        if setting != 1:
+            df.opencv_threads = setting
+        df.reset_state()
+        seen[setting] = run_or_hang(take, df, 1)[0][0]
+        df.close()
+    assert seen == {1: 1, None: mine, 3: 3}
+    assert cv2.getNumThreads() == mine   # the parent's own setting is untouched

@@ -128,3 +128,19 @@ def test_feed_input_feeds_arrays_of_the_inputs_dtypes_checked_once():
     v, k = source.get_input_tensors()
     assert feeds[v].dtype == np.float32 and feeds[v].tolist() == [1.0, 2.0]
     assert feeds[k].dtype == np.int32 and feeds[k] == 7
+
+
+def test_merged_feeds_leave_each_requesters_dict_unchanged_and_a_single_feeder_is_passed_on():
+    x = tfv1.placeholder(tf.float32, [], name='x')
+    y = tfv1.placeholder(tf.float32, [], name='y')
+    plain, checked = {x: 1.0}, CheckedFeeds({y: np.float32(2.0)})
+    with tfv1.Session() as sess:
+        assert HookedSession(sess, Callbacks([Feeder(plain), Feeder(checked)]).get_hooks()).run(x + y) == 3.0
+        # the caller's feeds merged with a feeder's
+        assert HookedSession(sess, Callbacks([Feeder(checked)]).get_hooks()).run(
+            x + y, feed_dict={x: 5.0}) == 7.0
+    assert plain == {x: 1.0} and dict(checked) == {y: 2.0} and not checked.unchecked
+    merged = Callbacks([Feeder(plain), Feeder(checked)]).before_run(None).feed_dict
+    assert isinstance(merged, CheckedFeeds) and merged.unchecked == {x} and set(merged) == {x, y}
+    # one feeder: its checked feeds reach the session as they are, not copied
+    assert Callbacks([Feeder(checked)]).before_run(None).feed_dict is checked

@@ -249,7 +249,7 @@ class JSONWriter(MonitorBase):
                     "history.".format(reason, backup, self.trainer.loop.starting_epoch))
 
     def _trigger_step(self):
-        if not self.trainer.loop.is_last_step_of_epoch:
+        if self._stat_now and not self.trainer.loop.is_last_step_of_epoch:
             self._record()
 
     def _trigger_epoch(self):

@@ -16,6 +16,7 @@ can give up (``idle_timeout``). See docs/dataflow.md for choosing a runner, star
 and cleanup guarantees, and docs/parallel.md for stuck workers and leftovers.
 """
 
+import atexit
 import contextlib
 import itertools
 import mmap
@@ -40,7 +41,7 @@ import numpy as np
 
 from ..utils import logger
 from ..utils import utils as _utils
-from ..utils.concurrency import StoppableThread, enable_death_signal, ensure_proc_terminate, mask_sigint
+from ..utils.concurrency import StoppableThread, enable_death_signal, mask_sigint
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 
@@ -87,6 +88,16 @@ def _reseed_worker(idx):
     random.seed(seed)
 
 
+def _set_opencv_threads(count):
+    """In a worker: give OpenCV ``count`` threads, if OpenCV is loaded (it is not imported
+    here). One thread is asked as 0 (OpenCV's "sequential"): ``cv2.setNumThreads(1)`` in a
+    process forked after its parent used OpenCV's thread pool hangs (OpenCV 5.0, pthreads)."""
+    cv2 = sys.modules.get('cv2')
+    if count is None or cv2 is None or not hasattr(cv2, 'setNumThreads'):
+        return
+    cv2.setNumThreads(0 if int(count) <= 1 else int(count))
+
+
 def _watch_parent(parent_pid, on_parent_gone, interval=1.0):
     """Call ``on_parent_gone()`` (which must end the process) as soon as the parent is gone
     (where the death signal is not available or was tied to a thread that ended)."""
@@ -109,6 +120,9 @@ class _ProcessWorker(object):
 
     ipc = None
     """The :class:`_IPCDir` of the parent's endpoints, set by :class:`_WorkerProcesses`."""
+
+    opencv_threads = None
+    """OpenCV threads in this worker (None: OpenCV's default), set by :class:`_WorkerProcesses`."""
 
     leave_grace = 5.0
     """Seconds a leaving worker waits for the other members of the ipc directory (see
@@ -134,6 +148,7 @@ class _ProcessWorker(object):
         if os.getppid() != self.parent_pid:  # the parent died before the death signal was set
             self._leave_and_exit()
         _watch_parent(self.parent_pid, self._leave_and_exit)
+        _set_opencv_threads(self.opencv_threads)
         _reseed_worker(self.idx)
         try:
             self._open()
@@ -199,29 +214,32 @@ def _repeat_forever(ds, owner):
 class _WorkerProcesses(object):
     """The worker processes of one parallel DataFlow.
 
-    They start with SIGINT ignored (Ctrl-C goes to the parent only), are terminated at exit
-    of the parent, and :meth:`close` ends them (SIGTERM, then SIGKILL). Given an
-    :class:`_IPCDir`, each of them is a member of it (see :class:`_ProcessWorker`).
+    They start with SIGINT ignored (Ctrl-C goes to the parent only), and :meth:`close` ends
+    them: the ipc directory (an :class:`_IPCDir`, of which each of them is then a member; see
+    :class:`_ProcessWorker`) is removed first, so that no worker waits for it, then every
+    worker gets SIGTERM at once, and those still running after :attr:`join_timeout` seconds
+    get SIGKILL. The workers of every parallel DataFlow still open when the interpreter exits
+    are ended together (:class:`_OpenWorkers`).
     """
 
     join_timeout = 5.0
 
-    def __init__(self, workers, ipc=None):
+    def __init__(self, workers, ipc=None, opencv_threads=None):
         ctx = _start_method_context()
         self.workers, self.ipc = workers, ipc
         for worker in workers:
-            worker.ipc = ipc
+            worker.ipc, worker.opencv_threads = ipc, opencv_threads
         self.names = [w.name for w in workers]
         self.procs = [ctx.Process(target=w.run, name=w.name) for w in workers]
         self._owner_pid = os.getpid()
 
     def start(self):
+        _OPEN_WORKERS.add(self)
         with mask_sigint():  # Ctrl-C then reaches the parent only
             for worker, proc in zip(self.workers, self.procs):
                 worker.before_fork()
                 proc.start()
                 worker.after_fork()
-        ensure_proc_terminate(self.procs)
 
     @property
     def sentinels(self):
@@ -239,19 +257,72 @@ class _WorkerProcesses(object):
     def close(self):
         if os.getpid() != self._owner_pid:  # an inherited copy in a forked child
             return
+        self.stop()
+        self.join(time.monotonic() + self.join_timeout)
+
+    def stop(self):
+        """Remove the ipc directory, then send SIGTERM to every worker still running (no
+        waiting: :meth:`join` waits)."""
+        if os.getpid() != self._owner_pid:
+            return
+        _OPEN_WORKERS.discard(self)
         if self.ipc is not None:  # first: the workers leaving then find nothing to wait for
             self.ipc.cleanup()
         for p in self.procs:
             if p.pid is not None and p.exitcode is None:
                 p.terminate()
-        deadline = time.time() + self.join_timeout
-        for p in self.procs:
-            if p.pid is None:
-                continue
-            p.join(max(0.0, deadline - time.time()))
-            if p.exitcode is None:
-                p.kill()
-                p.join(self.join_timeout)
+
+    def join(self, deadline):
+        """Wait until ``deadline`` (``time.monotonic()``) for the workers told to stop, then
+        SIGKILL those still running and reap them."""
+        if os.getpid() != self._owner_pid:
+            return
+        started = [p for p in self.procs if p.pid is not None]
+        for p in started:
+            p.join(max(0.0, deadline - time.monotonic()))
+        stragglers = [p for p in started if p.exitcode is None]
+        for p in stragglers:
+            p.kill()
+        for p in stragglers:
+            p.join(self.join_timeout)
+
+
+class _OpenWorkers(object):
+    """The :class:`_WorkerProcesses` of this process that were started and not stopped yet.
+
+    At interpreter exit (``atexit``, which runs before multiprocessing's own exit hook and
+    the dataflows' finalizers), :meth:`close_all` ends them all together: every ipc directory
+    is removed, every worker gets SIGTERM, then they are joined against one deadline. So a
+    program that leaves its parallel DataFlows open exits at once, whatever the number of
+    workers.
+    """
+
+    def __init__(self):
+        self._open = weakref.WeakSet()
+        self._pid = None  # the process whose atexit hook is registered
+
+    def add(self, workers):
+        if self._pid != os.getpid():  # first use, or a forked child that inherited the set
+            self._open = weakref.WeakSet()
+            self._pid = os.getpid()
+            atexit.register(self.close_all)
+        self._open.add(workers)
+
+    def discard(self, workers):
+        self._open.discard(workers)
+
+    def close_all(self):
+        if self._pid != os.getpid():
+            return
+        every = list(self._open)
+        for workers in every:
+            workers.stop()
+        deadline = time.monotonic() + _WorkerProcesses.join_timeout
+        for workers in every:
+            workers.join(deadline)
+
+
+_OPEN_WORKERS = _OpenWorkers()
 
 
 class _IPCDir(object):
@@ -386,6 +457,11 @@ class _Sockets(object):
     """A ZeroMQ context and its sockets, closed together by :meth:`close` (a no-op in a
     forked child, which must not touch its parent's sockets)."""
 
+    copy_below = 256 << 10
+    """Frames smaller than this (bytes) are copied into their message rather than lent to
+    ZeroMQ: a lent frame costs pyzmq a message to its garbage-collection thread (a wake-up
+    and the GIL) when ZeroMQ is done with it, more than copying a few hundred KiB."""
+
     def __init__(self):
         self.zmq = _zmq()
         self.context = self.zmq.Context()
@@ -394,6 +470,7 @@ class _Sockets(object):
     def socket(self, kind, hwm):
         sock = self.context.socket(kind)
         sock.set_hwm(hwm)
+        sock.copy_threshold = self.copy_below
         return sock
 
     def close(self, linger=0.0):
@@ -577,6 +654,12 @@ class _ParallelBase(_Closable, DataFlow):
     :class:`DataFlowWorkerError` naming the silent workers (and closes the dataflow). None:
     wait forever (as tensorpack)."""
 
+    opencv_threads = 1
+    """Threads OpenCV may use in each worker process (``cv2.setNumThreads`` when the worker
+    starts, if OpenCV is imported by then). 1 (default): the workers are the parallelism,
+    and OpenCV's own threads in every worker would only compete for the same cores. None:
+    leave OpenCV's setting alone."""
+
     def __init__(self):
         self._reset_done = False
         self._failure = None
@@ -670,24 +753,36 @@ class _SharedSlots(object):
 
     Made by the parent before the fork (anonymous shared mappings, inherited by the worker):
     ``count`` slots of ``size`` bytes and one state byte per slot (0: free). The worker copies
-    an array into a free slot and sends only the slot's number; the parent hands out arrays
-    viewing the slot and frees the slot when the last of them is garbage-collected. Without
-    a free slot (the consumer keeps arrays), or for an array too big, the worker sends the
-    array through the pipe instead. Pages are allocated as slots are first used.
+    an array of ``min_bytes`` or more into a free slot and sends only the slot's number; the
+    parent hands out arrays viewing the slot and frees the slot when the last of them is
+    garbage-collected. Without a free slot (the consumer keeps arrays), or for an array too
+    small or too big, the worker sends the array through the pipe instead. Pages are
+    allocated as slots are first used. ``count`` 0: no slot, everything through the pipe.
     """
 
-    min_bytes = 1 << 20
-    """Arrays smaller than this go through the pipe."""
-
-    def __init__(self, count, size):
-        self.count, self.size = count, size
-        self.memory = mmap.mmap(-1, count * size)  # MAP_SHARED | MAP_ANONYMOUS
-        self.states = mmap.mmap(-1, count)
+    def __init__(self, count, size, min_bytes):
+        self.count, self.size, self.min_bytes = count, size, min_bytes
+        self.memory = mmap.mmap(-1, count * size) if count else None  # MAP_SHARED | MAP_ANONYMOUS
+        self.states = mmap.mmap(-1, count) if count else None
 
     # --- in the worker
-    def put(self, frame):
-        """Copy ``frame`` (a memoryview) into a free slot: the slot's descriptor, or None."""
-        if not self.min_bytes <= frame.nbytes <= self.size:
+    def lend(self, frames):
+        """Copy each frame of ``frames`` (memoryviews) that fits into a free slot:
+        ``(places, rest)``. ``places`` tells, frame after frame, whether it went into a slot
+        (which one, how many bytes) or is among ``rest``, the frames to send in the message."""
+        places, rest = [], []
+        for frame in frames:
+            slot = self._put(frame)
+            if slot is None:
+                places.append(_IN_MESSAGE)
+                rest.append(frame)
+            else:
+                places.append(_PLACE.pack(_IN_SLOT, slot, frame.nbytes))
+        return b''.join(places), rest
+
+    def _put(self, frame):
+        """Copy ``frame`` into a free slot: the slot's number, or None."""
+        if not self.count or not self.min_bytes <= frame.nbytes <= self.size:
             return None
         slot = self.states.find(b'\0')
         if slot < 0:
@@ -695,31 +790,63 @@ class _SharedSlots(object):
         self.states[slot] = 1
         np.copyto(np.frombuffer(self.memory, np.uint8, frame.nbytes, slot * self.size),
                   np.frombuffer(frame, np.uint8))
-        return _SLOT.pack(slot, frame.nbytes)
+        return slot
 
     # --- in the parent
-    def take(self, descriptor):
-        """A uint8 array viewing the slot described; the slot is freed with the array."""
-        slot, nbytes = _SLOT.unpack(descriptor)
-        arr = np.frombuffer(self.memory, np.uint8, nbytes, slot * self.size)
-        # views of arr (and loads_frames' arrays, through memoryviews) keep arr alive
-        weakref.finalize(arr, _free_slot, self.states, slot)
-        return arr
+    def collect(self, places, frames):
+        """The frames :meth:`lend` was given, in order, from ``places`` and the ``frames``
+        received: an array viewing its slot for each frame that went through one (the slot
+        is freed when the last view of it is garbage-collected)."""
+        if not self.count:
+            return frames
+        received, out = iter(frames), []
+        for offset in range(0, len(places), _PLACE.size):
+            kind, slot, nbytes = _PLACE.unpack_from(places, offset)
+            if kind != _IN_SLOT:
+                out.append(next(received))
+                continue
+            arr = np.frombuffer(self.memory, np.uint8, nbytes, slot * self.size)
+            # views of arr (and loads_frames' arrays, through memoryviews) keep arr alive
+            weakref.finalize(arr, _free_slot, self.states, slot)
+            out.append(arr)
+        return out
 
 
 def _free_slot(states, slot):
     states[slot] = 0
 
 
-_SLOT = struct.Struct('<IQ')  # slot number, bytes used
-_IN_PIPE, _IN_SLOT = b'p', b's'  # where each data frame of a message is
+def _reserve_shared_slots(owner, num_proc, count, size, min_bytes):
+    """The :class:`_SharedSlots` of each of ``num_proc`` workers of the DataFlow class
+    ``owner``; a MemoryError saying what to lower when the address space is short."""
+    slots = []
+    for k in range(num_proc):
+        try:
+            slots.append(_SharedSlots(max(0, count), size, min_bytes))
+        except OSError as err:  # mmap: ENOMEM, e.g. under a limit of the address space (ulimit -v)
+            each = count * size
+            raise MemoryError(
+                "{name}: cannot reserve the shared memory of worker #{k} ({err}). Each of the {n} "
+                "workers reserves shared_memory_slots x shared_memory_slot_bytes = {slots} x {size} "
+                "bytes ({each:g} MiB; {total:g} MiB in all) of address space. Lower "
+                "{name}.shared_memory_slots (0: arrays go through the pipe) or "
+                "{name}.shared_memory_slot_bytes, or use fewer workers.".format(
+                    name=owner, k=k, err=err, n=num_proc, slots=count, size=size,
+                    each=each / 2 ** 20, total=each * num_proc / 2 ** 20)) from err
+    return slots
+
+
+_PLACE = struct.Struct('<cIQ')  # where a data frame travels: kind, slot number, bytes used
+_IN_SLOT = b's'
+_IN_MESSAGE = _PLACE.pack(b'm', 0, 0)
 _WORKER = struct.Struct('<H')  # which worker sent a message (first bytes of its layout)
 
 
 class _PushWorker(_ProcessWorker):
-    """Runs ``ds`` forever and sends every datapoint to the parent, as
-    ``[header, layout, frame...]``: ``layout`` gives the worker's number, then for each big
-    array whether its frame holds its bytes (sent zero-copy) or the descriptor of a slot."""
+    """Runs ``ds`` forever and sends every datapoint to the parent, as ``[header, layout,
+    frame...]``: ``layout`` is the worker's number and the places of the big arrays
+    (:meth:`_SharedSlots.lend`); the frames are those of the arrays that did not go through
+    a slot."""
 
     def __init__(self, owner, idx, parent_pid, ds, endpoint, hwm, slots):
         super(_PushWorker, self).__init__(owner, idx, parent_pid)
@@ -735,13 +862,8 @@ class _PushWorker(_ProcessWorker):
     def _loop(self):
         for dp in _repeat_forever(self.ds, self.name):
             frames = dumps_frames(dp)
-            layout = bytearray(_WORKER.pack(self.idx) + _IN_PIPE * (len(frames) - 1))
-            if self.slots is not None:
-                for k in range(1, len(frames)):
-                    descriptor = self.slots.put(frames[k])
-                    if descriptor is not None:
-                        frames[k], layout[_WORKER.size + k - 1] = descriptor, _IN_SLOT[0]
-            self.socket.send_multipart([frames[0], bytes(layout)] + frames[1:], copy=False)
+            places, rest = self.slots.lend(frames[1:])
+            self.socket.send_multipart([frames[0], _WORKER.pack(self.idx) + places] + rest, copy=False)
 
     def _report(self, text):
         if self.pipes is not None:
@@ -769,10 +891,11 @@ class MultiProcessRunnerZMQ(_ParallelBase):
       datapoints) mixes the workers' outputs: the same distribution only if the datapoints
       are i.i.d.; to see every datapoint once, use :class:`MultiProcessMapData` instead.
 
-    Arrays of 16 KiB or more travel without copies in the worker: a dataflow must not modify
-    an array after yielding it. Arrays of 1 MiB or more go through shared memory when a slot
-    is free (one copy in all; see :attr:`shared_memory_slots`). Received arrays are views of
-    the message or of a slot; small ones are read-only.
+    Arrays of 16 KiB or more travel as frames of their own, from 256 KiB on without copies in
+    the worker: a dataflow must not modify an array after yielding it. Arrays of 1 MiB or
+    more go through shared memory when a slot is free (one copy in all; see
+    :attr:`shared_memory_slots`). Received arrays are views of the message or of a slot;
+    small ones are read-only.
 
     Workers that leave the parent waiting are named in a warning every :attr:`idle_warning`
     seconds; set :attr:`idle_timeout` to raise instead of waiting forever.
@@ -794,6 +917,8 @@ class MultiProcessRunnerZMQ(_ParallelBase):
     """Shared-memory slots per worker for arrays of 1 MiB or more (0: always use the pipe)."""
     shared_memory_slot_bytes = 64 << 20
     """Size of a slot: bigger arrays go through the pipe. Memory is used as slots fill."""
+    shared_memory_min_bytes = 1 << 20
+    """Smaller arrays go through the pipe."""
 
     def __init__(self, ds, num_proc=1, hwm=50):
         super(MultiProcessRunnerZMQ, self).__init__()
@@ -813,7 +938,8 @@ class MultiProcessRunnerZMQ(_ParallelBase):
         """Fork the workers (once)."""
         with self._starting():
             name = type(self).__name__
-            self._slots = self._reserve_slots()
+            self._slots = _reserve_shared_slots(name, self.num_proc, self.shared_memory_slots,
+                                                self.shared_memory_slot_bytes, self.shared_memory_min_bytes)
             pipes = _Sockets()
             self._on_close(pipes.close)
             ipc = _IPCDir('runner')
@@ -821,44 +947,18 @@ class MultiProcessRunnerZMQ(_ParallelBase):
             endpoint = ipc.endpoint('data')
             workers = _WorkerProcesses([
                 _PushWorker(name, k, os.getpid(), self.ds, endpoint, self._hwm, self._slots[k])
-                for k in range(self.num_proc)], ipc)
+                for k in range(self.num_proc)], ipc, self.opencv_threads)
             self._on_close(workers.close)
             socket = pipes.socket(pipes.zmq.PULL, self._hwm)
             socket.bind(endpoint)
             workers.start()
             self._collector = _ZMQCollector(socket, workers, self._idle_watch(workers), _sender_of_datapoint)
 
-    def _reserve_slots(self):
-        """The shared-memory slots of every worker; a MemoryError saying what to lower when
-        the address space is short."""
-        if self.shared_memory_slots <= 0:
-            return [None] * self.num_proc
-        slots = []
-        for k in range(self.num_proc):
-            try:
-                slots.append(_SharedSlots(self.shared_memory_slots, self.shared_memory_slot_bytes))
-            except OSError as err:  # mmap: ENOMEM, e.g. under a limit of the address space (ulimit -v)
-                each = self.shared_memory_slots * self.shared_memory_slot_bytes
-                raise MemoryError(
-                    "{name}: cannot reserve the shared memory of worker #{k} ({err}). Each of the {n} "
-                    "workers reserves shared_memory_slots x shared_memory_slot_bytes = {slots} x {size} "
-                    "bytes ({each:g} MiB; {total:g} MiB in all) of address space. Lower "
-                    "{name}.shared_memory_slots (0: arrays go through the pipe) or "
-                    "{name}.shared_memory_slot_bytes, or use fewer workers.".format(
-                        name=type(self).__name__, k=k, err=err, n=self.num_proc,
-                        slots=self.shared_memory_slots, size=self.shared_memory_slot_bytes,
-                        each=each / 2 ** 20, total=each * self.num_proc / 2 ** 20)) from err
-        return slots
-
     def _recv(self):
         frames = self._collector.recv()
-        header, layout, data = frames[0], frames[1].bytes, frames[2:]
-        where = layout[_WORKER.size:]
-        if _IN_SLOT[0] in where:
-            slots = self._slots[_WORKER.unpack_from(layout)[0]]
-            data = [slots.take(frame.bytes) if w == _IN_SLOT[0] else frame
-                    for w, frame in zip(where, data)]
-        return loads_frames([header] + data)
+        layout = frames[1].bytes
+        data = self._slots[_WORKER.unpack_from(layout)[0]].collect(layout[_WORKER.size:], frames[2:])
+        return loads_frames([frames[0]] + data)
 
     def __iter__(self):
         yield from self._iterate(self._recv, self._size)
@@ -940,7 +1040,7 @@ class MultiProcessRunner(_ParallelBase, ProxyDataFlow):
                                   for k in range(self.num_proc)]
             for worker in self._pipe_workers:
                 self._on_close(_closer(worker))
-            workers = _WorkerProcesses(self._pipe_workers)
+            workers = _WorkerProcesses(self._pipe_workers, opencv_threads=self.opencv_threads)
             self._on_close(workers.close)
             workers.start()
             self._workers = workers

@@ -4,7 +4,9 @@
 processes of :class:`MultiProcessMapAndBatchData` also batch what they map.
 
 The parent iterates ``ds`` (so ``ds`` is reset and iterated in the parent only) and keeps up
-to ``buffer_size`` datapoints in the workers. Two modes:
+to ``buffer_size`` datapoints in the workers; worker processes get them a few at a time
+(``datapoints_per_message``) and send the arrays of their results through shared memory.
+Two modes:
 
 * ``strict=True``: every epoch produces the mapped datapoints of that epoch of ``ds``, each
   exactly once and in the order of ``ds``. ``map_func`` must not return None.
@@ -15,6 +17,7 @@ Unlike tensorpack, whose non-strict mode lets consecutive epochs overlap, an epo
 never contains datapoints of the next one (the buffer drains at the end of each epoch).
 """
 
+import itertools
 import multiprocessing as mp
 import os
 import queue
@@ -26,8 +29,8 @@ from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlowReentrantGuard, ProxyDataFlow
 from .common import BatchData
 from .parallel import (_ERROR_TAG, DataFlowWorkerError, _Closable, _IPCDir, _len_or_minus_one, _ParallelBase,
-                       _ProcessWorker, _repeat_forever, _Sockets, _thread_error, _WorkerProcesses,
-                       _ZMQCollector)
+                       _ProcessWorker, _repeat_forever, _reserve_shared_slots, _Sockets, _thread_error,
+                       _WorkerProcesses, _ZMQCollector)
 
 __all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ',
            'MultiProcessMapAndBatchData', 'MultiProcessMapAndBatchDataZMQ']
@@ -37,7 +40,11 @@ _DROPPED = object()  # what map_func's None becomes on the parent's side
 
 class _ParallelMapData(ProxyDataFlow):
     """The buffered, ordered or unordered, epoch logic (template): subclasses give
-    ``_start_workers()``, ``_send(seq, dp)`` and ``_recv() -> (seq, result or _DROPPED)``."""
+    ``_start_workers()``, ``_send(first_seq, datapoints)`` (consecutive sequence numbers from
+    ``first_seq``) and ``_recv() -> [(seq, result or _DROPPED), ...]``. Datapoints are sent
+    ``_chunk`` at a time (fewer at the end of an epoch)."""
+
+    _chunk = 1
 
     def __init__(self, ds, buffer_size, strict):
         super(_ParallelMapData, self).__init__(ds)
@@ -57,6 +64,21 @@ class _ParallelMapData(ProxyDataFlow):
         with self._guard:
             yield from self._epoch()
 
+    def _fill(self, source):
+        """Send datapoints of ``source`` while the buffer has room for a whole chunk (or is
+        empty); False once ``source`` is exhausted."""
+        chunk = min(self._chunk, self._buffer_size)
+        while self._buffer_size - self._in_flight >= chunk or self._in_flight == 0:
+            want = min(chunk, self._buffer_size - self._in_flight)
+            datapoints = list(itertools.islice(source, want))
+            if datapoints:
+                self._send(self._seq, datapoints)
+                self._seq += len(datapoints)
+                self._in_flight += len(datapoints)
+            if len(datapoints) < want:
+                return False
+        return True
+
     def _epoch(self):
         first = self._seq  # results of earlier, abandoned epochs are dropped
         source = iter(self.ds)
@@ -64,32 +86,26 @@ class _ParallelMapData(ProxyDataFlow):
         pending = {}
         next_out = first
         while True:
-            while not exhausted and self._in_flight < self._buffer_size:
-                try:
-                    dp = next(source)
-                except StopIteration:
-                    exhausted = True
-                    break
-                self._send(self._seq, dp)
-                self._seq += 1
-                self._in_flight += 1
+            if not exhausted:
+                exhausted = not self._fill(source)
             if self._in_flight == 0:
                 return
-            seq, result = self._recv()
-            self._in_flight -= 1
-            if seq < first:
-                continue
-            if not self._strict:
-                if result is not _DROPPED:
-                    yield result
-                continue
-            if result is _DROPPED:
-                raise ValueError("{}: map_func returned None for datapoint #{} of the epoch; that is "
-                                 "not allowed with strict=True".format(type(self).__name__, seq - first))
-            pending[seq] = result
-            while next_out in pending:
-                yield pending.pop(next_out)
-                next_out += 1
+            results = self._recv()
+            self._in_flight -= len(results)  # before yielding: the consumer may stop at any one
+            for seq, result in results:
+                if seq < first:
+                    continue
+                if not self._strict:
+                    if result is not _DROPPED:
+                        yield result
+                    continue
+                if result is _DROPPED:
+                    raise ValueError("{}: map_func returned None for datapoint #{} of the epoch; that is "
+                                     "not allowed with strict=True".format(type(self).__name__, seq - first))
+                pending[seq] = result
+                while next_out in pending:
+                    yield pending.pop(next_out)
+                    next_out += 1
 
 
 # ------------------------------------------------------------------ threads
@@ -157,9 +173,10 @@ class MultiThreadMapData(_Closable, _ParallelMapData):
             th.start()
         self._finalizer = weakref.finalize(self, _stop_map_threads, self._inq, self._threads)
 
-    def _send(self, seq, dp):
+    def _send(self, first_seq, datapoints):
         self._raise_failure()
-        self._inq.put((seq, dp))
+        for k, dp in enumerate(datapoints):
+            self._inq.put((first_seq + k, dp))
 
     def _recv(self):
         self._raise_failure()
@@ -168,7 +185,7 @@ class MultiThreadMapData(_Closable, _ParallelMapData):
             self._failure = result.error
             self.close()
             self._raise_failure()
-        return seq, result
+        return [(seq, result)]
 
     def _raise_failure(self):
         """After a thread failed, the same error at every use (the threads are stopped)."""
@@ -195,6 +212,16 @@ def _sender(frames):
     return _WORKER_ID.unpack_from(frames[1].buffer)[0]
 
 
+def _dumps_list(datapoints):
+    """``dumps_frames(datapoints)``; an error names the component within its datapoint."""
+    try:
+        return dumps_frames(datapoints)
+    except TypeError:
+        for dp in datapoints:
+            dumps_frames(dp)  # raises naming where in the datapoint
+        raise
+
+
 class _ZMQWorker(_ProcessWorker):
     """A worker process with ZeroMQ sockets (``self.pipes``, made by ``_open``), whose error
     report goes through its ``self.results`` socket."""
@@ -211,12 +238,15 @@ class _ZMQWorker(_ProcessWorker):
 
 
 class _MapWorker(_ZMQWorker):
-    """Receives ``[seq, datapoint frames...]``, sends back ``[seq, worker id, result
-    frames...]`` (or ``[seq, worker id, b'']`` when ``map_func`` returns None)."""
+    """Receives chunks of datapoints, ``[seq of the first, frames of the list of
+    datapoints...]``, and sends back ``[the same seq, worker id + places, frames of the list
+    of results...]``, None standing for a datapoint ``map_func`` dropped; big arrays go
+    through the shared-memory ``slots`` when they can (``places``: see
+    :meth:`_SharedSlots.lend`), and only the others travel as frames."""
 
-    def __init__(self, owner, idx, parent_pid, map_func, task_endpoint, result_endpoint, hwm):
+    def __init__(self, owner, idx, parent_pid, map_func, task_endpoint, result_endpoint, hwm, slots=None):
         super(_MapWorker, self).__init__(owner, idx, parent_pid)
-        self.map_func = map_func
+        self.map_func, self.slots = map_func, slots
         self.task_endpoint, self.result_endpoint, self.hwm = task_endpoint, result_endpoint, hwm
 
     def _open(self):
@@ -232,11 +262,9 @@ class _MapWorker(_ZMQWorker):
     def _loop(self):
         while True:
             frames = self.tasks.recv_multipart(copy=False)
-            result = self.map_func(loads_frames(frames[1:]))
-            if result is None:
-                self.results.send_multipart([frames[0], self.signature, b''])
-            else:
-                self.results.send_multipart([frames[0], self.signature] + dumps_frames(result), copy=False)
+            results = _dumps_list([self.map_func(dp) for dp in loads_frames(frames[1:])])
+            places, rest = self.slots.lend(results[1:])
+            self.results.send_multipart([frames[0], self.signature + places, results[0]] + rest, copy=False)
 
 
 class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
@@ -246,10 +274,12 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
 
     ``ds`` is reset and iterated in the parent; ``map_func`` runs in the workers (each with
     its own ``np.random`` / ``random`` seed). Datapoints and results must be serializable by
-    :func:`~tensorpack_lite.utils.serialize.dumps`; arrays of 16 KiB or more travel without
-    copies, so ``ds`` must not modify an array after yielding it. Workers that leave the
-    parent waiting are named in a warning every ``idle_warning`` seconds; set
-    ``idle_timeout`` to raise instead of waiting forever.
+    :func:`~tensorpack_lite.utils.serialize.dumps`; arrays of 256 KiB or more travel without
+    copies, so ``ds`` must not modify an array after yielding it. Arrays of results of 64 KiB
+    to 1 MiB are copied once into shared memory (:attr:`shared_memory_slots`); received
+    arrays may be read-only. Workers run OpenCV on one thread (:attr:`opencv_threads`).
+    Workers that leave the parent waiting are named in a warning every ``idle_warning``
+    seconds; set ``idle_timeout`` to raise instead of waiting forever.
 
     Args:
         ds (DataFlow): the datapoints to map.
@@ -267,6 +297,22 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
     startup_timeout = 60.0
     """Seconds :meth:`reset_state` waits for every worker to connect."""
 
+    shared_memory_slots = 64
+    """Shared-memory slots per worker for the arrays of results (0: always use the pipe):
+    each array of :attr:`shared_memory_min_bytes` to :attr:`shared_memory_slot_bytes`
+    is copied once into a free slot instead of twice through the kernel; the parent's
+    array views the slot, reused once the array is garbage-collected. Address space is
+    reserved before the fork; memory is used as slots fill."""
+    shared_memory_slot_bytes = 1 << 20
+    """Size of a slot: bigger arrays go through the pipe."""
+    shared_memory_min_bytes = 64 << 10
+    """Smaller arrays go through the pipe."""
+
+    datapoints_per_message = None
+    """Datapoints handed to a worker in one message (their results come back in one): fewer
+    messages cost the parent and the workers less CPU per datapoint. None (default): as many
+    as still keep every worker supplied, ``buffer_size // (4 * num_proc)``, from 1 to 16."""
+
     def __init__(self, ds, num_proc=None, map_func=None, buffer_size=200, strict=False):
         if num_proc is None:
             num_proc = max(1, mp.cpu_count() // 2)
@@ -279,17 +325,20 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
         self.map_func = map_func
 
     def _start_workers(self):
+        self._chunk = self.datapoints_per_message or max(1, min(16, self._buffer_size // (4 * self.num_proc)))
         with self._starting():
             name = type(self).__name__
             hwm = 2 * self._buffer_size  # more than can ever be in flight: sends never block
+            self._slots = _reserve_shared_slots(name, self.num_proc, self.shared_memory_slots,
+                                                self.shared_memory_slot_bytes, self.shared_memory_min_bytes)
             pipes = _Sockets()
             self._on_close(pipes.close)
             ipc = _IPCDir('map')
             self._on_close(ipc.cleanup)
             task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
             workers = _WorkerProcesses([
-                _MapWorker(name, k, os.getpid(), self.map_func, task_endpoint, result_endpoint, hwm)
-                for k in range(self.num_proc)], ipc)
+                _MapWorker(name, k, os.getpid(), self.map_func, task_endpoint, result_endpoint, hwm,
+                           self._slots[k]) for k in range(self.num_proc)], ipc, self.opencv_threads)
             self._on_close(workers.close)
             zmq = pipes.zmq
             self._tasks = pipes.socket(zmq.PUSH, hwm)
@@ -313,16 +362,17 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
                 raise self._failure
             connected.add(_sender(frames))
 
-    def _send(self, seq, dp):
-        frames = [_SEQ.pack(seq)] + dumps_frames(dp)
+    def _send(self, first_seq, datapoints):
+        frames = [_SEQ.pack(first_seq)] + _dumps_list(datapoints)
         self._from_workers(lambda: self._tasks.send_multipart(frames, copy=False))
 
     def _recv(self):
         frames = self._from_workers(self._collector.recv)
-        seq = _SEQ.unpack(frames[0].bytes)[0]
-        if len(frames) == 3 and not frames[2].bytes:
-            return seq, _DROPPED
-        return seq, loads_frames(frames[2:])
+        first = _SEQ.unpack(frames[0].bytes)[0]
+        layout = frames[1].bytes
+        data = self._slots[_sender(frames)].collect(layout[_WORKER_ID.size:], frames[3:])
+        return [(first + k, _DROPPED if result is None else result)
+                for k, result in enumerate(loads_frames([frames[2]] + data))]
 
 
 MultiProcessMapData = MultiProcessMapDataZMQ
@@ -443,7 +493,7 @@ class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
                 [_MapBatchWorker(name, k, os.getpid(), self.map_func, self.batch_size, task_endpoint,
                                  result_endpoint, worker_hwm) for k in range(self.num_proc)]
                 + [_DispatchWorker(name, self.num_proc, os.getpid(), self.ds, task_endpoint, result_endpoint,
-                                   self.buffer_size)], ipc)
+                                   self.buffer_size)], ipc, self.opencv_threads)
             self._on_close(workers.close)
             results = pipes.socket(pipes.zmq.PULL, max(5, self.buffer_size // self.batch_size))
             results.bind(result_endpoint)

@@ -68,7 +68,7 @@ class DatapointChecker:
         self.placeholders = list(placeholders)
         self.strict_dtype = strict_dtype
         self._dims = [None if p.shape.rank is None else tuple(p.shape.as_list()) for p in placeholders]
-        self._dtypes = [p.dtype.base_dtype.as_numpy_dtype for p in placeholders]
+        self._dtypes = [np.dtype(p.dtype.base_dtype.as_numpy_dtype) for p in placeholders]
         self._fits = {}  # (input index, numpy dtype) -> (fits, needs a range check)
 
     def feeds(self, dp):
@@ -103,7 +103,7 @@ class DatapointChecker:
             verdict = self._fits[(index, value.dtype)] = (
                 _dtype_fits(value.dtype, placeholder.dtype.base_dtype, self.strict_dtype),
                 placeholder.dtype.base_dtype != tf.string
-                and _needs_range_check(value.dtype, np.dtype(self._dtypes[index])))
+                and _needs_range_check(value.dtype, self._dtypes[index]))
         fits, needs_range_check = verdict
         if not fits:
             raise TypeError("{}: component {} of the datapoint has dtype {}, but input '{}' is "

@@ -10,6 +10,8 @@ from .input_source_base import InputSource, build_or_reuse_placeholder
 
 __all__ = ['PlaceholderInput', 'FeedInput']
 
+_SessionRunArgs = tfv1.train.SessionRunArgs  # looked up once: used at every step
+
 
 class PlaceholderInput(InputSource):
     """Plain placeholders, one per input; nothing feeds them (the caller does)."""
@@ -35,13 +37,13 @@ class FeedInput(InputSource):
     """
 
     class _FeedCallback(Callback):
-        """Adds the next datapoint as the ``feed_dict`` of every hooked run."""
+        """Adds the next datapoint as the ``feed_dict`` of every hooked run (and fetches nothing)."""
 
         def __init__(self, source):
             self._source = source
 
         def _before_run(self, _):
-            return tfv1.train.SessionRunArgs(fetches=[], feed_dict=self._source._next_feed())
+            return _SessionRunArgs(fetches=None, feed_dict=self._source._next_feed())
 
     def __init__(self, ds, infinite=True):
         if not isinstance(ds, DataFlow):

@@ -32,6 +32,10 @@ from ..tfutils.common import get_op_or_tensor_by_name
 
 __all__ = ['Callback', 'ProxyCallback', 'CallbackFactory', 'name_culprit']
 
+# Looked up once: before_run runs with every step (see tfutils/hooked_session.py).
+_SessionRunArgs = tfv1.train.SessionRunArgs
+_FETCHABLE = (tf.Tensor, tf.Operation, tf.Variable)
+
 
 def name_culprit(err, cb, stage):
     """Mark ``err`` as raised by callback ``cb`` at ``stage``: a note shown in the traceback
@@ -99,12 +103,11 @@ class Callback:
         Returns None or a ``tf.compat.v1.train.SessionRunArgs``.
         """
         fetches = self._before_run(ctx)
-        if fetches is None or isinstance(fetches, tfv1.train.SessionRunArgs):
+        if fetches is None or isinstance(fetches, _SessionRunArgs):
             return fetches
         if isinstance(fetches, (list, tuple)):
-            fetches = [f if isinstance(f, (tf.Tensor, tf.Operation, tf.Variable))
-                       else get_op_or_tensor_by_name(f) for f in fetches]
-            return tfv1.train.SessionRunArgs(fetches=fetches)
+            fetches = [f if isinstance(f, _FETCHABLE) else get_op_or_tensor_by_name(f) for f in fetches]
+            return _SessionRunArgs(fetches=fetches)
         raise TypeError("{}._before_run() must return None, a SessionRunArgs or a list of "
                         "tensors/variables/ops/names, got {!r}".format(self, type(fetches)))
 

@@ -11,12 +11,16 @@ import time
 from contextlib import contextmanager
 
 from ..compat import tfv1
-from ..tfutils.hooked_session import CheckedFeeds, RunRequests
+from ..tfutils.hooked_session import RunRequests
 from ..utils import logger
 from ..utils.utils import humanize_time_delta
 from .callback import Callback, name_culprit
 
 __all__ = ['Callbacks', 'CallbackToHook']
+
+# TensorFlow's classes used at every run, looked up once (see tfutils/hooked_session.py).
+_SessionRunArgs = tfv1.train.SessionRunArgs
+_SessionRunValues = tfv1.train.SessionRunValues
 
 _STAGES = ('before_train', 'before_epoch', 'after_epoch', 'trigger_step', 'trigger_epoch',
            'after_train', 'before_run', 'after_run')
@@ -84,8 +88,17 @@ class Callbacks(Callback):
                     cb, type(cb).__name__))
         self.cbs = list(cbs)
         self._active = {stage: list(self.cbs) for stage in _STAGES}
-        self._around_run = list(self.cbs)
+        self._find_requesters()
         self.last_epoch_report = None
+
+    def _find_requesters(self):
+        """Number the members that act around hooked runs (a member's number keys its fetches
+        in the merged request) and list, with their numbers, those asked in ``before_run``
+        and those handed results in ``after_run``."""
+        asking, receiving = self._active['before_run'], self._active['after_run']
+        around_run = [cb for cb in self.cbs if cb in asking or cb in receiving]
+        self._requesters = [(index, cb) for index, cb in enumerate(around_run) if cb in asking]
+        self._receivers = [(index, cb) for index, cb in enumerate(around_run) if cb in receiving]
 
     def _run(self, stage, *args):
         for cb in self._active[stage]:
@@ -104,8 +117,7 @@ class Callbacks(Callback):
                     name_culprit(err, cb, 'setup_graph')
                     raise
         self._active = {stage: [cb for cb in self.cbs if _overrides(cb, stage)] for stage in _STAGES}
-        self._around_run = [cb for cb in self.cbs
-                            if cb in self._active['before_run'] or cb in self._active['after_run']]
+        self._find_requesters()
 
     def setup_graph(self, trainer):
         self.trainer = trainer
@@ -121,12 +133,12 @@ class Callbacks(Callback):
     def get_hooks(self):
         """The group as the one ``SessionRunHook`` to run around every hooked session run
         (none when no member acts there)."""
-        return [CallbackToHook(self)] if self._around_run else []
+        return [CallbackToHook(self)] if self._requesters or self._receivers else []
 
     def before_run(self, ctx):
         """Collect the members' requests for this run, merged into one ``SessionRunArgs``."""
         requests = RunRequests('Callback')
-        for index, cb in enumerate(self._around_run):
+        for index, cb in self._requesters:
             try:
                 requests.add(index, cb, cb.before_run(ctx))
             except Exception as err:
@@ -134,15 +146,14 @@ class Callbacks(Callback):
                 raise
         if not (requests.fetches or requests.feeds or requests.options_added):
             return None
-        feeds = CheckedFeeds(requests.feeds, requests.unchecked) if requests.feeds else None
-        return tfv1.train.SessionRunArgs(requests.fetches, feeds, requests.options)
+        return _SessionRunArgs(requests.fetches, requests.checked_feeds(), requests.options)
 
     def after_run(self, run_context, run_values):
         """Hand each member the values it asked for in :meth:`before_run`."""
         results = run_values.results or {}
-        for index, cb in enumerate(self._around_run):
+        for index, cb in self._receivers:
             try:
-                cb.after_run(run_context, tfv1.train.SessionRunValues(
+                cb.after_run(run_context, _SessionRunValues(
                     results=results.get(index), options=run_values.options,
                     run_metadata=run_values.run_metadata))
             except Exception as err:

@@ -8,19 +8,31 @@ from ..compat import tf, tfv1
 __all__ = ['HookedSession', 'RunRequests', 'CheckedFeeds']
 
 
+# TensorFlow's names used at every run, looked up once (a lookup through TensorFlow's module
+# wrappers costs a fraction of a microsecond, and a step makes dozens).
+_FETCHABLE = (tf.Tensor, tf.Operation, tf.Variable, str)
+_GRAPH_VALUES = (tf.Tensor, tf.Variable)
+_SessionRunArgs = tfv1.train.SessionRunArgs
+_SessionRunContext = tfv1.train.SessionRunContext
+_SessionRunValues = tfv1.train.SessionRunValues
+
+
 class _NotCacheable(Exception):
     pass
+
+
+_NOT_COMPILED = object()
 
 
 def _fetch_key(fetches):
     """A hashable description of a fetch structure made of tensors, ops, variables, names,
     lists, tuples and dicts; raises _NotCacheable for anything else."""
-    if isinstance(fetches, (tf.Tensor, tf.Operation, tf.Variable, str)):
-        return fetches
-    if isinstance(fetches, (list, tuple)):
-        return (type(fetches),) + tuple(_fetch_key(f) for f in fetches)
     if type(fetches) is dict:  # sess.run gives back an OrderedDict, defaultdict... as such
         return (dict,) + tuple((k, _fetch_key(v)) for k, v in fetches.items())
+    if isinstance(fetches, (list, tuple)):
+        return (type(fetches),) + tuple(map(_fetch_key, fetches))
+    if isinstance(fetches, _FETCHABLE):
+        return fetches
     raise _NotCacheable()
 
 
@@ -117,17 +129,19 @@ class _CallableCache:
         self._usable = hasattr(sess, '_make_callable_from_options')
 
     def run(self, fetches, feeds, unchecked):
+        """Run ``fetches`` with ``feeds``, whose values are arrays checked by their maker except
+        those of the tensors in ``unchecked`` (which may be anything ``sess.run`` takes)."""
         try:
-            if not self._usable or any(isinstance(v, (tf.Tensor, tf.Variable)) for v in feeds.values()):
+            if not self._usable or any(isinstance(feeds.get(t), _GRAPH_VALUES) for t in unchecked):
                 raise _NotCacheable()
-            key = (_fetch_key(fetches), tuple(_fetch_key(k) for k in feeds))
+            key = (_fetch_key(fetches), tuple(feeds))  # a feed key a callable cannot take compiles to None
         except _NotCacheable:
             return self._sess.run(fetches, feed_dict=feeds or None)
-        if key not in self._compiled:
+        compiled = self._compiled.get(key, _NOT_COMPILED)
+        if compiled is _NOT_COMPILED:
             if len(self._compiled) >= self.max_entries:
                 self._compiled.clear()
-            self._compiled[key] = self._compile(fetches, feeds)
-        compiled = self._compiled[key]
+            compiled = self._compiled[key] = self._compile(fetches, feeds)
         if compiled is None:
             return self._sess.run(fetches, feed_dict=feeds or None)
         return compiled(feeds, unchecked)
@@ -144,6 +158,9 @@ class _CallableCache:
             return None  # e.g. a fed tensor that is also fetched: allowed by sess.run only
 
 
+_NOTHING_UNCHECKED = frozenset()
+
+
 class CheckedFeeds(dict):
     """A feed dict whose values were checked by whoever made it: numpy arrays of exactly their
     tensor's dtype, of a shape the tensor accepts. :class:`HookedSession` feeds them as they are
@@ -157,7 +174,7 @@ class CheckedFeeds(dict):
 
     def __init__(self, feeds=(), unchecked=()):
         super().__init__(feeds)
-        self.unchecked = frozenset(unchecked)
+        self.unchecked = frozenset(unchecked) if unchecked else _NOTHING_UNCHECKED
 
 
 class RunRequests:
@@ -174,7 +191,9 @@ class RunRequests:
         self._kind = kind
         self.fetches = {}
         self.feeds = dict(feed_dict) if feed_dict else {}
-        self.unchecked = self._unchecked_of(self.feeds)
+        """The merged feeds; when a single requester fed, its own dict (read it, do not change it)."""
+        self._feeds_owned = True
+        self.unchecked = set(self.feeds)
         """The fed tensors whose values did not come checked (see :class:`CheckedFeeds`)."""
         self.options = options
         self.options_added = False
@@ -189,15 +208,19 @@ class RunRequests:
             self.fetches[key] = request.fetches
         feed_dict = request.feed_dict
         if feed_dict:
-            if not self.feeds:
-                self.feeds = dict(feed_dict)   # the usual case: one requester feeds
+            if not isinstance(feed_dict, dict):
+                feed_dict = dict(feed_dict)
+            if not self.feeds:   # the usual case: one requester feeds; its dict is used as it is
+                self.feeds, self._feeds_owned = feed_dict, False
             else:
+                if not self._feeds_owned:
+                    self.feeds, self._feeds_owned = dict(self.feeds), True
                 for tensor, value in feed_dict.items():
                     if tensor in self.feeds:
                         raise RuntimeError("{} {} feeds {}, which is already fed by the caller or another "
                                            "{}.".format(self._kind, requester, tensor, self._kind.lower()))
                     self.feeds[tensor] = value
-            self.unchecked.update(self._unchecked_of(feed_dict))
+            self.unchecked.update(feed_dict.unchecked if isinstance(feed_dict, CheckedFeeds) else feed_dict)
         if request.options is not None:
             if not self.options_added:
                 merged = tfv1.RunOptions()
@@ -207,11 +230,14 @@ class RunRequests:
                 self.options_added = True
             self.options.MergeFrom(request.options)
 
-    @staticmethod
-    def _unchecked_of(feed_dict):
-        if isinstance(feed_dict, CheckedFeeds):
-            return set(feed_dict.unchecked)
-        return set(feed_dict)
+    def checked_feeds(self):
+        """The merged feeds as a :class:`CheckedFeeds` that marks the unchecked ones (the single
+        feeding requester's own when it is one already); None when nothing is fed."""
+        if not self.feeds:
+            return None
+        if isinstance(self.feeds, CheckedFeeds) and self.feeds.unchecked == self.unchecked:
+            return self.feeds
+        return CheckedFeeds(self.feeds, self.unchecked)
 
 
 class HookedSession:
@@ -245,8 +271,7 @@ class HookedSession:
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if not self._hooks:
             return self._sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
-        context = tfv1.train.SessionRunContext(
-            original_args=tfv1.train.SessionRunArgs(fetches, feed_dict), session=self._sess)
+        context = _SessionRunContext(original_args=_SessionRunArgs(fetches, feed_dict), session=self._sess)
         requests = RunRequests('Hook', feed_dict, options)
         for index, hook in enumerate(self._hooks):
             requests.add(index, hook, hook.before_run(context))
@@ -261,7 +286,7 @@ class HookedSession:
             outputs = self._cache.run(combined, feeds, requests.unchecked)
         hook_results = outputs['hooks']
         for index, hook in enumerate(self._hooks):
-            hook.after_run(context, tfv1.train.SessionRunValues(
+            hook.after_run(context, _SessionRunValues(
                 results=hook_results.get(index), options=options, run_metadata=run_metadata))
         if context.stop_requested:
             self._stop_requested = True

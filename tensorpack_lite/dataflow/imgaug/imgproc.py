@@ -42,9 +42,11 @@ class ClippedPhotometricAugmentor(PhotometricAugmentor):
 
     def _augment(self, img, param):
         values = self._new_values(img, param)
+        own = values.flags.writeable and not np.may_share_memory(values, img)  # may change in place
         if self.clip or img.dtype == np.uint8:
-            values = np.clip(values, 0, 255)
-        return values.astype(img.dtype)
+            values = np.clip(values, 0, 255, out=values if own else None)
+            own = True
+        return values.astype(img.dtype, copy=not own)
 
     def _new_values(self, img, param):
         raise NotImplementedError("{} must implement _new_values(img, param)".format(type(self).__name__))
@@ -105,7 +107,7 @@ class Brightness(ClippedPhotometricAugmentor):
         return self._rand_range(-self.delta, self.delta)
 
     def _new_values(self, img, delta):
-        return img.astype(np.float32) + delta
+        return img.astype(np.float32, copy=False) + delta
 
 
 class BrightnessScale(ClippedPhotometricAugmentor):
@@ -124,7 +126,7 @@ class BrightnessScale(ClippedPhotometricAugmentor):
         return self._rand_range(*self.range)
 
     def _new_values(self, img, factor):
-        return img.astype(np.float32) * factor
+        return img.astype(np.float32, copy=False) * factor
 
 
 class Contrast(ClippedPhotometricAugmentor):
@@ -148,7 +150,7 @@ class Contrast(ClippedPhotometricAugmentor):
         return self._rand_range(*self.factor_range)
 
     def _new_values(self, img, factor):
-        img = img.astype(np.float32)
+        img = img.astype(np.float32, copy=False)
         if img.ndim == 2:
             mean = np.mean(img)
         elif self.rgb is None:
@@ -158,7 +160,9 @@ class Contrast(ClippedPhotometricAugmentor):
             cv2 = opencv(self)
             grey = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY if self.rgb else cv2.COLOR_BGR2GRAY)
             mean = np.mean(grey)
-        return img * factor + mean * (1 - factor)
+        values = img * factor
+        values += mean * (1 - factor)
+        return values
 
 
 class MeanVarianceNormalize(PhotometricAugmentor):
@@ -290,7 +294,9 @@ class Saturation(ClippedPhotometricAugmentor):
         check_color_image(self, img)
         cv2 = opencv(self)
         grey = cv2.cvtColor(_opencv_float(img), cv2.COLOR_RGB2GRAY if self.rgb else cv2.COLOR_BGR2GRAY)
-        return img * ratio + (grey * (1 - ratio))[:, :, np.newaxis]
+        values = img * ratio
+        values += (grey * (1 - ratio))[:, :, np.newaxis]
+        return values
 
 
 class Lighting(ClippedPhotometricAugmentor):
