@@ -127,11 +127,16 @@ class _EpochCallback(Callback):
 
 
 def default_path(batches, epochs, logdir, measure):
+    train_default_path(batches, epochs, logdir, _EpochCallback(measure))
+
+
+def train_default_path(batches, epochs, logdir, callback):
+    """Train the MLP on ``batches`` the default way (DataFlow -> FeedInput -> SimpleTrainer),
+    with ``callback`` added to the defaults."""
     with tf.Graph().as_default():
         logger.set_logger_dir(logdir, action='d')
         config = TrainConfig(model=MLP(), dataflow=DataFromList(batches, shuffle=False),
-                             callbacks=[_EpochCallback(measure)], steps_per_epoch=len(batches),
-                             max_epoch=epochs)
+                             callbacks=[callback], steps_per_epoch=len(batches), max_epoch=epochs)
         launch_train_with_config(config, SimpleTrainer())
 
 
@@ -230,12 +235,7 @@ class _ProfiledEpochs(Callback):
 def profiled(batches, epochs, logdir, top):
     """The profile of the default path's steps (warm-up epoch left out)."""
     profile = cProfile.Profile()
-    with tf.Graph().as_default():
-        logger.set_logger_dir(logdir, action='d')
-        config = TrainConfig(model=MLP(), dataflow=DataFromList(batches, shuffle=False),
-                             callbacks=[_ProfiledEpochs(profile)], steps_per_epoch=len(batches),
-                             max_epoch=epochs)
-        launch_train_with_config(config, SimpleTrainer())
+    train_default_path(batches, epochs, logdir, _ProfiledEpochs(profile))
     stats = pstats.Stats(profile)
     steps = len(batches) * (epochs - 1)
     in_c = sum(value[2] for (_, _, name), value in stats.stats.items()
