@@ -46,9 +46,13 @@ flows = [MultiProcessRunnerZMQ(numbers(), num_proc=n),
          MultiProcessMapData(numbers(), num_proc=n, map_func=identity, buffer_size=16),
          MultiProcessMapDataZMQ(numbers(), num_proc=n, map_func=identity, buffer_size=16, strict=True),
          MultiProcessMapAndBatchData(numbers(), num_proc=n, map_func=identity, batch_size=2)]
+def forever(df):
+    while True:   # epoch after epoch: only the signal ends the loop below
+        yield from df
+
 for df in flows:
     df.reset_state()
-iterators = [iter(df) for df in flows]
+iterators = [forever(df) for df in flows]
 for _ in range(3):
     for itr in iterators:
         next(itr)

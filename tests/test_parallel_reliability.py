@@ -12,16 +12,18 @@ import resource
 import shutil
 import signal
 import tempfile
+import threading
 import time
 
 import numpy as np
 import psutil
 import pytest
 
+from helpers import run_or_hang
 from tensorpack_lite.dataflow.base import DataFlow
 from tensorpack_lite.dataflow.raw import DataFromList
 from tensorpack_lite.dataflow.parallel import (DataFlowWorkerError, MultiProcessRunner, MultiProcessRunnerZMQ,
-                                               _IPCDir)
+                                               _IPCDir, _WorkerProcesses)
 from tensorpack_lite.dataflow.parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData
 
 FORK = mp.get_context('fork')
@@ -317,6 +319,44 @@ def test_reset_state_leaves_the_parents_signal_handlers_alone():
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class SigtermGoesElsewhere(DataFlow):
+    """In the worker: starts a Python thread, then blocks SIGTERM in the main thread (as if the
+    kernel handed the signal to that other thread, which it may do with any thread that does
+    not block it), says so with the file ``ready``, and sleeps in a C call for ever."""
+
+    def __init__(self, ready):
+        self.ready = ready
+
+    def __iter__(self):
+        threading.Thread(target=time.sleep, args=(10 ** 4,), daemon=True).start()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        open(self.ready, 'w').close()
+        time.sleep(10 ** 4)
+        yield [0]
+
+
+def test_closing_ends_a_worker_whose_main_thread_does_not_take_sigterm(monkeypatch):
+    """A Python SIGTERM handler runs in the main thread only: with the signal handed to another
+    thread, the old worker waited out its C call (here: for ever) until SIGKILL after
+    ``join_timeout``. Now SIGTERM is blocked in every thread of a worker and its guard thread
+    takes it: close() returns without waiting (no SIGKILL fallback: join_timeout is hours)."""
+    monkeypatch.setattr(_WorkerProcesses, 'join_timeout', 10 ** 4)
+    marks = tempfile.mkdtemp(prefix='tpr-mark-', dir='/tmp')   # not in the ipc directories' parent
+    try:
+        ready = os.path.join(marks, 'ready')
+        df = MultiProcessRunnerZMQ(SigtermGoesElsewhere(ready), num_proc=1)
+        df.reset_state()
+        (worker,) = children()
+        assert wait_until(lambda: os.path.exists(ready))
+        blocked = {int(line.split()[1], 16) for line in open('/proc/{}/status'.format(worker))
+                   if line.startswith('SigBlk:')}
+        assert blocked == {1 << (signal.SIGTERM - 1)}   # the worker blocks SIGTERM and nothing else
+        run_or_hang(df.close)
+        assert gone(worker)
+    finally:
+        shutil.rmtree(marks, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- item 9: shared memory

@@ -98,14 +98,29 @@ def _set_opencv_threads(count):
     cv2.setNumThreads(0 if int(count) <= 1 else int(count))
 
 
-def _watch_parent(parent_pid, on_parent_gone, interval=1.0):
-    """Call ``on_parent_gone()`` (which must end the process) as soon as the parent is gone
-    (where the death signal is not available or was tied to a thread that ended)."""
-    def watch():
-        while os.getppid() == parent_pid:
-            time.sleep(interval)
-        on_parent_gone()
-    threading.Thread(target=watch, name='parent-watchdog', daemon=True).start()
+_GUARD_TAKES_SIGTERM = hasattr(signal, 'sigtimedwait')
+
+
+def _start_guard(parent_pid, on_sigterm, on_parent_gone, interval=1.0):
+    """In a worker whose threads all block SIGTERM: start the thread that takes the SIGTERM
+    sent to the process (``on_sigterm()``) and notices the parent gone (``on_parent_gone()``,
+    where the death signal is not available or was tied to a thread that ended). Both must
+    end the process.
+
+    Python runs signal handlers in the main thread only, and the kernel may hand a process's
+    signal to any thread that does not block it: a handler then waits until the main thread
+    leaves whatever C call it is in (a ZeroMQ poll without timeout: for ever). A thread that
+    waits for the signal itself acts at once. Without ``sigtimedwait`` (macOS) SIGTERM is not
+    blocked (:data:`_GUARD_TAKES_SIGTERM`) and ends the worker by its default action."""
+    def guard():
+        while True:
+            if not _GUARD_TAKES_SIGTERM:
+                time.sleep(interval)
+            elif signal.sigtimedwait([signal.SIGTERM], interval) is not None:
+                on_sigterm()
+            if os.getppid() != parent_pid:
+                on_parent_gone()
+    threading.Thread(target=guard, name='worker-guard', daemon=True).start()
 
 
 class _ProcessWorker(object):
@@ -114,8 +129,8 @@ class _ProcessWorker(object):
 
     A worker given an :class:`_IPCDir` (``ipc``) joins it when it starts and leaves it on
     every way out: the end of :meth:`run`, SIGTERM (the parent's :meth:`_WorkerProcesses.close`
-    or the death signal; the worker still dies by SIGTERM), and the watchdog that notices a
-    parent gone.
+    or the death signal; taken by the guard thread, and the worker still dies by SIGTERM), and
+    the guard noticing the parent gone.
     """
 
     ipc = None
@@ -139,7 +154,12 @@ class _ProcessWorker(object):
         return '{} worker #{}'.format(self.owner, self.idx)
 
     def run(self):
-        signal.signal(signal.SIGTERM, self._on_sigterm)  # not a handler inherited from the parent
+        # SIGTERM goes to the guard thread only (see _start_guard): blocked here first, so that
+        # every thread started later (the guard, pyzmq's, a queue's feeder) has it blocked too;
+        # one sent meanwhile waits for the guard. No handler inherited from the parent.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if _GUARD_TAKES_SIGTERM:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         if self.ipc is not None:
             self._membership = self.ipc.join()
             if self._membership is None:  # removed: the parent and every other worker are gone
@@ -147,7 +167,7 @@ class _ProcessWorker(object):
         enable_death_signal(_warn=self.idx == 0)
         if os.getppid() != self.parent_pid:  # the parent died before the death signal was set
             self._leave_and_exit()
-        _watch_parent(self.parent_pid, self._leave_and_exit)
+        _start_guard(self.parent_pid, self._leave_and_die_by_sigterm, self._leave_and_exit)
         _set_opencv_threads(self.opencv_threads)
         _reseed_worker(self.idx)
         try:
@@ -175,10 +195,13 @@ class _ProcessWorker(object):
         self._leave()
         os._exit(1)
 
-    def _on_sigterm(self, signum, frame):
-        if self._leave():  # otherwise the interrupted leave finishes, then the process ends
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+    def _leave_and_die_by_sigterm(self):
+        """In the guard thread: leave (after a leave in progress in another thread, if any),
+        then end the process by the SIGTERM it was sent, unblocked in this thread only."""
+        self._leave()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.kill(os.getpid(), signal.SIGTERM)  # taken by this thread on its way back from kill()
+        os._exit(1)  # not reached
 
     def before_fork(self):
         """In the parent, just before this worker is forked."""
@@ -315,11 +338,12 @@ class _OpenWorkers(object):
         if self._pid != os.getpid():
             return
         every = list(self._open)
-        for workers in every:
-            workers.stop()
-        deadline = time.monotonic() + _WorkerProcesses.join_timeout
-        for workers in every:
-            workers.join(deadline)
+        with mask_sigint():  # a Ctrl-C now would leave the workers to the death signal
+            for workers in every:
+                workers.stop()
+            deadline = time.monotonic() + _WorkerProcesses.join_timeout
+            for workers in every:
+                workers.join(deadline)
 
 
 _OPEN_WORKERS = _OpenWorkers()
