@@ -1,5 +1,6 @@
 """Saving and restoring: ModelSaver / MinSaver / MaxSaver, the SessionInits, varmanip."""
 
+import logging
 import os
 import re
 
@@ -430,11 +431,11 @@ def test_dump_session_params_roundtrip(tmp_path):
     for name, value in dumped.items():
         np.testing.assert_array_equal(value, values[name[:-2]])
     assert os.listdir(str(tmp_path)) == ['dump.npz']  # no temporary file left
-    with tfv1.Graph().as_default():  # the fresh model has no 'bn/mean': named, unless ignored
-        with pytest.raises(ValueError, match=r'not variables of the graph: bn/mean\. Pass ignore_mismatch'):
-            init_fresh(SmartInit(path))
+    with tfv1.Graph().as_default():  # the fresh model has no 'bn/mean': refused when strict
+        with pytest.raises(ValueError, match=r'not variables of the graph: bn/mean\. Without strict'):
+            init_fresh(SmartInit(path, strict=True))
     with tfv1.Graph().as_default():
-        after = init_fresh(SmartInit(path, ignore_mismatch=True))[1]
+        after = init_fresh(SmartInit(path))[1]
     assert_values_equal(after, values, ['fc0/W', 'fc0/b', 'fc1/W'])
 
 
@@ -533,27 +534,95 @@ def test_corrupt_checkpoints_fail_early_naming_the_path(trained):
         SmartInit(ckpt_dir)
 
 
-def test_dict_restore_rejects_unknown_names_and_wrong_shapes(tmp_path, log_records):
-    npz = str(tmp_path / 'p.npz')
-    np.savez(npz, **{'fc0/W:0': np.zeros((4, 8), 'float32'), 'head/W:0': np.zeros(2), 'other': np.ones(1)})
-    init = SmartInit(npz)
-    with tfv1.Graph().as_default():
-        build_regression()
-        with pytest.raises(ValueError, match=r'2 name\(s\) are not variables of the graph: head/W, other'):
-            init._setup_graph()  # before any session exists
-    after = init_fresh(SmartInit(npz, ignore_mismatch=True))[1]
-    assert np.all(after['fc0/W'] == 0)
-    message = [m for m in log_records.messages() if 'in the dict, but not found in the graph' in m]
-    assert len(message) == 1 and 'head/W' in message[0] and 'other' in message[0]
+# ---------------------------------------------------------------------------------------------
+# Pretrained weights with names the graph lacks (tensorpack's fine-tuning workflow)
+# ---------------------------------------------------------------------------------------------
 
-    np.savez(npz, **{'fc0/b:0': np.zeros(9, 'float32')})
-    init = SmartInit(npz)
+def pretrained_weights(**changed):
+    """What an ImageNet classifier's file holds for the regression: the layers they share
+    (with and without ':0'), a classifier the regression lacks, and training-only names."""
+    weights = {'fc0/W:0': np.full((4, 8), 0.5, 'float32'), 'fc0/b': np.arange(8, dtype='float32'),
+               'linear/W:0': np.ones((8, 1000), 'float32'), 'fc8/b': np.zeros(1000, 'float32'),
+               'learning_rate': np.float32(0.1), 'fc0/W/Momentum:0': np.zeros((4, 8), 'float32')}
+    weights.update(changed)
+    return weights
+
+
+# Every way to restore a dict of weights: from ``path``, an .npz file of pretrained_weights().
+DICT_LOADERS = {
+    'SmartInit(path)': lambda path, **kwargs: SmartInit(path, **kwargs),
+    'get_model_loader(path)': lambda path, **kwargs: get_model_loader(path, **kwargs),
+    'SmartInit(dict)': lambda path, **kwargs: SmartInit(dict(np.load(path)), **kwargs),
+    'DictRestore(dict)': lambda path, **kwargs: DictRestore(dict(np.load(path)), **kwargs),
+}
+
+
+def save_npz(tmp_path, weights):
+    path = str(tmp_path / 'imagenet.npz')
+    np.savez(path, **weights)
+    return path
+
+
+@pytest.mark.parametrize('loader', list(DICT_LOADERS))
+def test_weights_with_extra_names_restore_the_shared_variables_and_log_the_rest(
+        loader, tmp_path, log_records):
+    path = save_npz(tmp_path, pretrained_weights())
+    before, after = init_fresh(DICT_LOADERS[loader](path))
+    np.testing.assert_array_equal(after['fc0/W'], np.full((4, 8), 0.5))
+    np.testing.assert_array_equal(after['fc0/b'], np.arange(8))
+    assert_values_equal(after, before, ['fc1/W', 'global_step', 'fc0/W/Adam'])  # not in the file
+    assert log_records.messages_at(logging.WARNING) == [
+        'The following variables are in the graph, but not found in the dict: fc1/W',
+        'The following variables are in the dict, but not found in the graph: fc8/b, linear/W']
+    skipped = [m for m in log_records.messages_at(logging.INFO) if 'training-only' in m]
+    assert skipped == ['DictRestore: skipping 2 training-only names of the dict the graph does not have '
+                       '(global step, learning rate, optimizer slots...): fc0/W/Momentum, learning_rate']
+
+
+class RecordBeforeTraining(Callback):
+    def _before_train(self):
+        self.values = current_values(self.trainer.sess)
+
+
+def test_training_starts_from_weights_with_extra_names(tmp_path):
+    record = RecordBeforeTraining()
+    trainer = train([record], max_epoch=1, session_init=SmartInit(save_npz(tmp_path, pretrained_weights())))
+    assert trainer.global_step == 3
+    np.testing.assert_array_equal(record.values['fc0/W'], np.full((4, 8), 0.5))
+    assert record.values['global_step'] == 0
+
+
+@pytest.mark.parametrize('loader', list(DICT_LOADERS))
+def test_strict_refuses_names_the_graph_lacks(loader, tmp_path):
+    init = DICT_LOADERS[loader](save_npz(tmp_path, pretrained_weights()), strict=True)
     with tfv1.Graph().as_default():
         build_regression()
-        with pytest.raises(ValueError, match=r"shape \(9,\) into variable 'fc0/b' of shape \(8,\)"):
-            init._setup_graph()  # before any session exists
-    before, after = init_fresh(SmartInit(npz, ignore_mismatch=True))
-    assert_values_equal(after, before)
+        with pytest.raises(ValueError, match=r'DictRestore\(strict=True\): 2 name\(s\) are not variables '
+                                             r'of the graph: fc8/b, linear/W\.'):
+            init.setup_graph()  # before any session exists
+    shared_only = save_npz(tmp_path, {'fc0/b:0': np.ones(8), 'global_step': np.int64(5)})
+    after = init_fresh(DICT_LOADERS[loader](shared_only, strict=True))[1]
+    assert after['global_step'] == 5
+    np.testing.assert_array_equal(after['fc0/b'], np.ones(8))
+
+
+@pytest.mark.parametrize('loader', list(DICT_LOADERS))
+def test_a_value_of_the_wrong_shape_is_an_error_naming_both_shapes(loader, tmp_path, log_records):
+    path = save_npz(tmp_path, pretrained_weights(**{'fc0/b': np.zeros(9, 'float32')}))
+    init = DICT_LOADERS[loader](path)
+    with tfv1.Graph().as_default():
+        build_regression()
+        with pytest.raises(ValueError, match=r"^Cannot load an array of shape \(9,\) into variable "
+                                             r"'fc0/b' of shape \(8,\)\.$"):
+            init.setup_graph()
+    if loader == 'get_model_loader(path)':
+        return  # it has no ignore_mismatch, as in tensorpack
+    del log_records[:]
+    before, after = init_fresh(DICT_LOADERS[loader](path, ignore_mismatch=True))
+    assert_values_equal(after, before, ['fc0/b'])
+    np.testing.assert_array_equal(after['fc0/W'], np.full((4, 8), 0.5))
+    assert ("Cannot load an array of shape (9,) into variable 'fc0/b' of shape (8,). It is skipped."
+            in log_records.messages_at(logging.WARNING))
 
 
 def test_smart_init_rejects_other_types():

@@ -360,49 +360,84 @@ def test_export_compact_matches_offline_predictor(tmp_path, digits):
     assert sorted(os.listdir(tmp_path)) == ['frozen-False.pb', 'frozen-True.pb']
 
 
-LOAD_SAVED_MODEL = textwrap.dedent("""
+# A TF2 client in eager mode, without tensorpack_lite: writes what each way of calling the
+# signatures returns, by output key.
+CALL_SAVED_MODEL_EAGERLY = textwrap.dedent("""
     import os
     import sys
     import numpy as np
     import tensorflow as tf
     path, images_file, out_file = sys.argv[1:]
-    images = np.load(images_file)
-    # TF2: eager, through the signature
-    fn = tf.saved_model.load(path).signatures['serving_default']
-    eager = fn(image=tf.constant(images))['logits'].numpy()
-    # TF1: graph mode, through the signature's tensor names
-    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
-        meta = tf.compat.v1.saved_model.loader.load(sess, ['serve'], path)
-        sig = meta.signature_def['serving_default']
-        graph = sess.run(sig.outputs['logits'].name, {sig.inputs['image'].name: images})
-    np.savez(out_file, eager=eager, graph=graph, keys=sorted(sig.inputs) + sorted(sig.outputs))
+    images = tf.constant(np.load(images_file))
+    signatures = tf.saved_model.load(path).signatures
+    results = {
+        'tensor_keys': signatures['serving_default'](**{'image:0': images}),
+        'sanitized_keyword': signatures['serving_default'](image_0=images),
+        'keywords': signatures['serving_default_names'](image=images),
+    }
+    np.savez(out_file, **{'{} {}'.format(call, key): value.numpy()
+                          for call, outputs in results.items() for key, value in outputs.items()})
     os._exit(0)   # skip the slow TensorFlow teardown
 """)
 
 
-def test_export_serving_loads_in_a_fresh_process(tmp_path, digits):
+def run_like_a_tf1_serving_client(path, signature_name, feeds):
+    """``{output key: value}`` of the signature, run through its tensor info in graph mode."""
+    with tfv1.Graph().as_default(), tfv1.Session() as sess:
+        meta = tfv1.saved_model.loader.load(sess, [tfv1.saved_model.SERVING], path)
+        signature = meta.signature_def[signature_name]
+        assert sorted(signature.inputs) == sorted(feeds)
+        keys = sorted(signature.outputs)
+        values = sess.run([signature.outputs[k].name for k in keys],
+                          {signature.inputs[k].name: value for k, value in feeds.items()})
+        return dict(zip(keys, values))
+
+
+def test_export_serving_keys_tensor_names_as_tensorpack_and_plain_names_in_a_second_signature(
+        tmp_path, digits):
     images = digits[0][:40]
     values = known_values(seed=5)
-    expected, = reference_outputs(values, images)
+    expected_logits, expected_prob = reference_outputs(values, images, ('logits', 'prob'))
     export_dir = str(tmp_path / 'exported')
-    ModelExporter(predict_config(values)).export_serving(export_dir)
+    ModelExporter(predict_config(values, ('logits', 'prob'))).export_serving(export_dir)
     assert sorted(os.listdir(export_dir)) == ['saved_model.pb', 'variables']
+
+    tensorpack_keys = run_like_a_tf1_serving_client(export_dir, 'serving_default', {'image:0': images})
+    plain_keys = run_like_a_tf1_serving_client(export_dir, 'serving_default_names', {'image': images})
+    assert sorted(tensorpack_keys) == ['logits:0', 'prob:0'] and sorted(plain_keys) == ['logits', 'prob']
+    for outputs, suffix in ((tensorpack_keys, ':0'), (plain_keys, '')):
+        logits, prob = 'logits' + suffix, 'prob' + suffix
+        np.testing.assert_allclose(outputs[logits], expected_logits, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(outputs[prob], expected_prob, rtol=0, atol=1e-6)
+
     np.save(str(tmp_path / 'images.npy'), images)
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}   # no tensorpack_lite there
     env['TF_CPP_MIN_LOG_LEVEL'] = '2'
     out = str(tmp_path / 'out.npz')
-    proc = subprocess.run([sys.executable, '-c', LOAD_SAVED_MODEL, export_dir,
+    proc = subprocess.run([sys.executable, '-c', CALL_SAVED_MODEL_EAGERLY, export_dir,
                            str(tmp_path / 'images.npy'), out],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    loaded = np.load(out)
-    assert list(loaded['keys']) == ['image', 'logits']
-    np.testing.assert_allclose(loaded['eager'], expected, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(loaded['graph'], expected, rtol=0, atol=1e-5)
-    assert not np.allclose(expected, reference_outputs({}, images)[0], atol=1e-3)  # values applied
+    eager = dict(np.load(out))
+    assert sorted(eager) == ['keywords logits', 'keywords prob', 'sanitized_keyword logits:0',
+                             'sanitized_keyword prob:0', 'tensor_keys logits:0', 'tensor_keys prob:0']
+    for key, value in eager.items():
+        expected = expected_prob if key.split(' ')[1].startswith('prob') else expected_logits
+        np.testing.assert_allclose(value, expected, rtol=0, atol=1e-5, err_msg=key)
+    assert not np.allclose(expected_logits, reference_outputs({}, images)[0], atol=1e-3)  # values applied
 
     with pytest.raises(FileExistsError, match='exists'):
         ModelExporter(predict_config(values)).export_serving(export_dir)
+
+
+def test_export_serving_signature_name(tmp_path):
+    export_dir = str(tmp_path / 'exported')
+    exporter = ModelExporter(predict_config(known_values()))
+    exporter.export_serving(export_dir, signature_name='prediction_pipeline')  # tensorpack's default
+    with tfv1.Graph().as_default(), tfv1.Session() as sess:
+        meta = tfv1.saved_model.loader.load(sess, [tfv1.saved_model.SERVING], export_dir)
+    assert sorted(meta.signature_def) == ['prediction_pipeline', 'prediction_pipeline_names']
+    assert list(meta.signature_def['prediction_pipeline'].inputs) == ['image:0']
 
 
 def test_exporter_errors(tmp_path):
@@ -413,6 +448,8 @@ def test_exporter_errors(tmp_path):
     assert os.listdir(tmp_path) == []
     with pytest.raises(ValueError, match='duplicate'):
         ModelExporter(predict_config({}, ['logits', 'logits']))
+    with pytest.raises(ValueError, match=r"duplicate names \['logits:0'\]"):
+        ModelExporter(predict_config({}, ['logits', 'logits:0']))
 
 
 # ----- dataset predictors -----------------------------------------------------------------

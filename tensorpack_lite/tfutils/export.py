@@ -12,9 +12,11 @@ Example::
                            session_init=SaverRestore('train_log/model-1000'))
     ModelExporter(config).export_compact('/tmp/model.pb')
     ModelExporter(config).export_serving('/tmp/exported')
-    # later, anywhere:
+    # later, anywhere (TF2); tensorpack's keys, 'image:0' and 'prob:0':
     model = tf.saved_model.load('/tmp/exported')
-    prob = model.signatures['serving_default'](image=images)['prob']
+    prob = model.signatures['serving_default'](**{'image:0': images})['prob:0']
+    # or the same with keys that are Python keywords:
+    prob = model.signatures['serving_default_names'](image=images)['prob']
 """
 
 import os
@@ -24,6 +26,7 @@ from contextlib import contextmanager
 from ..compat import enable_graph_mode, tfv1
 from ..utils import logger
 from ..utils.fs import write_atomically
+from .common import get_op_tensor_name
 from .inference_tower import build_predict_tower
 from .sesscreate import create_initialized_session
 
@@ -35,10 +38,24 @@ def _op_name(tensor):
 
 
 def _check_unique(names, arg):
-    dups = sorted({n for n in names if names.count(n) > 1})
+    tensor_names = [get_op_tensor_name(n)[1] for n in names]
+    dups = sorted({n for n in tensor_names if tensor_names.count(n) > 1})
     if dups:
         raise ValueError("ModelExporter: PredictConfig.{} has duplicate names {}; the exported "
                          "signature needs one key per tensor.".format(arg, dups))
+
+
+def _keyword_name(name):
+    """A name of the config as a key that is a Python keyword: ``'image:0'`` is ``'image'``."""
+    return name[:-2] if name.endswith(':0') else name
+
+
+def _predict_signature(input_keys, inputs, output_keys, outputs):
+    info = tfv1.saved_model.utils.build_tensor_info
+    return tfv1.saved_model.signature_def_utils.build_signature_def(
+        inputs={k: info(t) for k, t in zip(input_keys, inputs)},
+        outputs={k: info(t) for k, t in zip(output_keys, outputs)},
+        method_name=tfv1.saved_model.PREDICT_METHOD_NAME)
 
 
 _PREDICT_CONFIG_ATTRIBUTES = ('tower_func', 'input_names', 'output_names', 'session_creator',
@@ -117,10 +134,19 @@ class ModelExporter(object):
 
     def export_serving(self, filename, tags=(tfv1.saved_model.SERVING,),
                        signature_name='serving_default'):
-        """Write a ``SavedModel`` directory (``saved_model.pb`` and ``variables/``) with one
-        predict signature whose inputs and outputs are keyed by the names of the config.
+        """Write a ``SavedModel`` directory (``saved_model.pb`` and ``variables/``) whose
+        predict signature keys inputs and outputs by tensor name, as tensorpack's does, and
+        a second one keyed by plain names.
 
-        Load it with ``tf.saved_model.load(filename).signatures[signature_name]`` (TF2) or
+        * ``signature_name`` (the default signature): keyed by tensor names (``'image:0'``,
+          ``'prob:0'``) as tensorpack writes them, so a serving client written for a
+          tensorpack export works unchanged. TF2 passes such keys as
+          ``fn(**{'image:0': x})`` (TensorFlow logs that it renames the parameter
+          ``image_0``; ``fn(image_0=x)`` works too);
+        * ``signature_name + '_names'``: keyed by the config's names without ``:0``
+          (``'image'``, ``'prob'``), for keyword calls ``fn(image=x)``.
+
+        Load it with ``tf.saved_model.load(filename).signatures[...]`` (TF2) or
         ``tf.compat.v1.saved_model.loader.load(sess, tags, filename)`` (graph mode), or
         serve it with TensorFlow Serving.
 
@@ -128,7 +154,8 @@ class ModelExporter(object):
             filename (str): the directory to create; it must not exist. It is written under
                 a temporary name and renamed when complete.
             tags (tuple[str]): the tags of the meta graph.
-            signature_name (str): the key of the signature.
+            signature_name (str): the key of the signature with tensorpack's keys
+                (tensorpack's default was ``'prediction_pipeline'``).
         """
         if isinstance(tags, str):
             tags = (tags,)
@@ -150,18 +177,18 @@ class ModelExporter(object):
             shutil.rmtree(tmp)
         try:
             with self._inference_session(make_saver) as (sess, inputs, outputs, saver):
-                info = tfv1.saved_model.utils.build_tensor_info
-                signature = tfv1.saved_model.signature_def_utils.build_signature_def(
-                    inputs={n: info(t) for n, t in zip(self.config.input_names, inputs)},
-                    outputs={n: info(t) for n, t in zip(self.config.output_names, outputs)},
-                    method_name=tfv1.saved_model.PREDICT_METHOD_NAME)
+                signatures = {
+                    signature_name: _predict_signature(
+                        [t.name for t in inputs], inputs, [t.name for t in outputs], outputs),
+                    signature_name + '_names': _predict_signature(
+                        [_keyword_name(n) for n in self.config.input_names], inputs,
+                        [_keyword_name(n) for n in self.config.output_names], outputs)}
                 builder = tfv1.saved_model.Builder(tmp)
-                builder.add_meta_graph_and_variables(
-                    sess, tags, signature_def_map={signature_name: signature}, saver=saver)
+                builder.add_meta_graph_and_variables(sess, tags, signature_def_map=signatures, saver=saver)
                 builder.save()
             os.rename(tmp, filename)
         finally:
             if os.path.exists(tmp):
                 shutil.rmtree(tmp)
-        logger.info("ModelExporter: SavedModel written to {} (signature '{}', tags {}).".format(
-            filename, signature_name, tags))
+        logger.info("ModelExporter: SavedModel written to {} (signatures '{}' and '{}_names', "
+                    "tags {}).".format(filename, signature_name, signature_name, tags))

@@ -71,6 +71,16 @@ def _log_training_only_skipped(owner, names, what):
                     "rate, optimizer slots...): {}".format(owner, len(names), what, ', '.join(sorted(names))))
 
 
+def _log_unmatched(owner, source, items, graph_only, source_only):
+    """The report of the names found on one side only, for every initializer: a warning for
+    the graph's variables missing from ``source`` and one for ``source``'s other names; the
+    training-only names ``source`` holds get one info line, the graph's are not mentioned."""
+    _log_mismatch([n for n in graph_only if not is_training_name(n)], 'graph', source)
+    _log_training_only_skipped(owner, [n for n in source_only if is_training_name(n)],
+                               '{} of the {}'.format(items, source))
+    _log_mismatch([n for n in source_only if not is_training_name(n)], source, 'graph')
+
+
 def _shape_str(shape):
     return str(list(shape))
 
@@ -135,13 +145,10 @@ class SaverRestore(SessionInit):
                                      "checkpoint tensor '{}'.".format(used[name].op.name, var.op.name, name))
                 used[name] = var
                 matched.append((name, var))
-            elif not is_training_name(var.name):
+            else:
                 missing.append(var.op.name)
-        _log_mismatch(missing, 'graph', 'checkpoint')
-        unused = [name for name in in_checkpoint if name not in used]
-        _log_training_only_skipped('SaverRestore', [n for n in unused if is_training_name(n)],
-                                   'tensors of the checkpoint')
-        _log_mismatch([n for n in unused if not is_training_name(n)], 'checkpoint', 'graph')
+        _log_unmatched('SaverRestore', 'checkpoint', 'tensors', missing,
+                       [name for name in in_checkpoint if name not in used])
         return matched
 
     @staticmethod
@@ -229,20 +236,26 @@ class SaverRestoreRelaxed(SaverRestore):
 class DictRestore(SessionInit):
     """Assigns values from a dict ``{variable name: ndarray}`` (names with or without ``:0``).
 
-    Names unknown to the graph, and values of the wrong shape, are errors naming them (with
-    ``ignore_mismatch`` they are skipped and logged instead), except training-only names
-    (``global_step``, ``learning_rate``, optimizer slots such as ``W/Adam``), which are
-    skipped with one log line when the graph has no such variable: the values of a trained
-    session's ``global_variables()`` load into a predictor. Global variables missing from the
-    dict are logged. Values are cast to the variable's dtype when of the same kind
-    (float64 to float32...). Adds no ops to the graph.
+    Every global variable the dict names is restored. As in tensorpack, names on one side
+    only are logged, one warning each way (pretrained weights with a classifier the graph
+    lacks load into a detector's backbone); training-only names (``global_step``,
+    ``learning_rate``, optimizer slots such as ``W/Adam``) get one info line instead. A value
+    of the wrong shape is a ValueError naming the variable and both shapes, unless
+    ``ignore_mismatch`` (then it is skipped with a warning). Values are cast to the
+    variable's dtype when of the same kind (float64 to float32...). Adds no ops to the graph.
+
+    Args:
+        variable_dict (dict): ``{variable name: value}``.
+        ignore_mismatch (bool): skip values whose shape differs instead of failing.
+        strict (bool): refuse names that are not variables of the graph (training-only
+            names excepted), with an error naming them.
 
     Example::
 
         DictRestore(dict(np.load('pretrained.npz')))
     """
 
-    def __init__(self, variable_dict, ignore_mismatch=False):
+    def __init__(self, variable_dict, ignore_mismatch=False, *, strict=False):
         if not isinstance(variable_dict, dict):
             raise TypeError("DictRestore takes a dict of variable name -> value, got {}".format(
                 type(variable_dict).__name__))
@@ -256,22 +269,20 @@ class DictRestore(SessionInit):
                                  "':0')".format(key))
             self._prms[key] = value
         self._ignore_mismatch = bool(ignore_mismatch)
+        self._strict = bool(strict)
         self._values = None
 
     def _setup_graph(self):
         variables = tfv1.global_variables()
         graph_names = {v.name for v in variables}
         absent = sorted(get_op_tensor_name(n)[0] for n in self._prms if n not in graph_names)
-        _log_training_only_skipped('DictRestore', [name for name in absent if is_training_name(name)],
-                                   'names')
         unknown = [name for name in absent if not is_training_name(name)]
-        if unknown and not self._ignore_mismatch:
-            raise ValueError("DictRestore: {} name(s) are not variables of the graph: {}. Pass "
-                             "ignore_mismatch=True (or SmartInit(..., ignore_mismatch=True)) to skip "
-                             "them.".format(len(unknown), ', '.join(unknown)))
-        _log_mismatch(unknown, 'dict', 'graph')
-        _log_mismatch([v.op.name for v in variables
-                       if v.name not in self._prms and not is_training_name(v.name)], 'graph', 'dict')
+        if unknown and self._strict:
+            raise ValueError("DictRestore(strict=True): {} name(s) are not variables of the graph: {}. "
+                             "Without strict=True they are logged and the other variables "
+                             "restored.".format(len(unknown), ', '.join(unknown)))
+        _log_unmatched('DictRestore', 'dict', 'names',
+                       [v.op.name for v in variables if v.name not in self._prms], absent)
         self._vars, self._values = [], {}
         for var in variables:
             if var.name in self._prms:
@@ -357,7 +368,7 @@ def _load_dict_file(path):
         return result
 
 
-def SmartInit(obj, *, ignore_mismatch=False):
+def SmartInit(obj, *, ignore_mismatch=False, strict=False):
     """The :class:`SessionInit` for ``obj``:
 
     * None, '' or an empty list: :class:`JustCurrentSession`;
@@ -369,7 +380,9 @@ def SmartInit(obj, *, ignore_mismatch=False):
       :class:`SaverRestore` (:class:`SaverRestoreRelaxed` when ``ignore_mismatch``);
     * a list of these: :class:`ChainInit`, applied in order.
 
-    ``ignore_mismatch`` skips variables whose shape differs instead of failing.
+    ``ignore_mismatch`` skips variables whose shape differs instead of failing. Names on
+    one side only are logged, except that ``strict`` refuses a dict's (or ``.npz``'s) names
+    the graph does not have (see :class:`DictRestore`).
     A path that does not exist raises FileNotFoundError, anything else TypeError.
 
     Example::
@@ -381,25 +394,26 @@ def SmartInit(obj, *, ignore_mismatch=False):
     if isinstance(obj, SessionInit):
         return obj
     if isinstance(obj, (list, tuple)):
-        return ChainInit([SmartInit(x, ignore_mismatch=ignore_mismatch) for x in obj])
+        return ChainInit([SmartInit(x, ignore_mismatch=ignore_mismatch, strict=strict) for x in obj])
     if isinstance(obj, dict):
-        return DictRestore(obj, ignore_mismatch=ignore_mismatch)
+        return DictRestore(obj, ignore_mismatch=ignore_mismatch, strict=strict)
     if isinstance(obj, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(obj))
         if path.endswith(('.npz', '.npy')):
-            return DictRestore(_load_dict_file(path), ignore_mismatch=ignore_mismatch)
+            return DictRestore(_load_dict_file(path), ignore_mismatch=ignore_mismatch, strict=strict)
         return (SaverRestoreRelaxed if ignore_mismatch else SaverRestore)(path)
     raise TypeError("SmartInit cannot initialize variables from {!r} of type {}; it takes a "
                     "checkpoint path or directory, an .npz file, a dict, a SessionInit, None, or a "
                     "list of these.".format(obj, type(obj).__name__))
 
 
-def get_model_loader(filename):
-    """:class:`DictRestore` for an ``.npz``/``.npy`` file, :class:`SaverRestore` otherwise.
-    Kept for old scripts; :func:`SmartInit` does the same and more."""
+def get_model_loader(filename, *, strict=False):
+    """:class:`DictRestore` (with ``strict``) for an ``.npz``/``.npy`` file,
+    :class:`SaverRestore` otherwise. Kept for old scripts; :func:`SmartInit` does the same
+    and more."""
     if not isinstance(filename, (str, os.PathLike)):
         raise TypeError("get_model_loader() takes a file name, got {!r}".format(filename))
     filename = os.path.expanduser(os.fspath(filename))
     if filename.endswith(('.npz', '.npy')):
-        return DictRestore(_load_dict_file(filename))
+        return DictRestore(_load_dict_file(filename), strict=strict)
     return SaverRestore(filename)
