@@ -371,9 +371,9 @@ CALL_SAVED_MODEL_EAGERLY = textwrap.dedent("""
     images = tf.constant(np.load(images_file))
     signatures = tf.saved_model.load(path).signatures
     results = {
-        'tensor_keys': signatures['serving_default'](**{'image:0': images}),
-        'sanitized_keyword': signatures['serving_default'](image_0=images),
-        'keywords': signatures['serving_default_names'](image=images),
+        'tensor_keys': signatures['prediction_pipeline'](**{'image:0': images}),
+        'sanitized_keyword': signatures['prediction_pipeline'](image_0=images),
+        'keywords': signatures['serving_default'](image=images),
     }
     np.savez(out_file, **{'{} {}'.format(call, key): value.numpy()
                           for call, outputs in results.items() for key, value in outputs.items()})
@@ -393,7 +393,7 @@ def run_like_a_tf1_serving_client(path, signature_name, feeds):
         return dict(zip(keys, values))
 
 
-def test_export_serving_keys_tensor_names_as_tensorpack_and_plain_names_in_a_second_signature(
+def test_export_serving_has_tensorpacks_signature_and_keys_and_a_keyword_signature(
         tmp_path, digits):
     images = digits[0][:40]
     values = known_values(seed=5)
@@ -402,8 +402,9 @@ def test_export_serving_keys_tensor_names_as_tensorpack_and_plain_names_in_a_sec
     ModelExporter(predict_config(values, ('logits', 'prob'))).export_serving(export_dir)
     assert sorted(os.listdir(export_dir)) == ['saved_model.pb', 'variables']
 
-    tensorpack_keys = run_like_a_tf1_serving_client(export_dir, 'serving_default', {'image:0': images})
-    plain_keys = run_like_a_tf1_serving_client(export_dir, 'serving_default_names', {'image': images})
+    # a client of a tensorpack export: tensorpack's signature name and keys
+    tensorpack_keys = run_like_a_tf1_serving_client(export_dir, 'prediction_pipeline', {'image:0': images})
+    plain_keys = run_like_a_tf1_serving_client(export_dir, 'serving_default', {'image': images})
     assert sorted(tensorpack_keys) == ['logits:0', 'prob:0'] and sorted(plain_keys) == ['logits', 'prob']
     for outputs, suffix in ((tensorpack_keys, ':0'), (plain_keys, '')):
         logits, prob = 'logits' + suffix, 'prob' + suffix
@@ -430,14 +431,23 @@ def test_export_serving_keys_tensor_names_as_tensorpack_and_plain_names_in_a_sec
         ModelExporter(predict_config(values)).export_serving(export_dir)
 
 
-def test_export_serving_signature_name(tmp_path):
-    export_dir = str(tmp_path / 'exported')
-    exporter = ModelExporter(predict_config(known_values()))
-    exporter.export_serving(export_dir, signature_name='prediction_pipeline')  # tensorpack's default
+def signature_keys(export_dir):
+    """{signature name: input keys} of a SavedModel."""
     with tfv1.Graph().as_default(), tfv1.Session() as sess:
         meta = tfv1.saved_model.loader.load(sess, [tfv1.saved_model.SERVING], export_dir)
-    assert sorted(meta.signature_def) == ['prediction_pipeline', 'prediction_pipeline_names']
-    assert list(meta.signature_def['prediction_pipeline'].inputs) == ['image:0']
+    return {name: sorted(signature.inputs) for name, signature in meta.signature_def.items()}
+
+
+def test_export_serving_signature_names(tmp_path):
+    exporter = ModelExporter(predict_config(known_values()))
+    exporter.export_serving(str(tmp_path / 'renamed'), signature_name='predict',
+                            keyword_signature_name='plain')
+    assert signature_keys(str(tmp_path / 'renamed')) == {'predict': ['image:0'], 'plain': ['image']}
+    exporter.export_serving(str(tmp_path / 'one'), keyword_signature_name=None)
+    assert signature_keys(str(tmp_path / 'one')) == {'prediction_pipeline': ['image:0']}
+    with pytest.raises(ValueError, match="both 'serving_default'; the two signatures need two keys"):
+        exporter.export_serving(str(tmp_path / 'clash'), signature_name='serving_default')
+    assert sorted(os.listdir(str(tmp_path))) == ['one', 'renamed']
 
 
 def test_exporter_errors(tmp_path):

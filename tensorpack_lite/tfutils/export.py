@@ -12,11 +12,11 @@ Example::
                            session_init=SaverRestore('train_log/model-1000'))
     ModelExporter(config).export_compact('/tmp/model.pb')
     ModelExporter(config).export_serving('/tmp/exported')
-    # later, anywhere (TF2); tensorpack's keys, 'image:0' and 'prob:0':
+    # later, anywhere (TF2):
     model = tf.saved_model.load('/tmp/exported')
-    prob = model.signatures['serving_default'](**{'image:0': images})['prob:0']
-    # or the same with keys that are Python keywords:
-    prob = model.signatures['serving_default_names'](image=images)['prob']
+    prob = model.signatures['serving_default'](image=images)['prob']
+    # or as a client of a tensorpack export, with its signature and keys:
+    prob = model.signatures['prediction_pipeline'](**{'image:0': images})['prob:0']
 """
 
 import os
@@ -133,18 +133,19 @@ class ModelExporter(object):
             filename, [t.name for t in inputs], [t.name for t in outputs]))
 
     def export_serving(self, filename, tags=(tfv1.saved_model.SERVING,),
-                       signature_name='serving_default'):
-        """Write a ``SavedModel`` directory (``saved_model.pb`` and ``variables/``) whose
-        predict signature keys inputs and outputs by tensor name, as tensorpack's does, and
-        a second one keyed by plain names.
+                       signature_name='prediction_pipeline', keyword_signature_name='serving_default'):
+        """Write a ``SavedModel`` directory (``saved_model.pb`` and ``variables/``) with two
+        predict signatures of the same inputs and outputs:
 
-        * ``signature_name`` (the default signature): keyed by tensor names (``'image:0'``,
-          ``'prob:0'``) as tensorpack writes them, so a serving client written for a
-          tensorpack export works unchanged. TF2 passes such keys as
-          ``fn(**{'image:0': x})`` (TensorFlow logs that it renames the parameter
-          ``image_0``; ``fn(image_0=x)`` works too);
-        * ``signature_name + '_names'``: keyed by the config's names without ``:0``
-          (``'image'``, ``'prob'``), for keyword calls ``fn(image=x)``.
+        * ``signature_name`` (tensorpack's name and keys): keyed by tensor names
+          (``'image:0'``, ``'prob:0'``), so a serving client written for a tensorpack export
+          works unchanged. From TF2: ``fn(**{'image:0': x})['prob:0']`` (TensorFlow logs
+          that it renames the parameter ``image_0``);
+        * ``keyword_signature_name``: keyed by the config's names without ``:0``
+          (``'image'``, ``'prob'``), for keyword calls from TF2,
+          ``model.signatures['serving_default'](image=x)['prob']``. ``'serving_default'`` is
+          the signature TensorFlow Serving and ``saved_model_cli`` use when none is named.
+          None: left out.
 
         Load it with ``tf.saved_model.load(filename).signatures[...]`` (TF2) or
         ``tf.compat.v1.saved_model.loader.load(sess, tags, filename)`` (graph mode), or
@@ -154,9 +155,13 @@ class ModelExporter(object):
             filename (str): the directory to create; it must not exist. It is written under
                 a temporary name and renamed when complete.
             tags (tuple[str]): the tags of the meta graph.
-            signature_name (str): the key of the signature with tensorpack's keys
-                (tensorpack's default was ``'prediction_pipeline'``).
+            signature_name (str): the key of the signature keyed by tensor names.
+            keyword_signature_name (str): the key of the signature keyed by plain names, or None.
         """
+        if signature_name == keyword_signature_name:
+            raise ValueError("ModelExporter.export_serving: signature_name and keyword_signature_name are "
+                             "both {!r}; the two signatures need two keys (or keyword_signature_name=None)"
+                             .format(signature_name))
         if isinstance(tags, str):
             tags = (tags,)
         tags = list(tags)
@@ -177,12 +182,12 @@ class ModelExporter(object):
             shutil.rmtree(tmp)
         try:
             with self._inference_session(make_saver) as (sess, inputs, outputs, saver):
-                signatures = {
-                    signature_name: _predict_signature(
-                        [t.name for t in inputs], inputs, [t.name for t in outputs], outputs),
-                    signature_name + '_names': _predict_signature(
+                signatures = {signature_name: _predict_signature(
+                    [t.name for t in inputs], inputs, [t.name for t in outputs], outputs)}
+                if keyword_signature_name is not None:
+                    signatures[keyword_signature_name] = _predict_signature(
                         [_keyword_name(n) for n in self.config.input_names], inputs,
-                        [_keyword_name(n) for n in self.config.output_names], outputs)}
+                        [_keyword_name(n) for n in self.config.output_names], outputs)
                 builder = tfv1.saved_model.Builder(tmp)
                 builder.add_meta_graph_and_variables(sess, tags, signature_def_map=signatures, saver=saver)
                 builder.save()
@@ -190,5 +195,5 @@ class ModelExporter(object):
         finally:
             if os.path.exists(tmp):
                 shutil.rmtree(tmp)
-        logger.info("ModelExporter: SavedModel written to {} (signatures '{}' and '{}_names', "
-                    "tags {}).".format(filename, signature_name, signature_name, tags))
+        logger.info("ModelExporter: SavedModel written to {} (signatures {}, tags {}).".format(
+            filename, sorted(signatures), tags))
