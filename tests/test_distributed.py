@@ -8,12 +8,15 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
+from helpers import kill_process_tree
+from tensorpack_lite.utils.cluster import local_cluster
 from tensorpack_lite.utils.launch import LocalCluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -24,16 +27,23 @@ sys.path.insert(0, os.path.dirname(SCRIPT))
 import train_tiny_multiworker as train_tiny  # noqa: E402
 
 
+def script_command(out_dir, args):
+    return [sys.executable, SCRIPT, '--out', str(out_dir)] + [str(a) for a in args]
+
+
+def script_env():
+    return dict(os.environ, PYTHONPATH=os.path.dirname(HERE), TF_CPP_MIN_LOG_LEVEL='2',
+                CUDA_VISIBLE_DEVICES='')
+
+
 class Run:
     """One run of train_tiny_multiworker.py as a local cluster, until every process has ended on its
-    own: ``code`` and ``output``."""
+    own: ``code`` and ``output``. ``chief``: the launcher also starts a separate chief task."""
 
-    def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0):
-        command = [sys.executable, SCRIPT, '--out', str(out_dir)] + [str(a) for a in args]
+    def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0, chief=None):
         self._output = io.BytesIO()
-        env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), TF_CPP_MIN_LOG_LEVEL='2',
-                   CUDA_VISIBLE_DEVICES='')
-        self.cluster = LocalCluster(command, num_worker, num_ps, grace=grace, env=env, output=self._output)
+        self.cluster = LocalCluster(script_command(out_dir, args), num_worker, num_ps, grace=grace,
+                                    env=script_env(), output=self._output, chief=chief)
         start = time.monotonic()
         self.cluster.start()
         try:
@@ -47,6 +57,33 @@ class Run:
 
     def returncode(self, job, index):
         return {(j, i): p.returncode for j, i, p in self.cluster.tasks}[(job, index)]
+
+
+class HandRun:
+    """train_tiny_multiworker.py started by this test for every task of ``tf_cluster`` with the
+    TF_CONFIG a cluster manager writes for it, until every process has ended on its own (each
+    is killed after RUN_TIMEOUT): ``codes`` {(job, index): exit code} and ``output``."""
+
+    def __init__(self, out_dir, tf_cluster, args):
+        procs = {}
+        log = open(str(out_dir / 'output.txt'), 'wb+')
+        try:
+            for job, addresses in tf_cluster.items():
+                for index in range(len(addresses)):
+                    tf_config = json.dumps({'cluster': tf_cluster, 'task': {'type': job, 'index': index}})
+                    env = dict(script_env(), TF_CONFIG=tf_config)
+                    procs[(job, index)] = subprocess.Popen(
+                        script_command(out_dir, args), env=env, stdout=log, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, start_new_session=True)
+            deadline = time.monotonic() + RUN_TIMEOUT
+            self.codes = {task: proc.wait(max(1.0, deadline - time.monotonic()))
+                          for task, proc in procs.items()}
+        finally:
+            for proc in procs.values():
+                kill_process_tree(proc)
+            log.seek(0)
+            self.output = log.read().decode('utf-8', 'replace')
+            log.close()
 
 
 def load_worker(out_dir, index):
@@ -112,6 +149,38 @@ def test_parameter_server_two_workers_match_one_process_and_the_ps_ends(tmp_path
         worker = load_worker(tmp_path, k)
         assert worker['global_step'] == 6
         assert_replicas_match(worker['weights'], reference)
+
+
+@pytest.mark.parametrize('trainer, chief, started_by', [
+    ('collective', 'chief', 'hand'), ('collective', 'master', 'launcher'), ('ps', 'chief', 'launcher'),
+    ('replicated', 'chief', 'hand')])
+def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
+        tmp_path, trainer, chief, started_by):
+    """TF_CONFIG as cluster managers write it: a separate chief task (or 'master'), which is worker 0
+    of the trainers; 'worker' i of TF_CONFIG is worker i + 1."""
+    num_ps = 0 if trainer == 'collective' else 1
+    logdir = tmp_path / 'logs'
+    args = ['--trainer', trainer, '--lr', 0.05, '--epochs', 2, '--logdir', logdir, '--per-worker-logdir']
+    if started_by == 'launcher':
+        run = Run(tmp_path, 2, num_ps, args, chief=chief)
+        assert run.code == 0, run.output[-6000:]
+        assert '[{} 0] '.format(chief) in run.output and '[worker 1] ' in run.output
+    else:
+        addresses = local_cluster(3, num_ps)
+        tf_cluster = {chief: addresses['worker'][:1], 'worker': addresses['worker'][1:]}
+        if num_ps:
+            tf_cluster['ps'] = addresses['ps']
+        run = HandRun(tmp_path, tf_cluster, args)
+        assert set(run.codes.values()) == {0}, (run.codes, run.output[-6000:])
+    reference = reference_weights(3, 1, 4, 5, 3, 2, lr=0.05)
+    for k in range(3):
+        worker = load_worker(tmp_path, k)
+        assert worker['global_step'] == 6
+        assert_replicas_match(worker['weights'], reference)
+    chief_files = files_in(logdir / 'worker0')
+    assert 'checkpoint' in chief_files and 'model-6.index' in chief_files
+    assert stats_epochs(logdir / 'worker0') == [1, 2]
+    assert files_in(logdir / 'worker1') == files_in(logdir / 'worker2') == ['log.log']
 
 
 @pytest.mark.parametrize('trainer, num_ps', [('collective', 0), ('replicated', 1)])

@@ -85,14 +85,66 @@ def test_tf_config_comes_from_the_environment(monkeypatch):
      r"worker 0: 'localhost' is not an address of the form 'host:port'"),
     ({'worker': ['localhost:99999']}, 'worker', 0,
      r"worker 0: address 'localhost:99999' has no valid port"),
-    ({'worker': ['localhost:2001'], 'chief': ['localhost:2002']}, 'worker', 0,
-     r"unknown job\(s\) \['chief'\].*worker 0 is the chief"),
-    ({'ps': ['localhost:2001']}, 'ps', 0, r"has no 'worker' job"),
+    ({'worker': ['localhost:2001'], 'boss': ['localhost:2002']}, 'worker', 0,
+     r"unknown job\(s\) \['boss'\] in the cluster; the jobs are 'worker', 'ps' and one 'chief' "
+     r"\(or 'master'\)"),
+    ({'worker': ['localhost:2001'], 'chief': ['localhost:2002'], 'master': ['localhost:2003']}, 'chief', 0,
+     r"both 'chief' and 'master' jobs"),
+    ({'worker': ['localhost:2001'], 'chief': ['localhost:2002', 'localhost:2003']}, 'chief', 0,
+     r"job 'chief' must list exactly one 'host:port'"),
+    ({'worker': ['localhost:2001'], 'chief': ['localhost:2002']}, 'worker', 1,
+     r"task_index 1 is out of range: job 'worker' has 1 task\(s\) besides the chief"),
+    ({'worker': ['localhost:2001'], 'master': ['localhost:2002']}, 'master', 1,
+     r"task_index 1 is out of range: job 'master' has 1 task"),
+    ({'worker': ['localhost:2001'], 'chief': ['localhost:2001']}, 'chief', 0,
+     r'chief 0 \(localhost:2001\) and worker 0 \(localhost:2001\) use the same port'),
+    ({'worker': ['localhost:2001'], 'chief': ['localhost:2002']}, 'evaluator', 0,
+     r"task type 'evaluator' is not supported.*InferenceRunner.*get_model_loader"),
+    ({'ps': ['localhost:2001']}, 'ps', 0, r"has no 'worker' \(or 'chief'\) job"),
     ({'worker': []}, 'worker', 0, r"job 'worker' must be a non-empty list"),
 ])
 def test_a_bad_cluster_is_an_error_naming_it(cluster, job, index, message):
     with pytest.raises(ValueError, match=message):
         ClusterConfig(cluster, job, index)
+
+
+@pytest.mark.parametrize('chief', ['chief', 'master'])
+def test_a_chief_task_is_worker_0_and_keeps_its_name(chief):
+    given = {chief: ['localhost:2001'], 'worker': ['localhost:2002', 'localhost:2003'],
+             'ps': ['localhost:2004'], 'evaluator': ['localhost:2005']}
+    seen = {}
+    for job, index in ((chief, 0), ('worker', 0), ('worker', 1), ('ps', 0)):
+        config = ClusterConfig(given, job, index)
+        seen[(job, index)] = (config.job_name, config.task_index, config.is_chief, config.task_name)
+        assert config.cluster == {'worker': ['localhost:2001', 'localhost:2002', 'localhost:2003'],
+                                  'ps': ['localhost:2004']}   # what the servers are built from
+        assert (config.num_worker, config.num_ps) == (3, 1)
+        text = config.to_tf_config()   # as given, evaluator included
+        assert json.loads(text) == {'cluster': given, 'task': {'type': job, 'index': index}}
+        again = ClusterConfig.from_tf_config(text)
+        assert (again.job_name, again.task_index, again.cluster) == (config.job_name, config.task_index,
+                                                                     config.cluster)
+    assert seen == {(chief, 0): ('worker', 0, True, '/job:worker/task:0'),
+                    ('worker', 0): ('worker', 1, False, '/job:worker/task:1'),
+                    ('worker', 1): ('worker', 2, False, '/job:worker/task:2'),
+                    ('ps', 0): ('ps', 0, False, '/job:ps/task:0')}
+    config = ClusterConfig(given, 'worker', 1)
+    assert [config.describe(*t) for t in config.tasks()] == [
+        '{} 0 (localhost:2001)'.format(chief), 'worker 0 (localhost:2002)', 'worker 1 (localhost:2003)',
+        'ps 0 (localhost:2004)']
+    assert config.given_task('worker', 0) == (chief, 0) and config.given_task('worker', 2) == ('worker', 1)
+    assert json.loads(config.for_task('worker', 0).to_tf_config())['task'] == {'type': chief, 'index': 0}
+    assert 'lost {} 0 (localhost:2001)'.format(chief) in str(config.lost_task_error([('worker', 0)]))
+    alone = ClusterConfig({chief: ['localhost:2001']}, chief, 0)   # a chief and no other worker
+    assert (alone.num_worker, alone.is_chief, alone.cluster) == (1, True, {'worker': ['localhost:2001']})
+
+
+def test_an_evaluator_is_refused_before_any_server_starts(monkeypatch):
+    monkeypatch.setenv('TF_CONFIG', json.dumps({
+        'cluster': {'chief': ['localhost:2001'], 'worker': ['localhost:2002']},
+        'task': {'type': 'evaluator', 'index': 0}}))
+    with pytest.raises(ValueError, match="task type 'evaluator' is not supported"):
+        ClusterConfig.from_tf_config()
 
 
 def test_local_cluster_picks_distinct_free_ports():
@@ -159,6 +211,25 @@ def test_every_task_gets_its_tf_config_and_prefixed_output(tmp_path):
         {'type': 'worker', 'index': 0}, {'type': 'worker', 'index': 1}, {'type': 'ps', 'index': 0}]
     text = output.getvalue().decode()
     for job, index in (('worker', 0), ('worker', 1), ('ps', 0)):
+        assert '[{0} {1}] task {0} {1} of 2 workers\n'.format(job, index) in text
+
+
+@pytest.mark.parametrize('chief', ['chief', 'master'])
+def test_a_separate_chief_task_gets_its_tf_config_and_name(tmp_path, chief):
+    output = io.BytesIO()
+    cluster = LocalCluster([sys.executable, CHILD, str(tmp_path)], num_worker=2, grace=5, output=output,
+                           chief=chief)
+    cluster.start()
+    assert cluster.wait(timeout=HANG_TIMEOUT) == 0, output.getvalue()
+    given = {chief: cluster.config.cluster['worker'][:1], 'worker': cluster.config.cluster['worker'][1:]}
+    tasks = {chief + '0': {'type': chief, 'index': 0}, 'worker0': {'type': 'worker', 'index': 0},
+             'worker1': {'type': 'worker', 'index': 1}}
+    for name, task in tasks.items():
+        assert json.loads((tmp_path / (name + '.json')).read_text())['tf_config'] == {
+            'cluster': given, 'task': task}
+    assert [(job, index) for job, index, _ in cluster.tasks] == [('worker', 0), ('worker', 1), ('worker', 2)]
+    text = output.getvalue().decode()
+    for job, index in ((chief, 0), ('worker', 0), ('worker', 1)):
         assert '[{0} {1}] task {0} {1} of 2 workers\n'.format(job, index) in text
 
 

@@ -6,6 +6,11 @@ and says which task this process is; it reads and writes the ``TF_CONFIG`` envir
 variable TensorFlow uses, and probes which tasks accept connections. The launcher
 (:mod:`tensorpack_lite.utils.launch`) and the distributed trainers share it.
 
+Cluster managers (Kubeflow's TFJob, Vertex AI, SageMaker) often name a separate ``chief``
+task (``master`` in older ones): it is worker 0 here, the listed workers come after it
+(``worker`` i of ``TF_CONFIG`` is worker i + 1 of the trainers), and messages keep the names
+of ``TF_CONFIG``. An ``evaluator`` task is refused (see :data:`EVALUATOR_REFUSAL`).
+
 Example::
 
     cluster = ClusterConfig({'worker': ['host1:2222', 'host2:2222'], 'ps': ['host1:2223']},
@@ -21,10 +26,20 @@ import socket
 import threading
 import time
 
-__all__ = ['JOBS', 'ClusterConfig', 'LostTaskError', 'TaskWatchdog', 'local_cluster']
+__all__ = ['JOBS', 'CHIEF_JOBS', 'ClusterConfig', 'LostTaskError', 'TaskWatchdog', 'local_cluster']
 
 JOBS = ('worker', 'ps')
-"""The jobs a cluster may have: 'worker' (required; task 0 is the chief) and 'ps'."""
+"""The jobs of the trainers' cluster: 'worker' (required; task 0 is the chief) and 'ps'."""
+
+CHIEF_JOBS = ('chief', 'master')
+"""Names of a separate chief task in ``TF_CONFIG`` (one task at most), taken as worker 0."""
+
+EVALUATOR_REFUSAL = (
+    "task type 'evaluator' is not supported: tensorpack_lite trains with every task of the cluster "
+    "and has no evaluator task. Evaluate on the chief during training (InferenceRunner, "
+    "DataParallelInferenceRunner), or run a separate program that loads the chief's checkpoints "
+    "(get_model_loader + OfflinePredictor). Give the evaluator replica count 0 in the cluster manager.")
+"""The error for an ``evaluator`` task (raised before any server starts)."""
 
 
 class LostTaskError(RuntimeError):
@@ -56,18 +71,27 @@ class ClusterConfig:
     """A checked cluster and the task of this process in it.
 
     Args:
-        cluster (dict): job name -> list of ``'host:port'``: ``'worker'`` (required) and
-            ``'ps'`` (optional).
-        job_name (str): this process's job, ``'worker'`` or ``'ps'``.
-        task_index (int): this process's index in its job.
+        cluster (dict): job name -> list of ``'host:port'``: ``'worker'`` and ``'ps'``
+            (optional), and optionally one ``'chief'`` (or ``'master'``) task, which becomes
+            worker 0 with the workers after it. An ``'evaluator'`` job is left out.
+        job_name (str): this process's job as the cluster names it: ``'worker'``, ``'ps'``,
+            ``'chief'`` or ``'master'``.
+        task_index (int): this process's index in that job.
 
-    A cluster that cannot work is a ValueError naming the culprit: an unknown job (TF's
-    ``'chief'`` job included: here the chief is worker 0), an address without a valid port,
-    a host that does not resolve, two tasks on the same port of the same host, a task index
-    out of range.
+    :attr:`job_name`, :attr:`task_index` and every ``(job, index)`` of the methods are the
+    trainers' (``'worker'`` or ``'ps'``, the chief as worker 0); :meth:`to_tf_config` and
+    :meth:`describe` use the names given.
+
+    A cluster that cannot work is a ValueError naming the culprit: an unknown job, two chief
+    tasks, an address without a valid port, a host that does not resolve, two tasks on the
+    same port of the same host, a task index out of range, an ``'evaluator'`` task.
     """
 
     def __init__(self, cluster, job_name, task_index):
+        if job_name == 'evaluator':
+            raise ValueError("ClusterConfig: " + EVALUATOR_REFUSAL)
+        self._given = dict(cluster) if isinstance(cluster, dict) else cluster
+        self._chief_job, cluster, job_name, task_index = _fold_chief(cluster, job_name, task_index)
         self._jobs = self._check_jobs(cluster)
         self._addresses = {job: [_split_address(a, '{} {}'.format(job, i)) for i, a in enumerate(tasks)]
                            for job, tasks in self._jobs.items()}
@@ -90,10 +114,11 @@ class ClusterConfig:
                             "{!r}".format(cluster))
         unknown = sorted(set(cluster) - set(JOBS))
         if unknown:
-            raise ValueError("ClusterConfig: unknown job(s) {} in the cluster; the jobs are 'worker' (worker "
-                             "0 is the chief: list the chief's address first) and 'ps'".format(unknown))
+            raise ValueError("ClusterConfig: unknown job(s) {} in the cluster; the jobs are 'worker', 'ps' "
+                             "and one 'chief' (or 'master') task".format(unknown))
         if 'worker' not in cluster:
-            raise ValueError("ClusterConfig: the cluster has no 'worker' job: {!r}".format(cluster))
+            raise ValueError("ClusterConfig: the cluster has no 'worker' (or 'chief') job: {!r}".format(
+                cluster))
         jobs = {}
         for job in JOBS:
             if job not in cluster:
@@ -144,13 +169,21 @@ class ClusterConfig:
         return cls(spec['cluster'], task['type'], task.get('index', 0))
 
     def to_tf_config(self):
-        """The ``TF_CONFIG`` JSON text of this cluster and task."""
-        task = {'type': self.job_name, 'index': self.task_index}
-        return json.dumps({'cluster': self.cluster, 'task': task})
+        """The ``TF_CONFIG`` JSON text of this cluster and task, with the job names given
+        (a chief task stays one)."""
+        job, index = self.given_task(self.job_name, self.task_index)
+        return json.dumps({'cluster': self._given, 'task': {'type': job, 'index': index}})
 
     def for_task(self, job_name, task_index):
-        """The same cluster seen from another task."""
-        return ClusterConfig(self.cluster, job_name, task_index)
+        """The same cluster seen from another task (``job_name``: ``'worker'`` or ``'ps'``)."""
+        return ClusterConfig(self._given, *self.given_task(job_name, task_index))
+
+    def given_task(self, job_name, task_index):
+        """The name of a task in the cluster as given: ``('chief', 0)`` for worker 0 when
+        there is a chief task, ``('worker', i - 1)`` for the other workers then."""
+        if self._chief_job is None or job_name != 'worker':
+            return job_name, task_index
+        return (self._chief_job, 0) if task_index == 0 else ('worker', task_index - 1)
 
     # ----- what the cluster holds ------------------------------------------------------------------
 
@@ -190,8 +223,10 @@ class ClusterConfig:
         return self._jobs[job_name][task_index]
 
     def describe(self, job_name, task_index):
-        """A task for messages, e.g. ``'worker 1 (localhost:2223)'``."""
-        return '{} {} ({})'.format(job_name, task_index, self._jobs[job_name][task_index])
+        """A task for messages, named as in the cluster given, e.g. ``'worker 1
+        (localhost:2223)'`` or ``'chief 0 (localhost:2222)'``."""
+        given_job, given_index = self.given_task(job_name, task_index)
+        return '{} {} ({})'.format(given_job, given_index, self._jobs[job_name][task_index])
 
     # ----- who answers ------------------------------------------------------------------------------
 
@@ -240,6 +275,41 @@ class ClusterConfig:
 
     def __repr__(self):
         return 'ClusterConfig({!r}, {!r}, {})'.format(self.cluster, self.job_name, self.task_index)
+
+
+def _fold_chief(cluster, job_name, task_index):
+    """``(chief job or None, cluster, job_name, task_index)`` with a chief task made worker 0
+    (see the module doc) and an 'evaluator' job left out (it takes no part in training)."""
+    if not isinstance(cluster, dict):
+        return None, cluster, job_name, task_index
+    chiefs = [job for job in CHIEF_JOBS if job in cluster]
+    folded = {job: tasks for job, tasks in cluster.items() if job not in CHIEF_JOBS and job != 'evaluator'}
+    if not chiefs:
+        return None, folded, job_name, task_index
+    if len(chiefs) > 1:
+        raise ValueError("ClusterConfig: the cluster has both 'chief' and 'master' jobs; they are two names "
+                         "of the one chief task: give one")
+    chief = chiefs[0]
+    tasks = cluster[chief]
+    if isinstance(tasks, str) or not isinstance(tasks, (list, tuple)) or len(tasks) != 1:
+        raise ValueError("ClusterConfig: job '{}' must list exactly one 'host:port' (the chief), got "
+                         "{!r}".format(chief, tasks))
+    workers = folded.get('worker', [])
+    if isinstance(workers, str) or not isinstance(workers, (list, tuple)):
+        raise ValueError("ClusterConfig: job 'worker' must be a list of 'host:port', got {!r}".format(
+            workers))
+    folded['worker'] = list(tasks) + list(workers)
+    if job_name == chief:
+        if task_index != 0:
+            raise ValueError("ClusterConfig: task_index {!r} is out of range: job '{}' has 1 task, index "
+                             "0".format(task_index, chief))
+        return chief, folded, 'worker', 0
+    if job_name == 'worker' and isinstance(task_index, numbers.Integral) and not isinstance(task_index, bool):
+        if not 0 <= task_index < len(workers):
+            raise ValueError("ClusterConfig: task_index {!r} is out of range: job 'worker' has {} task(s) "
+                             "besides the {}".format(task_index, len(workers), chief))
+        return chief, folded, 'worker', task_index + 1
+    return chief, folded, job_name, task_index
 
 
 def _first_line(err):

@@ -3,13 +3,15 @@ task of a local cluster (N workers, M parameter servers), each running the same 
 the ``TF_CONFIG`` of its task, on free ports.
 
     python -m tensorpack_lite.utils.launch --workers 2 --ps 1 -- python train.py --epochs 5
+    python -m tensorpack_lite.utils.launch --chief --workers 2 -- python train.py   # chief + 2 workers
 
 In the script, ``create_server()`` (:mod:`tensorpack_lite.tfutils.distributed`) reads
 ``TF_CONFIG``. Every output line is prefixed with its task (``[worker 1] ...``). When a
 process fails, the others get ``grace`` seconds to stop on their own (the distributed
 trainers stop with an error naming the lost task), then they are ended; SIGINT and SIGTERM
-are passed on to every process (a second one ends them at once). The exit code is 0 when
-every worker succeeded, else the code of the first failure (128 + n for signal n).
+are passed on to every process (a second one ends them at once). With ``--max-restarts N``
+a failed cluster is started again, whole, up to N times. The exit code is 0 when every
+worker succeeded, else the code of the first failure (128 + n for signal n).
 
 No TensorFlow is imported here.
 """
@@ -22,7 +24,7 @@ import sys
 import threading
 import time
 
-from .cluster import ClusterConfig, local_cluster
+from .cluster import CHIEF_JOBS, ClusterConfig, local_cluster
 
 __all__ = ['LocalCluster', 'launch', 'main']
 
@@ -33,14 +35,11 @@ def _exit_code(returncode):
 
 
 class _Task:
-    """One child process and the thread copying its output."""
+    """One child process and the thread copying its output: ``job`` and ``index`` as the
+    trainers count (the chief is worker 0), ``name`` as its TF_CONFIG says (``'chief 0'``)."""
 
-    def __init__(self, job, index, proc, pump):
-        self.job, self.index, self.proc, self.pump = job, index, proc, pump
-
-    @property
-    def name(self):
-        return '{} {}'.format(self.job, self.index)
+    def __init__(self, job, index, name, proc, pump):
+        self.job, self.index, self.name, self.proc, self.pump = job, index, name, proc, pump
 
     def signal(self, sig):
         if self.proc.poll() is None:
@@ -62,6 +61,9 @@ class LocalCluster:
             fails (and ps tasks after every worker finished), before they are ended.
         env (dict): the environment of the processes (default: this one), plus TF_CONFIG.
         output: a binary stream for the processes' prefixed output (default: stdout).
+        chief (str): None, or ``'chief'`` / ``'master'``: start a separate chief task of that
+            name besides the ``num_worker`` workers, as cluster managers do (it is worker 0
+            of the trainers; see :mod:`tensorpack_lite.utils.cluster`).
 
     Example::
 
@@ -73,12 +75,13 @@ class LocalCluster:
     KILL_AFTER = 5.0
     """Seconds between SIGTERM and SIGKILL when ending processes."""
 
-    def __init__(self, command, num_worker, num_ps=0, host='localhost', grace=30.0, env=None, output=None):
+    def __init__(self, command, num_worker, num_ps=0, host='localhost', grace=30.0, env=None, output=None,
+                 chief=None):
         if isinstance(command, str) or not command:
             raise ValueError("LocalCluster: command must be a non-empty list of arguments, got {!r}".format(
                 command))
         self.command = list(command)
-        self.config = ClusterConfig(local_cluster(num_worker, num_ps, host), 'worker', 0)
+        self.config = self._cluster(num_worker, num_ps, host, chief)
         self.grace = float(grace)
         self._env = dict(os.environ if env is None else env)
         self._output = output if output is not None else sys.stdout.buffer
@@ -87,13 +90,37 @@ class LocalCluster:
         self._failure = None          # (task, exit code) of the first failure
         self._end_by = None           # when the remaining processes are ended
 
+    @staticmethod
+    def _cluster(num_worker, num_ps, host, chief):
+        """The cluster on free ports, seen from its chief."""
+        if chief is None:
+            return ClusterConfig(local_cluster(num_worker, num_ps, host), 'worker', 0)
+        if chief not in CHIEF_JOBS:
+            raise ValueError("LocalCluster: chief must be None or one of {}, got {!r}".format(
+                CHIEF_JOBS, chief))
+        cluster = local_cluster(num_worker + 1, num_ps, host)
+        cluster[chief], cluster['worker'] = cluster['worker'][:1], cluster['worker'][1:]
+        if not cluster['worker']:
+            del cluster['worker']
+        return ClusterConfig(cluster, chief, 0)
+
     @property
     def tasks(self):
-        """``(job, index, subprocess.Popen)`` of every started process."""
+        """``(job, index, subprocess.Popen)`` of every started process, as the trainers count
+        (a separate chief is ``('worker', 0)``)."""
         return [(t.job, t.index, t.proc) for t in self._tasks]
 
-    def _say(self, text):
+    def say(self, text):
+        """Write a line of the launcher's own (``[launch] text``) to the output."""
         self._write(b'[launch] ' + text.encode('utf-8') + b'\n')
+
+    @property
+    def failure_cause(self):
+        """The first failure, e.g. ``'worker 1 failed with exit code 137'``; None without one."""
+        if self._failure is None:
+            return None
+        task, code = self._failure
+        return "{} failed with exit code {}".format(task.name, _exit_code(code))
 
     def _write(self, data):
         with self._output_lock:
@@ -109,15 +136,16 @@ class LocalCluster:
         """Start every process (ps tasks first)."""
         if self._tasks:
             raise RuntimeError("LocalCluster.start() was called already")
-        self._say("cluster: {}".format(self.config.cluster))
+        self.say("cluster: {}".format(self.config.cluster))
         for job, index in self.config.tasks('ps') + self.config.tasks('worker'):
             env = dict(self._env, TF_CONFIG=self.config.for_task(job, index).to_tf_config())
             proc = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-            prefix = '[{} {}] '.format(job, index).encode('utf-8')
+            name = '{} {}'.format(*self.config.given_task(job, index))
+            prefix = '[{}] '.format(name).encode('utf-8')
             pump = threading.Thread(target=self._pump, args=(prefix, proc.stdout), daemon=True)
             pump.start()
-            self._tasks.append(_Task(job, index, proc, pump))
+            self._tasks.append(_Task(job, index, name, proc, pump))
 
     def send_signal(self, sig):
         """Pass a signal on to every running process (and the processes it started)."""
@@ -138,7 +166,7 @@ class LocalCluster:
     def stop_soon(self, reason):
         """Give the processes :attr:`grace` seconds to end, then end them."""
         if self._end_by is None:
-            self._say("{}; ending the other processes within {:g} s".format(reason, self.grace))
+            self.say("{}; ending the other processes within {:g} s".format(reason, self.grace))
             self._end_by = time.monotonic() + self.grace
 
     def _check_exits(self):
@@ -148,7 +176,7 @@ class LocalCluster:
             if code is None or code == 0 or self._failure is not None:
                 continue
             self._failure = (task, code)
-            self.stop_soon("{} failed with exit code {}".format(task.name, _exit_code(code)))
+            self.stop_soon(self.failure_cause)
         workers = [t for t in self._tasks if t.job == 'worker']
         return all(t.proc.poll() is not None for t in workers)
 
@@ -169,7 +197,7 @@ class LocalCluster:
                 if self._end_by is not None and time.monotonic() >= self._end_by:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
-                    self._say("the cluster did not finish within {:g} s".format(timeout))
+                    self.say("the cluster did not finish within {:g} s".format(timeout))
                     return 124
                 time.sleep(0.05)
             return _exit_code(self._failure[1]) if self._failure else 0
@@ -177,24 +205,51 @@ class LocalCluster:
             self.terminate()
 
 
-def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=None):
+def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=None, chief=None,
+           max_restarts=0, restart_delay=1.0, output=None):
     """Run ``command`` as a local cluster (see :class:`LocalCluster`) until it is done,
-    passing SIGINT and SIGTERM on to the processes. Returns the exit code."""
-    cluster = LocalCluster(command, num_worker, num_ps, host=host, grace=grace)
+    passing SIGINT and SIGTERM on to the processes. Returns the exit code.
+
+    After a failure, every process is ended and the whole cluster is started again (on new
+    ports), up to ``max_restarts`` times, ``restart_delay`` seconds later, as torchrun and
+    Kubernetes restart a job: a script with :class:`AutoResumeTrainConfig` then goes on from
+    its last epoch. Each restart is logged with its cause; the exit code is that of the last
+    attempt. A signal or ``timeout`` ends the run without restart (``timeout`` counts from the
+    first start)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     interrupted = []
+    current = []
 
     def forward(sig, _):
         if interrupted:
-            cluster.send_signal(signal.SIGKILL)
+            current[-1].send_signal(signal.SIGKILL)
             return
         interrupted.append(sig)
-        cluster.send_signal(sig)
-        cluster.stop_soon("received signal {}".format(signal.Signals(sig).name))
+        current[-1].send_signal(sig)
+        current[-1].stop_soon("received signal {}".format(signal.Signals(sig).name))
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        cluster.start()
-        code = cluster.wait(timeout)
+        restarts = 0
+        while True:
+            cluster = LocalCluster(command, num_worker, num_ps, host=host, grace=grace, chief=chief,
+                                   output=output)
+            current.append(cluster)
+            cluster.start()
+            code = cluster.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if code in (0, 124) or interrupted:
+                break
+            if restarts == max_restarts:
+                if max_restarts:
+                    cluster.say("giving up after {} attempts; the last failure: {}".format(
+                        restarts + 1, cluster.failure_cause))
+                break
+            restarts += 1
+            cluster.say("restart {} of {} in {:g} s, after: {}".format(
+                restarts, max_restarts, restart_delay, cluster.failure_cause))
+            time.sleep(restart_delay)
+            if interrupted:   # a signal while waiting: no new start
+                break
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -208,17 +263,27 @@ def main(argv=None):
                     "with the TF_CONFIG of its task.")
     parser.add_argument('-n', '--workers', type=int, required=True, help='number of worker processes')
     parser.add_argument('--ps', type=int, default=0, help='number of parameter-server processes')
+    parser.add_argument('--chief', nargs='?', const='chief', choices=CHIEF_JOBS,
+                        help="also start a separate chief task (named 'chief', or 'master' if given), as "
+                             "cluster managers do; it is worker 0 of the trainers")
     parser.add_argument('--host', default='localhost', help='host name in the addresses')
     parser.add_argument('--grace', type=float, default=30.0,
                         help='seconds the others get to stop after one fails (default 30)')
     parser.add_argument('--timeout', type=float, help='end everything after this many seconds')
+    parser.add_argument('--max-restarts', type=int, default=0,
+                        help='after a failure, end every task and start them all again, up to N times')
+    parser.add_argument('--restart-delay', type=float, default=1.0,
+                        help='seconds before a restart (default 1)')
     parser.add_argument('command', nargs=argparse.REMAINDER, help='the command, after --')
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ['--'] else args.command
     if not command:
         parser.error("give the command to run after --, e.g. -- python train.py")
     try:
-        return launch(command, args.workers, args.ps, host=args.host, grace=args.grace, timeout=args.timeout)
+        if args.max_restarts < 0 or args.restart_delay < 0:
+            parser.error("--max-restarts and --restart-delay must be >= 0")
+        return launch(command, args.workers, args.ps, host=args.host, grace=args.grace, timeout=args.timeout,
+                      chief=args.chief, max_restarts=args.max_restarts, restart_delay=args.restart_delay)
     except ValueError as err:
         parser.error(str(err))
 
