@@ -182,24 +182,32 @@ def test_replica_optimizers_are_copies_sharing_hyperparameters_but_no_state():
         replica = tfv1.get_variable('w', initializer=[1.0, 2.0])
     grad = tf.constant([1.0, 1.0])
     apply_on_replicas(opt, [[(grad, main)], [(grad, replica)]], cpus(1) * 2)
-    assert twin._opt._non_slot_dict == {}   # apply_on_replicas made copies of its own
+    assert twin._opt.variables() == []   # apply_on_replicas made copies of its own
     assert sorted(v.op.name for v in opt._opt.variables()) == [
         'beta1_power', 'beta2_power', 'w/Adam', 'w/Adam_1']
     assert sorted(v.op.name for v in tfv1.local_variables()) == [
         'tower1/beta1_power', 'tower1/beta2_power', 'tower1/w/Adam', 'tower1/w/Adam_1']
 
 
-def test_a_replica_optimizer_creating_other_variables_than_tower0s_is_an_error():
-    class CountsItsReplica(tfv1.train.GradientDescentOptimizer):
-        """Creates a variable in every replica but tower 0."""
+@pytest.mark.parametrize('tower0_extra, replica_extra, message', [
+    (None, 0, "replica 1 creates more than 0 variables, tower 0's creates 0 \\(none\\)"),
+    (0.0, None, "replica 1 creates 0 variables, tower 0's creates 1 \\(apply_gradients/extra\\)"),
+    (0.0, 0, "tower1/apply_gradients/extra \\(int32, \\(\\)\\) does not match tower 0's "
+             "apply_gradients/extra \\(float32"),
+])
+def test_a_replica_optimizer_creating_other_variables_than_tower0s_is_an_error(
+        tower0_extra, replica_extra, message):
+    class ExtraVariable(tfv1.train.GradientDescentOptimizer):
+        """Creates a variable of initial value ``tower0_extra`` or ``replica_extra`` (None: none)."""
         def apply_gradients(self, grads_and_vars, global_step=None, name=None):
             pairs = list(grads_and_vars)
-            if pairs[0][1].op.name.startswith('tower'):
-                tfv1.Variable(0, name='extra')
+            extra = replica_extra if pairs[0][1].op.name.startswith('tower') else tower0_extra
+            if extra is not None:
+                tfv1.Variable(extra, name='extra')
             return super().apply_gradients(pairs, name=name)
 
     main = tfv1.get_variable('w', initializer=1.0)
     replica = tfv1.get_variable('tower1/w', initializer=1.0)
-    with pytest.raises(ValueError, match="replica 1 creates more than 0 variables, tower 0's optimizer 0"):
-        apply_on_replicas(CountsItsReplica(0.1), [[(tf.constant(1.0), main)], [(tf.constant(1.0), replica)]],
+    with pytest.raises(ValueError, match=message), tf.name_scope('apply_gradients'):
+        apply_on_replicas(ExtraVariable(0.1), [[(tf.constant(1.0), main)], [(tf.constant(1.0), replica)]],
                           cpus(1) * 2)

@@ -1,13 +1,12 @@
 """Each replica's own optimizer state, for builders whose K towers apply the same gradients
 to their own copies of the variables.
 
-A ``tf.compat.v1.train.Optimizer`` keeps one copy per graph of the state that is not per
-variable (Adam's ``beta1_power``/``beta2_power``, the variables of wrapped optimizers...):
-K calls of one optimizer's ``apply_gradients`` would share it and advance it K times a step.
-:func:`apply_on_replicas` gives each replica an optimizer of its own instead:
+A ``tf.compat.v1.train.Optimizer`` keeps one copy per graph of its state that is not per
+variable (Adam's ``beta1_power``/``beta2_power``, also when Adam is wrapped, e.g. by
+``AccumGradOptimizer``): K calls of one optimizer's ``apply_gradients`` would share it and
+advance it K times a step. :func:`apply_on_replicas` gives each replica an optimizer of its own:
 
-* tower 0 applies with the optimizer itself, so its state keeps the names it has in a
-  single-tower graph's scope (the names tensorpack gives it);
+* tower 0 applies with the optimizer itself, so its state keeps the names tensorpack gives it;
 * tower k > 0 applies with a copy of the optimizer (:func:`copy_optimizer_without_state`),
   whose variables are the local variables ``tower{k}/<name of tower 0's>``, as the other
   replica variables, so that the replicated builders' post-init op copies tower 0's state
@@ -59,36 +58,41 @@ def _recording_variables(created):
         yield
 
 
+def _count_mismatch(index, count, main_variables):
+    return ValueError("The optimizer of replica {} creates {} variables, tower 0's creates {} ({}): every "
+                      "replica's optimizer must create the variables tower 0's does.".format(
+                          index, count, len(main_variables),
+                          ', '.join(v.op.name for v in main_variables) or 'none'))
+
+
+def _check_same_kind(replica, main):
+    if replica.dtype.base_dtype != main.dtype.base_dtype or not replica.shape.is_compatible_with(main.shape):
+        raise ValueError("The replica's optimizer variable {} ({}, {}) does not match tower 0's {} ({}, "
+                         "{}).".format(replica.op.name, replica.dtype.base_dtype.name, replica.shape,
+                                       main.op.name, main.dtype.base_dtype.name, main.shape))
+
+
 @contextmanager
 def _as_replica_of(main_variables, index):
     """The variables created inside are replica ``index``'s copies of ``main_variables``, in
     the same order: local, named ``tower{index}/`` + the main one's name."""
     created = []
 
-    def describe(count):
-        return "replica {} creates {} variables, tower 0's optimizer {} ({})".format(
-            index, count, len(main_variables), ', '.join(v.op.name for v in main_variables) or 'none')
-
     def create(next_creator, **kwargs):
         if len(created) == len(main_variables):
-            raise ValueError("The optimizer of each replica must create the variables of tower 0's: "
-                             "{}.".format(describe('more than {}'.format(len(created)))))
+            raise _count_mismatch(index, 'more than {}'.format(len(created)), main_variables)
         main = main_variables[len(created)]
         kwargs['name'] = 'tower{}/{}/'.format(index, main.op.name)   # the trailing '/': no other scope
         kwargs['collections'] = local_collections(kwargs.get('collections'))
         var = next_creator(**kwargs)
         created.append(var)
-        if var.dtype.base_dtype != main.dtype.base_dtype or not var.shape.is_compatible_with(main.shape):
-            raise ValueError("Replica {}'s optimizer variable {} ({}, {}) does not match tower 0's {} ({}, "
-                             "{}).".format(index, var.op.name, var.dtype.base_dtype.name, var.shape,
-                                           main.op.name, main.dtype.base_dtype.name, main.shape))
+        _check_same_kind(var, main)
         return var
 
     with tfv1.variable_creator_scope(create):
         yield
     if len(created) != len(main_variables):
-        raise ValueError("The optimizer of each replica must create the variables of tower 0's: "
-                         "{}.".format(describe(len(created))))
+        raise _count_mismatch(index, len(created), main_variables)
 
 
 def apply_on_replicas(opt, grad_list, devices):
