@@ -93,11 +93,12 @@ def load_worker(out_dir, index):
     return result
 
 
-def reference_weights(num_worker, towers, batch, hidden, steps_per_epoch, epochs, lr):
+def reference_weights(num_worker, towers, batch, hidden, steps_per_epoch, epochs, lr, optimizer='momentum'):
     """One process, the batches of every tower of every worker of a step concatenated, from
     the chief's initial weights (see train_tiny_multiworker.py for why the data lines up)."""
     samples = train_tiny.make_samples(steps_per_epoch * towers * batch * num_worker)
-    return train_tiny.train_single(samples, num_worker * towers * batch, lr, hidden, steps_per_epoch, epochs)
+    return train_tiny.train_single(samples, num_worker * towers * batch, lr, hidden, steps_per_epoch, epochs,
+                                   optimizer)
 
 
 def assert_replicas_match(weights, reference, atol=1e-5):
@@ -137,6 +138,21 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     assert other_files == ['log.log'], other_files
     other_log = (logdir / 'worker1' / 'log.log').read_text()
     assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
+
+
+@pytest.mark.parametrize('optimizer', ['adam', 'rmsprop'])
+def test_collective_two_workers_of_two_towers_match_one_process_with_any_optimizer(tmp_path, optimizer):
+    """Each of the 4 replicas has optimizer state of its own (Adam's power accumulators...),
+    advanced once per step."""
+    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--towers', 2, '--batch', 3, '--steps-per-epoch', 4,
+                               '--optimizer', optimizer, '--lr', 0.05])
+    assert run.code == 0, run.output[-6000:]
+    reference = reference_weights(2, 2, 3, 5, 4, 1, lr=0.05, optimizer=optimizer)
+    for k in range(2):
+        worker = load_worker(tmp_path, k)
+        assert worker['global_step'] == 4
+        assert {name.split('/')[0] for name in worker['weights']} == {'fc0', 'fc1', 'tower1'}
+        assert_replicas_match(worker['weights'], reference)
 
 
 def test_parameter_server_two_workers_match_one_process_and_the_ps_ends(tmp_path):

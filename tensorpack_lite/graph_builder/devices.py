@@ -19,7 +19,7 @@ from ..utils import logger
 from ..utils.gpu import get_num_gpu
 
 __all__ = ['interpret_towers', 'tower_device', 'is_gpu_tower', 'check_session_devices',
-           'LeastLoadedDeviceSetter', 'override_to_local_variable']
+           'LeastLoadedDeviceSetter', 'override_to_local_variable', 'local_collections']
 
 
 def tower_device(tower):
@@ -200,11 +200,17 @@ def override_to_local_variable(enable=True):
         return
 
     def local_getter(getter, name, *args, **kwargs):
-        collections = set(kwargs.get('collections') or [tfv1.GraphKeys.GLOBAL_VARIABLES])
-        collections.discard(tfv1.GraphKeys.GLOBAL_VARIABLES)
-        collections.add(tfv1.GraphKeys.LOCAL_VARIABLES)
-        kwargs['collections'] = sorted(collections)
+        kwargs['collections'] = local_collections(kwargs.get('collections'))
         return getter(name, *args, **kwargs)
 
     with custom_getter_scope(local_getter):
         yield
+
+
+def local_collections(collections):
+    """The collections of a variable made local: ``collections`` (None: the default,
+    ``GLOBAL_VARIABLES``) with ``LOCAL_VARIABLES`` instead of ``GLOBAL_VARIABLES``."""
+    local = set(collections or [tfv1.GraphKeys.GLOBAL_VARIABLES])
+    local.discard(tfv1.GraphKeys.GLOBAL_VARIABLES)
+    local.add(tfv1.GraphKeys.LOCAL_VARIABLES)
+    return sorted(local)

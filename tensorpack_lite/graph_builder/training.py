@@ -19,6 +19,7 @@ from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from .devices import (LeastLoadedDeviceSetter, interpret_towers, is_gpu_tower, override_to_local_variable,
                       tower_device)
+from .replica_optimizer import apply_on_replicas
 from .utils import (GradientPacker, aggregate_grads, allreduce_grads, allreduce_grads_collective,
                     allreduce_grads_hierarchical, merge_grad_list, split_grad_list)
 
@@ -144,7 +145,9 @@ _REPLICA_PREFIX = re.compile(r'^tower[1-9][0-9]*/')
 class SyncMultiGPUReplicatedBuilder(DataParallelBuilder):
     """Every tower has its own copy of the variables (tower 0's are the main ones, named
     without prefix; tower k's are local variables under ``tower{k}/``). Each step all-reduces
-    the gradients so that every tower applies the same average to its copy.
+    the gradients so that every tower applies the same average to its copy, with optimizer
+    state of its own (tower k's also under ``tower{k}/``, see
+    :func:`~tensorpack_lite.graph_builder.replica_optimizer.apply_on_replicas`).
 
     Args:
         towers (int or list): GPU ids or device strings.
@@ -236,26 +239,11 @@ class SyncMultiGPUReplicatedBuilder(DataParallelBuilder):
         return allreduce(all_grads, devices, average=self._average)
 
     def _apply(self, opt):
-        """Apply each tower's gradients to its own variables, on its device."""
-        train_ops = []
-        main_names = [v.op.name + '/' for _, v in self.grads[0]]
+        """Apply each tower's gradients to its own variables, on its device, each tower with
+        optimizer state of its own (see :func:`apply_on_replicas`)."""
         with tf.name_scope('apply_gradients'):
-            for index, grads in enumerate(self.grads):
-                before = {v.op.name for v in tfv1.global_variables()}
-                with tf.device(self.raw_devices[index]), override_to_local_variable(enable=index > 0):
-                    train_ops.append(opt.apply_gradients(grads, name='apply_grad_{}'.format(index)))
-                if index == 0 and len(self.grads) > 1:
-                    self._warn_shared_state([v.op.name for v in tfv1.global_variables()
-                                             if v.op.name not in before], main_names)
+            train_ops = apply_on_replicas(opt, self.grads, self.raw_devices)
         return tf.group(*train_ops, name='train_op')
-
-    @staticmethod
-    def _warn_shared_state(new_names, slot_prefixes):
-        shared = [name for name in new_names if not name.startswith(tuple(slot_prefixes))]
-        if shared:
-            logger.warn("[ReplicatedTrainer] The optimizer keeps state that is not per variable ({}); all "
-                        "replicas share it and each replica's update advances it, as in tensorpack (e.g. "
-                        "Adam's bias correction moves once per replica per step).".format(', '.join(shared)))
 
     @staticmethod
     def get_post_init_ops():

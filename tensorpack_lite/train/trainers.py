@@ -125,7 +125,9 @@ def SyncMultiGPUTrainer(gpus):
 
 class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
     """Data-parallel training where every tower keeps a replica of the variables: each step
-    the gradients are all-reduced and every tower applies the same average to its replica.
+    the gradients are all-reduced and every tower applies the same average to its replica,
+    with optimizer state of its own (so K towers make the update of one tower on the K
+    batches with any optimizer).
     Replicas start from (and, with :attr:`BROADCAST_EVERY_EPOCH`, are reset every epoch to)
     the main tower's variables, which are the ones saved in checkpoints.
 

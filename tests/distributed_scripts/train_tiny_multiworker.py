@@ -30,11 +30,19 @@ INIT_SEED = 100
 FEATURES = 6
 
 
-class TinyModel(ModelDesc):
-    """6 -> hidden (tanh) -> 1, mean squared error, SGD with momentum (slots are synced too)."""
+OPTIMIZERS = {
+    'momentum': lambda lr: tfv1.train.MomentumOptimizer(lr, 0.9),
+    'adam': lambda lr: tfv1.train.AdamOptimizer(lr),
+    'rmsprop': lambda lr: tfv1.train.RMSPropOptimizer(lr, momentum=0.5),
+}
 
-    def __init__(self, init_seed, lr, hidden):
-        self.init_seed, self.lr, self.hidden = init_seed, lr, hidden
+
+class TinyModel(ModelDesc):
+    """6 -> hidden (tanh) -> 1, mean squared error, one of :data:`OPTIMIZERS` (by default SGD
+    with momentum: slots are synced too)."""
+
+    def __init__(self, init_seed, lr, hidden, optimizer='momentum'):
+        self.init_seed, self.lr, self.hidden, self.optimizer_name = init_seed, lr, hidden, optimizer
 
     def inputs(self):
         return [tf.TensorSpec([None, FEATURES], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
@@ -51,7 +59,7 @@ class TinyModel(ModelDesc):
         return cost
 
     def optimizer(self):
-        return tfv1.train.MomentumOptimizer(self.lr, 0.9)
+        return OPTIMIZERS[self.optimizer_name](self.lr)
 
 
 def make_samples(num):
@@ -91,7 +99,7 @@ class DieAtStep(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch):
+def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch, optimizer='momentum'):
     """The reference: SimpleTrainer in this process, ``batch`` datapoints per step; returns
     the final trainable weights by variable name."""
     from tensorpack_lite.train import SimpleTrainer
@@ -102,7 +110,7 @@ def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch):
             variables = tfv1.trainable_variables()
             result.update(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
 
-    config = TrainConfig(model=TinyModel(INIT_SEED, lr, hidden),
+    config = TrainConfig(model=TinyModel(INIT_SEED, lr, hidden, optimizer),
                          dataflow=BatchData(DataFromList(samples, shuffle=False), batch),
                          callbacks=[ReadWeights()], monitors=[], steps_per_epoch=steps_per_epoch,
                          max_epoch=max_epoch)
@@ -123,6 +131,7 @@ def parse_args(argv):
     parser.add_argument('--steps-per-epoch', type=int, default=3)
     parser.add_argument('--epochs', type=int, default=1)
     parser.add_argument('--lr', type=float, default=0.05)
+    parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum')
     parser.add_argument('--sum', action='store_true', help='sum the gradients (collective)')
     parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
     parser.add_argument('--startup-timeout', type=float, default=120)
@@ -162,7 +171,8 @@ def main(argv):
         callbacks.append(ModelSaver())   # chief-only: skipped on the other workers
     if args.die_at_step and trainer.task_index == 1:
         callbacks.append(DieAtStep(args.die_at_step))
-    config = AutoResumeTrainConfig(model=TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden),
+    model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer)
+    config = AutoResumeTrainConfig(model=model,
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
                                    steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs)
     launch_train_with_config(config, trainer)
