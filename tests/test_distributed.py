@@ -17,7 +17,7 @@ import pytest
 
 from helpers import kill_process_tree
 from tensorpack_lite.utils.cluster import local_cluster
-from tensorpack_lite.utils.launch import LocalCluster
+from tensorpack_lite.utils.launch import LocalCluster, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, 'distributed_scripts', 'train_tiny_multiworker.py')
@@ -225,3 +225,37 @@ def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, traine
         worker = load_worker(tmp_path, k)
         assert worker['global_step'] == 12
         assert_replicas_match(worker['weights'], reference)
+
+
+@pytest.mark.parametrize('dies', ['once', 'always'])
+def test_max_restarts_resumes_after_a_lost_worker_or_gives_up_with_its_error(tmp_path, dies):
+    """The launcher's --max-restarts 2: worker 1 SIGKILLs itself at step 7 of 4 epochs of 3, in the
+    first run only (the whole cluster restarts and AutoResumeTrainConfig goes on from epoch 3) or
+    in every run (3 attempts, then its exit code)."""
+    logdir = tmp_path / 'logs'
+    args = ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4, '--logdir', logdir,
+            '--per-worker-logdir', '--die-at-step', 7] + (['--die-once'] if dies == 'once' else [])
+    output = io.BytesIO()
+    code = launch(script_command(tmp_path, args), 2, grace=60, timeout=3 * RUN_TIMEOUT, max_restarts=2,
+                  restart_delay=0, env=script_env(), output=output)
+    text = output.getvalue().decode('utf-8', 'replace')
+    restart = "[launch] restart {} of 2 in 0 s, after: worker 1 failed with exit code 137"
+    if dies == 'once':
+        assert code == 0, text[-6000:]
+        assert restart.format(1) in text and 'restart 2' not in text
+        assert 'Resuming from checkpoint' in text
+        assert stats_epochs(logdir / 'worker0') == [1, 2, 3, 4]     # as an uninterrupted run
+        reference = reference_weights(2, 1, 4, 5, 3, 4, lr=0.05)
+        for k in range(2):
+            worker = load_worker(tmp_path, k)
+            assert worker['global_step'] == 12
+            assert_replicas_match(worker['weights'], reference)
+    else:
+        assert code == 137, text[-6000:]
+        assert restart.format(1) in text and restart.format(2) in text and 'restart 3' not in text
+        assert text.rstrip().endswith(
+            "[launch] giving up after 3 attempts; the last failure: worker 1 failed with exit code 137")
+        # worker 0 of each attempt (on new ports each time) named the loss
+        lost = re.findall(r'\[worker 0\] .*LostTaskError: worker 0 \((localhost:\d+)\): lost worker 1', text)
+        assert len(set(lost)) == 3
+        assert stats_epochs(logdir / 'worker0') == [1, 2]

@@ -14,7 +14,7 @@ import pytest
 
 from helpers import HANG_TIMEOUT, kill_process_tree, run_or_hang, wait_until
 from tensorpack_lite.utils.cluster import ClusterConfig, LostTaskError, TaskWatchdog, local_cluster
-from tensorpack_lite.utils.launch import LocalCluster
+from tensorpack_lite.utils.launch import LocalCluster, launch
 from tensorpack_lite.utils.launch import main as launch_main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -231,6 +231,27 @@ def test_a_separate_chief_task_gets_its_tf_config_and_name(tmp_path, chief):
     text = output.getvalue().decode()
     for job, index in ((chief, 0), ('worker', 0), ('worker', 1)):
         assert '[{0} {1}] task {0} {1} of 2 workers\n'.format(job, index) in text
+
+
+@pytest.mark.parametrize('once', [True, False])
+def test_max_restarts_starts_every_task_again_after_a_failure(tmp_path, once):
+    output = io.BytesIO()
+    command = [sys.executable, CHILD, str(tmp_path), '--fail', 'worker:1:3'] + (['--once'] if once else [])
+    code = launch(command, 2, 1, grace=HANG_TIMEOUT, max_restarts=2, restart_delay=0, output=output,
+                  timeout=HANG_TIMEOUT)
+    text = output.getvalue().decode()
+    starts = (tmp_path / 'starts.txt').read_text().split()
+    restart = "[launch] restart {} of 2 in 0 s, after: worker 1 failed with exit code 3\n"
+    if once:
+        assert code == 0, text
+        assert sorted(starts) == ['ps0', 'ps0', 'worker0', 'worker0', 'worker1', 'worker1']
+        assert restart.format(1) in text and 'restart 2' not in text and 'giving up' not in text
+    else:
+        assert code == 3, text
+        assert sorted(starts) == ['ps0'] * 3 + ['worker0'] * 3 + ['worker1'] * 3
+        assert restart.format(1) in text and restart.format(2) in text
+        assert text.endswith("[launch] giving up after 3 attempts; the last failure: worker 1 failed with "
+                             "exit code 3\n")
 
 
 def test_a_failing_worker_ends_the_others_and_its_code_is_the_exit_code(tmp_path, monkeypatch):

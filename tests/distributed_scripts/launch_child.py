@@ -1,11 +1,13 @@
 """A process for the launcher tests (no TensorFlow): records its TF_CONFIG in
 ``OUT/<job><index>.json``, prints a line naming its task, then does what it is told:
 
-    python launch_child.py OUT [--fail JOB:INDEX:CODE] [--wait]
+    python launch_child.py OUT [--fail JOB:INDEX:CODE [--once]] [--wait]
 
-``--fail`` makes that task exit with CODE once every task of the cluster has started (so that each
-has its SIGTERM handler, however slow its start); ``--wait`` makes every other task wait (up to
-600 s) until a SIGTERM, which it records in ``OUT/<job><index>.sigterm`` before exiting with code 0.
+Every start is a line of ``OUT/starts.txt``. ``--fail`` makes that task exit with CODE once every
+task of the cluster has started (so that each has its SIGTERM handler, however slow its start);
+with ``--once`` only if it has not failed before (marker ``OUT/failed-once``). ``--wait`` makes
+every other task wait (up to 600 s) until a SIGTERM, which it records in
+``OUT/<job><index>.sigterm`` before exiting with code 0.
 """
 
 import json
@@ -40,9 +42,13 @@ def main(argv):
     with open(os.path.join(out, name + '.json'), 'w') as f:
         json.dump({'tf_config': config, 'pid': os.getpid()}, f)
     print('task {} {} of {} workers'.format(job, index, len(config['cluster']['worker'])), flush=True)
+    with open(os.path.join(out, 'starts.txt'), 'a') as f:
+        f.write(name + '\n')
     if '--fail' in argv:
         fail_job, fail_index, code = argv[argv.index('--fail') + 1].split(':')
-        if (fail_job, int(fail_index)) == (job, index):
+        once = os.path.join(out, 'failed-once')
+        if (fail_job, int(fail_index)) == (job, index) and not ('--once' in argv and os.path.exists(once)):
+            open(once, 'w').close()
             wait_for_every_task(out, config['cluster'])
             sys.exit(int(code))
     if '--wait' in argv:

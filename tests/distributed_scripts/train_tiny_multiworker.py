@@ -87,16 +87,22 @@ class DumpWeights(Callback):
 
 
 class DieAtStep(Callback):
-    """Kills its own process (SIGKILL) once the global step reaches ``step``."""
+    """Kills its own process (SIGKILL) once the global step reaches ``step``; with ``marker``
+    only if that file does not exist yet (it is created first: the process dies once)."""
 
     _chief_only = False
 
-    def __init__(self, step):
-        self.step = step
+    def __init__(self, step, marker=None):
+        self.step, self.marker = step, marker
 
     def _trigger_step(self):
-        if self.trainer.global_step >= self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.trainer.global_step < self.step:
+            return
+        if self.marker is not None:
+            if os.path.exists(self.marker):
+                return
+            open(self.marker, 'w').close()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch, optimizer='momentum'):
@@ -134,6 +140,8 @@ def parse_args(argv):
     parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum')
     parser.add_argument('--sum', action='store_true', help='sum the gradients (collective)')
     parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
+    parser.add_argument('--die-once', action='store_true',
+                        help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
     parser.add_argument('--startup-timeout', type=float, default=120)
     return parser.parse_args(argv)
 
@@ -170,7 +178,8 @@ def main(argv):
     if logger.get_logger_dir():
         callbacks.append(ModelSaver())   # chief-only: skipped on the other workers
     if args.die_at_step and trainer.task_index == 1:
-        callbacks.append(DieAtStep(args.die_at_step))
+        marker = os.path.join(args.out, 'died-once') if args.die_once else None
+        callbacks.append(DieAtStep(args.die_at_step, marker))
     model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer)
     config = AutoResumeTrainConfig(model=model,
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
