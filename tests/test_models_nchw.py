@@ -135,11 +135,24 @@ def test_channels_first_equals_channels_last_on_the_transposed_input(name, is_tr
         np.testing.assert_allclose(updated['nchw'][var_name], value, err_msg=var_name, **TOLERANCE)
 
 
+@pytest.fixture
+def gpu_process(monkeypatch):
+    """TensorFlow says the process has a GPU (graphs are built, not run)."""
+    def list_physical_devices(device_type=None):
+        return ['fake GPU'] if device_type == 'GPU' else real(device_type)
+    real = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, 'list_physical_devices', list_physical_devices)
+
+
+def probe_ops():
+    return [op.name for op in tfv1.get_default_graph().get_operations() if op.type == 'NoOp']
+
+
 @pytest.mark.parametrize('name', NEED_TRANSPOSE)
 @pytest.mark.parametrize('device', ['/gpu:0', '/job:worker/task:0/device:GPU:1',
                                     LeastLoadedDeviceSetter('/gpu:1', ['/cpu:0'])],
                          ids=['gpu', 'worker-gpu', 'device-function'])
-def test_a_gpu_tower_builds_the_nchw_kernels_without_transposes(name, device):
+def test_a_gpu_tower_builds_the_nchw_kernels_without_transposes(gpu_process, name, device):
     layer = LAYERS[name][0]
     x = tfv1.placeholder(tf.float32, [None, 4, 6, 6])
     with tfv1.device(device):
@@ -154,31 +167,38 @@ def test_a_gpu_tower_builds_the_nchw_kernels_without_transposes(name, device):
     assert out.shape.as_list() == on_cpu.shape.as_list()
 
 
-@pytest.mark.parametrize('device, strategy', [
+def test_a_gpu_tower_in_a_process_without_gpu_transposes_and_runs_on_the_cpu():
+    """As a one-tower trainer given GPU 0 on a machine without GPU: soft placement."""
+    assert not tf.config.list_physical_devices('GPU')
+    data = np.random.RandomState(0).rand(2, 4, 6, 6).astype('float32')
+    with tf.device('/gpu:0'):
+        out = build('tower', LAYERS['maxpool'][0], tf.constant(data), 'channels_first', is_training=True)
+    assert count_ops('Transpose', 'tower') == 2 and not probe_ops()
+    with tfv1.Session(config=tfv1.ConfigProto(allow_soft_placement=True)) as sess:
+        np.testing.assert_array_equal(sess.run(out), data.reshape(2, 4, 3, 2, 3, 2).max(axis=(3, 5)))
+
+
+DEVICE_TYPES = [
     ('/gpu:0', 'native'), ('/device:GPU:3', 'native'),
-    ('/job:worker/replica:0/task:1/device:GPU:0', 'native'),
+    ('/job:worker/replica:0/task:1/device:GPU:0', 'native'), ('', 'native'), ('/job:worker/task:0', 'native'),
     ('/cpu:0', 'transpose'), ('/job:ps/task:0/cpu:0', 'transpose'), ('/device:CPU:1', 'transpose'),
-])
-def test_the_device_type_decides(device, strategy):
+]
+
+
+@pytest.mark.parametrize('device, strategy', DEVICE_TYPES, ids=[d or 'no-device' for d, _ in DEVICE_TYPES])
+def test_with_a_gpu_the_device_type_decides(gpu_process, device, strategy):
     assert layout.nchw_strategy(device) == strategy
 
 
-@pytest.mark.parametrize('gpus, strategy', [([], 'transpose'), (['GPU:0'], 'native')])
-def test_without_a_device_type_it_depends_on_the_gpus_of_the_process(monkeypatch, gpus, strategy):
-    seen = []
-
-    def list_physical_devices(device_type=None):
-        seen.append(device_type)
-        return gpus
-    monkeypatch.setattr(tf.config, 'list_physical_devices', list_physical_devices)
-    assert layout.nchw_strategy('') == strategy
-    assert layout.nchw_strategy('/job:worker/task:0') == strategy
-    assert layout.nchw_strategy() == strategy     # no device scope here
-    assert seen == ['GPU'] * 3
+@pytest.mark.parametrize('device', [d for d, _ in DEVICE_TYPES],
+                         ids=[d or 'no-device' for d, _ in DEVICE_TYPES])
+def test_without_a_gpu_every_device_transposes(device):
+    assert layout.nchw_strategy(device) == 'transpose'
 
 
-def test_the_current_device_comes_from_scopes_and_device_functions():
+def test_the_current_device_comes_from_scopes_and_device_functions(gpu_process):
     assert layout.current_device() == ''
+    assert layout.nchw_strategy() == 'native'      # no device: TensorFlow picks the GPU
     with tf.device('/gpu:1'):
         assert layout.current_device() == '/device:GPU:1'
         assert layout.nchw_strategy() == 'native'
@@ -186,9 +206,11 @@ def test_the_current_device_comes_from_scopes_and_device_functions():
             assert layout.nchw_strategy() == 'transpose'
     with tfv1.device(LeastLoadedDeviceSetter('/cpu:1', ['/gpu:0'])):
         assert layout.current_device() == '/device:CPU:1'
+        assert layout.nchw_strategy() == 'transpose'
+    assert len(probe_ops()) == 7 and all('device_probe' in name for name in probe_ops())
 
 
-def test_channels_last_layers_never_ask_the_device():
+def test_channels_last_layers_never_ask_the_device(gpu_process):
     x = tfv1.placeholder(tf.float32, [None, 6, 6, 4])
     with tf.device('/cpu:0'):
         for index, layer in enumerate(entry[0] for entry in LAYERS.values()):
@@ -204,16 +226,19 @@ def test_call_in_data_format_transposes_around_the_kernel_on_a_cpu():
         calls.append((data_format, x.shape.as_list()))
         return x * 2.0
     x = tf.constant(np.arange(24, dtype='float32').reshape(1, 2, 3, 4))
-    with tf.device('/cpu:0'):
-        out = layout.call_in_data_format(kernel, x, 'channels_first')
+    out = layout.call_in_data_format(kernel, x, 'channels_first')
     layout.call_in_data_format(kernel, x, 'NHWC')
     assert calls == [('NHWC', [1, 3, 4, 2]), ('NHWC', [1, 2, 3, 4])]
     assert out.op.name == 'to_nchw' and out.op.inputs[0].op.inputs[0].op.name == 'to_nhwc'
     with tfv1.Session() as sess:
         np.testing.assert_array_equal(sess.run(out), 2 * np.arange(24).reshape(1, 2, 3, 4))
-    with tfv1.Graph().as_default(), tf.device('/gpu:0'):     # built, not run: no GPU needed
-        layout.call_in_data_format(kernel, tf.zeros([1, 2, 3, 4]), 'NCHW')
-    assert calls[-1] == ('NCHW', [1, 2, 3, 4])
+
+
+def test_call_in_data_format_calls_the_kernel_in_nchw_on_a_gpu(gpu_process):
+    calls, x = [], tf.zeros([1, 2, 3, 4])
+    with tf.device('/gpu:0'):
+        out = layout.call_in_data_format(lambda inputs, fmt: calls.append(fmt) or inputs, x, 'NCHW')
+    assert calls == ['NCHW'] and out is x
 
 
 NCHW_TRAINING_SCRIPT = """
@@ -223,7 +248,7 @@ from tensorpack_lite.models import AvgPooling, BatchNorm, Conv2D, Conv2DTranspos
 from tensorpack_lite.tfutils.tower import TowerContext
 enable_graph_mode()
 x = tf.constant(np.random.RandomState(0).rand(2, 3, 8, 8).astype('float32'))
-with TowerContext('', is_training=True):
+with tf.device('/gpu:0'), TowerContext('', is_training=True):   # no GPU: soft placement on the CPU
     y = Conv2D('conv', x, 4, 3, data_format='channels_first')
     y = BatchNorm('bn', y, data_format='channels_first')
     y = MaxPooling('pool', y, 2, data_format='channels_first')
@@ -231,7 +256,7 @@ with TowerContext('', is_training=True):
     y = Conv2DTranspose('up', y, 2, 3, 2, data_format='channels_first')
 loss = tf.reduce_mean(tf.square(y))
 train_op = tfv1.train.GradientDescentOptimizer(0.1).minimize(loss)
-with tfv1.Session() as sess:
+with tfv1.Session(config=tfv1.ConfigProto(allow_soft_placement=True)) as sess:
     sess.run(tfv1.global_variables_initializer())
     losses = [sess.run([loss, train_op])[0] for _ in range(3)]
 print('shape', y.shape.as_list(), 'trained', losses[-1] < losses[0])

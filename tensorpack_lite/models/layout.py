@@ -4,14 +4,16 @@ TensorFlow's generic CPU kernels of convolution, transposed convolution and pool
 NHWC inputs; its GPU kernels take both (``bias_add``, fused batch norm and the reductions take
 both everywhere). A layer given ``data_format='channels_first'`` passes such a kernel to
 :func:`call_in_data_format`, which asks :func:`nchw_strategy` about the device the layer's ops
-are placed on: ``'native'`` calls the kernel in NCHW, ``'transpose'`` (a CPU) calls it in NHWC
-between two transposes. Variables, output names and output shapes are the same either way.
+are placed on: ``'native'`` (a GPU) calls the kernel in NCHW, ``'transpose'`` (a CPU) calls it
+in NHWC between two transposes. Variables, output names and output shapes are the same either
+way.
 """
 
 from ..compat import tf
 from .tflayer import get_data_format
 
-__all__ = ['NATIVE', 'TRANSPOSE', 'current_device', 'nchw_strategy', 'call_in_data_format']
+__all__ = ['NATIVE', 'TRANSPOSE', 'current_device', 'process_has_gpu', 'nchw_strategy',
+           'call_in_data_format']
 
 NATIVE = 'native'
 """The device runs NCHW kernels: no transpose."""
@@ -31,20 +33,28 @@ def current_device():
     return tf.no_op(name='device_probe').device
 
 
+def process_has_gpu():
+    """Whether TensorFlow sees a GPU in this process."""
+    return bool(tf.config.list_physical_devices('GPU'))
+
+
 def nchw_strategy(device=None):
     """:data:`NATIVE` or :data:`TRANSPOSE`: how an NCHW kernel of a layer runs on ``device``.
 
+    A CPU device means :data:`TRANSPOSE`. Any other device (a GPU, or no device type: TensorFlow
+    then picks a GPU when there is one) means :data:`NATIVE` when the process has a GPU, else
+    :data:`TRANSPOSE`: without a GPU, soft placement puts a GPU tower's ops on the CPU (as
+    ``SyncMultiGPUTrainerReplicated(max(get_num_gpu(), 1))`` does on a machine without GPU).
+
     Args:
         device (str): a device string ('/gpu:0', '/job:worker/task:1/device:CPU:0'...); None
-            means :func:`current_device`. A CPU means :data:`TRANSPOSE`, any other device type
-            :data:`NATIVE`; without a device type, ops go where TensorFlow puts them: on a GPU
-            when the process has one (:data:`NATIVE`), else on the CPU (:data:`TRANSPOSE`).
+            means :func:`current_device` (asked only when the process has a GPU).
     """
+    if not process_has_gpu():
+        return TRANSPOSE
     if device is None:
         device = current_device()
-    device_type = tf.DeviceSpec.from_string(device).device_type if device else None
-    if not device_type:
-        return NATIVE if tf.config.list_physical_devices('GPU') else TRANSPOSE
+    device_type = tf.DeviceSpec.from_string(device).device_type or ''
     return TRANSPOSE if device_type.upper() == 'CPU' else NATIVE
 
 
