@@ -5,7 +5,7 @@ initial weights; the asynchronous one (whose towers race) lowers the cost."""
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks import Callback, RunUpdateOps
+from tensorpack_lite.callbacks import ProcessTensors, RunUpdateOps
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput
@@ -64,20 +64,6 @@ class DigitsResNet(ModelDesc):
         return tfv1.train.MomentumOptimizer(0.1, 0.9)
 
 
-class RecordTowerCosts(Callback):
-    """The cost of every training tower, step by step."""
-
-    def _setup_graph(self):
-        self.costs = [tower['cost'] for tower in self.trainer.towers.training()]
-        self.steps = []
-
-    def _before_run(self, ctx):
-        return self.costs
-
-    def _after_run(self, ctx, values):
-        self.steps.append(values.results)
-
-
 def session_creator(num_cpus):
     config = get_default_sess_config()
     config.device_count['CPU'] = num_cpus
@@ -96,7 +82,9 @@ def tower_costs(make_trainer, data_format, digits):
     num_towers = 1 if make_trainer is SimpleTrainer else len(TOWERS)
     source_type = FeedInput if num_towers == 1 else QueueInput
     trainer = make_trainer() if num_towers == 1 else make_trainer(TOWERS)
-    recorder = RecordTowerCosts()
+    names = ['cost'] if num_towers == 1 else ['tower{}/cost'.format(i) for i in range(num_towers)]
+    steps = []
+    recorder = ProcessTensors(names, lambda *costs: steps.append(costs))
     model = DigitsResNet(data_format)
     with tfv1.Graph().as_default():
         trainer.setup_graph(model.get_input_signature(), source_type(DataFromList(batches(digits, num_towers),
@@ -104,7 +92,7 @@ def tower_costs(make_trainer, data_format, digits):
                             model.build_graph, model.get_optimizer)
         trainer.train_with_defaults(callbacks=[recorder, RunUpdateOps()], monitors=[], extra_callbacks=[],
                                     steps_per_epoch=STEPS, max_epoch=1, session_creator=session_creator(2))
-    return np.array(recorder.steps)
+    return np.array(steps)
 
 
 SYNC_TRAINERS = {
