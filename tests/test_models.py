@@ -1,5 +1,5 @@
 """Layers of tensorpack_lite.models: output shapes, variable names and numbers, both data
-formats (NCHW convolutions and pooling only build on CPU: TensorFlow runs them on GPUs), and
+formats (NCHW against NHWC numbers, on CPUs and GPU towers: test_models_nchw.py), and
 clear errors for bad inputs. BatchNorm and towers: test_models_batchnorm.py; argscope,
 layer_register, LinearWrap and regularizers: test_models_registry.py."""
 

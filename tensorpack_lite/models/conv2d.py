@@ -1,7 +1,10 @@
 """2-D convolution and transposed convolution."""
 
+import functools
+
 from ..compat import tf, tfv1
-from ..utils.argtools import shape2d
+from ..utils.argtools import shape2d, shape4d
+from .layout import call_in_data_format
 from .registry import layer_register
 from .tflayer import channel_axis, convert_to_tflayer_args, get_data_format, kernel_and_bias
 from .utils import (check_input_rank, describe_layer, finish_output, known_dim, shape_argument,
@@ -18,10 +21,16 @@ def _padding(padding, layer_type):
     return value
 
 
-def _four_d(pair, data_format):
-    """``[1, h, w, 1]`` (NHWC) or ``[1, 1, h, w]`` (NCHW) from a pair."""
-    h, w = pair
-    return [1, h, w, 1] if data_format == 'NHWC' else [1, 1, h, w]
+def _grouped_conv(x, data_format, kernel, split, strides, padding, dilations):
+    """The convolution of ``x`` (in ``data_format``) by ``kernel`` in ``split`` groups of channels."""
+    def conv(part, part_kernel):
+        return tf.nn.conv2d(part, part_kernel, strides=shape4d(strides, data_format), padding=padding,
+                            data_format=data_format, dilations=shape4d(dilations, data_format))
+    if split == 1:
+        return conv(x, kernel)
+    ch_axis = channel_axis(data_format)
+    groups = zip(tf.split(x, split, axis=ch_axis), tf.split(kernel, split, axis=3))
+    return tf.concat([conv(part, part_kernel) for part, part_kernel in groups], axis=ch_axis)
 
 
 @layer_register(log_shape=True)
@@ -39,7 +48,8 @@ def Conv2D(inputs, filters, kernel_size, strides=(1, 1), padding='same', data_fo
 
     Args:
         inputs (tf.Tensor): a 4-D tensor in ``data_format`` (``'channels_last'``/``'NHWC'`` or
-            ``'channels_first'``/``'NCHW'``; TensorFlow runs NCHW convolutions on GPUs only).
+            ``'channels_first'``/``'NCHW'``; on a CPU, NCHW is computed in NHWC between two
+            transposes: see :mod:`tensorpack_lite.models.layout`).
         filters (int): output channels, a multiple of ``split``.
         kernel_size, strides, dilation_rate: an int or a pair (h, w).
         split (int): number of groups; the input channels must be a multiple of it.
@@ -71,16 +81,9 @@ def Conv2D(inputs, filters, kernel_size, strides=(1, 1), padding='same', data_fo
                            kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
                            dtype=inputs.dtype.base_dtype)
 
-    def conv(x, kernel):
-        return tf.nn.conv2d(x, kernel, strides=_four_d(strides, data_format), padding=padding,
-                            data_format=data_format, dilations=_four_d(dilations, data_format))
-
-    ch_axis = channel_axis(data_format)
-    if split == 1:
-        out = conv(inputs, W)
-    else:
-        groups = zip(tf.split(inputs, split, axis=ch_axis), tf.split(W, split, axis=3))
-        out = tf.concat([conv(x, kernel) for x, kernel in groups], axis=ch_axis)
+    conv = functools.partial(_grouped_conv, kernel=W, split=split, strides=strides, padding=padding,
+                             dilations=dilations)
+    out = call_in_data_format(conv, inputs, data_format)
     if b is not None:
         out = tf.nn.bias_add(out, b, data_format=data_format)
     return finish_output(out, activation, activity_regularizer, W=W, b=b)
@@ -91,6 +94,19 @@ def _transposed_length(length, kernel, stride, padding):
     if padding == 'SAME':
         return length * stride
     return length * stride + max(kernel - stride, 0)
+
+
+def _transposed_conv(x, data_format, kernel, filters, kernel_shape, strides, padding):
+    """The transposed convolution of ``x`` (in ``data_format``) by ``kernel``, static shape set."""
+    out_shape = static_or_dynamic_shape(x)
+    out_shape[channel_axis(data_format)] = filters
+    spatial_axes = (1, 2) if data_format == 'NHWC' else (2, 3)
+    for axis, size, stride in zip(spatial_axes, kernel_shape, strides):
+        out_shape[axis] = _transposed_length(out_shape[axis], size, stride, padding)
+    out = tf.nn.conv2d_transpose(x, kernel, shape_argument(out_shape), strides=shape4d(strides, data_format),
+                                 padding=padding, data_format=data_format)
+    out.set_shape([d if isinstance(d, int) else None for d in out_shape])
+    return out
 
 
 @layer_register(log_shape=True)
@@ -115,22 +131,16 @@ def Conv2DTranspose(inputs, filters, kernel_size, strides=(1, 1), padding='same'
     """
     check_input_rank(inputs, (4,), 'Conv2DTranspose')
     data_format = get_data_format(data_format, keras_mode=False)
-    ch_axis = channel_axis(data_format)
-    in_channel = known_dim(inputs, ch_axis, 'number of channels', 'Conv2DTranspose')
+    in_channel = known_dim(inputs, channel_axis(data_format), 'number of channels', 'Conv2DTranspose')
     kernel_shape, strides = shape2d(kernel_size), shape2d(strides)
     padding = _padding(padding, 'Conv2DTranspose')
     W, b = kernel_and_bias(kernel_shape + [filters, in_channel], filters, use_bias, kernel_initializer,
                            bias_initializer, kernel_regularizer, bias_regularizer,
                            dtype=inputs.dtype.base_dtype)
 
-    out_shape = static_or_dynamic_shape(inputs)
-    out_shape[ch_axis] = filters
-    spatial_axes = (1, 2) if data_format == 'NHWC' else (2, 3)
-    for axis, kernel, stride in zip(spatial_axes, kernel_shape, strides):
-        out_shape[axis] = _transposed_length(out_shape[axis], kernel, stride, padding)
-    out = tf.nn.conv2d_transpose(inputs, W, shape_argument(out_shape), strides=_four_d(strides, data_format),
-                                 padding=padding, data_format=data_format)
-    out.set_shape([d if isinstance(d, int) else None for d in out_shape])
+    deconv = functools.partial(_transposed_conv, kernel=W, filters=filters, kernel_shape=kernel_shape,
+                               strides=strides, padding=padding)
+    out = call_in_data_format(deconv, inputs, data_format)
     if b is not None:
         out = tf.nn.bias_add(out, b, data_format=data_format)
     return finish_output(out, activation, activity_regularizer, W=W, b=b)

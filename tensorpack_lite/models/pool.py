@@ -3,7 +3,8 @@
 import numpy as np
 
 from ..compat import tf, tfv1
-from ..utils.argtools import shape2d
+from ..utils.argtools import shape2d, shape4d
+from .layout import call_in_data_format
 from .registry import layer_register
 from .tflayer import channel_axis, convert_to_tflayer_args, get_data_format
 from .utils import check_input_rank, describe_layer, shape_argument, static_or_dynamic_shape
@@ -21,11 +22,10 @@ def _pool(pool_fn, layer_type, inputs, pool_size, strides, padding, data_format)
         raise ValueError("{}: padding must be 'same' or 'valid', got {!r}".format(
             describe_layer(layer_type), padding))
 
-    def four_d(pair):
-        return [1] + pair + [1] if data_format == 'NHWC' else [1, 1] + pair
-    out = pool_fn(inputs, ksize=four_d(pool_size), strides=four_d(strides), padding=padding,
-                  data_format=data_format)
-    return tf.identity(out, name='output')
+    def pool(x, fmt):
+        return pool_fn(x, ksize=shape4d(pool_size, fmt), strides=shape4d(strides, fmt), padding=padding,
+                       data_format=fmt)
+    return tf.identity(call_in_data_format(pool, inputs, data_format), name='output')
 
 
 @layer_register(log_shape=True)
