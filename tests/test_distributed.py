@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import kill_process_tree
+from helpers import HANG_TIMEOUT, kill_process_tree, wait_until
 from tensorpack_lite.utils.cluster import local_cluster
 from tensorpack_lite.utils.launch import LocalCluster, launch
 
@@ -259,3 +259,27 @@ def test_max_restarts_resumes_after_a_lost_worker_or_gives_up_with_its_error(tmp
         lost = re.findall(r'\[worker 0\] .*LostTaskError: worker 0 \((localhost:\d+)\): lost worker 1', text)
         assert len(set(lost)) == 3
         assert stats_epochs(logdir / 'worker0') == [1, 2]
+
+
+@pytest.mark.parametrize('trainer', ['replicated', 'ps'])
+def test_a_killed_parameter_server_ends_both_workers_promptly(tmp_path, trainer):
+    """1 ps + 2 workers; the ps is SIGKILLed in epoch 2 of 200. Both workers name it and end on
+    their own (exit code 1, not the launcher's signal): their session's close, which waits for
+    every task, is given up after CLOSE_TIMEOUT. It used to wait for ever (30 s and more)."""
+    output = io.BytesIO()
+    command = script_command(tmp_path, ['--trainer', trainer, '--epochs', 200, '--steps-per-epoch', 20])
+    cluster = LocalCluster(command, 2, 1, grace=HANG_TIMEOUT, env=script_env(), output=output)
+    cluster.start()
+    try:
+        procs = {(job, index): proc for job, index, proc in cluster.tasks}
+        assert wait_until(lambda: b'Start Epoch 2 ' in output.getvalue(), timeout=RUN_TIMEOUT), \
+            output.getvalue()[-6000:]
+        procs[('ps', 0)].kill()
+        codes = [procs[('worker', k)].wait(60) for k in range(2)]   # raises TimeoutExpired: a hang
+    finally:
+        cluster.wait(timeout=1)   # ends whatever is left
+    text = output.getvalue().decode('utf-8', 'replace')
+    assert codes == [1, 1], text[-6000:]
+    for k in range(2):
+        assert re.search(r'\[worker {0}\] .*LostTaskError: worker {0} \(localhost:\d+\): lost ps 0'.format(k),
+                         text), text[-6000:]

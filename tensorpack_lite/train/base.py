@@ -215,7 +215,12 @@ class Trainer:
                 raise
             # The error that stopped training matters more; this one was logged by Callbacks.
         finally:
-            self.hooked_sess.close()
+            self._close_session()
+
+    def _close_session(self):
+        """Close the session at the end of training (template: a trainer whose session may
+        wait on other processes bounds it)."""
+        self.hooked_sess.close()
 
     def train(self, callbacks, monitors, session_creator, session_init, steps_per_epoch,
               starting_epoch=1, max_epoch=9999999):

@@ -27,6 +27,7 @@ that never starts, or is lost during training, makes the others fail within seco
 
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -93,6 +94,11 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     PROBE_INTERVAL = 1.0
     """Seconds between two checks that the other tasks still accept connections."""
+
+    CLOSE_TIMEOUT = 2.0
+    """Seconds :meth:`_close_session` waits for the session to close after training failed
+    with a task lost: closing a distributed session talks to every task, and one that is
+    gone can hold it for ever."""
 
     LOSS_CONFIRM_TIMEOUT = 30.0
     """After a step fails with a connection error (a peer reset or unavailable), seconds to
@@ -262,6 +268,22 @@ class DistributedTrainerBase(_DataParallelTrainer):
         self.training_failed = failed
         self._stop_watching()
         super()._end_training(failed)
+
+    def _close_session(self):
+        """Close the session; after a failure with a task lost, give up waiting after
+        :attr:`CLOSE_TIMEOUT` seconds (the close goes on in a daemon thread, and the session
+        is marked closed: nothing tries again, the process can end)."""
+        lost = self._lost_tasks() if self.training_failed else []
+        if not lost:
+            super()._close_session()
+            return
+        closing = threading.Thread(target=super()._close_session, name='close-session', daemon=True)
+        closing.start()
+        closing.join(self.CLOSE_TIMEOUT)
+        if closing.is_alive():
+            logger.warn("{}: the session did not close within {:g} s: it waits for the lost {}. Moving on "
+                        "without it.".format(self.cluster.task_name, self.CLOSE_TIMEOUT,
+                                             ', '.join(self.cluster.describe(*t) for t in lost)))
 
     def _stop_watching(self):
         if self._watchdog is not None:
