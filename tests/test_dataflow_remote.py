@@ -6,7 +6,7 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from helpers import DigitsMLPBase, RecordCost, cross_entropy_cost, labelled_batches
+from helpers import DigitsMLPBase, RecordCost, cross_entropy_cost, labelled_batches, run_or_hang
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import DataFromList, RemoteDataZMQ, send_dataflow_zmq
 from tensorpack_lite.input_source import QueueInput, ZMQInput
@@ -70,10 +70,15 @@ def test_remote_data_from_two_senders(tmp_path):
     remote = RemoteDataZMQ(*addrs, hwm=5)
     remote.reset_state()
     itr = iter(remote)
-    with Sender(numbered(3), addrs[0]), Sender(numbered(3, offset=100), addrs[1]):
+
+    def until_both_were_heard():
         got = []
-        while len(got) < 5000 and len(set(got)) < 6:  # the second one may connect later
+        while len(set(got)) < 6:  # one sender may connect much later than the other: a hang fails
             got.append(int(next(itr)[1]))
+        return got
+
+    with Sender(numbered(3), addrs[0]), Sender(numbered(3, offset=100), addrs[1]):
+        got = run_or_hang(until_both_were_heard)
     itr.close()
     assert set(got) == {0, 1, 2, 100, 101, 102}
     assert remote.cnt1 == sum(x < 100 for x in got) and remote.cnt2 == sum(x >= 100 for x in got)
