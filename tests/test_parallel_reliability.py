@@ -4,6 +4,7 @@ a parent killed by SIGKILL or SIGTERM (the last worker to exit removes the ipc d
 and shared memory that cannot be reserved (a clear error, nothing left behind)."""
 
 import contextlib
+import gc
 import logging
 import multiprocessing as mp
 import os
@@ -305,6 +306,26 @@ def test_the_last_member_to_leave_removes_the_ipc_directory(private_tmp):
         bystander.kill()
         bystander.join(5)
     ipc.cleanup()
+
+
+def _numbers(dp):
+    return dp
+
+
+@pytest.mark.parametrize('kind', ['runner', 'map'])
+def test_a_dataflow_in_a_reference_cycle_is_collected_without_hanging(kind):
+    """The garbage collector clears the weak references into a cycle (pyzmq's weak set of a
+    context's sockets among them) before it runs the cycle's finalizers: the dataflow's cleanup
+    must still close its sockets, or terminating the ZeroMQ context waits for them for ever."""
+    df = (MultiProcessRunnerZMQ(Counting(), num_proc=1) if kind == 'runner' else
+          MultiProcessMapData(numbers(50), num_proc=1, map_func=_numbers, buffer_size=8))
+    df.reset_state()
+    next(iter(df))
+    workers = children()
+    df.itself = df   # a cycle: only the garbage collector frees it
+    del df
+    run_or_hang(gc.collect)
+    assert wait_until(lambda: all(gone(pid) for pid in workers))
 
 
 def test_reset_state_leaves_the_parents_signal_handlers_alone():

@@ -479,7 +479,12 @@ def _zmq():
 
 class _Sockets(object):
     """A ZeroMQ context and its sockets, closed together by :meth:`close` (a no-op in a
-    forked child, which must not touch its parent's sockets)."""
+    forked child, which must not touch its parent's sockets).
+
+    The sockets are held here, not only in pyzmq's weak set of the context's sockets: when a
+    dataflow in a reference cycle is garbage-collected, the collector clears the weak
+    references into the cycle before it runs the dataflow's cleanup, and terminating a
+    context whose sockets are still open (but no longer in its set) waits for ever."""
 
     copy_below = 256 << 10
     """Frames smaller than this (bytes) are copied into their message rather than lent to
@@ -489,10 +494,12 @@ class _Sockets(object):
     def __init__(self):
         self.zmq = _zmq()
         self.context = self.zmq.Context()
+        self._sockets = []
         self._owner_pid = os.getpid()
 
     def socket(self, kind, hwm):
         sock = self.context.socket(kind)
+        self._sockets.append(sock)
         sock.set_hwm(hwm)
         sock.copy_threshold = self.copy_below
         return sock
@@ -501,7 +508,11 @@ class _Sockets(object):
         """Close the sockets (waiting up to ``linger`` seconds to send what is queued)."""
         if os.getpid() != self._owner_pid:
             return
-        self.context.destroy(linger=int(linger * 1000))  # closes every socket, then terminates
+        linger_ms = int(linger * 1000)
+        for sock in self._sockets:
+            sock.close(linger=linger_ms)   # a closed socket ignores it
+        self._sockets = []
+        self.context.destroy(linger=linger_ms)  # closes any other socket, then terminates
 
 
 def _soonest(*times):
