@@ -40,10 +40,10 @@ class GradientCompression:
     """
 
     def __init__(self, compression):
-        self.name = check_compression(compression, 'GradientCompression')
-        if compression is None:
+        if check_compression(compression, type(self).__name__) is None:
             raise ValueError("GradientCompression: compression must be one of {}, got None".format(
                 ', '.join(repr(c) for c in COMPRESSIONS)))
+        self.name = compression
         self.wire_dtype = _WIRE_DTYPES[compression]
 
     @staticmethod
