@@ -3,17 +3,20 @@
 
 1. All-reduce of 1, 4, 16 and 64 MB of float32 between 2 local processes:
    (a) the collective path of CollectiveAllReduceTrainer (CollectiveReduceV2 over gRPC,
-       processes started by the launcher), in this environment;
+       processes started by the launcher), in this environment, exact and with each
+       ``--compressions`` (16-bit all-gather, float32 sum), in ``--rounds`` interleaved rounds;
    (b) Horovod's allreduce with Gloo (``horovodrun -np 2 --gloo``), in the Horovod
        environment (``bash .ci/horovod_env.sh`` builds it; or $TENSORPACK_LITE_HOROVOD_PYTHON).
    Both are timed in graph mode, one all-reduce per ``session.run``, medians of
-   ``--repeat`` runs after warm-up; throughput = size / time.
+   ``--repeat`` runs after warm-up (the collective ones: the median over the rounds of those
+   medians, and of the per-round ratios to the exact path); throughput = float32 size / time.
 2. Steps/s of CollectiveAllReduceTrainer on an MLP 784-1024-1024-10 (about 1.9 M parameters,
    7.6 MB of gradients) with constant inputs: 2 workers of batch B against 1 worker of
    batch B and of batch 2B.
 
     python benchmarks/multiworker.py                 # everything
     python benchmarks/multiworker.py --skip-horovod --sizes 1 4
+    python benchmarks/multiworker.py --skip-horovod --skip-training --rounds 5   # compression
 
 On a 2-core machine, 2 processes share the cores one process would use: expect no speed-up
 there; the numbers show what the all-reduce and the second process cost.
@@ -23,6 +26,7 @@ import argparse
 import io
 import json
 import os
+import platform
 import re
 import statistics
 import subprocess
@@ -64,8 +68,9 @@ def collective_worker(args):
     from tensorpack_lite.tfutils.distributed import DistributedSessionCreator, create_server
     enable_graph_mode()
     server = create_server()
+    compression = None if args.compression == 'none' else args.compression
     with tf.device('/job:worker/task:{}/device:CPU:0'.format(server.server_def.task_index)):
-        builder = CollectiveAllReduceBuilder(['/cpu:0'], server)
+        builder = CollectiveAllReduceBuilder(['/cpu:0'], server, compression=compression)
         reduced = builder.all_reduce([_tensors(tf, tfv1, args.sizes)])[0]
     sess = DistributedSessionCreator(server).create_session()
     times = {}
@@ -153,34 +158,68 @@ def run_horovod(args):
     return _result(proc.stdout, 'horovod allreduce')
 
 
+def collective_rounds(args):
+    """{compression: {size: [per-round median seconds]}}, the variants interleaved round by round."""
+    times = {name: {size: [] for size in args.sizes} for name in args.compressions}
+    for _ in range(args.rounds):
+        for name in args.compressions:
+            result = run_local_cluster(args, 2, 'collective', compression=name)
+            for size in args.sizes:
+                times[name][size].append(result[str(size)])
+    return times
+
+
+def _load():
+    return '{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg()) if hasattr(os, 'getloadavg') else 'unknown'
+
+
+def print_allreduce(args, collective, horovod):
+    print("all-reduce of float32 between 2 processes on this machine ({}, {} cores), MB/s of float32 "
+          "data; median over {} rounds of the medians of {} runs:".format(
+              platform.processor() or platform.machine(), os.cpu_count(), args.rounds, args.repeat))
+    labels = ['collective' + ('' if name == 'none' else ' ' + name) for name in args.compressions]
+    header = "  {:>6s}".format('MB') + ''.join("  {:>25s}".format(label) for label in labels)
+    print(header + ("  {:>24s}".format('horovod (gloo)') if horovod is not None else ''))
+    for size in args.sizes:
+        line = "  {:6d}".format(size)
+        exact = collective[args.compressions[0]][size]
+        for name in args.compressions:
+            median = statistics.median(collective[name][size])
+            ratio = statistics.median(e / t for e, t in zip(exact, collective[name][size]))
+            line += "  {:7.1f} ms {:7.1f} x{:5.2f}".format(1000 * median, size / median, ratio)
+        if horovod is not None:
+            line += "  {:9.1f} ms {:8.1f} MB/s".format(1000 * horovod[str(size)], size / horovod[str(size)])
+        print(line, flush=True)
+    print("  (ms, MB/s, and the median of the per-round speed ratios to {}); load average now: {}".format(
+        args.compressions[0], _load()))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--sizes', type=int, nargs='+', default=[1, 4, 16, 64],
                         help='all-reduce sizes in MB')
     parser.add_argument('--repeat', type=int, default=10, help='timed all-reduces per size')
+    parser.add_argument('--compressions', nargs='+', default=['none', 'fp16', 'bf16'],
+                        choices=['none', 'fp16', 'bf16'],
+                        help='collective variants; the first is the base of the ratios')
+    parser.add_argument('--rounds', type=int, default=3, help='interleaved rounds of the collective variants')
     parser.add_argument('--batch', type=int, default=128, help='B: the batch per worker')
     parser.add_argument('--steps', type=int, default=30, help='steps per epoch')
     parser.add_argument('--epochs', type=int, default=4, help='epochs per run, the first is warm-up')
     parser.add_argument('--skip-horovod', action='store_true')
     parser.add_argument('--skip-training', action='store_true')
     parser.add_argument('--role', choices=['collective', 'horovod', 'train'], help=argparse.SUPPRESS)
+    parser.add_argument('--compression', default='none', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
         {'collective': collective_worker, 'horovod': horovod_worker, 'train': train_worker}[args.role](args)
         return
 
-    collective = run_local_cluster(args, 2, 'collective')
+    print("load average at the start: {}".format(_load()), flush=True)
+    collective = collective_rounds(args)
     horovod = None if args.skip_horovod else run_horovod(args)
-    print("all-reduce of float32 between 2 processes on this machine (median of {} runs):".format(
-        args.repeat))
-    print("  {:>6s}  {:>24s}  {:>24s}".format('MB', 'collective (gRPC)', 'horovod (gloo)'))
-    for size in args.sizes:
-        seconds = collective[str(size)]
-        line = "  {:6d}  {:9.1f} ms {:8.1f} MB/s".format(size, 1000 * seconds, size / seconds)
-        if horovod is not None:
-            line += "  {:9.1f} ms {:8.1f} MB/s".format(1000 * horovod[str(size)], size / horovod[str(size)])
-        print(line, flush=True)
+    print_allreduce(args, collective, horovod)
     if args.skip_training:
         return
     runs = [('1 worker, batch {}'.format(args.batch), 1, args.batch),

@@ -166,3 +166,71 @@ def test_collective_all_reduce_sends_large_tensors_in_pieces(lone_server):
         big_value, small_value = sess.run([big, small])
     np.testing.assert_array_equal(big_value, values)
     np.testing.assert_array_equal(small_value, [1.5, 2.5])
+
+
+def rounded(values, compression):
+    """``values`` rounded to nearest even in 16 bits, back in float32 (numpy; ml_dtypes for bfloat16)."""
+    import ml_dtypes
+    wire = np.float16 if compression == 'fp16' else ml_dtypes.bfloat16
+    return np.asarray(values, np.float32).astype(wire).astype(np.float32)
+
+
+def three_tower_values(rng):
+    """Per tower, gradients of 3 x 700 elements (magnitudes 1e-4 to 1e4) whose 16-bit roundings
+    differ from them. The first element's float32 sum depends on the order of the additions:
+    (1 + 2^-24) + 2^-24 rounds to 1, 1 + (2^-24 + 2^-24) is 1 + 2^-23."""
+    values = [(rng.randn(3, 700) * 10.0 ** rng.randint(-4, 5, size=(3, 700))).astype('float32')
+              for _ in range(3)]
+    values[0][0, 0], values[1][0, 0], values[2][0, 0] = 1.0, 2.0 ** -24, 2.0 ** -24
+    return values
+
+
+@pytest.mark.parametrize('compression, average', [('fp16', False), ('fp16', True), ('bf16', False),
+                                                  ('bf16', True)])
+def test_compressed_all_reduce_is_the_float32_sum_of_the_rounded_gradients(compression, average):
+    """One worker of 3 virtual CPU towers (a group of 3, the path of every tower of every worker):
+    float32 and float64 gradients travel in 16 bits (gathered, in pieces) and are summed in
+    float32 in tower order; float16 and int32 ones are all-reduced as they are."""
+    server = create_server(local_cluster(1), 'worker', 0, config=tfv1.ConfigProto(device_count={'CPU': 3}))
+    builder = CollectiveAllReduceBuilder(['/cpu:0', '/cpu:1', '/cpu:2'], server, average, compression)
+    builder.CHUNK_BYTES = 1000                      # 2100 elements of 2 bytes: 5 pieces
+    rng = np.random.RandomState(0)
+    floats = three_tower_values(rng)
+    doubles = [rng.randn(20) for _ in range(3)]
+    halves = [np.arange(4, dtype='float16') * (k + 1) for k in range(3)]
+    ints = [np.arange(5, dtype='int32') + 10 * k for k in range(3)]
+    all_tensors = [[tf.constant(x) for x in per_tower]
+                   for per_tower in zip(floats, doubles, halves, ints)]
+    results = builder.all_reduce(all_tensors)
+    ops = tf.compat.v1.get_default_graph().get_operations()
+    gathered = [op.inputs[0].dtype for op in ops if op.type == 'CollectiveGatherV2']
+    assert gathered == [tf.float16] * (3 * 6)        # 3 towers x (5 pieces + 1 for the doubles)
+    reduced = sorted(op.inputs[0].dtype.name for op in ops if op.type == 'CollectiveReduceV2')
+    assert reduced == ['float16'] * 3 + ['int32'] * 3
+    with tfv1.Session(server.target) as sess:
+        values = sess.run(results)
+
+    def expected_sum(per_tower, dtype):
+        parts = [rounded(x, compression) for x in per_tower]
+        total = (parts[0] + parts[1]) + parts[2]             # float32, in tower order
+        return (total * np.float32(1 / 3) if average else total).astype(dtype)
+
+    expected = [expected_sum(floats, np.float32), expected_sum(doubles, np.float64)]
+    assert expected[0][0, 0] != expected_sum(floats[::-1], np.float32)[0, 0]     # the order shows
+    for float_value, double_value, half_value, int_value in values:       # every tower: the same
+        assert float_value.dtype == np.float32 and double_value.dtype == np.float64
+        np.testing.assert_array_equal(float_value, expected[0])
+        np.testing.assert_array_equal(double_value, expected[1])
+        half_sum = sum(halves)
+        np.testing.assert_array_equal(half_value, half_sum / np.float16(3) if average else half_sum)
+        np.testing.assert_array_equal(int_value, sum(ints) // 3 if average else sum(ints))
+    assert not np.array_equal(values[0][0], (sum(floats) / (3 if average else 1)).astype('float32'))
+
+
+@pytest.mark.parametrize('compression', ['int8', 'FP16', True, 16])
+def test_an_unknown_compression_is_refused_naming_the_argument_and_the_choices(lone_server, compression):
+    expected = "CollectiveAllReduceTrainer: compression must be None or one of 'fp16', 'bf16', got {!r}"
+    with pytest.raises(ValueError, match=re.escape(expected.format(compression))):
+        CollectiveAllReduceTrainer(['/cpu:0'], lone_server, compression=compression)
+    with pytest.raises(ValueError, match="CollectiveAllReduceBuilder: compression must be None or one of"):
+        CollectiveAllReduceBuilder(['/cpu:0'], lone_server, compression=compression)

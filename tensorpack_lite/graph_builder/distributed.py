@@ -21,6 +21,7 @@ from ..compat import tf, tfv1
 from ..tfutils.distributed import cluster_of_server
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
+from .compression import GradientCompression, check_compression
 from .devices import LeastLoadedDeviceSetter, interpret_towers, tower_device
 from .training import DataParallelBuilder, SyncMultiGPUReplicatedBuilder
 from .utils import GradientPacker, aggregate_grads, split_grad_list
@@ -327,6 +328,9 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         towers (int or list): this worker's towers (GPU ids or device strings).
         server (tf.compat.v1.train.Server): this worker's server (a cluster of workers only).
         average (bool): average the gradients over all towers of all workers (else sum).
+        compression (str): None (exact float32 all-reduce), ``'fp16'`` or ``'bf16'``: floating
+            gradients of 32 bits or more travel rounded to 16 bits and are summed in float32
+            (see :mod:`~tensorpack_lite.graph_builder.compression`).
     """
 
     GRADIENT_GROUP_KEY = 91
@@ -346,7 +350,8 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     _FIRST_GRADIENT_KEY = 1000
     _FIRST_BROADCAST_KEY = 1 << 24
 
-    def __init__(self, towers, server, average=True):
+    def __init__(self, towers, server, average=True, compression=None):
+        check_compression(compression, type(self).__name__)
         self.cluster = cluster_of_server(server)
         if self.cluster.num_ps:
             raise ValueError("{} uses no parameter server, but the cluster has 'ps' tasks: {}. Remove them, "
@@ -356,6 +361,11 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         self.is_chief = self.cluster.is_chief
         self.group_size = self.cluster.num_worker * len(self.towers)
         self.cpu_device = self.cluster.task_name + '/device:CPU:0'
+        self.compression = compression
+        self._compressor = GradientCompression(compression) if compression else None
+        if compression:
+            logger.info("{}: gradients travel as {} and are summed in float32.".format(
+                type(self).__name__, compression))
 
     def _allreduce(self, grad_list):
         all_grads, _ = split_grad_list(grad_list)
@@ -369,35 +379,50 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
 
     def all_reduce(self, all_tensors):
         """K lists of N tensors (one list per tower of this worker) -> their sums (or means)
-        over every tower of every worker. A tensor larger than :attr:`CHUNK_BYTES` travels
-        in pieces of about that size, which gRPC moves faster than one large message. Build
-        it once, the same way on every worker (the order gives the collective instance keys)."""
+        over every tower of every worker. A tensor larger than :attr:`CHUNK_BYTES` (as it
+        travels: compressed ones count 2 bytes an element) travels in pieces of about that
+        size, which gRPC moves faster than one large message. Build it once, the same way on
+        every worker (the order gives the collective instance keys)."""
         keys = iter(range(self._FIRST_GRADIENT_KEY, self._FIRST_BROADCAST_KEY))
         per_tensor = []
         with tf.name_scope('collective_allreduce'):
             for tensors in zip(*all_tensors):
                 tensors = [_dense(t) for t in tensors]
-                pieces = self._num_pieces(tensors[0])
+                compressed = self._compressor is not None and self._compressor.applies_to(tensors[0])
+                pieces = self._num_pieces(tensors[0], 2 if compressed else tensors[0].dtype.size)
                 instance_keys = [next(keys) for _ in range(pieces)]
+                reduce = self._gather_sum if compressed else self._reduce
                 reduced = []
                 for tensor, device in zip(tensors, self.raw_devices):
                     with tf.device(device):
-                        reduced.append(self._reduce_in_pieces(tensor, instance_keys))
+                        reduced.append(self._in_pieces(reduce, tensor, instance_keys))
                 per_tensor.append(reduced)
         return [list(tensors) for tensors in zip(*per_tensor)]
 
-    def _num_pieces(self, tensor):
+    def _num_pieces(self, tensor, element_bytes):
         size = tensor.shape.num_elements()
         if size is None:
             return 1
-        return max(1, min(size, -(-size * tensor.dtype.size // self.CHUNK_BYTES)))
+        return max(1, min(size, -(-size * element_bytes // self.CHUNK_BYTES)))
 
-    def _reduce_in_pieces(self, tensor, instance_keys):
-        def reduce(piece, key):
-            return tf.raw_ops.CollectiveReduceV2(
-                input=piece, group_size=self.group_size, group_key=self.GRADIENT_GROUP_KEY, instance_key=key,
-                ordering_token=[], merge_op='Add', final_op='Div' if self._average else 'Id')
+    def _reduce(self, piece, key):
+        return tf.raw_ops.CollectiveReduceV2(
+            input=piece, group_size=self.group_size, group_key=self.GRADIENT_GROUP_KEY, instance_key=key,
+            ordering_token=[], merge_op='Add', final_op='Div' if self._average else 'Id')
 
+    def _gather_sum(self, piece, key):
+        """The compressed all-reduce of ``piece``: gathered in 16 bits, summed in float32
+        (to average, multiplied by the float32 of 1 / group size: TensorFlow's graph optimizer
+        would turn a division by a constant into that anyway), in ``piece`` 's dtype and shape."""
+        gathered = tf.raw_ops.CollectiveGatherV2(
+            input=self._compressor.encode(piece), group_size=self.group_size,
+            group_key=self.GRADIENT_GROUP_KEY, instance_key=key, ordering_token=[])
+        total = self._compressor.sum_gathered(gathered, self.group_size)
+        if self._average:
+            total = tf.multiply(total, tf.constant(1.0 / self.group_size, tf.float32))
+        return tf.reshape(tf.cast(total, piece.dtype.base_dtype), tf.shape(piece))
+
+    def _in_pieces(self, reduce, tensor, instance_keys):
         if len(instance_keys) == 1:
             return reduce(tensor, instance_keys[0])
         pieces = tf.split(tf.reshape(tensor, [-1]), self._piece_sizes(tensor, len(instance_keys)))

@@ -36,6 +36,7 @@ from ..callbacks.base import Callback
 from ..callbacks.graph import RunOp
 from ..callbacks.monitor import JSONWriter, TFEventWriter
 from ..compat import tf, tfv1
+from ..graph_builder.compression import check_compression
 from ..graph_builder.distributed import (CollectiveAllReduceBuilder, DistributedParameterServerBuilder,
                                          DistributedReplicatedBuilder)
 from ..tfutils.common import get_global_step_var
@@ -404,6 +405,10 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
             ``['/cpu:0', '/cpu:1']``); the same number on every worker.
         server (tf.compat.v1.train.Server): this worker's server, in a cluster of workers only.
         average (bool): average the gradients (else sum them).
+        compression (str): None (the default: exact float32 all-reduce), ``'fp16'`` or
+            ``'bf16'``: floating gradients of 32 bits or more travel rounded to 16 bits and are
+            summed in float32, the same on every worker (see docs/distributed.md). For
+            :class:`HorovodTrainer`, ``compression`` takes Horovod's compressors instead.
     """
 
     BROADCAST_EVERY_EPOCH = True
@@ -412,12 +417,13 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
 
     _STEP_KEY, _CHECK_KEY, _START_KEY, _BROADCAST_KEY = 101, 102, 103, 104
 
-    def __init__(self, gpus, server, average=True):
+    def __init__(self, gpus, server, average=True, compression=None):
         self._average = bool(average)
+        self._compression = check_compression(compression, type(self).__name__)
         super().__init__(gpus, server)
 
     def _make_builder(self, towers, server):
-        return CollectiveAllReduceBuilder(towers, server, self._average)
+        return CollectiveAllReduceBuilder(towers, server, self._average, self._compression)
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
         self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
