@@ -109,6 +109,16 @@ def assert_replicas_match(weights, reference, atol=1e-5):
                                    err_msg=name)
 
 
+def assert_as_an_uninterrupted_run(out_dir, logdir, reference):
+    """After 4 epochs of 3 steps by 2 workers, interrupted and resumed: the chief recorded every
+    epoch once and both workers end at step 12 with the reference weights."""
+    assert stats_epochs(logdir / 'worker0') == [1, 2, 3, 4]
+    for k in range(2):
+        worker = load_worker(out_dir, k)
+        assert worker['global_step'] == 12
+        assert_replicas_match(worker['weights'], reference)
+
+
 def stats_epochs(logdir):
     with open(os.path.join(str(logdir), 'stats.json')) as f:
         return [entry['epoch_num'] for entry in json.load(f)]
@@ -219,12 +229,7 @@ def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, traine
     assert 'Resuming from checkpoint' in resumed.output
     schedule = "/job:worker/task:1 follows the chief's schedule: 3 steps per epoch, epochs 3..4."
     assert schedule in resumed.output
-    assert stats_epochs(logdir / 'worker0') == [1, 2, 3, 4]     # as an uninterrupted run
-    reference = reference_weights(2, 2, 4, 700, 3, 4, lr=0.01)
-    for k in range(2):
-        worker = load_worker(tmp_path, k)
-        assert worker['global_step'] == 12
-        assert_replicas_match(worker['weights'], reference)
+    assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 2, 4, 700, 3, 4, lr=0.01))
 
 
 @pytest.mark.parametrize('dies', ['once', 'always'])
@@ -244,12 +249,7 @@ def test_max_restarts_resumes_after_a_lost_worker_or_gives_up_with_its_error(tmp
         assert code == 0, text[-6000:]
         assert restart.format(1) in text and 'restart 2' not in text
         assert 'Resuming from checkpoint' in text
-        assert stats_epochs(logdir / 'worker0') == [1, 2, 3, 4]     # as an uninterrupted run
-        reference = reference_weights(2, 1, 4, 5, 3, 4, lr=0.05)
-        for k in range(2):
-            worker = load_worker(tmp_path, k)
-            assert worker['global_step'] == 12
-            assert_replicas_match(worker['weights'], reference)
+        assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 1, 4, 5, 3, 4, lr=0.05))
     else:
         assert code == 137, text[-6000:]
         assert restart.format(1) in text and restart.format(2) in text and 'restart 3' not in text
