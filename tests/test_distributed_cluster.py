@@ -254,6 +254,20 @@ def test_max_restarts_starts_every_task_again_after_a_failure(tmp_path, once):
                              "exit code 3\n")
 
 
+def test_a_signal_while_waiting_to_restart_ends_the_launcher_without_a_new_start(tmp_path):
+    output = io.BytesIO()
+
+    def interrupt_once_the_restart_is_announced():
+        if wait_until(lambda: b'[launch] restart 1 of 5' in output.getvalue()):
+            os.kill(os.getpid(), signal.SIGINT)   # to this (the main) thread, where launch() waits
+    threading.Thread(target=interrupt_once_the_restart_is_announced, daemon=True).start()
+    code = launch([sys.executable, CHILD, str(tmp_path), '--fail', 'worker:1:3'], 2, grace=HANG_TIMEOUT,
+                  max_restarts=5, restart_delay=10 * HANG_TIMEOUT, output=output, timeout=HANG_TIMEOUT)
+    assert code == 3, output.getvalue()   # the failure's code: the signal came between two attempts
+    assert sorted((tmp_path / 'starts.txt').read_text().split()) == ['worker0', 'worker1']
+    assert b'restart 2' not in output.getvalue()
+
+
 def test_a_failing_worker_ends_the_others_and_its_code_is_the_exit_code(tmp_path, monkeypatch):
     monkeypatch.setattr(LocalCluster, 'KILL_AFTER', HANG_TIMEOUT)  # SIGTERM ends them: no SIGKILL needed
     output = io.BytesIO()

@@ -221,18 +221,24 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
     interrupted = []
     current = []
 
+    signalled = threading.Event()   # ends the wait before a restart at once
+
     def forward(sig, _):
-        if interrupted:
+        again = bool(interrupted)
+        interrupted.append(sig)
+        signalled.set()
+        if not current:   # before the first start: nothing is started then
+            return
+        if again:
             current[-1].send_signal(signal.SIGKILL)
             return
-        interrupted.append(sig)
         current[-1].send_signal(sig)
         current[-1].stop_soon("received signal {}".format(signal.Signals(sig).name))
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        restarts = 0
-        while True:
+        restarts, code = 0, 0
+        while not interrupted:   # a signal while waiting to restart: no new start
             cluster = LocalCluster(command, num_worker, num_ps, host=host, grace=grace, env=env,
                                    output=output, chief=chief)
             current.append(cluster)
@@ -248,9 +254,7 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
             restarts += 1
             cluster.say("restart {} of {} in {:g} s, after: {}".format(
                 restarts, max_restarts, restart_delay, cluster.failure_cause))
-            time.sleep(restart_delay)
-            if interrupted:   # a signal while waiting: no new start
-                break
+            signalled.wait(restart_delay)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
