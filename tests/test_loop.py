@@ -8,7 +8,7 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source.feed import FeedInput
 from tensorpack_lite.loop import Callback, Callbacks, Schedule, TrainLoop
-from tensorpack_lite.tfutils.hooked_session import CheckedFeeds, HookedSession
+from tensorpack_lite.tfutils.hooked_session import CheckedFeeds, HookedSession, _runs_in_caller_thread_safely
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train import Trainer
@@ -144,3 +144,48 @@ def test_merged_feeds_leave_each_requesters_dict_unchanged_and_a_single_feeder_i
     assert isinstance(merged, CheckedFeeds) and merged.unchecked == {x} and set(merged) == {x, y}
     # one feeder: its checked feeds reach the session as they are, not copied
     assert Callbacks([Feeder(checked)]).before_run(None).feed_dict is checked
+
+
+# ----- which compiled runs execute in the caller's thread -------------------------------------
+
+def _train_op_of_one_device():
+    x = tfv1.placeholder(tf.float32, [None, 3], name='x')
+    w = tfv1.get_variable('w', initializer=np.ones((3, 1), np.float32))
+    cost = tf.reduce_mean(tf.matmul(x, w))
+    return cost, tfv1.train.GradientDescentOptimizer(0.1).minimize(cost), w
+
+
+def test_a_one_device_step_runs_in_the_caller_thread_with_the_same_results():
+    cost, train_op, w = _train_op_of_one_device()
+    assert _runs_in_caller_thread_safely([cost, train_op])
+    batch = CheckedFeeds({tf.compat.v1.get_default_graph().get_tensor_by_name('x:0'):
+                          np.arange(6, dtype=np.float32).reshape(2, 3)})
+    with tfv1.Session() as sess:
+        sess.run(tfv1.global_variables_initializer())
+        hooked = HookedSession(sess, Callbacks([Feeder(batch)]).get_hooks())
+        costs = [hooked.run([cost, train_op])[0] for _ in range(3)]
+        w = sess.run(w)
+    # plain numpy: cost = mean(x @ w), gradient of w = mean of x's rows
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    expected_w, expected_costs = np.ones((3, 1)), []
+    for _ in range(3):
+        expected_costs.append(float(np.mean(x @ expected_w)))
+        expected_w = expected_w - 0.1 * x.mean(axis=0).reshape(3, 1)
+    np.testing.assert_allclose(costs, expected_costs, rtol=1e-6)
+    np.testing.assert_allclose(w, expected_w, rtol=1e-6)
+
+
+def test_runs_that_wait_or_span_devices_use_the_thread_pool(monkeypatch):
+    queue = tfv1.FIFOQueue(4, [tf.float32], shapes=[[]])
+    dequeued = queue.dequeue() + 1.0
+    assert not _runs_in_caller_thread_safely([dequeued])
+    assert not _runs_in_caller_thread_safely([queue.enqueue([1.0])])
+    with tf.device('/cpu:0'):
+        a = tf.constant(1.0)
+    with tf.device('/cpu:1'):
+        b = a + 1.0
+    assert not _runs_in_caller_thread_safely([b])      # two devices: sends and receives
+    assert _runs_in_caller_thread_safely([a * 2.0])
+    monkeypatch.setattr(tf.config, 'list_physical_devices',
+                        lambda kind=None: ['GPU:0'] if kind == 'GPU' else [])
+    assert not _runs_in_caller_thread_safely([a * 2.0])  # a process with a GPU: left to TensorFlow
