@@ -267,23 +267,27 @@ class Path:
         return measure(self.next_batch, count, self.cpu_seconds, self.warmup)
 
 
+def cpu_seconds_of(processes):
+    """User and system CPU seconds of the ``psutil.Process``es still running (an ended one
+    counts nothing)."""
+    total = 0.0
+    for p in processes:
+        try:
+            total += sum(p.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass   # ended: its time is no longer known
+    return total
+
+
 def settle(processes, quiet=0.05, longest=2.0):
     """Wait (at most ``longest`` seconds) until ``processes`` use less than 10% of a core
     over ``quiet`` seconds: the work a path buffered ahead (its workers fill their buffers)
     then does not run during the next path's measurement."""
-    def cpu():
-        total = 0.0
-        for p in processes:
-            try:
-                total += sum(p.cpu_times()[:2])
-            except psutil.NoSuchProcess:
-                pass
-        return total
     deadline = time.monotonic() + longest
     while time.monotonic() < deadline:
-        before = cpu()
+        before = cpu_seconds_of(processes)
         time.sleep(quiet)
-        if cpu() - before < 0.1 * quiet:
+        if cpu_seconds_of(processes) - before < 0.1 * quiet:
             return
 
 
@@ -336,13 +340,7 @@ class OtherLoad:
     def _sample(self):
         machine = psutil.cpu_times()  # guest time is part of user time: not added again
         busy = machine.user + machine.nice + machine.system + machine.irq + machine.softirq
-        ours = 0.0
-        for p in self.processes:
-            try:
-                ours += sum(p.cpu_times()[:2])
-            except psutil.NoSuchProcess:
-                pass
-        return time.monotonic(), busy, ours
+        return time.monotonic(), busy, cpu_seconds_of(self.processes)
 
     def cores(self):
         """Cores used on average by other processes since the start."""
