@@ -16,7 +16,7 @@ from ..compat import tf
 from ..loop.callback import Callback
 from ..utils import logger
 from ..utils.concurrency import StoppableThread
-from ..utils.gpu import get_num_gpu
+from ..utils.gpu import get_num_gpu, num_tensorflow_gpus
 
 __all__ = ['PeakMemoryTracker', 'GPUMemoryTracker', 'GPUUtilizationTracker']
 
@@ -28,7 +28,7 @@ def _num_gpus():
 
 def _num_tf_gpus():
     """How many GPUs TensorFlow sees; their indices are the ones ``'/gpu:N'`` refers to."""
-    return len(tf.config.list_physical_devices('GPU'))
+    return num_tensorflow_gpus()
 
 
 class _GPUTracker(Callback):

@@ -10,6 +10,7 @@ way.
 """
 
 from ..compat import tf
+from ..utils.gpu import num_tensorflow_gpus
 from .tflayer import get_data_format
 
 __all__ = ['NATIVE', 'TRANSPOSE', 'current_device', 'process_has_gpu', 'nchw_strategy',
@@ -35,7 +36,7 @@ def current_device():
 
 def process_has_gpu():
     """Whether TensorFlow sees a GPU in this process."""
-    return bool(tf.config.list_physical_devices('GPU'))
+    return num_tensorflow_gpus() > 0
 
 
 def nchw_strategy(device=None):

@@ -4,6 +4,7 @@ import numpy as np
 from tensorflow.core.protobuf import config_pb2
 
 from ..compat import tf, tfv1
+from ..utils.gpu import num_tensorflow_gpus
 
 __all__ = ['HookedSession', 'RunRequests', 'CheckedFeeds']
 
@@ -57,7 +58,7 @@ def _runs_in_caller_thread_safely(fetched):
 
     TensorFlow otherwise hands every run's ops to its inter-op thread pool: a fixed cost of
     tens of microseconds per fed run (docs/efficiency.md), a tenth of a small model's step."""
-    if tf.config.list_physical_devices('GPU'):
+    if num_tensorflow_gpus():
         return False
     pending = [f if isinstance(f, tf.Operation) else f.op for f in fetched]
     seen, devices = set(), set()

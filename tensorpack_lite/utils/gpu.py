@@ -8,7 +8,7 @@ import shutil
 from . import logger
 from .utils import change_env
 
-__all__ = ['get_num_gpu', 'get_nr_gpu', 'change_gpu']
+__all__ = ['get_num_gpu', 'get_nr_gpu', 'change_gpu', 'num_tensorflow_gpus']
 
 _NVIDIA_SMI_TIMEOUT = 5
 
@@ -42,10 +42,16 @@ def _count_with_nvidia_smi():
     return sum(1 for line in lines if line.startswith('GPU '))
 
 
+def num_tensorflow_gpus():
+    """How many GPUs TensorFlow sees in this process (the ``'/gpu:N'`` it can place ops on).
+    Imports TensorFlow; :func:`get_num_gpu` answers without it."""
+    from ..compat import tf
+    return len(tf.config.list_physical_devices('GPU'))
+
+
 def _count_with_tensorflow():
     try:
-        from ..compat import tf
-        return len(tf.config.list_physical_devices('GPU'))
+        return num_tensorflow_gpus()
     except Exception as err:  # a broken TF install must not break a mere count
         logger.debug("get_num_gpu(): TensorFlow could not list GPUs: {}".format(err))
         return 0
