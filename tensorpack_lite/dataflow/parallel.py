@@ -188,8 +188,9 @@ class _ProcessWorker(object):
         """Leave the ipc directory (if any), waiting up to :attr:`leave_grace` seconds for the
         other members to leave (the threads of a dying parent hold its lock for a moment
         after the death signal was sent; a parent that closes removes the directory first,
-        so this does not wait then). False when interrupting a leave in progress."""
-        return self._membership is None or self._membership.leave(wait=self.leave_grace)
+        so this does not wait then)."""
+        if self._membership is not None:
+            self._membership.leave(wait=self.leave_grace)
 
     def _leave_and_exit(self):
         self._leave()
