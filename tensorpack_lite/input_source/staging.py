@@ -6,6 +6,7 @@ from itertools import chain
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
+from ..tfutils.common import ops_run_by
 from ..utils import logger
 from .input_source_base import FeedfreeInput
 
@@ -27,18 +28,7 @@ def _flatten_fetches(graph, fetches):
 
 def _depends_on(ops, target):
     """Whether running ``ops`` runs ``target`` (through data or control dependencies)."""
-    seen = set()
-    stack = list(ops)
-    while stack:
-        op = stack.pop()
-        if op is target:
-            return True
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return False
+    return any(op is target for op in ops_run_by(ops))
 
 
 def _maybe_device(device):

@@ -5,6 +5,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from ..compat import tf, tfv1
 from ..utils.gpu import num_tensorflow_gpus
+from .common import ops_run_by
 
 __all__ = ['HookedSession', 'RunRequests', 'CheckedFeeds']
 
@@ -60,21 +61,14 @@ def _runs_in_caller_thread_safely(fetched):
     tens of microseconds per fed run (docs/efficiency.md), a tenth of a small model's step."""
     if num_tensorflow_gpus():
         return False
-    pending = [f if isinstance(f, tf.Operation) else f.op for f in fetched]
-    seen, devices = set(), set()
-    while pending:
-        op = pending.pop()
-        if op in seen:
-            continue
-        seen.add(op)
+    devices = set()
+    for op in ops_run_by(fetched):
         if any(kind in op.type for kind in _WAITING_OP_TYPES):
             return False
         if op.device:
             devices.add(tf.DeviceSpec.from_string(op.device).to_string())
         if len(devices) > 1:
             return False
-        pending.extend(t.op for t in op.inputs)
-        pending.extend(op.control_inputs)
     return True
 
 
