@@ -1,22 +1,26 @@
 #!/usr/bin/env python
 """Multi-worker training on one machine: all-reduce throughput and training speed.
 
-1. All-reduce of 1, 4, 16 and 64 MB of float32 between 2 local processes:
-   (a) the collective path of CollectiveAllReduceTrainer (CollectiveReduceV2 over gRPC,
-       processes started by the launcher), in this environment, exact and with each
-       ``--compressions`` (16-bit all-gather, float32 sum), in ``--rounds`` interleaved rounds;
-   (b) Horovod's allreduce with Gloo (``horovodrun -np 2 --gloo``), in the Horovod
+1. All-reduce (sum) of 1, 4, 16 and 64 MB of float32 between 2 local processes, in
+   ``--rounds`` rounds that interleave every column:
+   (a) CollectiveAllReduceBuilder, the all-reduce of CollectiveAllReduceTrainer, for each of
+       ``--variants`` ``exchange[-compression]``: ``queues`` (the default: FIFO queues over
+       RecvTensor), ``collective`` (CollectiveReduceV2 rings over RecvBuf), with ``-fp16`` or
+       ``-bf16`` (16 bits on the wire, float32 sums); processes started by the launcher;
+   (b) tf.distribute's MultiWorkerMirroredStrategy (ring), a replica-context all-reduce in a
+       tf.function, same launcher and TF_CONFIG;
+   (c) Horovod's allreduce with Gloo (``horovodrun -np 2 --gloo``), in the Horovod
        environment (``bash .ci/horovod_env.sh`` builds it; or $TENSORPACK_LITE_HOROVOD_PYTHON).
-   Both are timed in graph mode, one all-reduce per ``session.run``, medians of
-   ``--repeat`` runs after warm-up (the collective ones: the median over the rounds of those
-   medians, and of the per-round ratios to the exact path); throughput = float32 size / time.
+   (a) and (c) are timed in graph mode, one all-reduce per ``session.run``; each column gives
+   the median over the rounds of the medians of ``--repeat`` runs after warm-up, and the
+   median of the per-round speed ratios to the first variant; throughput = float32 size / time.
 2. Steps/s of CollectiveAllReduceTrainer on an MLP 784-1024-1024-10 (about 1.9 M parameters,
    7.6 MB of gradients) with constant inputs: 2 workers of batch B against 1 worker of
    batch B and of batch 2B.
 
     python benchmarks/multiworker.py                 # everything
     python benchmarks/multiworker.py --skip-horovod --sizes 1 4
-    python benchmarks/multiworker.py --skip-horovod --skip-training --rounds 5   # compression
+    python benchmarks/multiworker.py --skip-training --variants queues collective
 
 On a 2-core machine, 2 processes share the cores one process would use: expect no speed-up
 there; the numbers show what the all-reduce and the second process cost.
@@ -62,21 +66,24 @@ def _tensors(tf, tfv1, sizes):
 
 
 def collective_worker(args):
-    """A worker of the collective all-reduce benchmark (TF_CONFIG from the launcher)."""
+    """A worker of the all-reduce benchmark of CollectiveAllReduceBuilder (TF_CONFIG from the
+    launcher), for one variant: ``exchange[-compression]``."""
     from tensorpack_lite.compat import enable_graph_mode, tf, tfv1
     from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
     from tensorpack_lite.tfutils.distributed import DistributedSessionCreator, create_server
     enable_graph_mode()
     server = create_server()
-    compression = None if args.compression == 'none' else args.compression
+    exchange, _, compression = args.variant.partition('-')
     with tf.device('/job:worker/task:{}/device:CPU:0'.format(server.server_def.task_index)):
-        builder = CollectiveAllReduceBuilder(['/cpu:0'], server, compression=compression)
-        reduced = builder.all_reduce([_tensors(tf, tfv1, args.sizes)])[0]
-    sess = DistributedSessionCreator(server).create_session()
+        builder = CollectiveAllReduceBuilder(['/cpu:0'], server, average=False,
+                                             compression=compression or None, exchange=exchange)
+        reduced = [builder.all_reduce([[tensor]])[0][0] for tensor in _tensors(tf, tfv1, args.sizes)]
+    sess = DistributedSessionCreator(server, device_filters=builder.session_device_filters()).create_session()
     times = {}
     for key, (size, tensor) in enumerate(zip(args.sizes, reduced), start=1):
         options = tfv1.RunOptions(timeout_in_ms=600000)
-        options.experimental.collective_graph_key = key
+        if builder.steps_use_collectives:
+            options.experimental.collective_graph_key = key
         times[size] = _time_runs(sess, tensor.op, args.repeat, options=options)
     if builder.is_chief:
         _report(times)
@@ -94,6 +101,37 @@ def horovod_worker(args):
         sess.run(tfv1.global_variables_initializer())
         times = {size: _time_runs(sess, tensor.op, args.repeat) for size, tensor in zip(args.sizes, reduced)}
     if hvd.rank() == 0:
+        _report(times)
+
+
+def mwms_worker(args):
+    """A worker of tf.distribute's MultiWorkerMirroredStrategy (TF_CONFIG from the launcher,
+    ring all-reduce over gRPC): one replica-context all-reduce (sum) per tf.function call."""
+    import tensorflow as tf
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    with strategy.scope():
+        variables = [tf.Variable(tf.ones([size * MB // 4])) for size in args.sizes]
+
+    def all_reduce_of(variable):
+        def replica_fn():
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, variable.read_value())
+        return tf.function(lambda: strategy.run(replica_fn))
+
+    times = {}
+    for size, variable in zip(args.sizes, variables):
+        run = all_reduce_of(variable)
+        for _ in range(3):
+            run()
+        durations = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            run()
+            durations.append(time.perf_counter() - start)
+        times[size] = statistics.median(durations)
+    if strategy.cluster_resolver.task_id == 0:
         _report(times)
 
 
@@ -158,12 +196,19 @@ def run_horovod(args):
     return _result(proc.stdout, 'horovod allreduce')
 
 
-def collective_rounds(args):
-    """{compression: {size: [per-round median seconds]}}, the variants interleaved round by round."""
-    times = {name: {size: [] for size in args.sizes} for name in args.compressions}
+def all_reduce_rounds(args):
+    """{column: {size: [per-round median seconds]}}: the variants of CollectiveAllReduceBuilder
+    and the peers (MultiWorkerMirroredStrategy, Horovod with Gloo), interleaved round by round."""
+    runs = [(name, lambda name=name: run_local_cluster(args, 2, 'collective', variant=name))
+            for name in args.variants]
+    if not args.skip_mwms:
+        runs.append(('MultiWorkerMirrored', lambda: run_local_cluster(args, 2, 'mwms')))
+    if not args.skip_horovod:
+        runs.append(('horovod (gloo)', lambda: run_horovod(args)))
+    times = {name: {size: [] for size in args.sizes} for name, _ in runs}
     for _ in range(args.rounds):
-        for name in args.compressions:
-            result = run_local_cluster(args, 2, 'collective', compression=name)
+        for name, run in runs:
+            result = run()
             for size in args.sizes:
                 times[name][size].append(result[str(size)])
     return times
@@ -173,25 +218,21 @@ def _load():
     return '{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg()) if hasattr(os, 'getloadavg') else 'unknown'
 
 
-def print_allreduce(args, collective, horovod):
-    print("all-reduce of float32 between 2 processes on this machine ({}, {} cores), MB/s of float32 "
+def print_allreduce(args, times):
+    print("all-reduce (sum) of float32 between 2 processes on this machine ({}, {} cores), MB/s of float32 "
           "data; median over {} rounds of the medians of {} runs:".format(
               platform.processor() or platform.machine(), os.cpu_count(), args.rounds, args.repeat))
-    labels = ['collective' + ('' if name == 'none' else ' ' + name) for name in args.compressions]
-    header = "  {:>6s}".format('MB') + ''.join("  {:>25s}".format(label) for label in labels)
-    print(header + ("  {:>24s}".format('horovod (gloo)') if horovod is not None else ''))
+    print("  {:>6s}".format('MB') + ''.join("  {:>25s}".format(name) for name in times))
+    base = next(iter(times))
     for size in args.sizes:
         line = "  {:6d}".format(size)
-        exact = collective[args.compressions[0]][size]
-        for name in args.compressions:
-            median = statistics.median(collective[name][size])
-            ratio = statistics.median(e / t for e, t in zip(exact, collective[name][size]))
+        for name, by_size in times.items():
+            median = statistics.median(by_size[size])
+            ratio = statistics.median(b / t for b, t in zip(times[base][size], by_size[size]))
             line += "  {:7.1f} ms {:7.1f} x{:5.2f}".format(1000 * median, size / median, ratio)
-        if horovod is not None:
-            line += "  {:9.1f} ms {:8.1f} MB/s".format(1000 * horovod[str(size)], size / horovod[str(size)])
         print(line, flush=True)
     print("  (ms, MB/s, and the median of the per-round speed ratios to {}); load average now: {}".format(
-        args.compressions[0], _load()))
+        base, _load()))
 
 
 def main():
@@ -200,26 +241,28 @@ def main():
     parser.add_argument('--sizes', type=int, nargs='+', default=[1, 4, 16, 64],
                         help='all-reduce sizes in MB')
     parser.add_argument('--repeat', type=int, default=10, help='timed all-reduces per size')
-    parser.add_argument('--compressions', nargs='+', default=['none', 'fp16', 'bf16'],
-                        choices=['none', 'fp16', 'bf16'],
-                        help='collective variants; the first is the base of the ratios')
-    parser.add_argument('--rounds', type=int, default=3, help='interleaved rounds of the collective variants')
+    parser.add_argument('--variants', nargs='+',
+                        default=['queues', 'queues-fp16', 'collective', 'collective-fp16'],
+                        help="CollectiveAllReduceBuilder's exchange[-compression]; the first is the base of "
+                             "the ratios")
+    parser.add_argument('--rounds', type=int, default=3, help='interleaved rounds of every column')
     parser.add_argument('--batch', type=int, default=128, help='B: the batch per worker')
     parser.add_argument('--steps', type=int, default=30, help='steps per epoch')
     parser.add_argument('--epochs', type=int, default=4, help='epochs per run, the first is warm-up')
     parser.add_argument('--skip-horovod', action='store_true')
     parser.add_argument('--skip-training', action='store_true')
-    parser.add_argument('--role', choices=['collective', 'horovod', 'train'], help=argparse.SUPPRESS)
-    parser.add_argument('--compression', default='none', help=argparse.SUPPRESS)
+    parser.add_argument('--skip-mwms', action='store_true',
+                        help="skip tf.distribute's MultiWorkerMirroredStrategy")
+    parser.add_argument('--role', choices=['collective', 'horovod', 'mwms', 'train'], help=argparse.SUPPRESS)
+    parser.add_argument('--variant', default='queues', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
-        {'collective': collective_worker, 'horovod': horovod_worker, 'train': train_worker}[args.role](args)
+        {'collective': collective_worker, 'horovod': horovod_worker, 'mwms': mwms_worker,
+         'train': train_worker}[args.role](args)
         return
 
     print("load average at the start: {}".format(_load()), flush=True)
-    collective = collective_rounds(args)
-    horovod = None if args.skip_horovod else run_horovod(args)
-    print_allreduce(args, collective, horovod)
+    print_allreduce(args, all_reduce_rounds(args))
     if args.skip_training:
         return
     runs = [('1 worker, batch {}'.format(args.batch), 1, args.batch),

@@ -150,12 +150,13 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
 
 
-@pytest.mark.parametrize('optimizer', ['adam', 'rmsprop'])
-def test_collective_two_workers_of_two_towers_match_one_process_with_any_optimizer(tmp_path, optimizer):
+@pytest.mark.parametrize('optimizer, exchange', [
+    ('adam', 'queues'), ('rmsprop', 'queues'), ('adam', 'collective')])
+def test_collective_two_workers_of_two_towers_match_one_process(tmp_path, optimizer, exchange):
     """Each of the 4 replicas has optimizer state of its own (Adam's power accumulators...),
-    advanced once per step."""
+    advanced once per step; the gradients cross workers through queues or collective ops."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--towers', 2, '--batch', 3, '--steps-per-epoch', 4,
-                               '--optimizer', optimizer, '--lr', 0.05])
+                               '--optimizer', optimizer, '--lr', 0.05, '--exchange', exchange])
     assert run.code == 0, run.output[-6000:]
     reference = reference_weights(2, 2, 3, 5, 4, 1, lr=0.05, optimizer=optimizer)
     for k in range(2):
@@ -209,12 +210,14 @@ def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
     assert files_in(logdir / 'worker1') == files_in(logdir / 'worker2') == ['log.log']
 
 
-@pytest.mark.parametrize('trainer, num_ps', [('collective', 0), ('replicated', 1)])
-def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, trainer, num_ps):
-    """2 workers x 2 CPU towers (4 replicas); worker 1 SIGKILLs itself at step 7 of 4 epochs of 3."""
+@pytest.mark.parametrize('trainer, num_ps, exchange', [
+    ('collective', 0, 'queues'), ('collective', 0, 'collective'), ('replicated', 1, 'queues')])
+def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, trainer, num_ps, exchange):
+    """2 workers x 2 CPU towers (4 replicas); worker 1 SIGKILLs itself at step 7 of 4 epochs of 3
+    (with the queues, worker 0 waits in a dequeue that only the abort on the loss ends)."""
     logdir = tmp_path / 'logs'
     args = ['--trainer', trainer, '--towers', 2, '--hidden', 700, '--lr', 0.01, '--epochs', 4,
-            '--logdir', logdir, '--per-worker-logdir']
+            '--logdir', logdir, '--per-worker-logdir', '--exchange', exchange]
     killed = Run(tmp_path, 2, num_ps, args + ['--die-at-step', 7], grace=60)
     assert killed.returncode('worker', 1) == -9, killed.output[-6000:]
     # worker 0 stopped on its own with an error (the launcher would have ended it with a signal)

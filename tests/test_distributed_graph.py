@@ -153,7 +153,7 @@ def test_collective_builder_digests_the_variables_of_a_worker(lone_server):
 
 
 def test_collective_all_reduce_sends_large_tensors_in_pieces(lone_server):
-    builder = CollectiveAllReduceBuilder(['/cpu:0'], lone_server, average=False)
+    builder = CollectiveAllReduceBuilder(['/cpu:0'], lone_server, average=False, exchange='collective')
     builder.CHUNK_BYTES = 4000                                   # 1000 float32 per piece
     values = np.arange(2 * 3 * 1001, dtype='float32').reshape(2, 3, 1001)
     with tf.device(builder.raw_devices[0]):
@@ -192,7 +192,8 @@ def test_compressed_all_reduce_is_the_float32_sum_of_the_rounded_gradients(compr
     float32 and float64 gradients travel in 16 bits (gathered, in pieces) and are summed in
     float32 in tower order; float16 and int32 ones are all-reduced as they are."""
     server = create_server(local_cluster(1), 'worker', 0, config=tfv1.ConfigProto(device_count={'CPU': 3}))
-    builder = CollectiveAllReduceBuilder(['/cpu:0', '/cpu:1', '/cpu:2'], server, average, compression)
+    builder = CollectiveAllReduceBuilder(['/cpu:0', '/cpu:1', '/cpu:2'], server, average, compression,
+                                         exchange='collective')
     builder.CHUNK_BYTES = 1000                      # 2100 elements of 2 bytes: 5 pieces
     rng = np.random.RandomState(0)
     floats = three_tower_values(rng)
@@ -225,6 +226,13 @@ def test_compressed_all_reduce_is_the_float32_sum_of_the_rounded_gradients(compr
         np.testing.assert_array_equal(half_value, half_sum / np.float16(3) if average else half_sum)
         np.testing.assert_array_equal(int_value, sum(ints) // 3 if average else sum(ints))
     assert not np.array_equal(values[0][0], (sum(floats) / (3 if average else 1)).astype('float32'))
+
+
+@pytest.mark.parametrize('exchange', ['ring', 'Queues', None])
+def test_an_unknown_exchange_is_refused_naming_the_choices(lone_server, exchange):
+    expected = "CollectiveAllReduceBuilder: exchange must be one of 'queues', 'collective', got {!r}"
+    with pytest.raises(ValueError, match=re.escape(expected.format(exchange))):
+        CollectiveAllReduceTrainer(['/cpu:0'], lone_server, exchange=exchange)
 
 
 @pytest.mark.parametrize('compression', ['int8', 'FP16', True, 16])

@@ -61,13 +61,16 @@ class GradientCompression:
             return rounded
         return tf.bitcast(rounded, tf.float16)
 
+    def decode(self, encoded):
+        """The float32 values of an :meth:`encode` d tensor (or of rows of them)."""
+        if self.wire_dtype != tf.float16:
+            encoded = tf.bitcast(encoded, self.wire_dtype)
+        return tf.cast(encoded, tf.float32)
+
     def sum_gathered(self, gathered, group_size):
         """The float32 sum of the ``group_size`` encoded tensors concatenated in ``gathered``,
         added one after the other in their order."""
-        rows = tf.reshape(gathered, [group_size, -1])
-        if self.wire_dtype != tf.float16:
-            rows = tf.bitcast(rows, self.wire_dtype)
-        rows = tf.unstack(tf.cast(rows, tf.float32), num=group_size)
+        rows = tf.unstack(self.decode(tf.reshape(gathered, [group_size, -1])), num=group_size)
         total = rows[0]
         for row in rows[1:]:
             total = tf.add(total, row)

@@ -109,20 +109,24 @@ class DistributedSessionCreator(tfv1.train.SessionCreator):
         startup_timeout (float): seconds to wait for every task of the cluster to start.
         ready_timeout (float): seconds a worker waits for the chief to initialize the shared
             variables.
+        device_filters (list[str]): the tasks whose devices the session uses (default: the
+            parameter servers and this worker).
 
     A task that does not start, or a chief that is lost before initializing, is a
     :class:`LostTaskError` naming it.
     """
 
-    def __init__(self, server, config=None, startup_timeout=300.0, ready_timeout=300.0):
+    def __init__(self, server, config=None, startup_timeout=300.0, ready_timeout=300.0, device_filters=None):
         self.server = server
         self.cluster = cluster_of_server(server)
         if self.cluster.job_name != 'worker':
             raise ValueError("DistributedSessionCreator is for workers; {} is a parameter server".format(
                 self.cluster.describe(self.cluster.job_name, self.cluster.task_index)))
-        # A worker talks to the parameter servers and to no other worker (collective ops find
-        # their peers through the group leader), so a missing peer cannot block its session.
-        filters = (['/job:ps'] if self.cluster.num_ps else []) + [self.cluster.task_name]
+        # By default a worker talks to the parameter servers and to no other worker (collective
+        # ops find their peers through the group leader), so a missing peer cannot block its
+        # session.
+        filters = list(device_filters) if device_filters is not None else \
+            (['/job:ps'] if self.cluster.num_ps else []) + [self.cluster.task_name]
         self.config = _session_config(server, filters, config)
         self.startup_timeout = float(startup_timeout)
         self.ready_timeout = float(ready_timeout)

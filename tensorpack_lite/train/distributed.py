@@ -6,8 +6,9 @@ launcher ``python -m tensorpack_lite.utils.launch``).
 * :class:`DistributedTrainerParameterServer` and :class:`DistributedTrainerReplicated`
   (tensorpack's): ``ps`` tasks hold the variables, ``worker`` tasks train, one tower per
   device; a ps task only serves.
-* :class:`CollectiveAllReduceTrainer`: workers only; the gradients are all-reduced with
-  TensorFlow's collective ops (the TF-native counterpart of :class:`HorovodTrainer`).
+* :class:`CollectiveAllReduceTrainer`: workers only; the gradients are all-reduced across
+  them (through queues, or with TensorFlow's collective ops): the TF-native counterpart of
+  :class:`HorovodTrainer`.
 
 Example (``python -m tensorpack_lite.utils.launch --workers 2 -- python train.py``)::
 
@@ -178,11 +179,17 @@ class DistributedTrainerBase(_DataParallelTrainer):
                              "training; pass the config to create_server() instead.".format(
                                  type(self).__name__))
         creator = DistributedSessionCreator(self.server, startup_timeout=self.STARTUP_TIMEOUT,
-                                            ready_timeout=self.STARTUP_TIMEOUT)
+                                            ready_timeout=self.STARTUP_TIMEOUT,
+                                            device_filters=self._session_device_filters())
         super().initialize(creator, session_init)
         self._watchdog = TaskWatchdog(self.cluster, self.cluster.other_tasks(), self._on_lost,
                                       interval=self.PROBE_INTERVAL)
         self._watchdog.start()
+
+    def _session_device_filters(self):
+        """The tasks whose devices this worker's session uses (None: the session creator's
+        default, the parameter servers and this worker)."""
+        return None
 
     def _on_lost(self, tasks):
         logger.error("{}: lost {}.".format(self.cluster.task_name,
@@ -392,8 +399,8 @@ class _BroadcastEveryEpoch(Callback):
 class CollectiveAllReduceTrainer(DistributedTrainerBase):
     """Synchronous data-parallel training on several worker processes without parameter
     server: every tower of every worker keeps a replica of the model, and each step the
-    gradients of all towers of all workers are averaged (or summed) with TensorFlow's
-    collective all-reduce, so every replica makes the same update: one step of N workers
+    gradients of all towers of all workers are averaged (or summed) by an all-reduce across
+    the workers, so every replica makes the same update: one step of N workers
     of K towers, batch B each, makes the update of one process on the N*K*B datapoints.
 
     When training starts, the workers check that they built the same variables, then the
@@ -409,6 +416,9 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
             ``'bf16'``: floating gradients of 32 bits or more travel rounded to 16 bits and are
             summed in float32, the same on every worker (see docs/distributed.md). For
             :class:`HorovodTrainer`, ``compression`` takes Horovod's compressors instead.
+        exchange (str): ``'queues'`` (the default) or ``'collective'``: how gradients cross
+            workers (see :class:`~tensorpack_lite.graph_builder.distributed.CollectiveAllReduceBuilder`
+            and docs/distributed.md). Both give every worker the same update.
     """
 
     BROADCAST_EVERY_EPOCH = True
@@ -417,17 +427,22 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
 
     _STEP_KEY, _CHECK_KEY, _START_KEY, _BROADCAST_KEY = 101, 102, 103, 104
 
-    def __init__(self, gpus, server, average=True, compression=None):
+    def __init__(self, gpus, server, average=True, compression=None, exchange='queues'):
         self._average = bool(average)
         self._compression = check_compression(compression, type(self).__name__)
+        self._exchange = exchange
         super().__init__(gpus, server)
 
     def _make_builder(self, towers, server):
-        return CollectiveAllReduceBuilder(towers, server, self._average, self._compression)
+        return CollectiveAllReduceBuilder(towers, server, self._average, self._compression, self._exchange)
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
         self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
+        self._abort_op = self._builder.build_abort()
         return [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
+
+    def _session_device_filters(self):
+        return self._builder.session_device_filters()
 
     def initialize(self, session_creator, session_init):
         # built last, once every variable (also those of callbacks) exists
@@ -439,7 +454,7 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
 
     @property
     def _step_options(self):
-        return self._run_options(self._STEP_KEY)
+        return self._run_options(self._STEP_KEY if self._builder.steps_use_collectives else 0)
 
     def _start_together(self, schedule):
         digest, smallest, largest = self.sess.run(self._check, options=self._run_options(self._CHECK_KEY))

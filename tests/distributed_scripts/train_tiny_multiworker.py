@@ -140,6 +140,8 @@ def parse_args(argv):
     parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum')
     parser.add_argument('--sum', action='store_true', help='sum the gradients (collective)')
     parser.add_argument('--compression', choices=['fp16', 'bf16'], help='gradient compression (collective)')
+    parser.add_argument('--exchange', choices=['queues', 'collective'], default='queues',
+                        help='how gradients cross workers (collective)')
     parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
@@ -154,7 +156,7 @@ def make_trainer(args, server):
     towers = ['/cpu:{}'.format(i) for i in range(args.towers)]
     if args.trainer == 'collective':
         trainer = CollectiveAllReduceTrainer(towers, server, average=not args.sum,
-                                             compression=args.compression)
+                                             compression=args.compression, exchange=args.exchange)
     elif args.trainer == 'ps':
         trainer = DistributedTrainerParameterServer(towers, server)
     else:

@@ -1,0 +1,223 @@
+"""CollectiveAllReduceBuilder's default exchange (graph_builder/queue_allreduce.py) between
+in-process workers: each worker a server of its own with virtual CPU towers, each running
+its session in a thread. The sums are checked bit for bit against numpy, in the order the
+builder documents: towers in tower order on each worker, then workers in worker order."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
+from tensorpack_lite.tfutils.distributed import create_server
+from tensorpack_lite.utils.cluster import local_cluster
+
+RUN_BOUND = 120.0
+"""Seconds a worker's run may take before the test fails (a hang, not a slow machine)."""
+
+
+def start_workers(num_worker, num_tower):
+    cluster = local_cluster(num_worker)
+    config = tfv1.ConfigProto(device_count={'CPU': num_tower})
+    return [create_server(cluster, 'worker', k, config=config) for k in range(num_worker)]
+
+
+class Worker:
+    """One worker's graph of the all-reduce of ``per_tower`` (a list per tower of arrays, fed
+    through placeholders as gradients would be computed, not folded as constants)."""
+
+    def __init__(self, server, per_tower, average, compression, chunk_bytes=1000):
+        self.server = server
+        self.graph = tfv1.Graph()
+        with self.graph.as_default():
+            towers = ['/cpu:{}'.format(k) for k in range(len(per_tower))]
+            self.builder = CollectiveAllReduceBuilder(towers, server, average, compression)
+            self.builder.QUEUE_CHUNK_BYTES = chunk_bytes
+            self.feeds = {}
+            inputs = []
+            for tower in per_tower:
+                placeholders = [tfv1.placeholder(tf.as_dtype(x.dtype), x.shape) for x in tower]
+                self.feeds.update(zip(placeholders, tower))
+                inputs.append(placeholders)
+            self.results = self.builder.all_reduce(inputs)
+            self.abort = self.builder.build_abort()
+
+    def session(self):
+        config = tfv1.ConfigProto(device_filters=self.builder.session_device_filters())
+        return tfv1.Session(self.server.target, graph=self.graph, config=config)
+
+    def run(self):
+        with self.session() as sess:
+            return sess.run(self.results, self.feeds)
+
+
+def run_together(runs):
+    """Call every ``run()`` in a thread of its own; their results (an exception is returned)."""
+    results = [None] * len(runs)
+
+    def call(index):
+        try:
+            results[index] = runs[index]()
+        except Exception as err:     # returned to the test, which asserts on it
+            results[index] = err
+
+    threads = [threading.Thread(target=call, args=(k,), daemon=True) for k in range(len(runs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(RUN_BOUND)
+        assert not thread.is_alive(), "a worker's run did not end within {} s".format(RUN_BOUND)
+    return results
+
+
+def rounded(values, compression):
+    """``values`` rounded to nearest even in 16 bits, back in float32. TensorFlow's kernels run
+    with denormals flushed: a value below float16's smallest normal (2^-14) becomes 0."""
+    import ml_dtypes
+    values = np.asarray(values, np.float32)
+    if compression == 'fp16':
+        return values.astype(np.float16).astype(np.float32)
+    return values.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def worker_values(rng, num_worker, num_tower):
+    """[worker][tower] -> (floats 3x700, doubles 20, halves 4, ints 5). The first float's sum
+    over the workers depends on the order of the additions: (1 + 2^-24) + 2^-24 rounds to 1."""
+    values = []
+    for worker in range(num_worker):
+        towers = []
+        for tower in range(num_tower):
+            floats = (rng.randn(3, 700) * 10.0 ** rng.randint(-4, 5, size=(3, 700))).astype('float32')
+            floats[0, 0] = [1.0, 2.0 ** -24, 2.0 ** -24][worker] if tower == 0 else 0.0
+            towers.append((floats, rng.randn(20), (np.arange(4) * (worker + tower + 1)).astype('float16'),
+                           np.arange(5, dtype='int32') + 10 * worker + tower))
+        values.append(towers)
+    return values
+
+
+def expected_totals(values, compression):
+    """The sums the builder documents: tower order on each worker, then worker order."""
+    totals = []
+    for index in range(4):
+        local = []
+        for towers in values:
+            total = towers[0][index]
+            for tower in towers[1:]:
+                total = total + tower[index]
+            if compression and total.dtype in (np.float32, np.float64):
+                total = rounded(total, compression)
+            local.append(total)
+        total = local[0]
+        for other in local[1:]:
+            total = total + other
+        totals.append(total.astype(values[0][0][index].dtype))
+    return totals
+
+
+@pytest.mark.parametrize('compression', [None, 'fp16', 'bf16'])
+@pytest.mark.parametrize('average', [False, True])
+def test_three_workers_of_two_towers_get_the_same_sum_in_worker_order(average, compression):
+    num_worker, num_tower = 3, 2
+    servers = start_workers(num_worker, num_tower)
+    values = worker_values(np.random.RandomState(0), num_worker, num_tower)
+    workers = [Worker(server, per_tower, average, compression) for server, per_tower in zip(servers, values)]
+
+    dequeues = [op for op in workers[0].graph.get_operations() if op.type == 'QueueDequeueV2']
+    assert len(dequeues) == num_worker - 1                      # one queue from each peer
+    float_pieces = 5 if compression else 9                      # 2100 elements of 2 or 4 bytes, 1000 a piece
+    assert all(len(op.outputs) == float_pieces + 3 for op in dequeues)
+    assert not [op for op in workers[0].graph.get_operations() if op.type.startswith('Collective')]
+
+    outputs = run_together([worker.run for worker in workers])
+    for output in outputs:
+        assert not isinstance(output, Exception), output
+
+    expected = expected_totals(values, compression)
+    assert expected[0][0, 0] == 1.0                             # (1 + 2^-24) + 2^-24 in worker order
+    group = num_worker * num_tower
+    for worker_output in outputs:
+        for floats, doubles, halves, ints in worker_output:      # every tower of every worker
+            if not average and not compression:
+                np.testing.assert_array_equal(floats, expected[0])
+                np.testing.assert_array_equal(doubles, expected[1])
+                np.testing.assert_array_equal(halves, expected[2])
+                np.testing.assert_array_equal(ints, expected[3])
+            elif not average:
+                # the decoded sums: TensorFlow's graph optimizer may reassociate the additions
+                # after the casts (the same way on every worker): within an ulp of worker order
+                np.testing.assert_allclose(floats, expected[0], rtol=2.4e-7)
+                np.testing.assert_allclose(doubles, expected[1], rtol=2.4e-7)
+                np.testing.assert_array_equal(halves, expected[2])
+                np.testing.assert_array_equal(ints, expected[3])
+            else:
+                scale = (lambda x: x * np.float32(1 / group)) if compression else (lambda x: x / group)
+                np.testing.assert_allclose(floats, scale(expected[0]).astype('float32'), rtol=4.8e-7)
+                double_rtol = 4.8e-7 if compression else 2.3e-16
+                np.testing.assert_allclose(doubles, scale(expected[1]), rtol=double_rtol)
+                np.testing.assert_array_equal(ints, expected[3] // group)
+            assert [v.dtype for v in (floats, doubles, halves, ints)] == [e.dtype for e in expected]
+    reference = outputs[0][0]
+    for worker_output in outputs:                               # bit for bit the same everywhere
+        for tower_output in worker_output:
+            for value, first in zip(tower_output, reference):
+                np.testing.assert_array_equal(value, first)
+
+
+def test_steps_repeat_and_a_worker_one_step_ahead_waits_for_the_others():
+    """Five steps of different values: each worker gets each step's sum, never another's."""
+    servers = start_workers(2, 1)
+    graphs = []
+    for server in servers:
+        graph = tfv1.Graph()
+        with graph.as_default():
+            step = tfv1.placeholder(tf.float32, [3])
+            builder = CollectiveAllReduceBuilder(['/cpu:0'], server, average=False)
+            total = builder.all_reduce([[step]])[0][0]
+        graphs.append((graph, builder, step, total))
+
+    def steps(worker):
+        server, (graph, builder, step, total) = servers[worker], graphs[worker]
+        config = tfv1.ConfigProto(device_filters=builder.session_device_filters())
+        with tfv1.Session(server.target, graph=graph, config=config) as sess:
+            return [sess.run(total, {step: np.full(3, 10.0 ** worker * (k + 1), 'float32')})
+                    for k in range(5)]
+
+    outputs = run_together([lambda: steps(0), lambda: steps(1)])
+    for output in outputs:
+        assert not isinstance(output, Exception), output
+        np.testing.assert_array_equal(output, [np.full(3, 11.0 * (k + 1)) for k in range(5)])
+
+
+def test_abort_ends_a_step_waiting_for_a_worker_that_never_sends():
+    servers = start_workers(2, 1)
+    worker = Worker(servers[0], [[np.ones(5, 'float32')]], True, None)
+    assert worker.abort is not None
+    sess = worker.session()
+    outcome = {}
+
+    def step():
+        try:
+            sess.run(worker.results, worker.feeds)
+            outcome['error'] = None
+        except tf.errors.OpError as err:
+            outcome['error'] = err
+
+    thread = threading.Thread(target=step, daemon=True)
+    thread.start()
+    thread.join(1.0)                  # the step waits for worker 1's contribution, which never comes
+    assert thread.is_alive()
+    sess.run(worker.abort)
+    thread.join(RUN_BOUND)
+    assert not thread.is_alive()
+    assert isinstance(outcome['error'], (tf.errors.OutOfRangeError, tf.errors.CancelledError))
+    assert 'closed' in outcome['error'].message
+
+
+def test_one_worker_without_peers_builds_no_queue():
+    servers = start_workers(1, 2)
+    worker = Worker(servers[0], [[np.arange(3, dtype='float32')], [np.ones(3, 'float32')]], False, None)
+    assert worker.abort is None
+    assert not [op for op in worker.graph.get_operations() if 'Queue' in op.type]
+    for tower_output in worker.run():
+        np.testing.assert_array_equal(tower_output[0], [1.0, 2.0, 3.0])
