@@ -12,8 +12,9 @@ entries, so no worker is ever more than one step ahead of another.
 Why not the collective ops (``CollectiveReduceV2``)? Their transfers between processes
 (``RecvBuf``) copy the data into a protocol buffer in 4 KiB strings, serialize, parse and copy
 it again into the tensor; ``RecvTensor`` sends the tensor's buffer as it is and parses it
-straight into the destination. On 2 processes this moves 1.5-2x more data per second; see
-docs/distributed.md for the measurements.
+straight into the destination. Between 2 processes this moves 1.5-2x more data per second from
+16 MB up; below, latency decides and both are about even. docs/distributed.md has the
+measurements.
 
 Bytes: each worker receives the data of every other worker, (N - 1) times the data: as much
 as a ring all-reduce for N = 2, more beyond (a ring moves 2 (N - 1) / N times the data).
