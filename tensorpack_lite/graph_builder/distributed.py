@@ -342,8 +342,9 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
             adds its towers' gradients, sends the sum to every other worker through queues
             (:class:`QueueAllReduce`) and adds what it receives in worker order: the same bits
             on every worker, 1.5-2x the speed of the collective ops between CPU processes
-            from 16 MB up, but each worker receives N - 1 copies. ``'collective'``: every tower is a member of a
-            ``CollectiveReduceV2`` ring (the bytes of a ring, the path to NCCL on GPUs).
+            from 16 MB up, but each worker receives N - 1 copies. ``'collective'``: every
+            tower is a member of a ``CollectiveReduceV2`` ring (the bytes of a ring, the path
+            to NCCL on GPUs).
     """
 
     GRADIENT_GROUP_KEY = 91
