@@ -13,6 +13,7 @@ all-to-all, which would avoid that, run with NCCL only).
 """
 
 from ..compat import tf
+from .utils import sum_in_order
 
 __all__ = ['COMPRESSIONS', 'check_compression', 'GradientCompression']
 
@@ -70,8 +71,4 @@ class GradientCompression:
     def sum_gathered(self, gathered, group_size):
         """The float32 sum of the ``group_size`` encoded tensors concatenated in ``gathered``,
         added one after the other in their order."""
-        rows = tf.unstack(self.decode(tf.reshape(gathered, [group_size, -1])), num=group_size)
-        total = rows[0]
-        for row in rows[1:]:
-            total = tf.add(total, row)
-        return total
+        return sum_in_order(tf.unstack(self.decode(tf.reshape(gathered, [group_size, -1])), num=group_size))

@@ -26,7 +26,7 @@ from .compression import GradientCompression, check_compression
 from .devices import LeastLoadedDeviceSetter, interpret_towers, tower_device
 from .queue_allreduce import QueueAllReduce
 from .training import DataParallelBuilder, SyncMultiGPUReplicatedBuilder
-from .utils import GradientPacker, aggregate_grads, split_grad_list
+from .utils import GradientPacker, aggregate_grads, dense_gradient, split_grad_list, sum_in_order
 
 __all__ = ['EXCHANGES', 'ParameterServerSync', 'DistributedParameterServerBuilder',
            'DistributedReplicatedBuilder', 'CollectiveAllReduceBuilder']
@@ -46,10 +46,6 @@ def _worker_towers(towers, cluster, owner):
                 owner, tower, cluster.task_name))
         qualified.append(spec.to_string())
     return qualified
-
-
-def _dense(grad):
-    return tf.convert_to_tensor(grad) if isinstance(grad, tf.IndexedSlices) else grad
 
 
 def _ps_task(var):
@@ -109,7 +105,7 @@ class ParameterServerSync:
             on the chief, the update applied (and the other workers told); on another
             worker, the chief's token saying it has been.
         """
-        pairs = [(_dense(g), v) for g, v in grads_and_vars]
+        pairs = [(dense_gradient(g), v) for g, v in grads_and_vars]
         by_ps = {}
         for index, (_, var) in enumerate(pairs):
             by_ps.setdefault(_ps_task(var), []).append(index)
@@ -418,7 +414,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         over every tower of every worker, in the same structure. Large tensors travel in
         pieces (:attr:`CHUNK_BYTES`, :attr:`QUEUE_CHUNK_BYTES`; compressed ones count 2 bytes
         an element). Every worker must make the same calls in the same order."""
-        all_tensors = [[_dense(t) for t in tensors] for tensors in all_tensors]
+        all_tensors = [[dense_gradient(t) for t in tensors] for tensors in all_tensors]
         if self.exchange == 'queues':
             return self._all_reduce_through_queues(all_tensors)
         return self._all_reduce_collectively(all_tensors)
@@ -433,9 +429,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         pieces, decoders, layouts = [], [], []
         with tf.name_scope('queue_allreduce'), tf.device(self.cpu_device):
             for tensors in zip(*all_tensors):
-                local = tensors[0]
-                for tensor in tensors[1:]:
-                    local = tf.add(local, tensor)
+                local = sum_in_order(tensors)
                 compressed = self._compresses(local)
                 wire = self._compressor.encode(local) if compressed else tf.reshape(local, [-1])
                 num = self._num_pieces(local, 2 if compressed else local.dtype.size, self.QUEUE_CHUNK_BYTES)

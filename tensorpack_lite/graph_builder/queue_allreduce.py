@@ -27,6 +27,7 @@ Example::
 """
 
 from ..compat import tf, tfv1
+from .utils import sum_in_order
 
 __all__ = ['QueueAllReduce']
 
@@ -96,13 +97,9 @@ class QueueAllReduce:
                 entry = queue.dequeue()
                 received[peer] = list(entry) if isinstance(entry, (list, tuple)) else [entry]
             with tf.control_dependencies(sent):
-                totals = []
-                for index, decode in enumerate(decoders):
-                    total = decode(received[0][index])
-                    for worker in range(1, self.cluster.num_worker):
-                        total = tf.add(total, decode(received[worker][index]))
-                    totals.append(total)
-        return totals
+                workers = range(self.cluster.num_worker)
+                return [sum_in_order([decode(received[worker][index]) for worker in workers])
+                        for index, decode in enumerate(decoders)]
 
     def build_abort(self):
         """An op closing this worker's queues, so that a step waiting for a lost worker's

@@ -18,8 +18,8 @@ from ..compat import tf
 from ..utils import logger
 from ..utils.argtools import call_only_once
 
-__all__ = ['split_grad_list', 'merge_grad_list', 'aggregate_grads', 'average_grads',
-           'allreduce_grads', 'allreduce_grads_hierarchical', 'allreduce_grads_collective',
+__all__ = ['split_grad_list', 'merge_grad_list', 'dense_gradient', 'sum_in_order', 'aggregate_grads',
+           'average_grads', 'allreduce_grads', 'allreduce_grads_hierarchical', 'allreduce_grads_collective',
            'GradientPacker']
 
 
@@ -38,11 +38,21 @@ def merge_grad_list(all_grads, all_vars):
     return [list(zip(grads, variables)) for grads, variables in zip(all_grads, all_vars)]
 
 
-def _dense(grad):
+def dense_gradient(grad):
     """A plain tensor for a gradient (an IndexedSlices, e.g. of an embedding, is densified)."""
     if isinstance(grad, tf.IndexedSlices):
         return tf.convert_to_tensor(grad)
     return grad
+
+
+def sum_in_order(tensors):
+    """``((t0 + t1) + t2) + ...``: the elementwise sum of ``tensors`` added one after the other
+    in their order, so that every process building the same call adds the same way (unlike
+    ``tf.add_n``, whose order of additions is the kernel's)."""
+    total = tensors[0]
+    for tensor in tensors[1:]:
+        total = tf.add(total, tensor)
+    return total
 
 
 def aggregate_grads(all_grads, colocation=False, devices=None, average=True):
@@ -68,7 +78,7 @@ def aggregate_grads(all_grads, colocation=False, devices=None, average=True):
     result = []
     for index, pairs in enumerate(zip(*all_grads)):
         var = pairs[0][1]
-        grads = [_dense(g) for g, _ in pairs]
+        grads = [dense_gradient(g) for g, _ in pairs]
         if colocation:
             device = var.device
         elif devices is not None:
@@ -111,7 +121,7 @@ def allreduce_grads(all_grads, average):
         return [list(grads) for grads in all_grads]
     per_variable = []
     for grads in zip(*all_grads):
-        summed = nccl_ops.all_sum([_dense(g) for g in grads])
+        summed = nccl_ops.all_sum([dense_gradient(g) for g in grads])
         per_variable.append(_scale_all(summed, [g.device for g in summed], average))
     return [list(grads) for grads in zip(*per_variable)]
 
@@ -136,7 +146,7 @@ def allreduce_grads_hierarchical(all_grads, devices, average=False):
     half = num_device // 2
     per_variable = []
     for index, grads in enumerate(zip(*all_grads)):
-        grads = [_dense(g) for g in grads]
+        grads = [dense_gradient(g) for g in grads]
         leaders = [index % num_device, (index % num_device + half) % num_device]
         group_sums = []
         for leader in leaders:
@@ -183,7 +193,7 @@ def allreduce_grads_collective(all_grads, devices, average):
         for grad, device in zip(grads, devices):
             with tf.device(device):
                 reduced.append(tf.raw_ops.CollectiveReduceV2(
-                    input=_dense(grad), group_size=num_device, group_key=group_key,
+                    input=dense_gradient(grad), group_size=num_device, group_key=group_key,
                     instance_key=instance_key, ordering_token=[], merge_op='Add',
                     final_op='Div' if average else 'Id'))
         per_variable.append(reduced)
@@ -251,7 +261,7 @@ class GradientPacker:
                 raise ValueError("GradientPacker: gradient {} ({}) has shape {}, planned {}".format(
                     index, grad.name, grad.shape, shape))
         with tf.name_scope('GradientPacker'):
-            flat = tf.concat([tf.reshape(_dense(g), [-1]) for g in grads], 0, name='concat_grads')
+            flat = tf.concat([tf.reshape(dense_gradient(g), [-1]) for g in grads], 0, name='concat_grads')
             return tf.split(flat, self._split_sizes)
 
     def unpack(self, packs):
