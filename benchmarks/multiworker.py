@@ -48,13 +48,14 @@ def _report(result):
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
-def _time_runs(sess, op, repeat, warmup=3, options=None):
+def _time_runs(run, repeat, warmup=3):
+    """The median seconds of ``repeat`` calls of ``run()``, after ``warmup`` calls."""
     for _ in range(warmup):
-        sess.run(op, options=options)
+        run()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        sess.run(op, options=options)
+        run()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -84,7 +85,7 @@ def collective_worker(args):
         options = tfv1.RunOptions(timeout_in_ms=600000)
         if builder.steps_use_collectives:
             options.experimental.collective_graph_key = key
-        times[size] = _time_runs(sess, tensor.op, args.repeat, options=options)
+        times[size] = _time_runs(lambda: sess.run(tensor.op, options=options), args.repeat)
     if builder.is_chief:
         _report(times)
 
@@ -99,7 +100,8 @@ def horovod_worker(args):
     reduced = [hvd.allreduce(t, op=hvd.Sum) for t in _tensors(tf, tfv1, args.sizes)]
     with tfv1.Session() as sess:
         sess.run(tfv1.global_variables_initializer())
-        times = {size: _time_runs(sess, tensor.op, args.repeat) for size, tensor in zip(args.sizes, reduced)}
+        times = {size: _time_runs(lambda: sess.run(tensor.op), args.repeat)
+                 for size, tensor in zip(args.sizes, reduced)}
     if hvd.rank() == 0:
         _report(times)
 
@@ -120,17 +122,8 @@ def mwms_worker(args):
             return context.all_reduce(tf.distribute.ReduceOp.SUM, variable.read_value())
         return tf.function(lambda: strategy.run(replica_fn))
 
-    times = {}
-    for size, variable in zip(args.sizes, variables):
-        run = all_reduce_of(variable)
-        for _ in range(3):
-            run()
-        durations = []
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            run()
-            durations.append(time.perf_counter() - start)
-        times[size] = statistics.median(durations)
+    times = {size: _time_runs(all_reduce_of(variable), args.repeat)
+             for size, variable in zip(args.sizes, variables)}
     if strategy.cluster_resolver.task_id == 0:
         _report(times)
 
