@@ -150,6 +150,23 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
 
 
+def test_without_epoch_broadcasts_workers_wait_for_each_other_to_take_their_last_gradients(tmp_path):
+    """Through queues, a worker's last step ends before its peers have taken its last
+    gradients from its server; no collective broadcast ends the epochs: the done signals
+    keep each worker up until its peers have them."""
+    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 2])
+    assert run.code == 0, run.output[-6000:]
+    assert 'without its word' not in run.output and 'could not tell' not in run.output
+    for k in range(2):
+        said = "/job:worker/task:{}: every other worker has taken this worker's last gradients".format(k)
+        assert said in run.output
+    reference = reference_weights(2, 1, 4, 5, 3, 2, lr=0.05)
+    for k in range(2):
+        worker = load_worker(tmp_path, k)
+        assert worker['global_step'] == 6
+        assert_replicas_match(worker['weights'], reference)
+
+
 @pytest.mark.parametrize('optimizer, exchange', [
     ('adam', 'queues'), ('rmsprop', 'queues'), ('adam', 'collective')])
 def test_collective_two_workers_of_two_towers_match_one_process(tmp_path, optimizer, exchange):

@@ -15,6 +15,7 @@ from tensorpack_lite.utils.cluster import local_cluster
 
 RUN_BOUND = 120.0
 """Seconds a worker's run may take before the test fails (a hang, not a slow machine)."""
+RUN_MS = int(RUN_BOUND * 1000)
 
 
 def start_workers(num_worker, num_tower):
@@ -214,10 +215,48 @@ def test_abort_ends_a_step_waiting_for_a_worker_that_never_sends():
     assert 'closed' in outcome['error'].message
 
 
+def test_done_signals_arrive_only_once_each_peer_has_run_its_last_step():
+    """A worker's last step ends before its peers have taken its contribution out of its
+    outbox; its peers' done signals tell it when they have."""
+    servers = start_workers(3, 1)
+    workers = [Worker(server, [[np.full(4, 10.0 ** k, 'float32')]], False, None)
+               for k, server in enumerate(servers)]
+    done = []
+    for worker in workers:
+        with worker.graph.as_default():
+            done.append(worker.builder.build_done_signals())
+    assert [sorted(d.sends) for d in done] == [[1, 2], [0, 2], [0, 1]]
+    sessions = [worker.session() for worker in workers]
+    try:
+        def last_step_then_done(k):
+            total = sessions[k].run(workers[k].results, workers[k].feeds)[0][0]
+            for send in done[k].sends.values():
+                sessions[k].run(send)
+            return total
+
+        first = run_together([lambda: last_step_then_done(0), lambda: last_step_then_done(1),
+                              lambda: sessions[2].run(workers[2].results, workers[2].feeds)[0][0]])
+        for total in first:
+            np.testing.assert_array_equal(total, np.full(4, 111.0, 'float32'))
+        heard = [sessions[0].run(done[0].receive, options=tfv1.RunOptions(timeout_in_ms=RUN_MS))]
+        assert heard == [1]
+        with pytest.raises(tf.errors.DeadlineExceededError):     # worker 2 has not said it yet
+            sessions[0].run(done[0].receive, options=tfv1.RunOptions(timeout_in_ms=300))
+        for send in done[2].sends.values():
+            sessions[2].run(send)
+        heard.append(sessions[0].run(done[0].receive, options=tfv1.RunOptions(timeout_in_ms=RUN_MS)))
+        assert heard == [1, 2]
+        assert sorted(sessions[1].run(done[1].receive) for _ in range(2)) == [0, 2]
+    finally:
+        for sess in sessions:
+            sess.close()
+
+
 def test_one_worker_without_peers_builds_no_queue():
     servers = start_workers(1, 2)
     worker = Worker(servers[0], [[np.arange(3, dtype='float32')], [np.ones(3, 'float32')]], False, None)
     assert worker.abort is None
     assert not [op for op in worker.graph.get_operations() if 'Queue' in op.type]
+    assert worker.builder.build_done_signals() is None
     for tower_output in worker.run():
         np.testing.assert_array_equal(tower_output[0], [1.0, 2.0, 3.0])

@@ -335,7 +335,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
             gradients of 32 bits or more travel rounded to 16 bits and are summed in float32
             (see :mod:`~tensorpack_lite.graph_builder.compression`).
         exchange (str): how gradients cross workers. ``'queues'`` (the default): each worker
-            adds its towers' gradients, sends the sum to every other worker through queues
+            adds its towers' gradients, every other worker takes the sum from it through queues
             (:class:`QueueAllReduce`) and adds what it receives in worker order: the same bits
             on every worker, 1.5-2x the speed of the collective ops between CPU processes
             from 16 MB up, but each worker receives N - 1 copies. ``'collective'``: every
@@ -394,9 +394,9 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         return self.exchange == 'collective'
 
     def session_device_filters(self):
-        """The tasks the session of this worker uses: with queues every worker (the enqueues
-        run on the peers), else this worker only (collective ops find their peers
-        themselves)."""
+        """The tasks the session of this worker uses: with queues every worker (a step takes
+        the peers' contributions out of their outboxes on their CPUs), else this worker only
+        (collective ops find their peers themselves)."""
         return ['/job:worker'] if self.exchange == 'queues' else [self.cluster.task_name]
 
     def _allreduce(self, grad_list):
@@ -489,6 +489,13 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         """The op making a step that waits for a lost worker fail at once (None when the
         gradients do not travel through queues)."""
         return self._queues.build_abort()
+
+    def build_done_signals(self):
+        """The :class:`~tensorpack_lite.graph_builder.queue_allreduce.DoneSignals` a worker
+        exchanges after its last step, so that it ends only once its peers have taken its
+        last gradients (None when the gradients do not travel through queues, or there is
+        one worker)."""
+        return self._queues.build_done_signals() if self.exchange == 'queues' else None
 
     def _reduce(self, piece, key):
         return tf.raw_ops.CollectiveReduceV2(

@@ -257,7 +257,12 @@ class DistributedTrainerBase(_DataParallelTrainer):
         self.hooked_sess.run(self.train_op, options=self._step_options)
         loop = self.loop
         if loop.epoch_num == loop.max_epoch and loop.local_step == loop.steps_per_epoch - 1:
-            self._stop_watching()   # after the last step, the others may end before this worker
+            self._after_last_step()
+
+    def _after_last_step(self):
+        """Template: what a worker does once its last training step has run (here: stop
+        watching the other tasks, which may end before this worker)."""
+        self._stop_watching()
 
     @property
     def _step_options(self):
@@ -439,6 +444,8 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
     def _build_sync_ops(self, grad_list, get_opt_fn):
         self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
         self._abort_op = self._builder.build_abort()
+        self._done_signals = self._builder.build_done_signals()
+        self._done_sent = False
         return [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
 
     def _session_device_filters(self):
@@ -467,6 +474,51 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
                                  options=self._run_options(self._START_KEY))
         self.broadcast_variables()
         return None if self.is_chief else received
+
+    def _after_last_step(self):
+        super()._after_last_step()
+        if self._done_signals is None:
+            return
+        for peer, send in self._done_signals.sends.items():
+            try:
+                self.sess.run(send, options=tfv1.RunOptions(timeout_in_ms=int(self.CLOSE_TIMEOUT * 1000)))
+            except tf.errors.OpError as err:   # the peer is gone: it ended (it had heard) or died
+                logger.warn("{}: could not tell {} that this worker is done: {}".format(
+                    self.cluster.task_name, self.cluster.describe('worker', peer),
+                    err.message.splitlines()[0]))
+        self._done_sent = True
+
+    def _end_training(self, failed):
+        if self._done_sent and not failed:
+            self._wait_until_peers_done()
+        super()._end_training(failed)
+
+    def _wait_until_peers_done(self):
+        """Keep this worker (and its server, from which the peers take gradients) up until
+        every peer has said it is done, or is gone, or :attr:`STEP_TIMEOUT` has passed."""
+        waiting = set(self._done_signals.sends)
+        deadline = time.monotonic() + self.STEP_TIMEOUT
+        while waiting:
+            try:
+                waiting.discard(int(self.sess.run(self._done_signals.receive,
+                                                  options=tfv1.RunOptions(timeout_in_ms=1000))))
+                continue
+            except tf.errors.DeadlineExceededError:
+                pass
+            gone = self.cluster.unreachable([('worker', peer) for peer in sorted(waiting)])
+            if gone:
+                logger.warn("{}: {} accepts no connection; ending without its word that it took this "
+                            "worker's last gradients.".format(
+                                self.cluster.task_name, ', '.join(self.cluster.describe(*t) for t in gone)))
+                return
+            if time.monotonic() > deadline:
+                logger.warn("{}: no word within STEP_TIMEOUT ({:g} s) from {} that it took this "
+                            "worker's last gradients; ending anyway.".format(
+                                self.cluster.task_name, self.STEP_TIMEOUT,
+                                ', '.join(self.cluster.describe('worker', p) for p in sorted(waiting))))
+                return
+        logger.info("{}: every other worker has taken this worker's last gradients.".format(
+            self.cluster.task_name))
 
     def broadcast_variables(self):
         """Copy the chief's global variables to every worker (and into the local replicas of

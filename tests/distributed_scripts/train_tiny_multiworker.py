@@ -142,6 +142,8 @@ def parse_args(argv):
     parser.add_argument('--compression', choices=['fp16', 'bf16'], help='gradient compression (collective)')
     parser.add_argument('--exchange', choices=['queues', 'collective'], default='queues',
                         help='how gradients cross workers (collective)')
+    parser.add_argument('--no-epoch-broadcast', action='store_true',
+                        help="collective: no copy of the chief's variables at each epoch's end")
     parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
@@ -162,6 +164,8 @@ def make_trainer(args, server):
     else:
         trainer = DistributedTrainerReplicated(towers, server)
     trainer.STARTUP_TIMEOUT = args.startup_timeout
+    if args.no_epoch_broadcast:
+        trainer.BROADCAST_EVERY_EPOCH = False
     return trainer
 
 
