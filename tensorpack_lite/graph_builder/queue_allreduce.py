@@ -12,8 +12,8 @@ two entries.
 
 Why pull rather than push (each worker enqueuing into its peers' queues)? A push step waits
 for two messages one after the other (the peer's part of the step, then its request for the
-data); a pull step sends both at once. Measured between 2 processes on 2 cores, pull moved
-about 12% more data per second at every size (docs/distributed.md).
+data); a pull step sends both at once. Measured between 2 processes on 2 cores in the same
+runs, pull moved 10-18% more data per second at every size (docs/distributed.md).
 
 The price of pulling: a worker's last step ends before its peers have taken its last
 contribution, so a worker must keep its server up until they have. :meth:`build_done_signals`

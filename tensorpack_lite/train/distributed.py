@@ -489,9 +489,11 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         self._done_sent = True
 
     def _end_training(self, failed):
-        if self._done_sent and not failed:
-            self._wait_until_peers_done()
-        super()._end_training(failed)
+        try:
+            if self._done_sent and not failed:
+                self._wait_until_peers_done()
+        finally:
+            super()._end_training(failed)
 
     def _wait_until_peers_done(self):
         """Keep this worker (and its server, from which the peers take gradients) up until
