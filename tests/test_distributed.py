@@ -153,9 +153,12 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
 def test_without_epoch_broadcasts_workers_wait_for_each_other_to_take_their_last_gradients(tmp_path):
     """Through queues, a worker's last step ends before its peers have taken its last
     gradients from its server; no collective broadcast ends the epochs: the done signals
-    keep each worker up until its peers have them."""
-    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 2])
+    keep each worker up until its peers have them. Worker 1 holds 2 s after its last step,
+    then creates a file, then says it is done: worker 0 ends after that, so it sees the file."""
+    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 2,
+                               '--worker1-holds', 2])
     assert run.code == 0, run.output[-6000:]
+    assert load_worker(tmp_path, 0)['marker_existed']
     assert 'without its word' not in run.output and 'could not tell' not in run.output
     for k in range(2):
         said = "/job:worker/task:{}: every other worker has taken this worker's last gradients".format(k)

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -71,19 +72,37 @@ def make_samples(num):
 
 
 class DumpWeights(Callback):
-    """On every worker: writes the trainable variables when training ends."""
+    """On every worker: writes the trainable variables when training ends (and whether the
+    file ``marker`` exists then)."""
 
     _chief_only = False
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, marker=None):
+        self.path, self.marker = path, marker
 
     def _after_train(self):
         variables = tfv1.trainable_variables()
         values = self.trainer.sess.run(variables)
         with open(self.path, 'w') as f:
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
+                       'marker_existed': bool(self.marker and os.path.exists(self.marker)),
                        'weights': {v.op.name: x.tolist() for v, x in zip(variables, values)}}, f)
+
+
+class HoldAfterLastStep(Callback):
+    """Right after the last training step (before the trainer says it is done), waits
+    ``seconds``, then creates the file ``marker``."""
+
+    _chief_only = False
+
+    def __init__(self, seconds, marker):
+        self.seconds, self.marker = seconds, marker
+
+    def _after_run(self, run_context, run_values):
+        loop = self.trainer.loop
+        if loop.epoch_num == loop.max_epoch and loop.local_step == loop.steps_per_epoch - 1:
+            time.sleep(self.seconds)
+            open(self.marker, 'w').close()
 
 
 class DieAtStep(Callback):
@@ -144,6 +163,8 @@ def parse_args(argv):
                         help='how gradients cross workers (collective)')
     parser.add_argument('--no-epoch-broadcast', action='store_true',
                         help="collective: no copy of the chief's variables at each epoch's end")
+    parser.add_argument('--worker1-holds', type=float,
+                        help='worker 1 waits this long after its last step, then creates a marker file')
     parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
@@ -182,7 +203,10 @@ def main(argv):
         logger.set_logger_dir(logdir, action='k')
     num = args.steps_per_epoch * args.towers * args.batch * trainer.num_worker
     df = RankShardData(DataFromList(make_samples(num), shuffle=False), trainer.task_index, trainer.num_worker)
-    callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)))]
+    held = os.path.join(args.out, 'worker1-held') if args.worker1_holds else None
+    callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held)]
+    if held and trainer.task_index == 1:
+        callbacks.append(HoldAfterLastStep(args.worker1_holds, held))
     if logger.get_logger_dir():
         callbacks.append(ModelSaver())   # chief-only: skipped on the other workers
     if args.die_at_step and trainer.task_index == 1:
