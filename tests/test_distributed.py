@@ -109,14 +109,21 @@ def assert_replicas_match(weights, reference, atol=1e-5):
                                    err_msg=name)
 
 
+def assert_workers_end_with(out_dir, num_worker, global_step, reference):
+    """Every worker ended at ``global_step`` with the reference weights; returns the workers'
+    results."""
+    workers = [load_worker(out_dir, k) for k in range(num_worker)]
+    for worker in workers:
+        assert worker['global_step'] == global_step
+        assert_replicas_match(worker['weights'], reference)
+    return workers
+
+
 def assert_as_an_uninterrupted_run(out_dir, logdir, reference):
     """After 4 epochs of 3 steps by 2 workers, interrupted and resumed: the chief recorded every
     epoch once and both workers end at step 12 with the reference weights."""
     assert stats_epochs(logdir / 'worker0') == [1, 2, 3, 4]
-    for k in range(2):
-        worker = load_worker(out_dir, k)
-        assert worker['global_step'] == 12
-        assert_replicas_match(worker['weights'], reference)
+    assert_workers_end_with(out_dir, 2, 12, reference)
 
 
 def stats_epochs(logdir):
@@ -163,11 +170,7 @@ def test_without_epoch_broadcasts_workers_wait_for_each_other_to_take_their_last
     for k in range(2):
         said = "/job:worker/task:{}: every other worker has taken this worker's last gradients".format(k)
         assert said in run.output
-    reference = reference_weights(2, 1, 4, 5, 3, 2, lr=0.05)
-    for k in range(2):
-        worker = load_worker(tmp_path, k)
-        assert worker['global_step'] == 6
-        assert_replicas_match(worker['weights'], reference)
+    assert_workers_end_with(tmp_path, 2, 6, reference_weights(2, 1, 4, 5, 3, 2, lr=0.05))
 
 
 @pytest.mark.parametrize('optimizer, exchange', [
@@ -179,11 +182,8 @@ def test_collective_two_workers_of_two_towers_match_one_process(tmp_path, optimi
                                '--optimizer', optimizer, '--lr', 0.05, '--exchange', exchange])
     assert run.code == 0, run.output[-6000:]
     reference = reference_weights(2, 2, 3, 5, 4, 1, lr=0.05, optimizer=optimizer)
-    for k in range(2):
-        worker = load_worker(tmp_path, k)
-        assert worker['global_step'] == 4
+    for worker in assert_workers_end_with(tmp_path, 2, 4, reference):
         assert {name.split('/')[0] for name in worker['weights']} == {'fc0', 'fc1', 'tower1'}
-        assert_replicas_match(worker['weights'], reference)
 
 
 def test_parameter_server_two_workers_match_one_process_and_the_ps_ends(tmp_path):
@@ -191,11 +191,7 @@ def test_parameter_server_two_workers_match_one_process_and_the_ps_ends(tmp_path
     assert run.code == 0, run.output[-6000:]
     assert '[ps 0]' in run.output and '/job:ps/task:0: every worker finished.' in run.output
     assert run.returncode('ps', 0) == 0        # it ended by itself, before the launcher's grace
-    reference = reference_weights(2, 1, 4, 5, 3, 2, lr=0.05)
-    for k in range(2):
-        worker = load_worker(tmp_path, k)
-        assert worker['global_step'] == 6
-        assert_replicas_match(worker['weights'], reference)
+    assert_workers_end_with(tmp_path, 2, 6, reference_weights(2, 1, 4, 5, 3, 2, lr=0.05))
 
 
 @pytest.mark.parametrize('trainer, chief, started_by', [
@@ -219,11 +215,7 @@ def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
             tf_cluster['ps'] = addresses['ps']
         run = HandRun(tmp_path, tf_cluster, args)
         assert set(run.codes.values()) == {0}, (run.codes, run.output[-6000:])
-    reference = reference_weights(3, 1, 4, 5, 3, 2, lr=0.05)
-    for k in range(3):
-        worker = load_worker(tmp_path, k)
-        assert worker['global_step'] == 6
-        assert_replicas_match(worker['weights'], reference)
+    assert_workers_end_with(tmp_path, 3, 6, reference_weights(3, 1, 4, 5, 3, 2, lr=0.05))
     chief_files = files_in(logdir / 'worker0')
     assert 'checkpoint' in chief_files and 'model-6.index' in chief_files
     assert stats_epochs(logdir / 'worker0') == [1, 2]
