@@ -4,9 +4,10 @@
 1. All-reduce (sum) of 1, 4, 16 and 64 MB of float32 between 2 local processes, in
    ``--rounds`` rounds that interleave every column:
    (a) CollectiveAllReduceBuilder, the all-reduce of CollectiveAllReduceTrainer, for each of
-       ``--variants`` ``exchange[-compression]``: ``queues`` (the default: FIFO queues over
-       RecvTensor), ``collective`` (CollectiveReduceV2 rings over RecvBuf), with ``-fp16`` or
-       ``-bf16`` (16 bits on the wire, float32 sums); processes started by the launcher;
+       ``--variants`` ``exchange[-compression]``: ``sockets`` (the default: TCP connections
+       between the workers), ``queues`` (FIFO queues over RecvTensor), ``collective``
+       (CollectiveReduceV2 rings over RecvBuf), with ``-fp16`` or ``-bf16`` (16 bits on the
+       wire, float32 sums); processes started by the launcher;
    (b) tf.distribute's MultiWorkerMirroredStrategy (ring), a replica-context all-reduce in a
        tf.function, same launcher and TF_CONFIG;
    (c) Horovod's allreduce with Gloo (``horovodrun -np 2 --gloo``), in the Horovod
@@ -20,7 +21,7 @@
 
     python benchmarks/multiworker.py                 # everything
     python benchmarks/multiworker.py --skip-horovod --sizes 1 4
-    python benchmarks/multiworker.py --skip-training --variants queues collective
+    python benchmarks/multiworker.py --skip-training --variants sockets queues collective
 
 On a 2-core machine, 2 processes share the cores one process would use: expect no speed-up
 there; the numbers show what the all-reduce and the second process cost.
@@ -80,6 +81,7 @@ def collective_worker(args):
                                              compression=compression or None, exchange=exchange)
         reduced = [builder.all_reduce([[tensor]])[0][0] for tensor in _tensors(tf, tfv1, args.sizes)]
     sess = DistributedSessionCreator(server, device_filters=builder.session_device_filters()).create_session()
+    builder.connect(sess, timeout=600)
     times = {}
     for key, (size, tensor) in enumerate(zip(args.sizes, reduced), start=1):
         options = tfv1.RunOptions(timeout_in_ms=600000)
@@ -235,7 +237,7 @@ def main():
                         help='all-reduce sizes in MB')
     parser.add_argument('--repeat', type=int, default=10, help='timed all-reduces per size')
     parser.add_argument('--variants', nargs='+',
-                        default=['queues', 'queues-fp16', 'collective', 'collective-fp16'],
+                        default=['sockets', 'sockets-fp16', 'queues', 'collective', 'collective-fp16'],
                         help="CollectiveAllReduceBuilder's exchange[-compression]; the first is the base of "
                              "the ratios")
     parser.add_argument('--rounds', type=int, default=3, help='interleaved rounds of every column')
@@ -247,7 +249,7 @@ def main():
     parser.add_argument('--skip-mwms', action='store_true',
                         help="skip tf.distribute's MultiWorkerMirroredStrategy")
     parser.add_argument('--role', choices=['collective', 'horovod', 'mwms', 'train'], help=argparse.SUPPRESS)
-    parser.add_argument('--variant', default='queues', help=argparse.SUPPRESS)
+    parser.add_argument('--variant', default='sockets', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
         {'collective': collective_worker, 'horovod': horovod_worker, 'mwms': mwms_worker,

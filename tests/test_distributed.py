@@ -157,13 +157,15 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
 
 
-def test_without_epoch_broadcasts_workers_wait_for_each_other_to_take_their_last_gradients(tmp_path):
-    """Through queues, a worker's last step ends before its peers have taken its last
-    gradients from its server; no collective broadcast ends the epochs: the done signals
+@pytest.mark.parametrize('exchange', ['sockets', 'queues'])
+def test_without_epoch_broadcasts_workers_wait_for_each_other_to_take_their_last_gradients(
+        tmp_path, exchange):
+    """A worker's last step ends before its peers have taken its last gradients (from its
+    server, or its connections); no collective broadcast ends the epochs: the done signals
     keep each worker up until its peers have them. Worker 1 holds 2 s after its last step,
     then creates a file, then says it is done: worker 0 ends after that, so it sees the file."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 2,
-                               '--worker1-holds', 2])
+                               '--worker1-holds', 2, '--exchange', exchange])
     assert run.code == 0, run.output[-6000:]
     assert load_worker(tmp_path, 0)['marker_existed']
     assert 'without its word' not in run.output and 'could not tell' not in run.output
@@ -174,10 +176,10 @@ def test_without_epoch_broadcasts_workers_wait_for_each_other_to_take_their_last
 
 
 @pytest.mark.parametrize('optimizer, exchange', [
-    ('adam', 'queues'), ('rmsprop', 'queues'), ('adam', 'collective')])
+    ('adam', 'sockets'), ('rmsprop', 'sockets'), ('adam', 'queues'), ('adam', 'collective')])
 def test_collective_two_workers_of_two_towers_match_one_process(tmp_path, optimizer, exchange):
     """Each of the 4 replicas has optimizer state of its own (Adam's power accumulators...),
-    advanced once per step; the gradients cross workers through queues or collective ops."""
+    advanced once per step; the gradients cross workers through sockets, queues or collective ops."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--towers', 2, '--batch', 3, '--steps-per-epoch', 4,
                                '--optimizer', optimizer, '--lr', 0.05, '--exchange', exchange])
     assert run.code == 0, run.output[-6000:]
@@ -223,7 +225,8 @@ def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
 
 
 @pytest.mark.parametrize('trainer, num_ps, exchange', [
-    ('collective', 0, 'queues'), ('collective', 0, 'collective'), ('replicated', 1, 'queues')])
+    ('collective', 0, 'sockets'), ('collective', 0, 'queues'), ('collective', 0, 'collective'),
+    ('replicated', 1, 'queues')])
 def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, trainer, num_ps, exchange):
     """2 workers x 2 CPU towers (4 replicas); worker 1 SIGKILLs itself at step 7 of 4 epochs of 3
     (with the queues, worker 0 waits in a dequeue that only the abort on the loss ends)."""

@@ -230,7 +230,8 @@ def test_compressed_all_reduce_is_the_float32_sum_of_the_rounded_gradients(compr
 
 @pytest.mark.parametrize('exchange', ['ring', 'Queues', None])
 def test_an_unknown_exchange_is_refused_naming_the_choices(lone_server, exchange):
-    expected = "CollectiveAllReduceBuilder: exchange must be one of 'queues', 'collective', got {!r}"
+    expected = ("CollectiveAllReduceBuilder: exchange must be one of 'sockets', 'queues', 'collective', "
+                "got {!r}")
     with pytest.raises(ValueError, match=re.escape(expected.format(exchange))):
         CollectiveAllReduceTrainer(['/cpu:0'], lone_server, exchange=exchange)
 

@@ -25,6 +25,7 @@ from ..utils import logger
 from .compression import GradientCompression, check_compression
 from .devices import LeastLoadedDeviceSetter, interpret_towers, tower_device
 from .queue_allreduce import QueueAllReduce
+from .socket_allreduce import SocketAllReduce
 from .training import DataParallelBuilder, SyncMultiGPUReplicatedBuilder
 from .utils import GradientPacker, aggregate_grads, dense_gradient, split_grad_list, sum_in_order
 
@@ -310,7 +311,7 @@ def _variables_digest(variables):
     return int.from_bytes(hashlib.sha256(text.encode('utf-8')).digest()[:7], 'big')
 
 
-EXCHANGES = ('queues', 'collective')
+EXCHANGES = ('sockets', 'queues', 'collective')
 """How :class:`CollectiveAllReduceBuilder` moves gradients between workers."""
 
 
@@ -334,13 +335,16 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         compression (str): None (exact float32 all-reduce), ``'fp16'`` or ``'bf16'``: floating
             gradients of 32 bits or more travel rounded to 16 bits and are summed in float32
             (see :mod:`~tensorpack_lite.graph_builder.compression`).
-        exchange (str): how gradients cross workers. ``'queues'`` (the default): each worker
-            adds its towers' gradients, every other worker takes the sum from it through queues
-            (:class:`QueueAllReduce`) and adds what it receives in worker order: the same bits
-            on every worker, 1.5-2x the speed of the collective ops between CPU processes
-            from 16 MB up, but each worker receives N - 1 copies. ``'collective'``: every
-            tower is a member of a ``CollectiveReduceV2`` ring (the bytes of a ring, the path
-            to NCCL on GPUs).
+        exchange (str): how gradients cross workers. ``'sockets'`` (the default) and
+            ``'queues'``: each worker adds its towers' gradients, sends the sum to every other
+            worker and adds what it receives in worker order (the same bits on every worker;
+            each worker receives N - 1 copies): over TCP connections between the workers
+            (:class:`SocketAllReduce`, the fastest: it needs one more port on each worker), or
+            through queues of TensorFlow's runtime (:class:`QueueAllReduce`, no other port).
+            ``'collective'``: every tower is a member of a ``CollectiveReduceV2`` ring (the
+            bytes of a ring, the path to NCCL on GPUs).
+        step_timeout (float): with sockets, seconds a step waits for another worker's data
+            before it fails.
     """
 
     GRADIENT_GROUP_KEY = 91
@@ -364,7 +368,8 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     _FIRST_GRADIENT_KEY = 1000
     _FIRST_BROADCAST_KEY = 1 << 24
 
-    def __init__(self, towers, server, average=True, compression=None, exchange='queues'):
+    def __init__(self, towers, server, average=True, compression=None, exchange='sockets',
+                 step_timeout=600.0):
         check_compression(compression, type(self).__name__)
         if exchange not in EXCHANGES:
             raise ValueError("{}: exchange must be one of {}, got {!r}".format(
@@ -381,7 +386,11 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         self.compression = compression
         self.exchange = exchange
         self._compressor = GradientCompression(compression) if compression else None
-        self._queues = QueueAllReduce(self.cluster)
+        self._between_workers = None
+        if exchange == 'sockets':
+            self._between_workers = SocketAllReduce(self.cluster, timeout=step_timeout)
+        elif exchange == 'queues':
+            self._between_workers = QueueAllReduce(self.cluster)
         self._gradient_keys = iter(range(self._FIRST_GRADIENT_KEY, self._FIRST_BROADCAST_KEY))
         if compression:
             logger.info("{}: gradients travel as {} and are summed in float32.".format(
@@ -394,10 +403,11 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         return self.exchange == 'collective'
 
     def session_device_filters(self):
-        """The tasks the session of this worker uses: with queues every worker (a step takes
-        the peers' contributions out of their outboxes on their CPUs), else this worker only
-        (collective ops find their peers themselves)."""
-        return ['/job:worker'] if self.exchange == 'queues' else [self.cluster.task_name]
+        """The tasks the session of this worker uses: with queues or sockets every worker (a
+        step takes the peers' contributions out of their outboxes on their CPUs; the workers
+        exchange their ports through queues), else this worker only (collective ops find
+        their peers themselves)."""
+        return ['/job:worker'] if self._between_workers is not None else [self.cluster.task_name]
 
     def _allreduce(self, grad_list):
         all_grads, _ = split_grad_list(grad_list)
@@ -413,30 +423,34 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         """K lists of N tensors (one list per tower of this worker) -> their sums (or means)
         over every tower of every worker, in the same structure. Large tensors travel in
         pieces (:attr:`CHUNK_BYTES`, :attr:`QUEUE_CHUNK_BYTES`; compressed ones count 2 bytes
-        an element). Every worker must make the same calls in the same order."""
+        an element). Every worker must make the same calls in the same order (and, with
+        sockets, call :meth:`connect` before the first step)."""
         all_tensors = [[dense_gradient(t) for t in tensors] for tensors in all_tensors]
-        if self.exchange == 'queues':
-            return self._all_reduce_through_queues(all_tensors)
+        if self._between_workers is not None:
+            return self._all_reduce_between_workers(all_tensors)
         return self._all_reduce_collectively(all_tensors)
 
     def _compresses(self, tensor):
         return self._compressor is not None and self._compressor.applies_to(tensor)
 
-    def _all_reduce_through_queues(self, all_tensors):
+    def _all_reduce_between_workers(self, all_tensors):
         """Each worker adds its towers' tensors in tower order (on its CPU), the workers'
-        sums are added in worker order (:class:`QueueAllReduce`), and every tower gets a
-        copy of the result."""
-        pieces, decoders, layouts = [], [], []
-        with tf.name_scope('queue_allreduce'), tf.device(self.cpu_device):
+        sums are added in worker order (:class:`SocketAllReduce` or :class:`QueueAllReduce`),
+        and every tower gets a copy of the result. Through queues, large tensors travel in
+        pieces of :attr:`QUEUE_CHUNK_BYTES`."""
+        piece_bytes = self.QUEUE_CHUNK_BYTES if self.exchange == 'queues' else None
+        pieces, compressions, layouts = [], [], []
+        with tf.name_scope(self.exchange + '_allreduce'), tf.device(self.cpu_device):
             for tensors in zip(*all_tensors):
                 local = sum_in_order(tensors)
                 compressed = self._compresses(local)
                 wire = self._compressor.encode(local) if compressed else tf.reshape(local, [-1])
-                num = self._num_pieces(local, 2 if compressed else local.dtype.size, self.QUEUE_CHUNK_BYTES)
+                num = self._num_pieces(local, 2 if compressed else local.dtype.size, piece_bytes) \
+                    if piece_bytes else 1
                 layouts.append((local, compressed, len(pieces), num))
                 pieces.extend(tf.split(wire, self._piece_sizes(local, num)) if num > 1 else [wire])
-                decoders.extend([self._compressor.decode if compressed else None] * num)
-            summed = self._queues.sum(pieces, decoders)
+                compressions.extend([self._compressor if compressed else None] * num)
+            summed = self._between_workers.sum(pieces, compressions)
             results = []
             for local, compressed, first, num in layouts:
                 flat = summed[first] if num == 1 else tf.concat(summed[first:first + num], 0)
@@ -485,17 +499,28 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
             return 1
         return max(1, min(size, -(-size * element_bytes // chunk_bytes)))
 
+    def connect(self, sess, timeout=None):
+        """Connect this worker to every other for the steps' exchange, when it needs that
+        (sockets): every worker, once its session exists, before the first step (``timeout``
+        in seconds)."""
+        if self._between_workers is not None:
+            self._between_workers.connect(sess, timeout)
+
+    def exchange_failure(self):
+        """Why the exchange of the last failed step failed, as a ``tf.errors.OpError`` naming
+        the worker, when the session reports it only as an UnknownError (sockets); else None."""
+        return self._between_workers.failure if self._between_workers is not None else None
+
     def build_abort(self):
-        """The op making a step that waits for a lost worker fail at once (None when the
-        gradients do not travel through queues)."""
-        return self._queues.build_abort()
+        """The op making a step that waits for a lost worker fail at once (None with
+        collective ops)."""
+        return self._between_workers.build_abort() if self._between_workers is not None else None
 
     def build_done_signals(self):
         """The :class:`~tensorpack_lite.graph_builder.queue_allreduce.DoneSignals` a worker
         exchanges after its last step, so that it ends only once its peers have taken its
-        last gradients (None when the gradients do not travel through queues, or there is
-        one worker)."""
-        return self._queues.build_done_signals() if self.exchange == 'queues' else None
+        last gradients (None with collective ops, or with one worker)."""
+        return self._between_workers.build_done_signals() if self._between_workers is not None else None
 
     def _reduce(self, piece, key):
         return tf.raw_ops.CollectiveReduceV2(

@@ -50,7 +50,9 @@ DoneSignals.__doc__ = """The exchange at the end of training through queues.
 ``sends``: ``{peer: op}``, each op telling that peer that this worker has taken its last
 contributions (run each once, after the last step; an op fails alone when its peer is
 gone). ``receive``: waits for one peer's word and returns the peer's index (run it until
-every peer has spoken: then every peer has this worker's last contributions)."""
+every peer has spoken: then every peer has this worker's last contributions); it may also
+return -1 after a while without a word (sockets: after 1 s; queues wait as long as the run's
+timeout allows)."""
 
 
 def _worker_cpu(worker):
@@ -68,6 +70,9 @@ class QueueAllReduce:
 
     CAPACITY = 2
     """Entries an outbox holds: the current step and the next one of a worker that is ahead."""
+
+    failure = None
+    """Always None: a failed queue op reports its own error to the session."""
 
     def __init__(self, cluster, name='tensorpack_lite/queue_allreduce'):
         self.cluster = cluster
@@ -91,20 +96,22 @@ class QueueAllReduce:
         self._used.append(queue)
         return queue
 
-    def sum(self, tensors, decoders=None):
+    def sum(self, tensors, compressions=None):
         """The sums over all workers of this worker's ``tensors``.
 
         Args:
             tensors (list[tf.Tensor]): this worker's contribution, as it travels.
-            decoders (list): for each tensor, None (add it as it travels) or a function
-                turning it into what is added (e.g. 16 bits into float32).
+            compressions (list): for each tensor, None (add it as it travels) or the
+                :class:`~tensorpack_lite.graph_builder.compression.GradientCompression` it
+                travels with (what is added is its ``decode``).
 
         Returns:
             list[tf.Tensor]: for each tensor, ``decode(x_0) + decode(x_1) + ...`` over the
             workers in worker order, computed once this worker's contribution is in its
             outbox for every peer.
         """
-        decoders = [d or (lambda tensor: tensor) for d in (decoders or [None] * len(tensors))]
+        decoders = [c.decode if c is not None else (lambda tensor: tensor)
+                    for c in (compressions or [None] * len(tensors))]
         me = self.cluster.task_index
         call = self._calls
         self._calls += 1
@@ -124,6 +131,10 @@ class QueueAllReduce:
                 workers = range(self.cluster.num_worker)
                 return [sum_in_order([decode(received[worker][index]) for worker in workers])
                         for index, decode in enumerate(decoders)]
+
+    def connect(self, sess, timeout=None):
+        """Nothing to do: the queues are found by their shared names (the same interface as
+        :class:`~tensorpack_lite.graph_builder.socket_allreduce.SocketAllReduce`)."""
 
     def build_abort(self):
         """An op closing every queue this worker's steps use (its outboxes and its peers'

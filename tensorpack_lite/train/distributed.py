@@ -421,9 +421,10 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
             ``'bf16'``: floating gradients of 32 bits or more travel rounded to 16 bits and are
             summed in float32, the same on every worker (see docs/distributed.md). For
             :class:`HorovodTrainer`, ``compression`` takes Horovod's compressors instead.
-        exchange (str): ``'queues'`` (the default) or ``'collective'``: how gradients cross
-            workers (see :class:`~tensorpack_lite.graph_builder.distributed.CollectiveAllReduceBuilder`
-            and docs/distributed.md). Both give every worker the same update.
+        exchange (str): ``'sockets'`` (the default: one more TCP port on each worker),
+            ``'queues'`` or ``'collective'``: how gradients cross workers (see
+            :class:`~tensorpack_lite.graph_builder.distributed.CollectiveAllReduceBuilder` and
+            docs/distributed.md). All give every worker the same update.
     """
 
     BROADCAST_EVERY_EPOCH = True
@@ -432,14 +433,15 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
 
     _STEP_KEY, _CHECK_KEY, _START_KEY, _BROADCAST_KEY = 101, 102, 103, 104
 
-    def __init__(self, gpus, server, average=True, compression=None, exchange='queues'):
+    def __init__(self, gpus, server, average=True, compression=None, exchange='sockets'):
         self._average = bool(average)
         self._compression = check_compression(compression, type(self).__name__)
         self._exchange = exchange
         super().__init__(gpus, server)
 
     def _make_builder(self, towers, server):
-        return CollectiveAllReduceBuilder(towers, server, self._average, self._compression, self._exchange)
+        return CollectiveAllReduceBuilder(towers, server, self._average, self._compression, self._exchange,
+                                          step_timeout=self.STEP_TIMEOUT)
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
         self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
@@ -464,6 +466,7 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         return self._run_options(self._STEP_KEY if self._builder.steps_use_collectives else 0)
 
     def _start_together(self, schedule):
+        self._builder.connect(self.sess, timeout=self.STARTUP_TIMEOUT)
         digest, smallest, largest = self.sess.run(self._check, options=self._run_options(self._CHECK_KEY))
         if smallest != largest:
             raise RuntimeError("{}: the workers built different global variables (digests {} .. {}, this "
@@ -474,6 +477,12 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
                                  options=self._run_options(self._START_KEY))
         self.broadcast_variables()
         return None if self.is_chief else received
+
+    def _explain(self, err):
+        failure = self._builder.exchange_failure()
+        if failure is not None and isinstance(err, tf.errors.UnknownError):
+            err = failure
+        return super()._explain(err)
 
     def _after_last_step(self):
         super()._after_last_step()
@@ -502,11 +511,13 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         deadline = time.monotonic() + self.STEP_TIMEOUT
         while waiting:
             try:
-                waiting.discard(int(self.sess.run(self._done_signals.receive,
-                                                  options=tfv1.RunOptions(timeout_in_ms=1000))))
-                continue
+                peer = int(self.sess.run(self._done_signals.receive,
+                                         options=tfv1.RunOptions(timeout_in_ms=1000)))
             except tf.errors.DeadlineExceededError:
-                pass
+                peer = -1
+            if peer >= 0:
+                waiting.discard(peer)
+                continue
             gone = self.cluster.unreachable([('worker', peer) for peer in sorted(waiting)])
             if gone:
                 logger.warn("{}: {} accepts no connection; ending without its word that it took this "

@@ -222,6 +222,10 @@ class ClusterConfig:
     def address(self, job_name, task_index):
         return self._jobs[job_name][task_index]
 
+    def host(self, job_name, task_index):
+        """The host of a task's address (an IPv6 address without its brackets)."""
+        return self._addresses[job_name][task_index][0]
+
     def describe(self, job_name, task_index):
         """A task for messages, named as in the cluster given, e.g. ``'worker 1
         (localhost:2223)'`` or ``'chief 0 (localhost:2222)'``."""

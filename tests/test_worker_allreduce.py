@@ -1,8 +1,10 @@
-"""CollectiveAllReduceBuilder's default exchange (graph_builder/queue_allreduce.py) between
-in-process workers: each worker a server of its own with virtual CPU towers, each running
-its session in a thread. The sums are checked bit for bit against numpy, in the order the
-builder documents: towers in tower order on each worker, then workers in worker order."""
+"""CollectiveAllReduceBuilder's exchanges between workers that send their sums to each other,
+sockets (graph_builder/socket_allreduce.py) and queues (graph_builder/queue_allreduce.py),
+between in-process workers: each worker a server of its own with virtual CPU towers, each
+running its session in a thread. The sums are checked bit for bit against numpy, in the order
+the builder documents: towers in tower order on each worker, then workers in worker order."""
 
+import re
 import threading
 
 import numpy as np
@@ -20,7 +22,9 @@ RUN_MS = int(RUN_BOUND * 1000)
 
 def start_workers(num_worker, num_tower):
     cluster = local_cluster(num_worker)
-    config = tfv1.ConfigProto(device_count={'CPU': num_tower})
+    # a socket exchange holds a thread of the process's pool until every peer's data is in:
+    # in-process workers need a thread each, whatever the machine's cores
+    config = tfv1.ConfigProto(device_count={'CPU': num_tower}, inter_op_parallelism_threads=2 * num_worker)
     return [create_server(cluster, 'worker', k, config=config) for k in range(num_worker)]
 
 
@@ -28,12 +32,13 @@ class Worker:
     """One worker's graph of the all-reduce of ``per_tower`` (a list per tower of arrays, fed
     through placeholders as gradients would be computed, not folded as constants)."""
 
-    def __init__(self, server, per_tower, average, compression, chunk_bytes=1000):
+    def __init__(self, server, per_tower, average, compression, exchange, chunk_bytes=1000):
         self.server = server
         self.graph = tfv1.Graph()
         with self.graph.as_default():
             towers = ['/cpu:{}'.format(k) for k in range(len(per_tower))]
-            self.builder = CollectiveAllReduceBuilder(towers, server, average, compression)
+            self.builder = CollectiveAllReduceBuilder(towers, server, average, compression, exchange,
+                                                      step_timeout=RUN_BOUND)
             self.builder.QUEUE_CHUNK_BYTES = chunk_bytes
             self.feeds = {}
             inputs = []
@@ -50,6 +55,7 @@ class Worker:
 
     def run(self):
         with self.session() as sess:
+            self.builder.connect(sess, timeout=RUN_BOUND)
             return sess.run(self.results, self.feeds)
 
 
@@ -116,19 +122,32 @@ def expected_totals(values, compression):
     return totals
 
 
+def check_graph(graph, exchange, num_worker, compression):
+    """The ops that move the data: one dequeue from each peer's outbox (large tensors in
+    pieces), or one py_func sending and receiving everything; no collective op."""
+    operations = graph.get_operations()
+    assert not [op for op in operations if op.type.startswith('Collective')]
+    if exchange == 'queues':
+        dequeues = [op for op in operations if op.type == 'QueueDequeueV2']
+        assert len(dequeues) == num_worker - 1
+        float_pieces = 5 if compression else 9                  # 2100 elements of 2 or 4 bytes, 1000 a piece
+        assert all(len(op.outputs) == float_pieces + 3 for op in dequeues)
+    else:
+        exchanges = [op for op in operations if op.type == 'PyFunc' and 'exchange' in op.name]
+        assert len(exchanges) == 1 and len(exchanges[0].outputs) == 4
+        assert not [op for op in operations if op.type == 'QueueDequeueV2' and 'ports' not in op.name]
+
+
+@pytest.mark.parametrize('exchange', ['sockets', 'queues'])
 @pytest.mark.parametrize('compression', [None, 'fp16', 'bf16'])
 @pytest.mark.parametrize('average', [False, True])
-def test_three_workers_of_two_towers_get_the_same_sum_in_worker_order(average, compression):
+def test_three_workers_of_two_towers_get_the_same_sum_in_worker_order(average, compression, exchange):
     num_worker, num_tower = 3, 2
     servers = start_workers(num_worker, num_tower)
     values = worker_values(np.random.RandomState(0), num_worker, num_tower)
-    workers = [Worker(server, per_tower, average, compression) for server, per_tower in zip(servers, values)]
-
-    dequeues = [op for op in workers[0].graph.get_operations() if op.type == 'QueueDequeueV2']
-    assert len(dequeues) == num_worker - 1                      # one queue from each peer
-    float_pieces = 5 if compression else 9                      # 2100 elements of 2 or 4 bytes, 1000 a piece
-    assert all(len(op.outputs) == float_pieces + 3 for op in dequeues)
-    assert not [op for op in workers[0].graph.get_operations() if op.type.startswith('Collective')]
+    workers = [Worker(server, per_tower, average, compression, exchange)
+               for server, per_tower in zip(servers, values)]
+    check_graph(workers[0].graph, exchange, num_worker, compression)
 
     outputs = run_together([worker.run for worker in workers])
     for output in outputs:
@@ -165,7 +184,8 @@ def test_three_workers_of_two_towers_get_the_same_sum_in_worker_order(average, c
                 np.testing.assert_array_equal(value, first)
 
 
-def test_steps_repeat_and_a_worker_one_step_ahead_waits_for_the_others():
+@pytest.mark.parametrize('exchange', ['sockets', 'queues'])
+def test_steps_repeat_and_a_worker_one_step_ahead_waits_for_the_others(exchange):
     """Five steps of different values: each worker gets each step's sum, never another's."""
     servers = start_workers(2, 1)
     graphs = []
@@ -173,7 +193,7 @@ def test_steps_repeat_and_a_worker_one_step_ahead_waits_for_the_others():
         graph = tfv1.Graph()
         with graph.as_default():
             step = tfv1.placeholder(tf.float32, [3])
-            builder = CollectiveAllReduceBuilder(['/cpu:0'], server, average=False)
+            builder = CollectiveAllReduceBuilder(['/cpu:0'], server, average=False, exchange=exchange)
             total = builder.all_reduce([[step]])[0][0]
         graphs.append((graph, builder, step, total))
 
@@ -181,6 +201,7 @@ def test_steps_repeat_and_a_worker_one_step_ahead_waits_for_the_others():
         server, (graph, builder, step, total) = servers[worker], graphs[worker]
         config = tfv1.ConfigProto(device_filters=builder.session_device_filters())
         with tfv1.Session(server.target, graph=graph, config=config) as sess:
+            builder.connect(sess, timeout=RUN_BOUND)
             return [sess.run(total, {step: np.full(3, 10.0 ** worker * (k + 1), 'float32')})
                     for k in range(5)]
 
@@ -192,7 +213,7 @@ def test_steps_repeat_and_a_worker_one_step_ahead_waits_for_the_others():
 
 def test_abort_ends_a_step_waiting_for_a_worker_that_never_sends():
     servers = start_workers(2, 1)
-    worker = Worker(servers[0], [[np.ones(5, 'float32')]], True, None)
+    worker = Worker(servers[0], [[np.ones(5, 'float32')]], True, None, 'queues')
     assert worker.abort is not None
     sess = worker.session()
     outcome = {}
@@ -219,7 +240,7 @@ def test_done_signals_arrive_only_once_each_peer_has_run_its_last_step():
     """A worker's last step ends before its peers have taken its contribution out of its
     outbox; its peers' done signals tell it when they have."""
     servers = start_workers(3, 1)
-    workers = [Worker(server, [[np.full(4, 10.0 ** k, 'float32')]], False, None)
+    workers = [Worker(server, [[np.full(4, 10.0 ** k, 'float32')]], False, None, 'queues')
                for k, server in enumerate(servers)]
     done = []
     for worker in workers:
@@ -252,11 +273,154 @@ def test_done_signals_arrive_only_once_each_peer_has_run_its_last_step():
             sess.close()
 
 
-def test_one_worker_without_peers_builds_no_queue():
+@pytest.mark.parametrize('exchange', ['sockets', 'queues'])
+def test_one_worker_without_peers_builds_no_queue(exchange):
     servers = start_workers(1, 2)
-    worker = Worker(servers[0], [[np.arange(3, dtype='float32')], [np.ones(3, 'float32')]], False, None)
+    worker = Worker(servers[0], [[np.arange(3, dtype='float32')], [np.ones(3, 'float32')]], False, None,
+                    exchange)
     assert worker.abort is None
-    assert not [op for op in worker.graph.get_operations() if 'Queue' in op.type]
+    assert not [op for op in worker.graph.get_operations() if 'Queue' in op.type or op.type == 'PyFunc']
     assert worker.builder.build_done_signals() is None
     for tower_output in worker.run():
         np.testing.assert_array_equal(tower_output[0], [1.0, 2.0, 3.0])
+
+
+# ----- sockets: connecting, failures and the end ---------------------------------------------------
+
+def connected_sessions(workers):
+    """A session per worker, every worker connected to the others (in threads: the workers
+    connect to each other)."""
+    sessions = [worker.session() for worker in workers]
+    outcome = run_together([lambda k=k: workers[k].builder.connect(sessions[k], timeout=RUN_BOUND)
+                            for k in range(len(workers))])
+    assert outcome == [None] * len(workers)
+    return sessions
+
+
+def run_in_thread(function):
+    """Start ``function`` in a daemon thread; returns the thread and a dict that receives
+    ``'result'`` or ``'error'``."""
+    outcome = {}
+
+    def call():
+        try:
+            outcome['result'] = function()
+        except Exception as err:      # asserted on by the test
+            outcome['error'] = err
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_sockets_abort_ends_a_step_waiting_for_a_worker_that_never_sends():
+    servers = start_workers(2, 1)
+    workers = [Worker(server, [[np.ones(5, 'float32')]], True, None, 'sockets') for server in servers]
+    assert workers[0].abort is not None
+    sessions = connected_sessions(workers)
+    thread, outcome = run_in_thread(lambda: sessions[0].run(workers[0].results, workers[0].feeds))
+    thread.join(1.0)                  # the step waits for worker 1's data, which never comes
+    assert thread.is_alive()
+    sessions[0].run(workers[0].abort)
+    thread.join(RUN_BOUND)
+    assert not thread.is_alive()
+    assert isinstance(outcome['error'], tf.errors.UnknownError), outcome   # how a py_func op fails
+    error = workers[0].builder.exchange_failure()                      # why, as the trainer reports it
+    assert isinstance(error, tf.errors.UnavailableError), error
+    address = servers[1].server_def.cluster.job[0].tasks[1]
+    assert "the connection to worker 1 ({}) failed".format(address) in error.message
+    assert error.message in outcome['error'].message
+
+
+def test_sockets_a_step_fails_naming_the_peer_whose_connection_ends():
+    """A peer that goes away mid-exchange (its connections close) makes the step fail at once
+    with an UnavailableError naming it, not wait for the timeout."""
+    servers = start_workers(2, 1)
+    workers = [Worker(server, [[np.ones(5, 'float32')]], False, None, 'sockets') for server in servers]
+    sessions = connected_sessions(workers)
+    thread, outcome = run_in_thread(lambda: sessions[0].run(workers[0].results, workers[0].feeds))
+    thread.join(0.5)
+    sessions[1].run(workers[1].abort)          # worker 1's connections end, as when its process dies
+    thread.join(RUN_BOUND)
+    assert not thread.is_alive()
+    assert isinstance(outcome['error'], tf.errors.UnknownError), outcome
+    error = workers[0].builder.exchange_failure()
+    assert isinstance(error, tf.errors.UnavailableError), error
+    assert 'worker 1' in error.message and 'the connection was closed' in error.message
+
+
+def test_sockets_a_step_without_the_peers_data_fails_after_the_step_timeout():
+    servers = start_workers(2, 1)
+    workers = [Worker(server, [[np.ones(5, 'float32')]], False, None, 'sockets') for server in servers]
+    sessions = connected_sessions(workers)
+    workers[0].builder._between_workers.timeout = 0.5  # noqa: the test's short timeout, set before the step
+    for sock in workers[0].builder._between_workers._sockets.values():   # noqa
+        sock.settimeout(0.5)
+    with pytest.raises(tf.errors.UnknownError):
+        sessions[0].run(workers[0].results, workers[0].feeds)
+    error = workers[0].builder.exchange_failure()
+    assert isinstance(error, tf.errors.DeadlineExceededError), error
+    assert re.search(r'worker 1 \(localhost:\d+\) sent or took no data within 0.5 s', error.message)
+
+
+def test_sockets_connect_fails_naming_the_peer_that_never_comes():
+    servers = start_workers(2, 1)
+    worker = Worker(servers[1], [[np.ones(5, 'float32')]], False, None, 'sockets')
+    sess = worker.session()
+    # worker 0 never runs: its port never reaches worker 1's queue
+    with pytest.raises(tf.errors.DeadlineExceededError):
+        worker.builder.connect(sess, timeout=0.5)
+
+
+def test_sockets_connect_ignores_a_stranger_and_a_step_runs_before_connect_fails_clearly():
+    import socket as sockets
+    servers = start_workers(2, 1)
+    workers = [Worker(server, [[np.full(3, 10.0 ** k, 'float32')]], False, None, 'sockets')
+               for k, server in enumerate(servers)]
+    sessions = [worker.session() for worker in workers]
+    with pytest.raises(tf.errors.UnknownError, match=r'connect\(\) was not called before the first step'):
+        sessions[0].run(workers[0].results, workers[0].feeds)
+    listener_port = workers[1].builder._between_workers._listener.getsockname()[1]   # noqa
+    stranger = sockets.create_connection(('localhost', listener_port))
+    stranger.sendall(b'GET / HTTP/1.0\r\n\r\n')                # a health check, not a worker
+    outcome = run_together([lambda k=k: workers[k].builder.connect(sessions[k], timeout=RUN_BOUND)
+                            for k in range(2)])
+    assert outcome == [None, None]
+    totals = run_together([lambda k=k: sessions[k].run(workers[k].results, workers[k].feeds)
+                           for k in range(2)])
+    for total in totals:
+        np.testing.assert_array_equal(total[0][0], [11.0, 11.0, 11.0])
+    stranger.close()
+
+
+def test_sockets_done_signals_arrive_only_once_each_peer_has_run_its_last_step():
+    servers = start_workers(3, 1)
+    workers = [Worker(server, [[np.full(4, 10.0 ** k, 'float32')]], False, None, 'sockets')
+               for k, server in enumerate(servers)]
+    done = []
+    for worker in workers:
+        with worker.graph.as_default():
+            done.append(worker.builder.build_done_signals())
+    assert [sorted(d.sends) for d in done] == [[1, 2], [0, 2], [0, 1]]
+    sessions = connected_sessions(workers)
+
+    def last_step_then_done(k):
+        total = sessions[k].run(workers[k].results, workers[k].feeds)[0][0]
+        for send in done[k].sends.values():
+            sessions[k].run(send)
+        return total
+
+    first = run_together([lambda: last_step_then_done(0), lambda: last_step_then_done(1),
+                          lambda: sessions[2].run(workers[2].results, workers[2].feeds)[0][0]])
+    for total in first:
+        np.testing.assert_array_equal(total, np.full(4, 111.0, 'float32'))
+    heard = [sessions[0].run(done[0].receive)]
+    assert heard == [1]
+    assert sessions[0].run(done[0].receive) == -1                 # worker 2 has not said it yet (1 s)
+    for send in done[2].sends.values():
+        sessions[2].run(send)
+    heard.append(sessions[0].run(done[0].receive))
+    assert heard == [1, 2]
+    assert sorted(sessions[1].run(done[1].receive) for _ in range(2)) == [0, 2]
+    for sess in sessions:
+        sess.close()
