@@ -372,6 +372,22 @@ def test_sockets_connect_fails_naming_the_peer_that_never_comes():
         worker.builder.connect(sess, timeout=0.5)
 
 
+def test_sockets_abort_ends_connect_waiting_for_a_peer():
+    """The watchdog's abort also ends a start-up waiting for a lost peer's port, or for its
+    connection."""
+    servers = start_workers(3, 1)
+    worker = Worker(servers[1], [[np.ones(5, 'float32')]], False, None, 'sockets')
+    sess = worker.session()
+    thread, outcome = run_in_thread(lambda: worker.builder.connect(sess, timeout=RUN_BOUND))
+    thread.join(1.0)                  # workers 0 and 2 never publish their ports
+    assert thread.is_alive()
+    sess.run(worker.abort)
+    thread.join(RUN_BOUND)
+    assert not thread.is_alive()
+    assert isinstance(outcome['error'], (tf.errors.OutOfRangeError, tf.errors.CancelledError)), outcome
+    assert 'closed' in outcome['error'].message
+
+
 def test_sockets_connect_ignores_a_stranger_and_a_step_runs_before_connect_fails_clearly():
     import socket as sockets
     servers = start_workers(2, 1)

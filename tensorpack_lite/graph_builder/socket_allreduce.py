@@ -193,12 +193,15 @@ class SocketAllReduce:
         return self.cluster.host('worker', worker)
 
     def build_abort(self):
-        """An op shutting every connection of this worker down, so that a step waiting for a
-        lost worker fails at once (None when nothing is built yet or there is no peer)."""
+        """An op shutting every connection of this worker down and closing its port queue, so
+        that a step, or :meth:`connect`, waiting for a lost worker fails at once (None when
+        nothing is built yet or there is no peer)."""
         if self._port_ops is None:
             return None
         with tf.name_scope('socket_allreduce_abort'):
-            return tf.numpy_function(self._shut_down, [], tf.int32, name='abort')
+            shut = tf.numpy_function(self._shut_down, [], tf.int32, name='shut_down')
+            closed = self._port_queue(self.cluster.task_index).close(cancel_pending_enqueues=True)
+            return tf.group(shut, closed, name='abort')
 
     def build_done_signals(self):
         """The :class:`~tensorpack_lite.graph_builder.queue_allreduce.DoneSignals` of this
@@ -365,7 +368,7 @@ class SocketAllReduce:
             pass   # already closed by the peer
 
     def _shut_down(self):
-        for sock in self._sockets.values():
+        for sock in list(self._sockets.values()) + [self._listener]:
             self._shut(sock)
         return np.int32(len(self._sockets))
 
