@@ -124,7 +124,8 @@ def expected_totals(values, compression):
 
 def check_graph(graph, exchange, num_worker, compression):
     """The ops that move the data: one dequeue from each peer's outbox (large tensors in
-    pieces), or one py_func sending and receiving everything; no collective op."""
+    pieces), or one py_func sending and receiving everything; no collective op. (The floats
+    and doubles are compressed when ``compression`` is given.)"""
     operations = graph.get_operations()
     assert not [op for op in operations if op.type.startswith('Collective')]
     if exchange == 'queues':
@@ -134,7 +135,9 @@ def check_graph(graph, exchange, num_worker, compression):
         assert all(len(op.outputs) == float_pieces + 3 for op in dequeues)
     else:
         exchanges = [op for op in operations if op.type == 'PyFunc' and 'exchange' in op.name]
-        assert len(exchanges) == 1 and len(exchanges[0].outputs) == 4
+        # each sum, or (compressed floats, decoded and added by TensorFlow) each peer's data
+        compressed_outputs = 2 * (num_worker - 1) if compression else 2
+        assert len(exchanges) == 1 and len(exchanges[0].outputs) == compressed_outputs + 2
         assert not [op for op in operations if op.type == 'QueueDequeueV2' and 'ports' not in op.name]
 
 

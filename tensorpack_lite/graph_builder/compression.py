@@ -12,8 +12,6 @@ float32 ring all-reduce at N = 4, more beyond (TensorFlow's collective reduce-sc
 all-to-all, which would avoid that, run with NCCL only).
 """
 
-import numpy as np
-
 from ..compat import tf
 from .utils import sum_in_order
 
@@ -69,13 +67,6 @@ class GradientCompression:
         if self.wire_dtype != tf.float16:
             encoded = tf.bitcast(encoded, self.wire_dtype)
         return tf.cast(encoded, tf.float32)
-
-    def decode_array(self, encoded):
-        """:meth:`decode` for a numpy array of what travels (float16): its float32 values."""
-        if self.wire_dtype == tf.float16:
-            return encoded.astype(np.float32)
-        # bfloat16 is the upper half of a float32's bits
-        return (encoded.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
     def sum_gathered(self, gathered, group_size):
         """The float32 sum of the ``group_size`` encoded tensors concatenated in ``gathered``,

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..compat import tf, tfv1
 from .queue_allreduce import DoneSignals
+from .utils import sum_in_order
 
 __all__ = ['SocketAllReduce', 'PORT_VARIABLE']
 
@@ -80,8 +81,8 @@ class _CallBuffers:
             buffer = self._received[index] = np.empty_like(like)
         return buffer
 
-    def result(self, index, size, dtype):
-        kept = self._results.setdefault(index, [])
+    def result(self, key, size, dtype):
+        kept = self._results.setdefault(key, [])
         for array in kept:
             # 3 references: the list, the loop variable and getrefcount's argument
             if sys.getrefcount(array) <= 3 and array.size == size and array.dtype == dtype:
@@ -140,30 +141,48 @@ class SocketAllReduce:
             tensors (list[tf.Tensor]): this worker's contribution, as it travels (flat).
             compressions (list): for each tensor, None (add it as it travels) or the
                 :class:`~tensorpack_lite.graph_builder.compression.GradientCompression` it
-                travels with (what is added is the float32 of its ``decode_array``).
+                travels with (what is added is its ``decode``).
 
         Returns:
             list[tf.Tensor]: for each tensor, ``decode(x_0) + decode(x_1) + ...`` over the
-            workers in worker order, flat.
+            workers in worker order, flat. Uncompressed tensors are added by the exchange op
+            as the data arrives; compressed ones are decoded and added by TensorFlow's ops
+            after it (numpy converts 16-bit floats an element at a time).
         """
         compressions = compressions or [None] * len(tensors)
-        out_dtypes = [t.dtype.base_dtype if c is None else tf.float32 for t, c in zip(tensors, compressions)]
-        decoders = [None if c is None else c.decode_array for c in compressions]
         if not self.peers:
             return [tf.identity(t) if c is None else c.decode(t) for t, c in zip(tensors, compressions)]
         call = self._num_calls
         self._num_calls += 1
         self._buffers.append(_CallBuffers())
         self._build_port_exchange()
+        summed_here = [c is None for c in compressions]
+        out_dtypes = []
+        for tensor, here in zip(tensors, summed_here):
+            out_dtypes += [tensor.dtype.base_dtype] * (1 if here else len(self.peers))
 
         def exchange(*arrays):
-            return self._exchange(call, arrays, decoders, out_dtypes)
+            return self._exchange(call, arrays, summed_here)
 
-        with tf.name_scope('socket_allreduce'), tf.device(_worker_cpu(self.cluster.task_index)):
-            summed = tf.numpy_function(exchange, list(tensors), out_dtypes, name='exchange{}'.format(call))
-        for total, tensor in zip(summed, tensors):
+        me = self.cluster.task_index
+        with tf.name_scope('socket_allreduce'), tf.device(_worker_cpu(me)):
+            outputs = iter(tf.numpy_function(exchange, list(tensors), out_dtypes,
+                                             name='exchange{}'.format(call)))
+            totals = []
+            for tensor, compression in zip(tensors, compressions):
+                if compression is None:
+                    totals.append(next(outputs))
+                    continue
+                # the own contribution through a PlaceholderWithDefault: see QueueAllReduce.sum
+                received = {me: tf.raw_ops.PlaceholderWithDefault(input=tensor, shape=tensor.shape)}
+                for peer in self.peers:
+                    received[peer] = next(outputs)
+                    received[peer].set_shape(tensor.shape)
+                totals.append(sum_in_order([compression.decode(received[worker])
+                                            for worker in range(self.cluster.num_worker)]))
+        for total, tensor in zip(totals, tensors):
             total.set_shape(tensor.shape)
-        return summed
+        return totals
 
     def _port_queue(self, worker):
         with tf.device(_worker_cpu(worker)):
@@ -290,7 +309,9 @@ class SocketAllReduce:
     def _describe(self, peer):
         return self.cluster.describe('worker', peer)
 
-    def _exchange(self, call, arrays, decoders, out_dtypes):
+    def _exchange(self, call, arrays, summed_here):
+        """Send ``arrays`` to every peer and receive theirs: for each array, its sum over the
+        workers if ``summed_here``, else the peers' arrays in worker order."""
         if not self._sockets:
             raise tf.errors.FailedPreconditionError(
                 None, None, "SocketAllReduce: connect() was not called before the first step")
@@ -298,8 +319,12 @@ class SocketAllReduce:
         arrays = [np.ascontiguousarray(a) for a in arrays]
         sending = {peer: self._sender.submit(self._send, sock, arrays) for peer, sock in sockets.items()}
         try:
-            results = [self._sum_one(call, index, array, sockets, decoders[index], out_dtypes[index])
-                       for index, array in enumerate(arrays)]
+            results = []
+            for index, (array, here) in enumerate(zip(arrays, summed_here)):
+                if here:
+                    results.append(self._sum_one(self._buffers[call], index, array, sockets))
+                else:
+                    results.extend(self._receive_one(self._buffers[call], index, array, sockets))
             for peer, future in sending.items():
                 self._raise_for(peer, future.exception(timeout=self.timeout + 1))
         except BaseException as err:
@@ -326,37 +351,52 @@ class SocketAllReduce:
                                              "{}".format(self._describe(peer), error))
         raise error
 
-    def _sum_one(self, call, index, mine, sockets, decode, out_dtype):
-        """This tensor's sum over the workers in worker order, adding each chunk of a peer's
-        data as it arrives."""
-        buffers = self._buffers[call]
-        total = buffers.result(index, mine.size, out_dtype.as_numpy_dtype)
+    def _receive_range(self, peer, sock, into, start, end):
+        """Receive the elements ``start:end`` of ``into`` (a flat array) from ``peer``."""
+        try:
+            self._receive_into(sock, memoryview(into).cast('B')[start * into.itemsize:end * into.itemsize])
+        except OSError as err:
+            self._raise_for(peer, err)
+
+    def _receive_chunks(self, peer, sock, into):
+        """Receive ``into`` from ``peer`` chunk by chunk; yields each chunk's element range
+        once it is in."""
+        step = max(1, self.CHUNK_BYTES // max(1, into.itemsize))
+        for start in range(0, into.size, step):
+            end = min(into.size, start + step)
+            self._receive_range(peer, sock, into, start, end)
+            yield start, end
+
+    def _sum_one(self, buffers, index, mine, sockets):
+        """This array's sum over the workers in worker order, each chunk of a peer's data
+        added as soon as it has arrived."""
+        total = buffers.result((index, 'sum'), mine.size, mine.dtype)
         received = buffers.receive_buffer(index, mine)
-        decode = decode or (lambda array: array)
         me = self.cluster.task_index
-        step = max(1, self.CHUNK_BYTES // max(1, mine.itemsize))
-        order = list(range(self.cluster.num_worker))
-        first_peer = order[1] if me == 0 else order[0]
-        for worker in order:
+        first_peer = 1 if me == 0 else 0
+        for worker in range(self.cluster.num_worker):
             if worker == me:
                 if me != 0:
-                    np.add(total, decode(mine), out=total)
+                    np.add(total, mine, out=total)
                 continue
-            view = memoryview(received).cast('B')
-            for start in range(0, mine.size, step):
-                end = min(mine.size, start + step)
-                try:
-                    self._receive_into(sockets[worker], view[start * mine.itemsize:end * mine.itemsize])
-                except (OSError, ConnectionError) as err:
-                    self._raise_for(worker, err)
-                value = decode(received[start:end])
-                if worker == first_peer and me == 0:
-                    np.add(decode(mine[start:end]), value, out=total[start:end])
-                elif worker == first_peer:
-                    np.copyto(total[start:end], value)
+            for start, end in self._receive_chunks(worker, sockets[worker], received):
+                chunk = slice(start, end)
+                if worker != first_peer:
+                    np.add(total[chunk], received[chunk], out=total[chunk])
+                elif me == 0:
+                    np.add(mine[chunk], received[chunk], out=total[chunk])
                 else:
-                    np.add(total[start:end], value, out=total[start:end])
+                    np.copyto(total[chunk], received[chunk])
         return total
+
+    def _receive_one(self, buffers, index, mine, sockets):
+        """The peers' arrays of this index, in worker order."""
+        arrays = []
+        for peer, sock in sockets.items():
+            array = buffers.result((index, peer), mine.size, mine.dtype)
+            self._receive_range(peer, sock, array, 0, array.size)
+            arrays.append(array)
+        return arrays
 
     # ----- the end -----------------------------------------------------------------------------
 
