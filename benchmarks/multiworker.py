@@ -16,8 +16,8 @@
    the median over the rounds of the medians of ``--repeat`` runs after warm-up, and the
    median of the per-round speed ratios to the first variant; throughput = float32 size / time.
 2. Steps/s of CollectiveAllReduceTrainer on an MLP 784-1024-1024-10 (about 1.9 M parameters,
-   7.6 MB of gradients) with constant inputs: 2 workers of batch B against 1 worker of
-   batch B and of batch 2B.
+   7.6 MB of gradients) with constant inputs: 2 workers of batch B (with each of
+   ``--train-exchanges``) against 1 worker of batch B and of batch 2B.
 
     python benchmarks/multiworker.py                 # everything
     python benchmarks/multiworker.py --skip-horovod --sizes 1 4
@@ -138,7 +138,7 @@ def train_worker(args):
     from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer
     from timing import DenseMLP, EpochTimer
 
-    trainer = CollectiveAllReduceTrainer(['/cpu:0'], create_server())
+    trainer = CollectiveAllReduceTrainer(['/cpu:0'], create_server(), exchange=args.variant)
     timer = EpochTimer()
     config = TrainConfig(model=DenseMLP(args.batch, [1024, 1024]),
                          data=DummyConstantInput([[args.batch, 784], [args.batch]]),
@@ -244,8 +244,11 @@ def main():
     parser.add_argument('--batch', type=int, default=128, help='B: the batch per worker')
     parser.add_argument('--steps', type=int, default=30, help='steps per epoch')
     parser.add_argument('--epochs', type=int, default=4, help='epochs per run, the first is warm-up')
+    parser.add_argument('--train-exchanges', nargs='+', default=['sockets', 'queues'],
+                        help="the exchanges of the training runs of 2 workers")
     parser.add_argument('--skip-horovod', action='store_true')
     parser.add_argument('--skip-training', action='store_true')
+    parser.add_argument('--skip-allreduce', action='store_true', help='only the training runs')
     parser.add_argument('--skip-mwms', action='store_true',
                         help="skip tf.distribute's MultiWorkerMirroredStrategy")
     parser.add_argument('--role', choices=['collective', 'horovod', 'mwms', 'train'], help=argparse.SUPPRESS)
@@ -257,18 +260,20 @@ def main():
         return
 
     print("load average at the start: {}".format(_load()), flush=True)
-    print_allreduce(args, all_reduce_rounds(args))
+    if not args.skip_allreduce:
+        print_allreduce(args, all_reduce_rounds(args))
     if args.skip_training:
         return
-    runs = [('1 worker, batch {}'.format(args.batch), 1, args.batch),
-            ('1 worker, batch {}'.format(2 * args.batch), 1, 2 * args.batch),
-            ('2 workers, batch {} each'.format(args.batch), 2, args.batch)]
+    runs = [('1 worker, batch {}'.format(args.batch), 1, args.batch, args.train_exchanges[0]),
+            ('1 worker, batch {}'.format(2 * args.batch), 1, 2 * args.batch, args.train_exchanges[0])]
+    runs += [('2 workers, batch {} each, {}'.format(args.batch, exchange), 2, args.batch, exchange)
+             for exchange in args.train_exchanges]
     print("\nCollectiveAllReduceTrainer, MLP 784-1024-1024-10, median over {} epochs of {} steps:".format(
         args.epochs - 1, args.steps))
-    for name, workers, batch in runs:
+    for name, workers, batch, exchange in runs:
         speed = run_local_cluster(args, workers, 'train', batch=batch, steps=args.steps,
-                                  epochs=args.epochs)['steps_per_second']
-        print("  {:<28s} {:7.2f} steps/s  {:8.0f} samples/s".format(name, speed, speed * batch * workers),
+                                  epochs=args.epochs, variant=exchange)['steps_per_second']
+        print("  {:<37s} {:7.2f} steps/s  {:8.0f} samples/s".format(name, speed, speed * batch * workers),
               flush=True)
 
 
