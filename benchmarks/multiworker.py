@@ -14,7 +14,8 @@
        environment (``bash .ci/horovod_env.sh`` builds it; or $TENSORPACK_LITE_HOROVOD_PYTHON).
    (a) and (c) are timed in graph mode, one all-reduce per ``session.run``; each column gives
    the median over the rounds of the medians of ``--repeat`` runs after warm-up, and the
-   median of the per-round speed ratios to the first variant; throughput = float32 size / time.
+   median (smallest, largest) of the per-round speed ratios to the first variant; throughput =
+   float32 size / time.
 2. Steps/s of CollectiveAllReduceTrainer on an MLP 784-1024-1024-10 (about 1.9 M parameters,
    7.6 MB of gradients) with constant inputs: 2 workers of batch B (with each of
    ``--train-exchanges``) against 1 worker of batch B and of batch 2B.
@@ -217,17 +218,18 @@ def print_allreduce(args, times):
     print("all-reduce (sum) of float32 between 2 processes on this machine ({}, {} cores), MB/s of float32 "
           "data; median over {} rounds of the medians of {} runs:".format(
               platform.processor() or platform.machine(), os.cpu_count(), args.rounds, args.repeat))
-    print("  {:>6s}".format('MB') + ''.join("  {:>25s}".format(name) for name in times))
+    print("  {:>6s}".format('MB') + ''.join("  {:>37s}".format(name) for name in times))
     base = next(iter(times))
     for size in args.sizes:
         line = "  {:6d}".format(size)
         for name, by_size in times.items():
             median = statistics.median(by_size[size])
-            ratio = statistics.median(b / t for b, t in zip(times[base][size], by_size[size]))
-            line += "  {:7.1f} ms {:7.1f} x{:5.2f}".format(1000 * median, size / median, ratio)
+            ratios = [b / t for b, t in zip(times[base][size], by_size[size])]
+            line += "  {:7.1f} ms {:7.1f} x{:5.2f} ({:4.2f}-{:4.2f})".format(
+                1000 * median, size / median, statistics.median(ratios), min(ratios), max(ratios))
         print(line, flush=True)
-    print("  (ms, MB/s, and the median of the per-round speed ratios to {}); load average now: {}".format(
-        base, _load()))
+    print("  (ms, MB/s, and the median, smallest and largest of the per-round speed ratios to {}); "
+          "load average now: {}".format(base, _load()))
 
 
 def main():

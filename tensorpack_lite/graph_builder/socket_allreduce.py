@@ -1,5 +1,5 @@
 """All-reduce across the worker processes of a cluster over direct TCP connections between
-them, driven by one ``py_func`` op per all-reduce call.
+them, driven by one Python op (``tf.numpy_function``) per all-reduce call.
 
 Each worker opens one connection to every other worker for every call (:meth:`connect`,
 once the session exists; the workers learn each other's ports through TensorFlow queues).
@@ -7,14 +7,14 @@ In a step, the call's op sends this worker's tensors to every peer (one thread p
 receives every peer's tensors in 1 MB chunks straight into preallocated buffers, and adds
 each chunk as soon as it has arrived, in worker order: ``((x_0 + x_1) + x_2) + ...``. Every
 worker adds the same values in the same order, so every worker gets the same sum, bit for bit,
-and the same bits as :class:`QueueAllReduce` and the collective ops.
+and the same bits as :class:`QueueAllReduce`.
 
 Why: through TensorFlow's runtime a tensor crosses processes as a gRPC message (``RecvTensor``
 or ``RecvBuf``): framed, copied into the message, parsed and copied out again. A socket moves
 the tensor's bytes with one copy into the kernel on one side and one copy out of it (into the
 receive buffer) on the other, like Horovod's Gloo, and the additions overlap the receiving.
-Between 2 processes on 2 cores this moves 1.3-4x as much data per second as the queues
-(docs/distributed.md).
+Between 2 processes on 2 cores this moved 1.5-1.8x as much data per second as the queues and
+1.3-4.7x as much as Horovod's Gloo at 1-64 MB (docs/distributed.md).
 
 What it needs: every worker accepts TCP connections from the others on one more port (any
 free one, or ``TENSORPACK_LITE_SOCKET_PORT``) of the host its TF_CONFIG address names.
@@ -36,7 +36,7 @@ import select
 import socket
 import struct
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent import futures
 
 import numpy as np
 
@@ -257,13 +257,13 @@ class SocketAllReduce:
                     sock = socket.create_connection((self._host(peer), ports[peer]), timeout=timeout)
                     sock.sendall(_HELLO.pack(_MAGIC, me, call))
                 except OSError as err:
-                    self._raise_for(peer, err)
+                    self._raise_for(peer, err, timeout)
                 self._sockets[(call, peer)] = sock
         self._accept_lower_peers(timeout)
         for sock in self._sockets.values():
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self.timeout)
-        self._sender = ThreadPoolExecutor(len(self.peers), thread_name_prefix='socket-allreduce')
+        self._sender = futures.ThreadPoolExecutor(len(self.peers), thread_name_prefix='socket-allreduce')
 
     def _accept_lower_peers(self, timeout):
         """Accept the connections of every call from every peer of a lower index."""
@@ -275,7 +275,7 @@ class SocketAllReduce:
                 try:
                     sock, _ = self._listener.accept()
                 except OSError as err:
-                    self._raise_for(min(peer for _, peer in expected), err)
+                    self._raise_for(min(peer for _, peer in expected), err, timeout)
                 sock.settimeout(min(timeout, self.HELLO_TIMEOUT))
                 try:
                     magic, peer, call = _HELLO.unpack(self._receive_exactly(sock, _HELLO.size))
@@ -326,7 +326,11 @@ class SocketAllReduce:
                 else:
                     results.extend(self._receive_one(self._buffers[call], index, array, sockets))
             for peer, future in sending.items():
-                self._raise_for(peer, future.exception(timeout=self.timeout + 1))
+                try:
+                    error = future.exception(timeout=self.timeout + 1)
+                except futures.TimeoutError as err:
+                    error = err
+                self._raise_for(peer, error)
         except BaseException as err:
             for sock in sockets.values():
                 self._shut(sock)
@@ -340,12 +344,15 @@ class SocketAllReduce:
         for array in arrays:
             sock.sendall(memoryview(array).cast('B'))
 
-    def _raise_for(self, peer, error):
+    def _raise_for(self, peer, error, seconds=None):
+        """Raise ``error`` (if any) of the connection to ``peer`` as a ``tf.errors`` error
+        naming the peer (``seconds``: the timeout that ran out, default :attr:`timeout`)."""
         if error is None:
             return
-        if isinstance(error, (socket.timeout, TimeoutError)):
+        if isinstance(error, (socket.timeout, TimeoutError, futures.TimeoutError)):
             raise tf.errors.DeadlineExceededError(None, None, "SocketAllReduce: {} sent or took no data "
-                                                  "within {:g} s".format(self._describe(peer), self.timeout))
+                                                  "within {:g} s".format(self._describe(peer),
+                                                                         seconds or self.timeout))
         if isinstance(error, OSError):
             raise tf.errors.UnavailableError(None, None, "SocketAllReduce: the connection to {} failed: "
                                              "{}".format(self._describe(peer), error))
