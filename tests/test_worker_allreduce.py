@@ -37,8 +37,7 @@ class Worker:
         self.graph = tfv1.Graph()
         with self.graph.as_default():
             towers = ['/cpu:{}'.format(k) for k in range(len(per_tower))]
-            self.builder = CollectiveAllReduceBuilder(towers, server, average, compression, exchange,
-                                                      step_timeout=RUN_BOUND)
+            self.builder = CollectiveAllReduceBuilder(towers, server, average, compression, exchange)
             self.builder.QUEUE_CHUNK_BYTES = chunk_bytes
             self.feeds = {}
             inputs = []
@@ -55,7 +54,7 @@ class Worker:
 
     def run(self):
         with self.session() as sess:
-            self.builder.connect(sess, timeout=RUN_BOUND)
+            self.builder.connect(sess, timeout=RUN_BOUND, step_timeout=RUN_BOUND)
             return sess.run(self.results, self.feeds)
 
 
@@ -76,6 +75,32 @@ def run_together(runs):
         thread.join(RUN_BOUND)
         assert not thread.is_alive(), "a worker's run did not end within {} s".format(RUN_BOUND)
     return results
+
+
+def connected_sessions(workers, step_timeout=RUN_BOUND):
+    """A session per worker, every worker connected to the others (in threads: the workers
+    connect to each other)."""
+    sessions = [worker.session() for worker in workers]
+    outcome = run_together([lambda k=k: workers[k].builder.connect(sessions[k], RUN_BOUND, step_timeout)
+                            for k in range(len(workers))])
+    assert outcome == [None] * len(workers)
+    return sessions
+
+
+def run_in_thread(function):
+    """Start ``function`` in a daemon thread; returns the thread and a dict that receives
+    ``'result'`` or ``'error'``."""
+    outcome = {}
+
+    def call():
+        try:
+            outcome['result'] = function()
+        except Exception as err:      # asserted on by the test
+            outcome['error'] = err
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread, outcome
 
 
 def rounded(values, compression):
@@ -219,17 +244,7 @@ def test_abort_ends_a_step_waiting_for_a_worker_that_never_sends():
     worker = Worker(servers[0], [[np.ones(5, 'float32')]], True, None, 'queues')
     assert worker.abort is not None
     sess = worker.session()
-    outcome = {}
-
-    def step():
-        try:
-            sess.run(worker.results, worker.feeds)
-            outcome['error'] = None
-        except tf.errors.OpError as err:
-            outcome['error'] = err
-
-    thread = threading.Thread(target=step, daemon=True)
-    thread.start()
+    thread, outcome = run_in_thread(lambda: sess.run(worker.results, worker.feeds))
     thread.join(1.0)                  # the step waits for worker 1's contribution, which never comes
     assert thread.is_alive()
     sess.run(worker.abort)
@@ -239,18 +254,27 @@ def test_abort_ends_a_step_waiting_for_a_worker_that_never_sends():
     assert 'closed' in outcome['error'].message
 
 
-def test_done_signals_arrive_only_once_each_peer_has_run_its_last_step():
-    """A worker's last step ends before its peers have taken its contribution out of its
-    outbox; its peers' done signals tell it when they have."""
+def receive_done(sess, receive, timeout_ms=RUN_MS):
+    """A peer's index from a done signal, or -1 when none spoke (as the trainer reads it)."""
+    try:
+        return sess.run(receive, options=tfv1.RunOptions(timeout_in_ms=timeout_ms))
+    except tf.errors.DeadlineExceededError:      # queues: the run's timeout; sockets return -1 after 1 s
+        return -1
+
+
+@pytest.mark.parametrize('exchange', ['sockets', 'queues'])
+def test_done_signals_arrive_only_once_each_peer_has_run_its_last_step(exchange):
+    """A worker's last step ends before its peers have taken its contribution (out of its
+    outbox, or its connections); its peers' done signals tell it when they have."""
     servers = start_workers(3, 1)
-    workers = [Worker(server, [[np.full(4, 10.0 ** k, 'float32')]], False, None, 'queues')
+    workers = [Worker(server, [[np.full(4, 10.0 ** k, 'float32')]], False, None, exchange)
                for k, server in enumerate(servers)]
     done = []
     for worker in workers:
         with worker.graph.as_default():
             done.append(worker.builder.build_done_signals())
     assert [sorted(d.sends) for d in done] == [[1, 2], [0, 2], [0, 1]]
-    sessions = [worker.session() for worker in workers]
+    sessions = connected_sessions(workers)
     try:
         def last_step_then_done(k):
             total = sessions[k].run(workers[k].results, workers[k].feeds)[0][0]
@@ -262,15 +286,14 @@ def test_done_signals_arrive_only_once_each_peer_has_run_its_last_step():
                               lambda: sessions[2].run(workers[2].results, workers[2].feeds)[0][0]])
         for total in first:
             np.testing.assert_array_equal(total, np.full(4, 111.0, 'float32'))
-        heard = [sessions[0].run(done[0].receive, options=tfv1.RunOptions(timeout_in_ms=RUN_MS))]
+        heard = [receive_done(sessions[0], done[0].receive)]
         assert heard == [1]
-        with pytest.raises(tf.errors.DeadlineExceededError):     # worker 2 has not said it yet
-            sessions[0].run(done[0].receive, options=tfv1.RunOptions(timeout_in_ms=300))
+        assert receive_done(sessions[0], done[0].receive, 300) == -1      # worker 2 has not said it yet
         for send in done[2].sends.values():
             sessions[2].run(send)
-        heard.append(sessions[0].run(done[0].receive, options=tfv1.RunOptions(timeout_in_ms=RUN_MS)))
+        heard.append(receive_done(sessions[0], done[0].receive))
         assert heard == [1, 2]
-        assert sorted(sessions[1].run(done[1].receive) for _ in range(2)) == [0, 2]
+        assert sorted(receive_done(sessions[1], done[1].receive) for _ in range(2)) == [0, 2]
     finally:
         for sess in sessions:
             sess.close()
@@ -289,32 +312,6 @@ def test_one_worker_without_peers_builds_no_queue(exchange):
 
 
 # ----- sockets: connecting, failures and the end ---------------------------------------------------
-
-def connected_sessions(workers):
-    """A session per worker, every worker connected to the others (in threads: the workers
-    connect to each other)."""
-    sessions = [worker.session() for worker in workers]
-    outcome = run_together([lambda k=k: workers[k].builder.connect(sessions[k], timeout=RUN_BOUND)
-                            for k in range(len(workers))])
-    assert outcome == [None] * len(workers)
-    return sessions
-
-
-def run_in_thread(function):
-    """Start ``function`` in a daemon thread; returns the thread and a dict that receives
-    ``'result'`` or ``'error'``."""
-    outcome = {}
-
-    def call():
-        try:
-            outcome['result'] = function()
-        except Exception as err:      # asserted on by the test
-            outcome['error'] = err
-
-    thread = threading.Thread(target=call, daemon=True)
-    thread.start()
-    return thread, outcome
-
 
 def test_sockets_abort_ends_a_step_waiting_for_a_worker_that_never_sends():
     servers = start_workers(2, 1)
@@ -355,10 +352,7 @@ def test_sockets_a_step_fails_naming_the_peer_whose_connection_ends():
 def test_sockets_a_step_without_the_peers_data_fails_after_the_step_timeout():
     servers = start_workers(2, 1)
     workers = [Worker(server, [[np.ones(5, 'float32')]], False, None, 'sockets') for server in servers]
-    sessions = connected_sessions(workers)
-    workers[0].builder._between_workers.timeout = 0.5  # noqa: the test's short timeout, set before the step
-    for sock in workers[0].builder._between_workers._sockets.values():   # noqa
-        sock.settimeout(0.5)
+    sessions = connected_sessions(workers, step_timeout=0.5)
     with pytest.raises(tf.errors.UnknownError):
         sessions[0].run(workers[0].results, workers[0].feeds)
     error = workers[0].builder.exchange_failure()
@@ -371,7 +365,8 @@ def test_sockets_connect_fails_naming_the_peer_that_never_comes():
     worker = Worker(servers[1], [[np.ones(5, 'float32')]], False, None, 'sockets')
     sess = worker.session()
     # worker 0 never runs: its port never reaches worker 1's queue
-    with pytest.raises(tf.errors.DeadlineExceededError):
+    with pytest.raises(tf.errors.DeadlineExceededError,
+                       match=r'worker 0 \(localhost:\d+\) did not publish its port within 0.5 s'):
         worker.builder.connect(sess, timeout=0.5)
 
 
@@ -399,7 +394,7 @@ def test_sockets_connect_ignores_a_stranger_and_a_step_runs_before_connect_fails
     sessions = [worker.session() for worker in workers]
     with pytest.raises(tf.errors.UnknownError, match=r'connect\(\) was not called before the first step'):
         sessions[0].run(workers[0].results, workers[0].feeds)
-    listener_port = workers[1].builder._between_workers._listener.getsockname()[1]   # noqa
+    listener_port = workers[1].builder._between_workers._listener.getsockname()[1]
     stranger = sockets.create_connection(('localhost', listener_port))
     stranger.sendall(b'GET / HTTP/1.0\r\n\r\n')                # a health check, not a worker
     outcome = run_together([lambda k=k: workers[k].builder.connect(sessions[k], timeout=RUN_BOUND)
@@ -410,36 +405,3 @@ def test_sockets_connect_ignores_a_stranger_and_a_step_runs_before_connect_fails
     for total in totals:
         np.testing.assert_array_equal(total[0][0], [11.0, 11.0, 11.0])
     stranger.close()
-
-
-def test_sockets_done_signals_arrive_only_once_each_peer_has_run_its_last_step():
-    servers = start_workers(3, 1)
-    workers = [Worker(server, [[np.full(4, 10.0 ** k, 'float32')]], False, None, 'sockets')
-               for k, server in enumerate(servers)]
-    done = []
-    for worker in workers:
-        with worker.graph.as_default():
-            done.append(worker.builder.build_done_signals())
-    assert [sorted(d.sends) for d in done] == [[1, 2], [0, 2], [0, 1]]
-    sessions = connected_sessions(workers)
-
-    def last_step_then_done(k):
-        total = sessions[k].run(workers[k].results, workers[k].feeds)[0][0]
-        for send in done[k].sends.values():
-            sessions[k].run(send)
-        return total
-
-    first = run_together([lambda: last_step_then_done(0), lambda: last_step_then_done(1),
-                          lambda: sessions[2].run(workers[2].results, workers[2].feeds)[0][0]])
-    for total in first:
-        np.testing.assert_array_equal(total, np.full(4, 111.0, 'float32'))
-    heard = [sessions[0].run(done[0].receive)]
-    assert heard == [1]
-    assert sessions[0].run(done[0].receive) == -1                 # worker 2 has not said it yet (1 s)
-    for send in done[2].sends.values():
-        sessions[2].run(send)
-    heard.append(sessions[0].run(done[0].receive))
-    assert heard == [1, 2]
-    assert sorted(sessions[1].run(done[1].receive) for _ in range(2)) == [0, 2]
-    for sess in sessions:
-        sess.close()

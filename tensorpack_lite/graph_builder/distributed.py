@@ -343,8 +343,6 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
             through queues of TensorFlow's runtime (:class:`QueueAllReduce`, no other port).
             ``'collective'``: every tower is a member of a ``CollectiveReduceV2`` ring (the
             bytes of a ring, the path to NCCL on GPUs).
-        step_timeout (float): with sockets, seconds a step waits for another worker's data
-            before it fails.
     """
 
     GRADIENT_GROUP_KEY = 91
@@ -368,8 +366,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     _FIRST_GRADIENT_KEY = 1000
     _FIRST_BROADCAST_KEY = 1 << 24
 
-    def __init__(self, towers, server, average=True, compression=None, exchange='sockets',
-                 step_timeout=600.0):
+    def __init__(self, towers, server, average=True, compression=None, exchange='sockets'):
         check_compression(compression, type(self).__name__)
         if exchange not in EXCHANGES:
             raise ValueError("{}: exchange must be one of {}, got {!r}".format(
@@ -388,7 +385,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         self._compressor = GradientCompression(compression) if compression else None
         self._between_workers = None
         if exchange == 'sockets':
-            self._between_workers = SocketAllReduce(self.cluster, timeout=step_timeout)
+            self._between_workers = SocketAllReduce(self.cluster)
         elif exchange == 'queues':
             self._between_workers = QueueAllReduce(self.cluster)
         self._gradient_keys = iter(range(self._FIRST_GRADIENT_KEY, self._FIRST_BROADCAST_KEY))
@@ -499,12 +496,13 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
             return 1
         return max(1, min(size, -(-size * element_bytes // chunk_bytes)))
 
-    def connect(self, sess, timeout=None):
+    def connect(self, sess, timeout=None, step_timeout=None):
         """Connect this worker to every other for the steps' exchange, when it needs that
-        (sockets): every worker, once its session exists, before the first step (``timeout``
-        in seconds)."""
+        (sockets): every worker, once its session exists, before the first step. ``timeout``:
+        seconds to wait for the peers; ``step_timeout``: seconds a step may then wait for a
+        peer's data (sockets; None keeps the exchange's)."""
         if self._between_workers is not None:
-            self._between_workers.connect(sess, timeout)
+            self._between_workers.connect(sess, timeout, step_timeout)
 
     def exchange_failure(self):
         """Why the exchange of the last failed step failed, as a ``tf.errors.OpError`` naming

@@ -45,7 +45,7 @@ __all__ = ['QueueAllReduce', 'DoneSignals']
 
 
 DoneSignals = namedtuple('DoneSignals', ['sends', 'receive'])
-DoneSignals.__doc__ = """The exchange at the end of training through queues.
+DoneSignals.__doc__ = """The exchange at the end of training (queues or sockets).
 
 ``sends``: ``{peer: op}``, each op telling that peer that this worker has taken its last
 contributions (run each once, after the last step; an op fails alone when its peer is
@@ -132,7 +132,7 @@ class QueueAllReduce:
                 return [sum_in_order([decode(received[worker][index]) for worker in workers])
                         for index, decode in enumerate(decoders)]
 
-    def connect(self, sess, timeout=None):
+    def connect(self, sess, timeout=None, step_timeout=None):
         """Nothing to do: the queues are found by their shared names (the same interface as
         :class:`~tensorpack_lite.graph_builder.socket_allreduce.SocketAllReduce`)."""
 

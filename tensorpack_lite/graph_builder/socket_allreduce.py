@@ -36,11 +36,13 @@ import select
 import socket
 import struct
 import sys
+import time
 from concurrent import futures
 
 import numpy as np
 
 from ..compat import tf, tfv1
+from ..utils import logger
 from .queue_allreduce import DoneSignals
 from .utils import sum_in_order
 
@@ -204,7 +206,7 @@ class SocketAllReduce:
                 with tf.device(_worker_cpu(peer)):
                     publish.append(self._port_queue(peer).enqueue([tf.constant(me), tf.constant(port)]))
             with tf.device(_worker_cpu(me)):
-                collect = self._port_queue(me).dequeue_many(len(self.peers))
+                collect = self._port_queue(me).dequeue()
         self._port_ops = (tf.group(*publish), collect)
 
     def _host(self, worker=None):
@@ -238,19 +240,22 @@ class SocketAllReduce:
 
     # ----- connections -------------------------------------------------------------------------
 
-    def connect(self, sess, timeout=None):
+    def connect(self, sess, timeout=None, step_timeout=None):
         """Connect to every peer, once per call (run by every worker once the session exists,
-        after every call is built). Nothing to do when nothing is built. A peer that does not
-        answer is a DeadlineExceededError or UnavailableError naming it."""
+        after every call is built; ``step_timeout``, if given, replaces :attr:`timeout` for
+        the steps). Nothing to do when nothing is built. A peer that does not answer is a
+        DeadlineExceededError or UnavailableError naming it."""
+        if step_timeout is not None:
+            self.timeout = step_timeout
         if self._port_ops is None or self._sockets:
             return
         timeout = self.timeout if timeout is None else timeout
         options = tfv1.RunOptions(timeout_in_ms=int(timeout * 1000))
         publish, collect = self._port_ops
         sess.run(publish, options=options)
-        senders, ports = sess.run(collect, options=options)
-        ports = dict(zip(senders.tolist(), ports.tolist()))
+        ports = self._collect_ports(sess, collect, timeout)
         me = self.cluster.task_index
+        port = self._listener.getsockname()[1]
         for peer in (p for p in self.peers if p > me):
             for call in range(self._num_calls):
                 try:
@@ -264,6 +269,25 @@ class SocketAllReduce:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self.timeout)
         self._sender = futures.ThreadPoolExecutor(len(self.peers), thread_name_prefix='socket-allreduce')
+        logger.info("{}: gradients travel over TCP, port {} here, {} connection(s) to {} peer(s).".format(
+            self._describe(me), port, len(self._sockets), len(self.peers)))
+
+    def _collect_ports(self, sess, collect, timeout):
+        """{peer: port} of every peer, as they publish them (a DeadlineExceededError naming the
+        peers that did not within ``timeout`` seconds)."""
+        ports = {}
+        deadline = time.monotonic() + timeout
+        while len(ports) < len(self.peers):
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            try:
+                sender, port = sess.run(collect, options=tfv1.RunOptions(timeout_in_ms=left_ms))
+            except tf.errors.DeadlineExceededError:
+                missing = ', '.join(self._describe(p) for p in self.peers if p not in ports)
+                raise tf.errors.DeadlineExceededError(
+                    None, None, "SocketAllReduce: {} did not publish its port within {:g} s".format(
+                        missing, timeout)) from None
+            ports[int(sender)] = int(port)
+        return ports
 
     def _accept_lower_peers(self, timeout):
         """Accept the connections of every call from every peer of a lower index."""

@@ -440,8 +440,7 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         super().__init__(gpus, server)
 
     def _make_builder(self, towers, server):
-        return CollectiveAllReduceBuilder(towers, server, self._average, self._compression, self._exchange,
-                                          step_timeout=self.STEP_TIMEOUT)
+        return CollectiveAllReduceBuilder(towers, server, self._average, self._compression, self._exchange)
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
         self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
@@ -466,7 +465,7 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         return self._run_options(self._STEP_KEY if self._builder.steps_use_collectives else 0)
 
     def _start_together(self, schedule):
-        self._builder.connect(self.sess, timeout=self.STARTUP_TIMEOUT)
+        self._builder.connect(self.sess, timeout=self.STARTUP_TIMEOUT, step_timeout=self.STEP_TIMEOUT)
         digest, smallest, largest = self.sess.run(self._check, options=self._run_options(self._CHECK_KEY))
         if smallest != largest:
             raise RuntimeError("{}: the workers built different global variables (digests {} .. {}, this "
@@ -518,7 +517,7 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
             if peer >= 0:
                 waiting.discard(peer)
                 continue
-            gone = self.cluster.unreachable([('worker', peer) for peer in sorted(waiting)])
+            gone = self.cluster.unreachable([('worker', w) for w in sorted(waiting)])
             if gone:
                 logger.warn("{}: {} accepts no connection; ending without its word that it took this "
                             "worker's last gradients.".format(
