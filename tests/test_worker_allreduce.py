@@ -4,6 +4,7 @@ between in-process workers: each worker a server of its own with virtual CPU tow
 running its session in a thread. The sums are checked bit for bit against numpy, in the order
 the builder documents: towers in tower order on each worker, then workers in worker order."""
 
+import multiprocessing
 import re
 import threading
 
@@ -23,7 +24,7 @@ RUN_MS = int(RUN_BOUND * 1000)
 def start_workers(num_worker, num_tower):
     cluster = local_cluster(num_worker)
     # a socket exchange holds a thread of the process's pool until every peer's data is in:
-    # in-process workers need a thread each, whatever the machine's cores
+    # in-process workers need a thread each (see run_for)
     config = tfv1.ConfigProto(device_count={'CPU': num_tower}, inter_op_parallelism_threads=2 * num_worker)
     return [create_server(cluster, 'worker', k, config=config) for k in range(num_worker)]
 
@@ -56,6 +57,22 @@ class Worker:
         with self.session() as sess:
             self.builder.connect(sess, timeout=RUN_BOUND, step_timeout=RUN_BOUND)
             return sess.run(self.results, self.feeds)
+
+
+def in_fresh_process(function, *args):
+    """``function(*args)`` in a new Python process: its result, or its exception raised here."""
+    with multiprocessing.get_context('spawn').Pool(1) as pool:
+        return pool.apply_async(function, args).get(2 * RUN_BOUND)
+
+
+def run_for(exchange):
+    """How a test of 3 in-process workers runs: with sockets, in a new process. A socket
+    exchange op holds a thread of TensorFlow's inter-op pool until every peer's data is in, so
+    3 workers in one process need 3 threads, and the pool is one per process, sized by the
+    first server of the process (in a test run, another test's)."""
+    if exchange == 'sockets':
+        return in_fresh_process
+    return lambda function, *args: function(*args)
 
 
 def run_together(runs):
@@ -170,6 +187,10 @@ def check_graph(graph, exchange, num_worker, compression):
 @pytest.mark.parametrize('compression', [None, 'fp16', 'bf16'])
 @pytest.mark.parametrize('average', [False, True])
 def test_three_workers_of_two_towers_get_the_same_sum_in_worker_order(average, compression, exchange):
+    run_for(exchange)(check_three_workers_sum, average, compression, exchange)
+
+
+def check_three_workers_sum(average, compression, exchange):
     num_worker, num_tower = 3, 2
     servers = start_workers(num_worker, num_tower)
     values = worker_values(np.random.RandomState(0), num_worker, num_tower)
@@ -266,6 +287,10 @@ def receive_done(sess, receive, timeout_ms=RUN_MS):
 def test_done_signals_arrive_only_once_each_peer_has_run_its_last_step(exchange):
     """A worker's last step ends before its peers have taken its contribution (out of its
     outbox, or its connections); its peers' done signals tell it when they have."""
+    run_for(exchange)(check_done_signals, exchange)
+
+
+def check_done_signals(exchange):
     servers = start_workers(3, 1)
     workers = [Worker(server, [[np.full(4, 10.0 ** k, 'float32')]], False, None, exchange)
                for k, server in enumerate(servers)]
