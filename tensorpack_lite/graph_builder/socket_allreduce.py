@@ -13,8 +13,8 @@ Why: through TensorFlow's runtime a tensor crosses processes as a gRPC message (
 or ``RecvBuf``): framed, copied into the message, parsed and copied out again. A socket moves
 the tensor's bytes with one copy into the kernel on one side and one copy out of it (into the
 receive buffer) on the other, like Horovod's Gloo, and the additions overlap the receiving.
-Between 2 processes on 2 cores this moved 1.5-1.8x as much data per second as the queues and
-1.3-4.7x as much as Horovod's Gloo at 1-64 MB (docs/distributed.md).
+Between 2 processes on 2 cores this moved 1.4-2.2x as much data per second as the queues and
+1.1-9x as much as Horovod's Gloo at 1-64 MB (docs/distributed.md).
 
 What it needs: every worker accepts TCP connections from the others on one more port (any
 free one, or ``TENSORPACK_LITE_SOCKET_PORT``) of the host its TF_CONFIG address names.
