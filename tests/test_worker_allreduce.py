@@ -430,3 +430,19 @@ def test_sockets_connect_ignores_a_stranger_and_a_step_runs_before_connect_fails
     for total in totals:
         np.testing.assert_array_equal(total[0][0], [11.0, 11.0, 11.0])
     stranger.close()
+
+
+def test_sockets_a_port_that_is_taken_is_an_error_naming_the_variable(monkeypatch):
+    import socket as sockets
+    servers = start_workers(2, 1)
+    taken = sockets.create_server(('', 0))
+    monkeypatch.setenv('TENSORPACK_LITE_SOCKET_PORT', str(taken.getsockname()[1]))
+    try:
+        with pytest.raises(RuntimeError, match=r"worker 0 \(localhost:\d+\) cannot listen on port '\d+' "
+                                               r"\(TENSORPACK_LITE_SOCKET_PORT='\d+'\)"):
+            Worker(servers[0], [[np.ones(3, 'float32')]], False, None, 'sockets')
+    finally:
+        taken.close()
+    monkeypatch.setenv('TENSORPACK_LITE_SOCKET_PORT', 'http')
+    with pytest.raises(RuntimeError, match="cannot listen on port 'http'"):
+        Worker(servers[0], [[np.ones(3, 'float32')]], False, None, 'sockets')

@@ -195,10 +195,7 @@ class SocketAllReduce:
     def _build_port_exchange(self):
         if self._port_ops is not None:
             return
-        self._listener = socket.socket(socket.AF_INET6 if ':' in self._host() else socket.AF_INET)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(('', int(os.environ.get(PORT_VARIABLE, '0'))))
-        self._listener.listen(64)
+        self._listener = self._listen()
         me, port = self.cluster.task_index, self._listener.getsockname()[1]
         with tf.name_scope('socket_allreduce_ports'):
             publish = []
@@ -208,6 +205,22 @@ class SocketAllReduce:
             with tf.device(_worker_cpu(me)):
                 collect = self._port_queue(me).dequeue()
         self._port_ops = (tf.group(*publish), collect)
+
+    def _listen(self):
+        """The listening socket, on every interface (IPv4 and IPv6 where the system has both)."""
+        given = os.environ.get(PORT_VARIABLE, '')
+        try:
+            port = int(given or 0)
+            if socket.has_dualstack_ipv6():
+                return socket.create_server(('', port), family=socket.AF_INET6, backlog=64,
+                                            dualstack_ipv6=True)
+            return socket.create_server(('', port), backlog=64)
+        except (ValueError, OverflowError, OSError) as err:
+            raise RuntimeError(
+                "SocketAllReduce: {} cannot listen on port {!r} ({}={!r}): {}. On one machine give each "
+                "worker a port of its own, or leave {} unset for any free port.".format(
+                    self._describe(self.cluster.task_index), given or 0, PORT_VARIABLE, given, err,
+                    PORT_VARIABLE)) from err
 
     def _host(self, worker=None):
         worker = self.cluster.task_index if worker is None else worker
@@ -268,7 +281,8 @@ class SocketAllReduce:
         for sock in self._sockets.values():
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self.timeout)
-        self._sender = futures.ThreadPoolExecutor(len(self.peers), thread_name_prefix='socket-allreduce')
+        # a thread per peer and call: the sends of calls running at once never queue behind each other
+        self._sender = futures.ThreadPoolExecutor(len(self._sockets), thread_name_prefix='socket-allreduce')
         logger.info("{}: gradients travel over TCP, port {} here, {} connection(s) to {} peer(s).".format(
             self._describe(me), port, len(self._sockets), len(self.peers)))
 
