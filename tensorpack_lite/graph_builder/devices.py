@@ -18,7 +18,7 @@ from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
 from ..utils.gpu import get_num_gpu
 
-__all__ = ['interpret_towers', 'tower_device', 'is_gpu_tower', 'check_session_devices',
+__all__ = ['interpret_towers', 'tower_device', 'is_gpu_tower', 'check_session_devices', 'task_cpu',
            'LeastLoadedDeviceSetter', 'override_to_local_variable', 'local_collections']
 
 
@@ -27,6 +27,11 @@ def tower_device(tower):
     if isinstance(tower, numbers.Integral) and not isinstance(tower, bool):
         return '/gpu:{}'.format(int(tower))
     return tower
+
+
+def task_cpu(job_name, task_index):
+    """The CPU of a task of a cluster, e.g. ``'/job:worker/task:1/device:CPU:0'``."""
+    return '/job:{}/task:{}/device:CPU:0'.format(job_name, task_index)
 
 
 def is_gpu_tower(tower):

@@ -23,7 +23,7 @@ from ..tfutils.distributed import cluster_of_server
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
 from .compression import GradientCompression, check_compression
-from .devices import LeastLoadedDeviceSetter, interpret_towers, tower_device
+from .devices import LeastLoadedDeviceSetter, interpret_towers, task_cpu, tower_device
 from .queue_allreduce import QueueAllReduce
 from .socket_allreduce import SocketAllReduce
 from .training import DataParallelBuilder, SyncMultiGPUReplicatedBuilder
@@ -78,7 +78,7 @@ class ParameterServerSync:
         self._queues = []
 
     def _queue(self, name, ps_task, dtypes, shapes):
-        with tf.device('/job:ps/task:{}/device:CPU:0'.format(ps_task)):
+        with tf.device(task_cpu('ps', ps_task)):
             queue = tfv1.FIFOQueue(2, dtypes, shapes=shapes, name=name,
                                    shared_name='tensorpack_lite/ps_sync/{}'.format(name))
         self._queues.append(queue)
@@ -121,7 +121,7 @@ class ParameterServerSync:
                 if not self.cluster.is_chief:
                     sends.append(queues[self._worker - 1].enqueue(grads))
                 elif queues:
-                    with tf.device('/job:ps/task:{}/device:CPU:0'.format(ps_task)):
+                    with tf.device(task_cpu('ps', ps_task)):
                         received = [self._as_list(q.dequeue()) for q in queues]
                         for position, index in enumerate(indices):
                             total = tf.add_n([grads[position]] + [r[position] for r in received])
@@ -176,7 +176,7 @@ class _ParameterServerBuilder(DataParallelBuilder):
         super().__init__(_worker_towers(towers, self.cluster, type(self).__name__))
         self.is_chief = self.cluster.is_chief
         self.cpu_device = self.cluster.task_name + '/device:CPU:0'
-        self.ps_devices = ['/job:ps/task:{}/device:CPU:0'.format(i) for i in range(self.cluster.num_ps)]
+        self.ps_devices = [task_cpu('ps', i) for i in range(self.cluster.num_ps)]
         self.sync = ParameterServerSync(self.cluster)
 
     def param_server_device(self, worker_device=None):

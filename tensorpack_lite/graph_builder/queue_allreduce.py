@@ -39,6 +39,7 @@ Example::
 from collections import namedtuple
 
 from ..compat import tf, tfv1
+from .devices import task_cpu
 from .utils import sum_in_order
 
 __all__ = ['QueueAllReduce', 'DoneSignals']
@@ -53,10 +54,6 @@ gone). ``receive``: waits for one peer's word and returns the peer's index (run 
 every peer has spoken: then every peer has this worker's last contributions); it may also
 return -1 after a while without a word (sockets: after 1 s; queues wait as long as the run's
 timeout allows)."""
-
-
-def _worker_cpu(worker):
-    return '/job:worker/task:{}/device:CPU:0'.format(worker)
 
 
 class QueueAllReduce:
@@ -89,7 +86,7 @@ class QueueAllReduce:
         shapes = [t.shape for t in tensors]
         if not all(shape.is_fully_defined() for shape in shapes):
             shapes = None
-        with tf.device(_worker_cpu(sender)):
+        with tf.device(task_cpu('worker', sender)):
             queue = tfv1.FIFOQueue(self.CAPACITY, [t.dtype.base_dtype for t in tensors], shapes=shapes,
                                    name='from{}_to{}'.format(sender, receiver),
                                    shared_name='{}/{}/from{}_to{}'.format(self.name, call, sender, receiver))
@@ -116,7 +113,7 @@ class QueueAllReduce:
         call = self._calls
         self._calls += 1
         with tf.name_scope('queue_allreduce'):
-            with tf.device(_worker_cpu(me)):
+            with tf.device(task_cpu('worker', me)):
                 sent = [self._outbox(me, peer, call, tensors).enqueue(tensors) for peer in self.peers]
                 # Grappler reassociates additions of a constant ((a + b) + c -> a + (b + c)),
                 # which would change one worker's order of additions when its own contribution
@@ -124,10 +121,10 @@ class QueueAllReduce:
                 received = {me: [tf.raw_ops.PlaceholderWithDefault(input=t, shape=t.shape) for t in tensors]}
             for peer in self.peers:
                 outbox = self._outbox(peer, me, call, tensors)
-                with tf.device(_worker_cpu(peer)):
+                with tf.device(task_cpu('worker', peer)):
                     entry = outbox.dequeue()
                 received[peer] = list(entry) if isinstance(entry, (list, tuple)) else [entry]
-            with tf.device(_worker_cpu(me)), tf.control_dependencies(sent):
+            with tf.device(task_cpu('worker', me)), tf.control_dependencies(sent):
                 workers = range(self.cluster.num_worker)
                 return [sum_in_order([decode(received[worker][index]) for worker in workers])
                         for index, decode in enumerate(decoders)]
@@ -152,7 +149,7 @@ class QueueAllReduce:
         me = self.cluster.task_index
 
         def inbox(worker):
-            with tf.device(_worker_cpu(worker)):
+            with tf.device(task_cpu('worker', worker)):
                 return tfv1.FIFOQueue(len(self.peers), [tf.int32], shapes=[[]],
                                       name='done_to{}'.format(worker),
                                       shared_name='{}/done/to{}'.format(self.name, worker))
@@ -160,8 +157,8 @@ class QueueAllReduce:
         with tf.name_scope('queue_allreduce_done'):
             sends = {}
             for peer in self.peers:
-                with tf.device(_worker_cpu(peer)):
+                with tf.device(task_cpu('worker', peer)):
                     sends[peer] = inbox(peer).enqueue([tf.constant(me, tf.int32)], name='to{}'.format(peer))
-            with tf.device(_worker_cpu(me)):
+            with tf.device(task_cpu('worker', me)):
                 receive = inbox(me).dequeue()
             return DoneSignals(sends, receive)

@@ -44,6 +44,7 @@ import numpy as np
 from ..compat import tf, tfv1
 from ..utils import logger
 from .queue_allreduce import DoneSignals
+from .devices import task_cpu
 from .utils import sum_in_order
 
 __all__ = ['SocketAllReduce', 'PORT_VARIABLE']
@@ -55,10 +56,6 @@ free port)."""
 _HELLO = struct.Struct('!8sii')
 _MAGIC = b'tplsock1'
 _ALIGN = 64   # TensorFlow takes a py_func's result without copying only when it is aligned so
-
-
-def _worker_cpu(worker):
-    return '/job:worker/task:{}/device:CPU:0'.format(worker)
 
 
 def _aligned_empty(size, dtype):
@@ -122,6 +119,7 @@ class SocketAllReduce:
         self._sockets = {}        # (call, peer) -> socket
         self._buffers = []        # per call
         self._listener = None
+        self._port = None
         self._port_ops = None
         self._sender = None
         self._done = set()
@@ -167,7 +165,7 @@ class SocketAllReduce:
             return self._exchange(call, arrays, summed_here)
 
         me = self.cluster.task_index
-        with tf.name_scope('socket_allreduce'), tf.device(_worker_cpu(me)):
+        with tf.name_scope('socket_allreduce'), tf.device(task_cpu('worker', me)):
             outputs = iter(tf.numpy_function(exchange, list(tensors), out_dtypes,
                                              name='exchange{}'.format(call)))
             totals = []
@@ -187,7 +185,7 @@ class SocketAllReduce:
         return totals
 
     def _port_queue(self, worker):
-        with tf.device(_worker_cpu(worker)):
+        with tf.device(task_cpu('worker', worker)):
             return tfv1.FIFOQueue(len(self.peers), [tf.int32, tf.int32], shapes=[[], []],
                                   name='ports_to{}'.format(worker),
                                   shared_name='{}/ports/to{}'.format(self.name, worker))
@@ -196,13 +194,14 @@ class SocketAllReduce:
         if self._port_ops is not None:
             return
         self._listener = self._listen()
-        me, port = self.cluster.task_index, self._listener.getsockname()[1]
+        self._port = self._listener.getsockname()[1]
+        me = self.cluster.task_index
         with tf.name_scope('socket_allreduce_ports'):
             publish = []
             for peer in self.peers:
-                with tf.device(_worker_cpu(peer)):
-                    publish.append(self._port_queue(peer).enqueue([tf.constant(me), tf.constant(port)]))
-            with tf.device(_worker_cpu(me)):
+                with tf.device(task_cpu('worker', peer)):
+                    publish.append(self._port_queue(peer).enqueue([tf.constant(me), tf.constant(self._port)]))
+            with tf.device(task_cpu('worker', me)):
                 collect = self._port_queue(me).dequeue()
         self._port_ops = (tf.group(*publish), collect)
 
@@ -221,10 +220,6 @@ class SocketAllReduce:
                 "worker a port of its own, or leave {} unset for any free port.".format(
                     self._describe(self.cluster.task_index), given or 0, PORT_VARIABLE, given, err,
                     PORT_VARIABLE)) from err
-
-    def _host(self, worker=None):
-        worker = self.cluster.task_index if worker is None else worker
-        return self.cluster.host('worker', worker)
 
     def build_abort(self):
         """An op shutting every connection of this worker down and closing its port queue, so
@@ -268,11 +263,11 @@ class SocketAllReduce:
         sess.run(publish, options=options)
         ports = self._collect_ports(sess, collect, timeout)
         me = self.cluster.task_index
-        port = self._listener.getsockname()[1]
         for peer in (p for p in self.peers if p > me):
             for call in range(self._num_calls):
                 try:
-                    sock = socket.create_connection((self._host(peer), ports[peer]), timeout=timeout)
+                    sock = socket.create_connection((self.cluster.host('worker', peer), ports[peer]),
+                                                    timeout=timeout)
                     sock.sendall(_HELLO.pack(_MAGIC, me, call))
                 except OSError as err:
                     self._raise_for(peer, err, timeout)
@@ -284,7 +279,7 @@ class SocketAllReduce:
         # a thread per peer and call: the sends of calls running at once never queue behind each other
         self._sender = futures.ThreadPoolExecutor(len(self._sockets), thread_name_prefix='socket-allreduce')
         logger.info("{}: gradients travel over TCP, port {} here, {} connection(s) to {} peer(s).".format(
-            self._describe(me), port, len(self._sockets), len(self.peers)))
+            self._describe(me), self._port, len(self._sockets), len(self.peers)))
 
     def _collect_ports(self, sess, collect, timeout):
         """{peer: port} of every peer, as they publish them (a DeadlineExceededError naming the
