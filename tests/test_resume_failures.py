@@ -30,6 +30,7 @@ from tensorpack_lite.input_source.feed import FeedInput
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import SimpleTrainer, launch_train_with_config
 from tensorpack_lite.train.config import AutoResumeTrainConfig
+from tensorpack_lite.tfutils.varmanip import save_chkpt_vars
 from tensorpack_lite.utils import logger, stats_json
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -406,12 +407,12 @@ def test_checkpoint_write_failure_names_it_and_the_run_resumes(
 # ----- the resume rule on hand-made directories -------------------------------------------------
 
 def _make_run(directory, checkpoint_steps, records):
-    """A log directory with (empty) checkpoints at ``checkpoint_steps`` listed in the state
-    file, and ``records`` as stats.json (none when None)."""
+    """A log directory with (tiny, readable) checkpoints at ``checkpoint_steps`` listed in the
+    state file, and ``records`` as stats.json (none when None)."""
     os.makedirs(directory, exist_ok=True)
     names = ['model-{}'.format(step) for step in checkpoint_steps]
-    for name in names:
-        open(os.path.join(directory, name + '.index'), 'w').close()
+    for step, name in zip(checkpoint_steps, names):
+        save_chkpt_vars({'global_step': np.int64(step)}, os.path.join(str(directory), name))
     lines = ['model_checkpoint_path: "{}"'.format(names[-1])]
     lines += ['all_model_checkpoint_paths: "{}"'.format(name) for name in names]
     with open(os.path.join(directory, 'checkpoint'), 'w') as f:

@@ -22,7 +22,8 @@ from datetime import datetime
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
 from ..tfutils.common import get_global_step_var
-from ..tfutils.varmanip import get_checkpoint_path
+from ..tfutils.varmanip import (CheckpointStateError, find_step_checkpoints, get_checkpoint_path,
+                                read_checkpoint_state)
 from ..utils import logger
 from ..utils.fs import write_atomically
 
@@ -60,15 +61,25 @@ class CheckpointWriteError(RuntimeError):
 _STATE_FILE = 'checkpoint'
 
 
-def _remove_checkpoint_files(prefix):
+def _file_identity(path):
+    """``(inode, size, mtime)`` of ``path``, or None when it does not exist."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _remove_checkpoint_files(prefix, temporaries_only=False):
     """Delete checkpoint ``prefix``: its ``.index`` first (so that a half-deleted checkpoint is
-    never taken for a complete one), then its ``.data-*`` shards and TF's temporary files."""
+    never taken for a complete one), then its ``.data-*`` shards and TF's temporary files
+    (only these with ``temporaries_only``)."""
     dirname, base = os.path.split(prefix)
-    if os.path.exists(prefix + '.index'):
+    if os.path.exists(prefix + '.index') and not temporaries_only:
         os.remove(prefix + '.index')
     for fname in os.listdir(dirname):
         path = os.path.join(dirname, fname)
-        if fname.startswith(base + '.data-'):
+        if fname.startswith(base + '.data-') and not temporaries_only:
             os.remove(path)
         elif fname.startswith(base + '_temp'):
             shutil.rmtree(path, ignore_errors=True)
@@ -103,7 +114,11 @@ class ModelSaver(Callback):
       instance when training ends by an error) must not push them out.
 
     Checkpoints listed in an existing ``checkpoint`` file (an earlier run in the same
-    directory) stay listed and count towards ``max_to_keep``.
+    directory) stay listed and count towards ``max_to_keep``; when that file is missing or
+    unreadable, the ``model-<step>`` checkpoints found by their files take its place. Nothing
+    an earlier run wrote is deleted before this run has saved a checkpoint of its own: the
+    rotation follows a save, and a save that fails leaves an earlier checkpoint of the same
+    step as it was.
 
     Args:
         max_to_keep (int): how many recent checkpoints to keep (0 or None: all).
@@ -158,30 +173,48 @@ class ModelSaver(Callback):
         tfv1.add_to_collection(tfv1.GraphKeys.SAVERS, self.saver)
 
     def _before_train(self):
-        state = tfv1.train.get_checkpoint_state(self.checkpoint_dir)
-        if state is not None:
-            for path in state.all_model_checkpoint_paths:
-                match = _STEP_SUFFIX.search(path)
-                if match and os.path.isfile(path + '.index'):
-                    self._kept.append((int(match.group(1)), path))
+        self._kept = self._earlier_checkpoints()
         # The graph is complete now.
         time_str = datetime.now().strftime('%m%d-%H%M%S')
         self.saver.export_meta_graph(
             os.path.join(self.checkpoint_dir, 'graph-{}.meta'.format(time_str)),
             collection_list=self.graph.get_all_collection_keys())
 
+    def _earlier_checkpoints(self):
+        """``[(step, prefix)]`` of the checkpoints an earlier run left, oldest first: those the
+        state file lists, or when it is unreadable or missing, those found by their files."""
+        try:
+            paths = read_checkpoint_state(self.checkpoint_dir)
+        except CheckpointStateError as err:
+            logger.info("ModelSaver: {}; the checkpoints are found by their files, and the state "
+                        "file is rewritten at the next save.".format(err))
+            paths = None
+        if not paths:
+            found = find_step_checkpoints(self.checkpoint_dir)
+            paths = [found[step] for step in sorted(found)]
+        kept = []
+        for path in paths:
+            match = _STEP_SUFFIX.search(path)
+            if match and os.path.isfile(path + '.index'):
+                kept.append((int(match.group(1)), path))
+        return kept
+
     def _trigger(self):
         step = self.global_step
         if step == self._last_saved_step:
             return
         target = '{}-{}'.format(self.path, step)
+        earlier = _file_identity(target + '.index')
         try:
             path = self.saver.save(self.trainer.sess, self.path, global_step=step,
                                    write_meta_graph=False, write_state=False)
             self._kept = [(s, p) for s, p in self._kept if s != step] + [(step, path)]
             self._rotate()
         except (OSError, tf.errors.OpError) as err:
-            _remove_checkpoint_files(target)
+            if earlier is None or _file_identity(target + '.index') != earlier:
+                _remove_checkpoint_files(target)   # a partial checkpoint of this run
+            else:   # an earlier run's checkpoint of this step, untouched: not this run's to delete
+                _remove_checkpoint_files(target, temporaries_only=True)
             self._failed_step = step
             raise CheckpointWriteError(
                 "ModelSaver could not write checkpoint {} ({}: {}). Training stops here so that "

@@ -22,7 +22,8 @@ from ..utils.fs import write_atomically
 from .common import get_op_tensor_name
 
 __all__ = ['variable_of_tensor', 'SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
-           'get_checkpoint_path']
+           'get_checkpoint_path', 'CheckpointStateError', 'read_checkpoint_state', 'find_step_checkpoints',
+           'verify_checkpoint', 'latest_intact_checkpoint', 'move_checkpoint_aside']
 
 
 _FILE_SUFFIX = re.compile(r'\.(index|meta|data-\d+-of-\d+)$')
@@ -45,30 +46,182 @@ def variable_of_tensor(tensor):
     return None
 
 
-def _checkpoint_from_state(dirname, given):
-    """The checkpoint prefix that ``dirname/checkpoint`` points to."""
-    # Absolute, because get_checkpoint_state joins a relative entry with the directory as
-    # it is given: with a relative directory the result would be relative to the working
-    # directory, and joining it with the directory again would name a wrong path.
+_STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"$')
+_STEP_PREFIX = re.compile(r'^(.+)-(\d+)$')
+
+
+class CheckpointStateError(ValueError):
+    """The ``checkpoint`` state file of a directory cannot be read."""
+
+
+def read_checkpoint_state(dirname):
+    """The checkpoint prefixes the ``checkpoint`` state file of ``dirname`` lists (absolute,
+    oldest first, the latest last; [] when there is no state file).
+
+    Raises:
+        CheckpointStateError: the file is unreadable or not a checkpoint state (garbage,
+            zeroed or cut short: every non-empty line must be a ``key: "path"`` entry).
+    """
     dirname = os.path.abspath(dirname)
     state_file = os.path.join(dirname, _STATE_FILE)
     if not os.path.isfile(state_file):
+        return []
+    try:
+        with open(state_file, 'rb') as f:
+            text = f.read().decode('utf-8')
+    except (OSError, UnicodeDecodeError) as err:
+        raise CheckpointStateError("cannot read state file '{}': {}".format(state_file, err)) from err
+    latest, listed = None, []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        match = _STATE_LINE.match(line.strip())
+        if match is None:
+            raise CheckpointStateError("state file '{}' is not a checkpoint state: line {} is {!r}".format(
+                state_file, number, line[:60]))
+        path = re.sub(r'\\(.)', r'\1', match.group(2))
+        path = os.path.normpath(os.path.join(dirname, path))
+        if match.group(1) == 'model_checkpoint_path':
+            latest = path
+        elif path not in listed:
+            listed.append(path)
+    if latest is None:
+        raise CheckpointStateError("state file '{}' names no latest checkpoint".format(state_file))
+    return [path for path in listed if path != latest] + [latest]
+
+
+def find_step_checkpoints(dirname):
+    """``{global_step: prefix}`` of the checkpoints named ``<name>-<step>`` in ``dirname``,
+    found by their own files (an ``.index`` or a ``.data-*`` file), whatever the state file
+    says. When several names share a step, the one with the newest file wins."""
+    dirname = os.path.abspath(dirname)
+    found = {}
+    for fname in os.listdir(dirname):
+        if fname.endswith('.index'):
+            prefix = fname[:-len('.index')]
+        else:
+            match = _DATA_SHARD.search(fname)
+            if match is None:
+                continue
+            prefix = fname[:match.start()]
+        match = _STEP_PREFIX.match(prefix)
+        if match is None:
+            continue
+        path = os.path.join(dirname, prefix)
+        mtime = os.path.getmtime(os.path.join(dirname, fname))
+        step = int(match.group(2))
+        if step not in found or (found[step][0] != path and mtime > found[step][1]):
+            found[step] = (path, mtime)
+    return {step: path for step, (path, _) in found.items()}
+
+
+def verify_checkpoint(prefix):
+    """Check that checkpoint ``prefix`` reads back whole: its ``.index`` exists and parses,
+    every data shard is there and long enough, and every tensor reads back with a correct
+    checksum. Reads the whole checkpoint once, one tensor at a time.
+
+    Raises:
+        FileNotFoundError: there is no ``<prefix>.index``.
+        ValueError: naming the checkpoint and what is wrong with it.
+    """
+    if not os.path.isfile(prefix + '.index'):
+        raise FileNotFoundError("Checkpoint '{}' has no index: '{}' does not exist.".format(
+            prefix, prefix + '.index'))
+    reader = _checked_reader(prefix)
+    for name in reader.get_variable_to_shape_map():
+        _read_tensor(reader, prefix, name)
+
+
+def _read_tensor(reader, prefix, name):
+    try:
+        return np.asarray(reader.get_tensor(name))
+    except Exception as err:
+        raise ValueError("Checkpoint '{}' is corrupt: cannot read tensor '{}': {}".format(
+            prefix, name, err)) from err
+
+
+def move_checkpoint_aside(prefix, tag):
+    """Rename the ``.index`` and ``.data-*`` files of checkpoint ``prefix`` to the prefix
+    ``<prefix><tag>`` (``<prefix><tag>2``... when taken) and return that prefix. The data
+    files go first, so no new prefix ever has an index without its data."""
+    dirname, base = os.path.split(prefix)
+    files = sorted(f[len(base):] for f in os.listdir(dirname)
+                   if f.startswith(base + '.data-') and _DATA_SHARD.search(f))
+    files += ['.index'] if os.path.exists(prefix + '.index') else []
+    number, target = 1, prefix + tag
+    while any(os.path.exists(target + suffix) for suffix in files + ['.index']):
+        number += 1
+        target = '{}{}{}'.format(prefix, tag, number)
+    for suffix in files:
+        os.replace(prefix + suffix, target + suffix)
+    return target
+
+
+def _candidates_in(dirname):
+    """The checkpoints of ``dirname`` to try, newest first, and the problem of its state file
+    (None when it is fine): the state file's latest first and then its other entries, when
+    the state file reads; then every ``<name>-<step>`` checkpoint found by its files, the
+    highest step first."""
+    problems, ordered = [], []
+    try:
+        listed = read_checkpoint_state(dirname)
+    except CheckpointStateError as err:
+        problems.append(str(err))
+        listed = []
+    if listed and not os.path.isfile(listed[-1] + '.index'):
+        problems.append("state file '{}' points to checkpoint '{}', but '{}' does not exist".format(
+            os.path.join(dirname, _STATE_FILE), os.path.basename(listed[-1]), listed[-1] + '.index'))
+    for path in reversed(listed):
+        if os.path.isfile(path + '.index') and path not in ordered:
+            ordered.append(path)
+    on_disk = find_step_checkpoints(dirname)
+    reported = listed[-1:] if problems and listed else []   # its missing index is said already
+    for step in sorted(on_disk, reverse=True):
+        if on_disk[step] not in ordered and on_disk[step] not in reported:
+            ordered.append(on_disk[step])
+    return ordered, problems
+
+
+def latest_intact_checkpoint(dirname, given=None):
+    """The prefix of the newest checkpoint of ``dirname`` that reads back whole (see
+    :func:`verify_checkpoint`), and the list of what was passed over on the way (a line
+    each: a state file that does not read or names files that are gone, checkpoints that
+    do not read back). The state file's latest checkpoint comes first; when it is missing,
+    unreadable or broken, the other checkpoints are found by their own files.
+
+    Raises:
+        FileNotFoundError: there is no checkpoint at all.
+        ValueError: there are checkpoints but none reads back (each one's problem is named).
+    """
+    given = dirname if given is None else given
+    dirname = os.path.abspath(dirname)
+    ordered, problems = _candidates_in(dirname)
+    broken, corrupt = [], False
+    for prefix in ordered:
+        try:
+            verify_checkpoint(prefix)
+        except (OSError, ValueError) as err:
+            broken.append(str(err).rstrip('.'))
+            corrupt = corrupt or not isinstance(err, FileNotFoundError)
+            continue
+        return prefix, problems + ['skipped ' + msg for msg in broken]
+    if not ordered and not os.path.isfile(os.path.join(dirname, _STATE_FILE)):
         raise FileNotFoundError(
             "No checkpoint found for '{}': directory '{}' has no '{}' state file (ModelSaver "
-            "writes one next to its checkpoints).".format(given, dirname, _STATE_FILE))
-    try:
-        state = tfv1.train.get_checkpoint_state(dirname)
-    except Exception as err:  # an unreadable state file
-        raise ValueError("Cannot read checkpoint state file '{}': {}".format(state_file, err)) from err
-    if state is None or not state.model_checkpoint_path:
-        raise FileNotFoundError("Checkpoint state file '{}' names no checkpoint.".format(state_file))
-    prefix = state.model_checkpoint_path
-    if not os.path.isabs(prefix):
-        prefix = os.path.join(dirname, prefix)
-    if not os.path.isfile(prefix + '.index'):
-        raise FileNotFoundError(
-            "Checkpoint state file '{}' points to checkpoint '{}', but '{}' does not "
-            "exist.".format(state_file, state.model_checkpoint_path, prefix + '.index'))
+            "writes one next to its checkpoints) and no checkpoint files.".format(
+                given, dirname, _STATE_FILE))
+    error = ValueError if corrupt else FileNotFoundError
+    raise error("No readable checkpoint found for '{}': {}.".format(given, '; '.join(problems + broken)))
+
+
+def _checkpoint_from_state(dirname, given):
+    """The prefix of the newest intact checkpoint of ``dirname``; one warning when something
+    was passed over."""
+    prefix, passed_over = latest_intact_checkpoint(dirname, given)
+    if passed_over:
+        logger.warn("Checkpoint directory '{}': using {}, the newest checkpoint that reads back whole; "
+                    "passed over: {}.".format(os.path.abspath(dirname), os.path.basename(prefix),
+                                              '; '.join(passed_over)))
     return prefix
 
 
@@ -77,10 +230,14 @@ def get_checkpoint_path(path):
 
     ``path`` may be a checkpoint prefix (``train_log/model-100``), one of its files
     (``model-100.index``, ``model-100.data-00000-of-00001``, ``model-100.meta``), a directory
-    with a ``checkpoint`` state file (its latest checkpoint is used) or that state file itself.
+    of checkpoints or its ``checkpoint`` state file. A directory gives its newest checkpoint
+    that reads back whole (:func:`latest_intact_checkpoint`): the state file's latest, or when
+    that file is missing, unreadable, names files that are gone or a broken checkpoint, the
+    newest ``<name>-<step>`` found by its files, with one warning saying what was passed over.
 
     Raises:
         FileNotFoundError: naming what was looked for, when there is no such checkpoint.
+        ValueError: a directory holds checkpoints, but none reads back (each one named).
 
     Example::
 
@@ -154,14 +311,7 @@ def load_chkpt_vars(path):
     """
     prefix = get_checkpoint_path(path)
     reader = _checked_reader(prefix)
-    result = {}
-    for name in reader.get_variable_to_shape_map():
-        try:
-            result[name] = np.asarray(reader.get_tensor(name))
-        except Exception as err:
-            raise ValueError("Checkpoint '{}' is corrupt: cannot read tensor '{}': {}".format(
-                prefix, name, err)) from err
-    return result
+    return {name: _read_tensor(reader, prefix, name) for name in reader.get_variable_to_shape_map()}
 
 
 def _atomic_savez(path, arrays):

@@ -13,6 +13,7 @@ from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback
 from ..loop.state import Schedule
 from ..tfutils.sesscreate import NewSessionCreator
+from ..tfutils import varmanip
 from ..tfutils.sessinit import SaverRestore, SessionInit
 from ..utils import logger, stats_json
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
@@ -131,6 +132,14 @@ class AutoResumeTrainConfig(TrainConfig):
     number, the hyper-parameter setters (which set their value for the starting epoch) and
     the statistics history continue, and no epoch runs twice.
 
+    Checkpoints are found by their own files (``<name>-<step>.index`` and ``.data-*``) as well
+    as through the ``checkpoint`` state file, so a state file that is missing, unreadable or
+    names files that are gone costs nothing. From the newest candidate down, each is read back
+    whole (:func:`~tensorpack_lite.tfutils.varmanip.verify_checkpoint`: index, shard sizes,
+    every tensor with its checksum); one that does not is skipped and its files are renamed
+    to ``<prefix>.damaged.*`` (kept, never deleted). One warning says what was passed over
+    and where the run goes on from.
+
     So a run resumes by itself whatever interrupted it: checkpoints saved mid-epoch (when
     training failed), a checkpoint saved just before a kill that left its epoch unrecorded,
     records made mid-epoch (a validation every N steps) and records of epochs whose checkpoint
@@ -153,10 +162,13 @@ class AutoResumeTrainConfig(TrainConfig):
 
     def __init__(self, always_resume=True, **kwargs):
         super().__init__(**kwargs)
-        point = self.find_resume_point(logger.get_logger_dir(), self.steps_per_epoch)
-        if point is None:
+        directory = logger.get_logger_dir()
+        search = _ResumeSearch(directory, self.steps_per_epoch)
+        search.set_broken_aside()
+        search.report()
+        if search.point is None:
             return
-        path, last_epoch = point
+        path, last_epoch = search.point
         if always_resume or kwargs.get('session_init') is None:
             logger.info("Resuming from checkpoint {} (end of epoch {}).".format(path, last_epoch))
             self.session_init = SaverRestore(path)
@@ -164,45 +176,110 @@ class AutoResumeTrainConfig(TrainConfig):
             if last_epoch >= self.max_epoch:
                 raise ValueError("The run in {} already finished its last epoch ({} >= max_epoch={}): "
                                  "nothing to resume. Raise max_epoch to train further.".format(
-                                     logger.get_logger_dir(), last_epoch, self.max_epoch))
+                                     directory, last_epoch, self.max_epoch))
             self.starting_epoch = last_epoch + 1
             logger.info("Setting starting_epoch to {}.".format(self.starting_epoch))
 
     @staticmethod
     def find_resume_point(directory, steps_per_epoch):
         """``(checkpoint_path, last_finished_epoch)`` of the run in ``directory``, or None
-        when there is nothing to resume (see the class doc for the rule). Raises ValueError
+        when there is nothing to resume (see the class doc for the rule). Checkpoints that do
+        not read back are passed over (one warning) but left as they are. Raises ValueError
         when there is no ``stats.json`` and no checkpoint at the end of an epoch, or when
         ``stats.json`` cannot be read."""
-        if not directory:
-            return None
-        directory = os.path.abspath(directory)  # then the state's paths come back absolute
-        state = tfv1.train.get_checkpoint_state(directory)
-        if state is None or not state.all_model_checkpoint_paths:
-            return None
+        search = _ResumeSearch(directory, steps_per_epoch)
+        search.report()
+        return search.point
+
+
+class _ResumeSearch:
+    """The resume point of the run in ``directory`` (``point``: ``(prefix, epoch)`` or None):
+    the newest end-of-epoch checkpoint that ``stats.json`` describes and that reads back
+    whole. The checkpoints are those the ``checkpoint`` state file lists plus those found by
+    their own files; ``passed_over`` says what was skipped and why, ``broken`` lists the
+    prefixes of the checkpoints that did not read back."""
+
+    def __init__(self, directory, steps_per_epoch):
+        self.directory = os.path.abspath(directory) if directory else None
+        self.point, self.passed_over, self.broken, self.moved = None, [], [], {}
+        if directory:
+            self._search(steps_per_epoch)
+
+    def _checkpoints(self):
+        """``{step: prefix}`` of every checkpoint named ``<name>-<step>``: listed or on disk."""
+        try:
+            listed = varmanip.read_checkpoint_state(self.directory)
+        except varmanip.CheckpointStateError as err:
+            self.passed_over.append(str(err))
+            listed = []
         steps = {}
-        for path in state.all_model_checkpoint_paths:
+        for path in listed:
             match = _CHECKPOINT_STEP.search(path)
             if match and os.path.exists(path + '.index'):
                 steps[int(match.group(1))] = path
+        found = varmanip.find_step_checkpoints(self.directory)
+        for step, path in found.items():
+            steps.setdefault(step, path)
+        gone = [os.path.basename(p) for p in listed if not os.path.exists(p + '.index')]
+        if gone:
+            self.passed_over.append("the state file lists {} whose index is gone".format(', '.join(gone)))
+        if steps and not listed and not self.passed_over:
+            self.passed_over.append("there is no '{}' state file: checkpoints found by their files".format(
+                os.path.join(self.directory, 'checkpoint')))
+        return steps
+
+    def _search(self, steps_per_epoch):
+        steps = self._checkpoints()
+        if not steps:
+            self.passed_over = []   # nothing to resume: nothing worth a warning
+            return
         epoch_ends = sorted(step for step in steps if step > 0 and step % steps_per_epoch == 0)
-        records = stats_json.load_records(directory)
+        records = stats_json.load_records(self.directory)
         if records is None:  # a run without JSONWriter: trust the newest whole-epoch checkpoint
             if not epoch_ends:
                 raise ValueError("Checkpoints in {} are at steps {}, none at the end of an epoch of {} "
                                  "steps, and there is no stats.json to tell the epoch.".format(
-                                     directory, sorted(steps), steps_per_epoch))
-            return steps[epoch_ends[-1]], epoch_ends[-1] // steps_per_epoch
-        described = stats_json.finished_epochs(records, steps_per_epoch)
-        usable = [step for step in epoch_ends if step // steps_per_epoch in described]
-        if not usable:
-            logger.warn("{} describes no finished epoch that has a checkpoint (finished epochs: {}; "
-                        "checkpoints at steps {} with {} steps per epoch): starting from scratch.".format(
-                            stats_json.stats_path(directory), sorted(described), sorted(steps),
-                            steps_per_epoch))
-            return None
-        skipped = sorted(step for step in steps if step > usable[-1])
-        if skipped:
-            logger.info("Checkpoints after step {} (at steps {}) are passed over: stats.json does not "
-                        "record their epoch's end.".format(usable[-1], skipped))
-        return steps[usable[-1]], usable[-1] // steps_per_epoch
+                                     self.directory, sorted(steps), steps_per_epoch))
+            usable = epoch_ends
+        else:
+            described = stats_json.finished_epochs(records, steps_per_epoch)
+            usable = [step for step in epoch_ends if step // steps_per_epoch in described]
+            if not usable:
+                self.passed_over.append(
+                    "{} describes no finished epoch that has a checkpoint (finished epochs: {}; "
+                    "checkpoints at steps {} with {} steps per epoch)".format(
+                        stats_json.stats_path(self.directory), sorted(described), sorted(steps),
+                        steps_per_epoch))
+                return
+        for step in reversed(usable):
+            try:
+                varmanip.verify_checkpoint(steps[step])
+            except (OSError, ValueError) as err:
+                self.broken.append(steps[step])
+                self.passed_over.append("skipped {}: {}".format(
+                    os.path.basename(steps[step]), str(err).rstrip('.')))
+                continue
+            self.point = steps[step], step // steps_per_epoch
+            later = sorted(s for s in steps if s > step and steps[s] not in self.broken)
+            if later:
+                logger.info("Checkpoints after step {} (at steps {}) are passed over: stats.json does not "
+                            "record their epoch's end.".format(step, later))
+            return
+
+    def set_broken_aside(self):
+        """Rename the files of the checkpoints that did not read back to ``<prefix>.damaged``
+        (``.damaged2``... if taken): kept for inspection, no longer taken for checkpoints of
+        the run, and not overwritten when their epoch is trained again."""
+        for prefix in self.broken:
+            self.moved[prefix] = varmanip.move_checkpoint_aside(prefix, '.damaged')
+
+    def report(self):
+        """One warning: what was passed over and where the run goes on from."""
+        if not self.passed_over:
+            return
+        moved = ''.join('; moved {} aside to {}'.format(os.path.basename(p), os.path.basename(to))
+                        for p, to in self.moved.items())
+        outcome = ("resuming from {} (end of epoch {})".format(os.path.basename(self.point[0]), self.point[1])
+                   if self.point else "starting from scratch")
+        logger.warn("AutoResumeTrainConfig: in {}, {}{}; {}.".format(
+            self.directory, '; '.join(self.passed_over), moved, outcome))
