@@ -124,6 +124,42 @@ class DieAtStep(Callback):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class ChiefDiesSaving(ModelSaver):
+    """The chief's ModelSaver, SIGKILLed while it writes the checkpoint of global step ``step``,
+    between the data file and the index (the state file still names the previous checkpoint).
+    Once: the file ``marker`` is created first."""
+
+    def __init__(self, step, marker):
+        super().__init__()
+        self.step, self.marker = step, marker
+
+    def _trigger(self):
+        if self.global_step != self.step or os.path.exists(self.marker):
+            return super()._trigger()
+        open(self.marker, 'w').close()
+        path = self.saver.save(self.trainer.sess, self.path, global_step=self.step,
+                               write_meta_graph=False, write_state=False)
+        os.remove(path + '.index')
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class ChiefLosesData(Callback):
+    """At global step ``step + 1``, after epoch ``step``'s checkpoint was listed and its end
+    recorded: cuts that checkpoint's data file to half (a crash that lost writes not yet on
+    disk) and SIGKILLs the process. Once: the file ``marker`` is created first."""
+
+    def __init__(self, step, marker):
+        self.step, self.marker = step, marker
+
+    def _trigger_step(self):
+        if self.global_step != self.step + 1 or os.path.exists(self.marker):
+            return
+        open(self.marker, 'w').close()
+        data = os.path.join(logger.get_logger_dir(), 'model-{}.data-00000-of-00001'.format(self.step))
+        os.truncate(data, os.path.getsize(data) // 2)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch, optimizer='momentum'):
     """The reference: SimpleTrainer in this process, ``batch`` datapoints per step; returns
     the final trainable weights by variable name."""
@@ -168,6 +204,11 @@ def parse_args(argv):
     parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
+    parser.add_argument('--chief-dies-saving', type=int,
+                        help='the chief is SIGKILLed (once) while it writes the checkpoint of this step')
+    parser.add_argument('--chief-loses-data', type=int,
+                        help="once, after this epoch-end step's checkpoint and record, the chief cuts its "
+                             "data file to half and is SIGKILLed")
     parser.add_argument('--startup-timeout', type=float, default=120)
     return parser.parse_args(argv)
 
@@ -207,8 +248,13 @@ def main(argv):
     callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held)]
     if held and trainer.task_index == 1:
         callbacks.append(HoldAfterLastStep(args.worker1_holds, held))
-    if logger.get_logger_dir():
+    marker = os.path.join(args.out, 'chief-died')
+    if logger.get_logger_dir() and args.chief_dies_saving and trainer.is_chief:
+        callbacks.append(ChiefDiesSaving(args.chief_dies_saving, marker))
+    elif logger.get_logger_dir():
         callbacks.append(ModelSaver())   # chief-only: skipped on the other workers
+    if args.chief_loses_data and trainer.is_chief:
+        callbacks.append(ChiefLosesData(args.chief_loses_data, marker))
     if args.die_at_step and trainer.task_index == 1:
         marker = os.path.join(args.out, 'died-once') if args.die_once else None
         callbacks.append(DieAtStep(args.die_at_step, marker))
