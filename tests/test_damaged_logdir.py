@@ -224,3 +224,20 @@ def test_a_failed_save_over_an_earlier_runs_checkpoint_of_that_step_leaves_it(
     after = {name: open(os.path.join(logdir, name), 'rb').read()
              for name in os.listdir(logdir) if name.startswith(('model-', 'checkpoint'))}
     assert after == before
+
+
+def test_a_state_file_written_by_tensorflows_saver_reads_without_a_warning(tmp_path, log_records):
+    """TensorFlow's own writer of the state file (CheckpointManager's) records timestamps as
+    well; they are not damage."""
+    with tfv1.Graph().as_default():
+        tfv1.get_variable('w', initializer=np.arange(3, dtype='float32'))
+        saver = tfv1.train.Saver(max_to_keep=5)
+        with tfv1.Session() as sess:
+            sess.run(tfv1.global_variables_initializer())
+            paths = [saver.save(sess, str(tmp_path / 'model'), global_step=step) for step in (1, 2)]
+    tfv1.train.update_checkpoint_state(str(tmp_path), paths[-1], paths, all_model_checkpoint_timestamps=[
+        1.7e9, 1.7e9 + 5], last_preserved_timestamp=1.7e9)
+    assert 'all_model_checkpoint_timestamps' in open(str(tmp_path / 'checkpoint')).read()
+    del log_records[:]
+    assert SmartInit(str(tmp_path)).path == str(tmp_path / 'model-2')
+    assert log_records.messages_at(logging.WARNING) == []

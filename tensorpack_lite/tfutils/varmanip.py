@@ -47,6 +47,9 @@ def variable_of_tensor(tensor):
 
 
 _STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"$')
+# TF's own Saver also records when each checkpoint was written.
+_STATE_TIME_LINE = re.compile(
+    r'^(all_model_checkpoint_timestamps|last_preserved_timestamp)\s*:\s*[-+.\deE]+$')
 _STEP_PREFIX = re.compile(r'^(.+)-(\d+)$')
 
 
@@ -74,6 +77,8 @@ def read_checkpoint_state(dirname):
     latest, listed = None, []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
+            continue
+        if _STATE_TIME_LINE.match(line.strip()):
             continue
         match = _STATE_LINE.match(line.strip())
         if match is None:
