@@ -95,8 +95,9 @@ class SaverRestore(SessionInit):
 
     Args:
         model_path (str): anything :func:`~tensorpack_lite.tfutils.varmanip.get_checkpoint_path`
-            accepts: a checkpoint prefix, one of its files, or a directory with a
-            ``checkpoint`` state file. A missing or corrupt checkpoint is an error here.
+            accepts: a checkpoint prefix, one of its files, or a directory (its newest
+            checkpoint that reads back whole, with a warning naming those passed over). A
+            missing or corrupt checkpoint is an error here.
         prefix (str): restore checkpoint tensor ``W`` into graph variable ``prefix/W``.
         ignore (tuple[str]): names of variables (graph or checkpoint names, ``:0`` optional)
             not to restore, e.g. ``['learning_rate']``.
@@ -376,8 +377,9 @@ def SmartInit(obj, *, ignore_mismatch=False, strict=False):
     * a dict ``{name: ndarray}``, or the path of an ``.npz`` file: :class:`DictRestore`
       (an ``.npy`` file holding a pickled dict, tensorpack's older format, is refused: it
       is never unpickled);
-    * a checkpoint prefix, one of its files or a directory with a ``checkpoint`` state file:
-      :class:`SaverRestore` (:class:`SaverRestoreRelaxed` when ``ignore_mismatch``);
+    * a checkpoint prefix, one of its files or a directory of checkpoints (its newest that
+      reads back whole): :class:`SaverRestore` (:class:`SaverRestoreRelaxed` when
+      ``ignore_mismatch``);
     * a list of these: :class:`ChainInit`, applied in order.
 
     ``ignore_mismatch`` skips variables whose shape differs instead of failing. Names on
