@@ -8,6 +8,9 @@ Rules (as tensorpack 0.11):
   tower is the main training tower (or an inference tower that asks for batch statistics):
   by default the two update ops go to ``tf.GraphKeys.UPDATE_OPS``, which the
   ``RunUpdateOps`` callback (one of the default callbacks) runs with every step.
+* ``sync_statistics``: training towers average E[x] and E[x^2] over the towers of the
+  process ('nccl', collective ops) or the ranks of the job ('horovod', the trainer's
+  ``cross_rank_mean``); the moving averages then follow them, updated internally.
 """
 
 from ..compat import tf, tfv1
