@@ -18,7 +18,8 @@ from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sync_statistics import cross_rank_mean_scope
 from tensorpack_lite.tfutils.tower_context import PredictTowerContext, TowerContext, TrainTowerContext
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated
+from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
+                                   SyncMultiGPUTrainerReplicated)
 
 from helpers import cross_entropy_cost
 
@@ -217,8 +218,15 @@ def train(trainer, model, source, k, steps):
     return readback.values
 
 
-@pytest.mark.parametrize('mode', ['gpu', 'collective'])
-def test_replicated_trainer_with_synced_batchnorm_equals_one_tower_on_the_big_batch(digits, mode):
+TRAINERS = {
+    'replicated-gpu': lambda devices: SyncMultiGPUTrainerReplicated(devices, mode='gpu'),
+    'replicated-collective': lambda devices: SyncMultiGPUTrainerReplicated(devices, mode='collective'),
+    'ps-cpu': lambda devices: SyncMultiGPUTrainerParameterServer(devices, ps_device='cpu'),
+}
+
+
+@pytest.mark.parametrize('trainer_name', sorted(TRAINERS))
+def test_multi_tower_trainer_with_synced_batchnorm_equals_one_tower_on_the_big_batch(digits, trainer_name):
     k, batch, steps = 2, 16, 4
     images, labels = digits
     towers = [[images[n * batch:(n + 1) * batch], labels[n * batch:(n + 1) * batch]]
@@ -229,10 +237,11 @@ def test_replicated_trainer_with_synced_batchnorm_equals_one_tower_on_the_big_ba
     rng = np.random.RandomState(5)
     initial = {'fc0/W': rng.randn(64, 16) * 0.2, 'fc1/W': rng.randn(16, 10) * 0.2, 'bn/gamma': 1.0,
                'bn/beta': 0.0, 'bn/mean/EMA': 0.0, 'bn/variance/EMA': 1.0}
-    trainer = SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'], mode=mode)
+    trainer = TRAINERS[trainer_name](['/cpu:0', '/cpu:1'])
     got = train(trainer, BNMLP('nccl'), QueueInput(DataFromList(towers, shuffle=False)), k, steps)
     for name in VARIABLES:
         np.testing.assert_allclose(got[name], reference[name], rtol=0, atol=TOL, err_msg=name)
         assert np.abs(got[name] - initial[name]).max() > 1e-3, name     # trained or moved
-        if 'EMA' not in name:
+        if 'EMA' not in name and 'tower1/' + name in got:     # a replica
             np.testing.assert_allclose(got['tower1/' + name], got[name], rtol=0, atol=TOL, err_msg=name)
+    assert trainer_name.startswith('replicated') == ('tower1/bn/gamma' in got)
