@@ -181,15 +181,10 @@ def test_batchnorm_errors_name_the_layer():
             BatchNorm('both', x, internal_update=True, ema_update='skip')
         with pytest.raises(ValueError, match="BatchNorm 's': sync_statistics must be one of"):
             BatchNorm('s', x, sync_statistics='mpi')
-        with pytest.raises(NotImplementedError, match="BatchNorm 'h': sync_statistics='horovod'"):
+        with pytest.raises(RuntimeError, match="BatchNorm 'h': no mean across ranks is available here"):
             BatchNorm('h', x, sync_statistics='horovod')
         single = BatchNorm('nccl1', x, sync_statistics='NCCL')    # one tower: local statistics
     assert update_ops() == [] and single.name == 'nccl1/output:0'
-    with tfv1.Graph().as_default():
-        with TrainTowerContext('tower0', index=0, total=2):
-            with pytest.raises(NotImplementedError,
-                               match="BatchNorm 'n': sync_statistics='nccl' across 2 towers"):
-                BatchNorm('n', tfv1.placeholder(tf.float32, [None, 4]), sync_statistics='nccl')
     # outside towers an explicit training flag works, and updates as a single tower would
     assert BatchNorm('outside', x, training=True).name == 'outside/output:0'
     assert len(update_ops()) == 2

@@ -8,9 +8,14 @@ Rules (as tensorpack 0.11):
   tower is the main training tower (or an inference tower that asks for batch statistics):
   by default the two update ops go to ``tf.GraphKeys.UPDATE_OPS``, which the
   ``RunUpdateOps`` callback (one of the default callbacks) runs with every step.
+* ``sync_statistics``: training towers average E[x] and E[x^2] over the towers of the
+  process ('nccl', collective ops) or the ranks of the job ('horovod', the trainer's
+  ``cross_rank_mean``); the moving averages then follow them, updated internally.
 """
 
 from ..compat import tf, tfv1
+from ..tfutils.collective import collective_mean, tower_group
+from ..tfutils.sync_statistics import cross_rank_mean
 from ..tfutils.tower_context import get_current_tower_context
 from ..utils import logger
 from .registry import layer_register
@@ -101,25 +106,47 @@ def _ema_update_mode(ema_update, internal_update):
     return 'collection' if ema_update == 'default' else ema_update
 
 
-def _check_sync_statistics(sync_statistics, training, ctx):
-    """Whether the statistics are meant to be synchronised (then the update is internal).
-    Only the single-tower case, where it changes nothing, is supported."""
+def _sync_mode(sync_statistics, training, ctx):
+    """How the batch statistics are synchronised: None (not at all), 'nccl' or 'horovod'.
+    Only layers that use batch statistics in a training tower synchronise them."""
     if sync_statistics is not None:
         sync_statistics = str(sync_statistics).lower()
     if sync_statistics not in _SYNC_MODES:
         raise ValueError("{}: sync_statistics must be one of {}, got {!r}".format(
             describe_layer('BatchNorm'), _SYNC_MODES, sync_statistics))
-    if sync_statistics is None or not training:
-        return False
-    if sync_statistics == 'horovod' or (ctx is not None and ctx.total > 1):
-        raise NotImplementedError(
-            "{}: sync_statistics='{}' across {} is not implemented in tensorpack_lite (it needs NCCL or "
-            "Horovod all-reduce inside the layer); use sync_statistics=None.".format(
-                describe_layer('BatchNorm'), sync_statistics,
-                'Horovod ranks' if sync_statistics == 'horovod' else '{} towers'.format(ctx.total)))
-    logger.warning("{}: sync_statistics='{}' with a single tower uses the statistics of its own "
-                   "batch.".format(describe_layer('BatchNorm'), sync_statistics))
-    return True
+    if not training or (ctx is not None and not ctx.is_training):
+        return None
+    return sync_statistics
+
+
+def _synced_statistics(x, axis, mode, ctx):
+    """``(mean, variance)`` of ``x`` over the towers ('nccl') or the ranks ('horovod'): the
+    means of E[x] and E[x^2] over them, and ``E[x^2] - E[x]^2``."""
+    axes = _reduction_axes(x.shape.rank, axis)
+    local = tf.concat([tf.reduce_mean(x, axes), tf.reduce_mean(tf.square(x), axes)], 0,
+                      name='local_statistics')
+    if mode == 'horovod':
+        synced = cross_rank_mean(local, owner=describe_layer('BatchNorm'))
+    elif ctx is None or ctx.total == 1:
+        logger.warning("{}: sync_statistics='nccl' with a single tower uses the statistics of its own "
+                       "batch.".format(describe_layer('BatchNorm')))
+        synced = local
+    else:
+        synced = collective_mean(local, tower_group(ctx.total, local.device))
+    mean, mean_square = tf.split(synced, 2, name='statistics')
+    # E[x^2] - E[x]^2 can round below zero for a constant channel
+    return mean, tf.maximum(mean_square - tf.square(mean), 0.0)
+
+
+def _synced_batch_normalize(x, axis, beta, gamma, epsilon, mode, ctx):
+    """As :func:`_batch_normalize`, with the statistics of :func:`_synced_statistics` (not
+    the fused kernel, which has no gradient for given statistics)."""
+    mean, variance = _synced_statistics(x, axis, mode, ctx)
+    ndims = x.shape.rank
+    out = tf.nn.batch_normalization(
+        x, broadcastable(mean, ndims, axis), broadcastable(variance, ndims, axis),
+        broadcastable(beta, ndims, axis), broadcastable(gamma, ndims, axis), epsilon)
+    return out, mean, variance
 
 
 def _batch_normalize(x, axis, beta, gamma, epsilon, virtual_batch_size):
@@ -181,8 +208,16 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
             training tower: 'default' (= 'collection'): two ops added to
             ``tf.GraphKeys.UPDATE_OPS``, run by the ``RunUpdateOps`` callback; 'internal':
             the output depends on the updates (control dependencies); 'skip': no update.
-        sync_statistics: None. 'nccl'/'horovod' (statistics across devices) are not
-            implemented: they raise NotImplementedError with more than one tower.
+        sync_statistics (str): None (each tower uses the statistics of its own batch),
+            'nccl' (the towers of this process) or 'horovod' (every rank of a Horovod/MPI
+            job, or every tower of every worker of CollectiveAllReduceTrainer): in a training
+            tower, E[x] and E[x^2] are averaged over them (each must have the same batch
+            size) and the variance is ``E[x^2] - E[x]^2``; the moving averages follow the
+            synchronised statistics and ``ema_update`` becomes 'internal' (unless 'skip').
+            Every tower must build the layer under the same name, once, and run it in
+            every step. 'nccl' uses TensorFlow's collective ops (NCCL on GPUs, a ring on
+            CPUs); 'horovod' needs the trainer's ``cross_rank_mean_scope`` (an error
+            outside). Not with ``virtual_batch_size``.
         internal_update (bool): deprecated; True means ema_update='internal', False
             'collection'.
 
@@ -212,7 +247,11 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
             describe_layer('BatchNorm'), ndims - 1, ndims, axis))
     num_chan = known_dim(inputs, axis, 'number of channels', 'BatchNorm')
     ema_update = _ema_update_mode(ema_update, internal_update)
-    if _check_sync_statistics(sync_statistics, training, ctx):
+    sync = _sync_mode(sync_statistics, training, ctx)
+    if sync is not None:
+        if virtual_batch_size:
+            raise ValueError("{}: sync_statistics='{}' and virtual_batch_size cannot be used "
+                             "together.".format(describe_layer('BatchNorm'), sync))
         ema_update = 'internal' if ema_update != 'skip' else ema_update
     main_or_inference = ctx is None or ctx.is_main_training_tower or not ctx.is_training
     do_ema_update = training and main_or_inference and ema_update != 'skip'
@@ -226,7 +265,11 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
 
     updates = []
     if training:
-        xn, batch_mean, batch_var = _batch_normalize(inputs, axis, beta, gamma, epsilon, virtual_batch_size)
+        if sync is None:
+            xn, batch_mean, batch_var = _batch_normalize(inputs, axis, beta, gamma, epsilon,
+                                                         virtual_batch_size)
+        else:
+            xn, batch_mean, batch_var = _synced_batch_normalize(inputs, axis, beta, gamma, epsilon, sync, ctx)
         if do_ema_update:
             updates = [_ema_op(moving_mean, batch_mean, momentum, 'mean_ema_op'),
                        _ema_op(moving_var, batch_var, momentum, 'var_ema_op')]

@@ -26,6 +26,7 @@ that never starts, or is lost during training, makes the others fail within seco
 :class:`LostTaskError` naming it; no step waits longer than :attr:`STEP_TIMEOUT`.
 """
 
+import functools
 import os
 import sys
 import threading
@@ -40,10 +41,12 @@ from ..compat import tf, tfv1
 from ..graph_builder.compression import check_compression
 from ..graph_builder.distributed import (CollectiveAllReduceBuilder, DistributedParameterServerBuilder,
                                          DistributedReplicatedBuilder)
+from ..tfutils.collective import cluster_group, collective_mean
 from ..tfutils.common import get_global_step_var
 from ..tfutils.distributed import (DistributedSessionCreator, build_worker_done_op, cluster_of_server,
                                    serve_until_workers_finish)
 from ..tfutils.sesscreate import NewSessionCreator
+from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.cluster import LostTaskError, TaskWatchdog
 from .trainers import _DataParallelTrainer
@@ -438,6 +441,12 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         self._compression = check_compression(compression, type(self).__name__)
         self._exchange = exchange
         super().__init__(gpus, server)
+
+    def _setup_graph(self, input, get_cost_fn, get_opt_fn):
+        # the mean over every tower of every worker, e.g. for BatchNorm(sync_statistics='horovod')
+        group = cluster_group(self.num_worker * len(self.devices))
+        with cross_rank_mean_scope(functools.partial(collective_mean, group=group)):
+            return super()._setup_graph(input, get_cost_fn, get_opt_fn)
 
     def _make_builder(self, towers, server):
         return CollectiveAllReduceBuilder(towers, server, self._average, self._compression, self._exchange)

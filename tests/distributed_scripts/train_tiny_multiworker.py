@@ -22,6 +22,7 @@ import numpy as np
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.models import BatchNorm
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import AutoResumeTrainConfig, ModelDesc, TrainConfig, launch_train_with_config
@@ -42,8 +43,9 @@ class TinyModel(ModelDesc):
     """6 -> hidden (tanh) -> 1, mean squared error, one of :data:`OPTIMIZERS` (by default SGD
     with momentum: slots are synced too)."""
 
-    def __init__(self, init_seed, lr, hidden, optimizer='momentum'):
+    def __init__(self, init_seed, lr, hidden, optimizer='momentum', batch_norm=None):
         self.init_seed, self.lr, self.hidden, self.optimizer_name = init_seed, lr, hidden, optimizer
+        self.batch_norm = batch_norm     # None, or BatchNorm's sync_statistics ('' for none)
 
     def inputs(self):
         return [tf.TensorSpec([None, FEATURES], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
@@ -54,7 +56,11 @@ class TinyModel(ModelDesc):
         b0 = tfv1.get_variable('fc0/b', initializer=rng.randn(self.hidden).astype('float32') * 0.1)
         w1 = tfv1.get_variable('fc1/W', initializer=(rng.randn(self.hidden, 1) / np.sqrt(self.hidden))
                                .astype('float32'))
-        pred = tf.squeeze(tf.matmul(tf.tanh(tf.matmul(x, w0) + b0), w1), 1)
+        hidden = tf.matmul(x, w0) + b0
+        if self.batch_norm is not None:
+            hidden = BatchNorm('bn', hidden, momentum=0.8, ema_update='internal',
+                               sync_statistics=self.batch_norm or None)
+        pred = tf.squeeze(tf.matmul(tf.tanh(hidden), w1), 1)
         cost = tf.reduce_mean(tf.square(pred - y), name='cost')
         add_moving_summary(cost)
         return cost
@@ -71,6 +77,11 @@ def make_samples(num):
     return [[a, b] for a, b in zip(x, y)]
 
 
+def trained_variables():
+    """The trainable variables and the moving averages of the main tower."""
+    return tfv1.trainable_variables() + tfv1.get_collection(tfv1.GraphKeys.MODEL_VARIABLES)
+
+
 class DumpWeights(Callback):
     """On every worker: writes the trainable variables when training ends (and whether the
     file ``marker`` exists then)."""
@@ -81,7 +92,7 @@ class DumpWeights(Callback):
         self.path, self.marker = path, marker
 
     def _after_train(self):
-        variables = tfv1.trainable_variables()
+        variables = trained_variables()
         values = self.trainer.sess.run(variables)
         with open(self.path, 'w') as f:
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
@@ -160,7 +171,8 @@ class ChiefLosesData(Callback):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch, optimizer='momentum'):
+def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch, optimizer='momentum',
+                 batch_norm=None):
     """The reference: SimpleTrainer in this process, ``batch`` datapoints per step; returns
     the final trainable weights by variable name."""
     from tensorpack_lite.train import SimpleTrainer
@@ -168,10 +180,10 @@ def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch, optimiz
 
     class ReadWeights(Callback):
         def _after_train(self):
-            variables = tfv1.trainable_variables()
+            variables = trained_variables()
             result.update(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
 
-    config = TrainConfig(model=TinyModel(INIT_SEED, lr, hidden, optimizer),
+    config = TrainConfig(model=TinyModel(INIT_SEED, lr, hidden, optimizer, batch_norm),
                          dataflow=BatchData(DataFromList(samples, shuffle=False), batch),
                          callbacks=[ReadWeights()], monitors=[], steps_per_epoch=steps_per_epoch,
                          max_epoch=max_epoch)
@@ -193,6 +205,8 @@ def parse_args(argv):
     parser.add_argument('--epochs', type=int, default=1)
     parser.add_argument('--lr', type=float, default=0.05)
     parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum')
+    parser.add_argument('--batch-norm', choices=['none', 'horovod', 'nccl'],
+                        help="a BatchNorm layer with this sync_statistics ('none': None)")
     parser.add_argument('--sum', action='store_true', help='sum the gradients (collective)')
     parser.add_argument('--compression', choices=['fp16', 'bf16'], help='gradient compression (collective)')
     parser.add_argument('--exchange', choices=['sockets', 'queues', 'collective'], default='sockets',
@@ -258,7 +272,8 @@ def main(argv):
     if args.die_at_step and trainer.task_index == 1:
         marker = os.path.join(args.out, 'died-once') if args.die_once else None
         callbacks.append(DieAtStep(args.die_at_step, marker))
-    model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer)
+    batch_norm = None if args.batch_norm is None else args.batch_norm.replace('none', '')
+    model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm)
     config = AutoResumeTrainConfig(model=model,
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
                                    steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs)
