@@ -1,31 +1,36 @@
 #!/usr/bin/env python
 """Multi-worker training on one machine: all-reduce throughput and training speed.
 
-1. All-reduce (sum) of 1, 4, 16 and 64 MB of float32 between 2 local processes, in
-   ``--rounds`` rounds that interleave every column:
+1. All-reduce (sum) of 1, 4, 16 and 64 MB of float32 between N = ``--workers`` (2 3 4) local
+   processes, in ``--rounds`` rounds that interleave every column (the table VARIANTS: a
+   name, a function giving {size: seconds} for N workers, and the bytes a worker sends per
+   step of S bytes, where countable):
    (a) CollectiveAllReduceBuilder, the all-reduce of CollectiveAllReduceTrainer, for each of
-       ``--variants`` ``exchange[-compression]``: ``sockets`` (the default: TCP connections
-       between the workers), ``queues`` (FIFO queues over RecvTensor), ``collective``
-       (CollectiveReduceV2 rings over RecvBuf), with ``-fp16`` or ``-bf16`` (16 bits on the
-       wire, float32 sums); processes started by the launcher;
-   (b) tf.distribute's MultiWorkerMirroredStrategy (ring), a replica-context all-reduce in a
-       tf.function, same launcher and TF_CONFIG;
-   (c) Horovod's allreduce with Gloo (``horovodrun -np 2 --gloo``), in the Horovod
-       environment (``bash .ci/horovod_env.sh`` builds it; or $TENSORPACK_LITE_HOROVOD_PYTHON).
+       ``--variants``: ``collective`` (CollectiveReduceV2 ring over gRPC, 2 (N-1)/N S a
+       worker), with ``-fp16``/``-bf16`` (gathered in 16 bits: (N-1) S/2 a worker, summed in
+       float32) and the levers ``-chunk<MB>`` (CHUNK_BYTES), ``-subdiv<K>``
+       (MAX_SUBDIVS_PER_DEVICE) and ``-auto`` (communication hint 'auto' instead of 'ring');
+       processes started by the launcher;
+   (b) ``mwms``: tf.distribute's MultiWorkerMirroredStrategy (ring), a replica-context
+       all-reduce in a tf.function, same launcher and TF_CONFIG;
+   (c) ``horovod``: Horovod's allreduce with Gloo (``horovodrun --gloo``), in the Horovod
+       environment (``bash .ci/horovod_env.sh`` builds it; or $TENSORPACK_LITE_HOROVOD_PYTHON);
+       skipped, with a message, when it does not exist.
+   Another engine (e.g. ``mpi-shm``, ``mpi-tcp`` under mpiexec) becomes a column by adding a
+   :class:`Variant` to VARIANTS (see :func:`register_variant`).
    (a) and (c) are timed in graph mode, one all-reduce per ``session.run``; each column gives
    the median over the rounds of the medians of ``--repeat`` runs after warm-up, and the
    median (smallest, largest) of the per-round speed ratios to the first variant; throughput =
    float32 size / time.
 2. Steps/s of CollectiveAllReduceTrainer on an MLP 784-1024-1024-10 (about 1.9 M parameters,
-   7.6 MB of gradients) with constant inputs: 2 workers of batch B (with each of
-   ``--train-exchanges``) against 1 worker of batch B and of batch 2B.
+   7.6 MB of gradients) with constant inputs: 2 workers of batch B against 1 worker of batch B
+   and of batch 2B.
 
-    python benchmarks/multiworker.py                 # everything
-    python benchmarks/multiworker.py --skip-horovod --sizes 1 4
-    python benchmarks/multiworker.py --skip-training --variants sockets queues collective
+    python benchmarks/multiworker.py --workers 2 3 4 --skip-training
+    python benchmarks/multiworker.py --skip-horovod --sizes 1 4 --variants collective collective-chunk8
 
-On a 2-core machine, 2 processes share the cores one process would use: expect no speed-up
-there; the numbers show what the all-reduce and the second process cost.
+On a 2-core machine, N processes share the cores one process would use: expect no speed-up
+there; the numbers show what the all-reduce and the other processes cost.
 """
 
 import argparse
@@ -68,26 +73,48 @@ def _tensors(tf, tfv1, sizes):
             .read_value() for i, size in enumerate(sizes)]
 
 
+def _collective_levers(variant):
+    """``collective[-fp16|-bf16][-chunk<MB>][-subdiv<K>][-auto]`` -> (compression, CHUNK_BYTES or
+    None, MAX_SUBDIVS_PER_DEVICE or None, hint)."""
+    compression, chunk_bytes, subdivs, hint = None, None, None, None
+    for part in variant.split('-')[1:]:
+        if part in ('fp16', 'bf16'):
+            compression = part
+        elif part.startswith('chunk'):
+            chunk_bytes = int(float(part[len('chunk'):]) * MB)
+        elif part.startswith('subdiv'):
+            subdivs = int(part[len('subdiv'):])
+        elif part == 'auto':
+            hint = 'auto'
+        else:
+            raise ValueError("unknown part {!r} of the variant {!r}".format(part, variant))
+    return compression, chunk_bytes, subdivs, hint
+
+
 def collective_worker(args):
     """A worker of the all-reduce benchmark of CollectiveAllReduceBuilder (TF_CONFIG from the
-    launcher), for one variant: ``exchange[-compression]``."""
+    launcher), for one variant (see :func:`_collective_levers`)."""
     from tensorpack_lite.compat import enable_graph_mode, tf, tfv1
-    from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
+    from tensorpack_lite.graph_builder import distributed
     from tensorpack_lite.tfutils.distributed import DistributedSessionCreator, create_server
     enable_graph_mode()
+    compression, chunk_bytes, subdivs, hint = _collective_levers(args.variant)
+    if hint:
+        distributed.communication_hint = lambda device: hint
     server = create_server()
-    exchange, _, compression = args.variant.partition('-')
     with tf.device('/job:worker/task:{}/device:CPU:0'.format(server.server_def.task_index)):
-        builder = CollectiveAllReduceBuilder(['/cpu:0'], server, average=False,
-                                             compression=compression or None, exchange=exchange)
+        builder = distributed.CollectiveAllReduceBuilder(['/cpu:0'], server, average=False,
+                                                         compression=compression)
+        if chunk_bytes:
+            builder.CHUNK_BYTES = chunk_bytes
+        if subdivs:
+            builder.MAX_SUBDIVS_PER_DEVICE = subdivs
         reduced = [builder.all_reduce([[tensor]])[0][0] for tensor in _tensors(tf, tfv1, args.sizes)]
     sess = DistributedSessionCreator(server, device_filters=builder.session_device_filters()).create_session()
-    builder.connect(sess, timeout=600)
     times = {}
     for key, (size, tensor) in enumerate(zip(args.sizes, reduced), start=1):
         options = tfv1.RunOptions(timeout_in_ms=600000)
-        if builder.steps_use_collectives:
-            options.experimental.collective_graph_key = key
+        options.experimental.collective_graph_key = key
         times[size] = _time_runs(lambda: sess.run(tensor.op, options=options), args.repeat)
     if builder.is_chief:
         _report(times)
@@ -139,7 +166,7 @@ def train_worker(args):
     from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer
     from timing import DenseMLP, EpochTimer
 
-    trainer = CollectiveAllReduceTrainer(['/cpu:0'], create_server(), exchange=args.variant)
+    trainer = CollectiveAllReduceTrainer(['/cpu:0'], create_server())
     timer = EpochTimer()
     config = TrainConfig(model=DenseMLP(args.batch, [1024, 1024]),
                          data=DummyConstantInput([[args.batch, 784], [args.batch]]),
@@ -180,33 +207,83 @@ def run_local_cluster(args, num_worker, role, **extra):
     return _result(text, role)
 
 
-def run_horovod(args):
-    from horovod_scaling import horovod_python
+HOROVOD_ENV = os.environ.get('TENSORPACK_LITE_HOROVOD_ENV') or os.path.expanduser(
+    '~/.cache/tensorpack_lite/horovod-tf2.18.1')
+"""Where .ci/horovod_env.sh builds the Horovod environment (this benchmark never builds it)."""
+
+
+def horovod_python():
+    """The Python of a built Horovod environment, or None."""
+    python = os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON') or os.path.join(HOROVOD_ENV, 'bin', 'python')
+    ready = os.path.exists(os.path.join(HOROVOD_ENV, '.tensorpack_lite_horovod_env')) or \
+        'TENSORPACK_LITE_HOROVOD_PYTHON' in os.environ
+    if ready and os.path.exists(os.path.join(os.path.dirname(python), 'horovodrun')):
+        return python
+    return None
+
+
+def run_horovod(args, num_worker):
     python = horovod_python()
     horovodrun = os.path.join(os.path.dirname(python), 'horovodrun')
-    command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', python, os.path.abspath(__file__)] + \
-        _worker_args(args, 'horovod')
+    command = [horovodrun, '-np', str(num_worker), '-H', 'localhost:{}'.format(num_worker), '--gloo', python,
+               os.path.abspath(__file__)] + _worker_args(args, 'horovod')
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
     proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                           timeout=RUN_TIMEOUT)
     return _result(proc.stdout, 'horovod allreduce')
 
 
-def all_reduce_rounds(args):
-    """{column: {size: [per-round median seconds]}}: the variants of CollectiveAllReduceBuilder
-    and the peers (MultiWorkerMirroredStrategy, Horovod with Gloo), interleaved round by round."""
-    runs = [(name, lambda name=name: run_local_cluster(args, 2, 'collective', variant=name))
-            for name in args.variants]
-    if not args.skip_mwms:
-        runs.append(('MultiWorkerMirrored', lambda: run_local_cluster(args, 2, 'mwms')))
-    if not args.skip_horovod:
-        runs.append(('horovod (gloo)', lambda: run_horovod(args)))
-    times = {name: {size: [] for size in args.sizes} for name, _ in runs}
+def ring_bytes(num_worker, size):
+    """Bytes a worker sends per all-reduce of ``size`` bytes in a ring: reduce-scatter, then
+    all-gather, (N - 1) pieces of S / N each."""
+    return 2 * (num_worker - 1) * size / num_worker
+
+
+def gather16_bytes(num_worker, size):
+    """Bytes a worker sends per all-gather ring of ``size`` bytes of float32 sent in 16 bits."""
+    return (num_worker - 1) * size / 2
+
+
+class Variant:
+    """A column of the all-reduce table: ``run(args, num_worker)`` -> {str(size in MB): seconds}
+    of one all-reduce of each size; ``sent(num_worker, size)`` -> bytes a worker sends per
+    all-reduce of ``size`` bytes (None when not countable)."""
+
+    def __init__(self, name, run, sent=None):
+        self.name, self.run, self.sent = name, run, sent
+
+
+def collective_variant(name):
+    compression = _collective_levers(name)[0]
+    return Variant(name, lambda args, n: run_local_cluster(args, n, 'collective', variant=name),
+                   gather16_bytes if compression else ring_bytes)
+
+
+VARIANTS = {
+    'mwms': Variant('mwms', lambda args, n: run_local_cluster(args, n, 'mwms'), ring_bytes),
+    'horovod': Variant('horovod', run_horovod, ring_bytes),
+}
+"""The columns besides CollectiveAllReduceBuilder's (whose variants are made from their names)."""
+
+
+def register_variant(variant):
+    """Add a column (e.g. an MPI engine run under mpiexec by a sibling script)."""
+    VARIANTS[variant.name] = variant
+
+
+def variant_of(name):
+    return VARIANTS[name] if name in VARIANTS else collective_variant(name)
+
+
+def all_reduce_rounds(args, num_worker, names):
+    """{column: {size: [per-round median seconds]}}, the columns interleaved round by round."""
+    variants = [variant_of(name) for name in names]
+    times = {v.name: {size: [] for size in args.sizes} for v in variants}
     for _ in range(args.rounds):
-        for name, run in runs:
-            result = run()
+        for variant in variants:
+            result = variant.run(args, num_worker)
             for size in args.sizes:
-                times[name][size].append(result[str(size)])
+                times[variant.name][size].append(result[str(size)])
     return times
 
 
@@ -214,22 +291,26 @@ def _load():
     return '{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg()) if hasattr(os, 'getloadavg') else 'unknown'
 
 
-def print_allreduce(args, times):
-    print("all-reduce (sum) of float32 between 2 processes on this machine ({}, {} cores), MB/s of float32 "
-          "data; median over {} rounds of the medians of {} runs:".format(
-              platform.processor() or platform.machine(), os.cpu_count(), args.rounds, args.repeat))
-    print("  {:>6s}".format('MB') + ''.join("  {:>37s}".format(name) for name in times))
+def print_allreduce(args, num_worker, times):
+    print("\nall-reduce (sum) of float32 between {} processes on this machine ({}, {} cores), MB/s of "
+          "float32 data; median over {} rounds of the medians of {} runs:".format(
+              num_worker, platform.processor() or platform.machine(), os.cpu_count(), args.rounds,
+              args.repeat))
+    print("  {:>6s}".format('MB') + ''.join("  {:>38s}".format(name) for name in times))
     base = next(iter(times))
     for size in args.sizes:
         line = "  {:6d}".format(size)
         for name, by_size in times.items():
             median = statistics.median(by_size[size])
             ratios = [b / t for b, t in zip(times[base][size], by_size[size])]
-            line += "  {:7.1f} ms {:7.1f} x{:5.2f} ({:4.2f}-{:4.2f})".format(
+            line += "  {:8.1f} ms {:7.1f} x{:5.2f} ({:4.2f}-{:4.2f})".format(
                 1000 * median, size / median, statistics.median(ratios), min(ratios), max(ratios))
         print(line, flush=True)
+    sent = ["{} {}".format(name, "{:.2f} S".format(variant_of(name).sent(num_worker, 1.0))
+                           if variant_of(name).sent else 'not counted') for name in times]
+    print("  bytes a worker sends per all-reduce of S bytes: " + ', '.join(sent))
     print("  (ms, MB/s, and the median, smallest and largest of the per-round speed ratios to {}); "
-          "load average now: {}".format(base, _load()))
+          "load average now: {}".format(base, _load()), flush=True)
 
 
 def main():
@@ -238,23 +319,22 @@ def main():
     parser.add_argument('--sizes', type=int, nargs='+', default=[1, 4, 16, 64],
                         help='all-reduce sizes in MB')
     parser.add_argument('--repeat', type=int, default=10, help='timed all-reduces per size')
-    parser.add_argument('--variants', nargs='+',
-                        default=['sockets', 'sockets-fp16', 'queues', 'collective', 'collective-fp16'],
-                        help="CollectiveAllReduceBuilder's exchange[-compression]; the first is the base of "
-                             "the ratios")
+    parser.add_argument('--workers', type=int, nargs='+', default=[2, 3, 4], help='numbers of processes')
+    parser.add_argument('--variants', nargs='+', default=['collective', 'collective-fp16'],
+                        help="columns: CollectiveAllReduceBuilder's "
+                             "collective[-fp16|-bf16][-chunk<MB>][-auto], or a name of VARIANTS; the first "
+                             "is the base of the ratios")
     parser.add_argument('--rounds', type=int, default=3, help='interleaved rounds of every column')
     parser.add_argument('--batch', type=int, default=128, help='B: the batch per worker')
     parser.add_argument('--steps', type=int, default=30, help='steps per epoch')
     parser.add_argument('--epochs', type=int, default=4, help='epochs per run, the first is warm-up')
-    parser.add_argument('--train-exchanges', nargs='+', default=['sockets', 'queues'],
-                        help="the exchanges of the training runs of 2 workers")
     parser.add_argument('--skip-horovod', action='store_true')
     parser.add_argument('--skip-training', action='store_true')
     parser.add_argument('--skip-allreduce', action='store_true', help='only the training runs')
     parser.add_argument('--skip-mwms', action='store_true',
                         help="skip tf.distribute's MultiWorkerMirroredStrategy")
     parser.add_argument('--role', choices=['collective', 'horovod', 'mwms', 'train'], help=argparse.SUPPRESS)
-    parser.add_argument('--variant', default='sockets', help=argparse.SUPPRESS)
+    parser.add_argument('--variant', default='collective', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
         {'collective': collective_worker, 'horovod': horovod_worker, 'mwms': mwms_worker,
@@ -263,18 +343,24 @@ def main():
 
     print("load average at the start: {}".format(_load()), flush=True)
     if not args.skip_allreduce:
-        print_allreduce(args, all_reduce_rounds(args))
+        names = list(args.variants) + ([] if args.skip_mwms else ['mwms'])
+        if not args.skip_horovod and horovod_python() is None:
+            print("horovod (gloo) skipped: no built Horovod environment in {} (bash .ci/horovod_env.sh "
+                  "builds it) and no $TENSORPACK_LITE_HOROVOD_PYTHON".format(HOROVOD_ENV))
+        elif not args.skip_horovod:
+            names.append('horovod')
+        for num_worker in args.workers:
+            print_allreduce(args, num_worker, all_reduce_rounds(args, num_worker, names))
     if args.skip_training:
         return
-    runs = [('1 worker, batch {}'.format(args.batch), 1, args.batch, args.train_exchanges[0]),
-            ('1 worker, batch {}'.format(2 * args.batch), 1, 2 * args.batch, args.train_exchanges[0])]
-    runs += [('2 workers, batch {} each, {}'.format(args.batch, exchange), 2, args.batch, exchange)
-             for exchange in args.train_exchanges]
+    runs = [('1 worker, batch {}'.format(args.batch), 1, args.batch),
+            ('1 worker, batch {}'.format(2 * args.batch), 1, 2 * args.batch),
+            ('2 workers, batch {} each'.format(args.batch), 2, args.batch)]
     print("\nCollectiveAllReduceTrainer, MLP 784-1024-1024-10, median over {} epochs of {} steps:".format(
         args.epochs - 1, args.steps))
-    for name, workers, batch, exchange in runs:
+    for name, workers, batch in runs:
         speed = run_local_cluster(args, workers, 'train', batch=batch, steps=args.steps,
-                                  epochs=args.epochs, variant=exchange)['steps_per_second']
+                                  epochs=args.epochs)['steps_per_second']
         print("  {:<37s} {:7.2f} steps/s  {:8.0f} samples/s".format(name, speed, speed * batch * workers),
               flush=True)
 

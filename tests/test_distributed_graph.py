@@ -230,10 +230,74 @@ def test_compressed_all_reduce_is_the_float32_sum_of_the_rounded_gradients(compr
 
 @pytest.mark.parametrize('exchange', ['ring', 'Queues', None])
 def test_an_unknown_exchange_is_refused_naming_the_choices(lone_server, exchange):
-    expected = ("CollectiveAllReduceBuilder: exchange must be one of 'sockets', 'queues', 'collective', "
-                "got {!r}")
+    expected = "CollectiveAllReduceTrainer: exchange must be one of 'collective', got {!r}"
     with pytest.raises(ValueError, match=re.escape(expected.format(exchange))):
         CollectiveAllReduceTrainer(['/cpu:0'], lone_server, exchange=exchange)
+
+
+@pytest.mark.parametrize('exchange', ['sockets', 'queues'])
+def test_the_removed_exchanges_are_an_error_saying_what_to_use(lone_server, exchange):
+    expected = ("CollectiveAllReduceTrainer: exchange={!r} was removed (it sent every worker's gradients to "
+                "every other worker); use exchange='collective' (the default").format(exchange)
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        CollectiveAllReduceTrainer(['/cpu:0'], lone_server, exchange=exchange)
+    removed = "CollectiveAllReduceBuilder: exchange={!r} was removed".format(exchange)
+    with pytest.raises(ValueError, match=removed):
+        CollectiveAllReduceBuilder(['/cpu:0'], lone_server, exchange=exchange)
+
+
+@pytest.fixture(scope='module')
+def second_of_two_workers():
+    """The server of worker 1 of a cluster of 2 workers (worker 0 never started: graphs only)."""
+    return create_server(local_cluster(2), 'worker', 1)
+
+
+def worker_reductions():
+    """(device, op type, communication hint) of every gradient reduction of the graph."""
+    return [(op.device, op.type, op.get_attr('communication_hint').decode())
+            for op in tfv1.get_default_graph().get_operations()
+            if op.type in ('CollectiveReduceV2', 'CollectiveGatherV2', 'NcclAllReduce')
+            and op.name.startswith('collective_allreduce')]
+
+
+@pytest.mark.parametrize('compression', [None, 'fp16'])
+def test_a_worker_with_gpu_towers_reduces_on_its_gpus_through_nccl(monkeypatch, second_of_two_workers,
+                                                                   compression):
+    """Worker 1 of 2 with towers '/gpu:0' and '/gpu:1' (built, never run: no GPU needed): each
+    gradient is one collective op per tower, on that GPU, with the hint 'nccl', in a group of
+    the 4 GPUs of the cluster, whole (not in pieces); compressed ones are gathered in 16 bits
+    the same way. No Python op anywhere, no reduction on a CPU."""
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')      # the towers are checked against it
+    builder = CollectiveAllReduceBuilder(['/gpu:0', '/gpu:1'], second_of_two_workers, compression=compression)
+    builder.CHUNK_BYTES = 16                                # would cut 'a' into pieces on CPUs
+    grad_list = builder.call_for_each_tower(tower_gradients)
+    builder.build(grad_list, lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    op_type = 'CollectiveGatherV2' if compression else 'CollectiveReduceV2'
+    gpus = ['/job:worker/task:1/device:GPU:{}'.format(k) for k in range(2)]
+    assert worker_reductions() == [(gpus[0], op_type, 'nccl'), (gpus[1], op_type, 'nccl')] * 3
+    ops = tfv1.get_default_graph().get_operations()
+    assert {op.inputs[1].op.get_attr('value').int_val[0] for op in ops if op.type == op_type} == {4}
+    assert not [op for op in ops if op.type in ('PyFunc', 'EagerPyFunc', 'NumpyFunction')]
+
+
+def test_a_worker_with_cpu_towers_reduces_in_pieces_through_the_ring(second_of_two_workers):
+    builder = CollectiveAllReduceBuilder(['/cpu:0'], second_of_two_workers)
+    builder.CHUNK_BYTES = 200                               # 'a' (400 bytes) in 2 pieces
+    grad_list = builder.call_for_each_tower(tower_gradients)
+    builder.build(grad_list, lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    assert worker_reductions() == [('/job:worker/task:1/device:CPU:0', 'CollectiveReduceV2', 'ring')] * 4
+
+
+def test_create_server_enables_collective_nccl_only_with_a_gpu(monkeypatch):
+    assert not create_server(local_cluster(1), 'worker', 0).server_def.default_session_config \
+        .experimental.collective_nccl                  # this machine: no GPU
+    monkeypatch.setattr(tf.config, 'list_physical_devices',
+                        lambda kind=None: ['GPU:0'] if kind == 'GPU' else [])
+    config = create_server(local_cluster(1), 'worker', 0).server_def.default_session_config
+    assert config.experimental.collective_nccl
+    no_gpu = tfv1.ConfigProto(device_count={'GPU': 0})
+    assert not create_server(local_cluster(1), 'worker', 0, config=no_gpu).server_def \
+        .default_session_config.experimental.collective_nccl
 
 
 @pytest.mark.parametrize('compression', ['int8', 'FP16', True, 16])

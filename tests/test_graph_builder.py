@@ -9,7 +9,7 @@ import pytest
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder import (
     DataParallelBuilder, GradientPacker, LeastLoadedDeviceSetter, SyncMultiGPUReplicatedBuilder,
-    aggregate_grads, allreduce_grads_collective, allreduce_grads_hierarchical, average_grads,
+    aggregate_grads, allreduce_grads, allreduce_grads_collective, allreduce_grads_hierarchical, average_grads,
     check_session_devices, interpret_towers, merge_grad_list, override_to_local_variable, split_grad_list)
 from tensorpack_lite.tfutils.tower import get_current_tower_context
 
@@ -219,3 +219,54 @@ def test_gradient_packer_declines_small_or_mixed_gradients():
     assert any('different dtypes' in m for m in records.messages(logging.INFO))
     with pytest.raises(RuntimeError, match='compute_strategy'):
         GradientPacker(2).pack([tf.ones([3])])
+
+
+# ----- which engine reduces: NCCL on GPU towers (graphs built, never run: no GPU needed) ------------
+
+REDUCTION_OPS = ('CollectiveReduceV2', 'CollectiveGatherV2', 'NcclAllReduce')
+
+
+def reductions(graph=None):
+    """(device, op type, communication hint) of every reduction op of the graph, in graph order."""
+    graph = graph or tfv1.get_default_graph()
+    return [(op.device, op.type, op.get_attr('communication_hint').decode())
+            for op in graph.get_operations() if op.type in REDUCTION_OPS]
+
+
+def two_variable_towers():
+    a = tfv1.get_variable('a', initializer=np.ones([3, 4], 'float32'))
+    b = tfv1.get_variable('b', initializer=np.ones([5], 'float32'))
+    cost = tf.reduce_sum(a * a) + tf.reduce_sum(b)
+    return tfv1.train.GradientDescentOptimizer(0.1).compute_gradients(cost, var_list=[a, b])
+
+
+def build_replicated(towers, mode):
+    builder = SyncMultiGPUReplicatedBuilder(towers, True, mode)
+    grad_list = builder.call_for_each_tower(two_variable_towers)
+    builder.build(grad_list, lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    return reductions()
+
+
+@pytest.mark.parametrize('mode', ['nccl', 'collective'])
+def test_replicated_builder_reduces_on_gpu_towers_through_nccl(monkeypatch, mode):
+    """Two variables, two GPU towers: one CollectiveReduceV2 per variable and tower, on the
+    tower's GPU, with the hint 'nccl' (no NcclAllReduce of the deprecated nccl_ops, no copy
+    to the CPU, no Python op)."""
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')      # the towers are checked against it
+    dump = build_replicated(['/gpu:0', '/gpu:1'], mode)
+    assert dump == [('/device:GPU:0', 'CollectiveReduceV2', 'nccl'),
+                    ('/device:GPU:1', 'CollectiveReduceV2', 'nccl')] * 2
+    ops = tfv1.get_default_graph().get_operations()
+    assert not [op for op in ops if op.type in ('PyFunc', 'EagerPyFunc', 'NcclAllReduce')]
+
+
+def test_replicated_builder_on_cpu_towers_uses_the_ring_not_nccl():
+    dump = build_replicated(cpus(2), 'collective')
+    assert dump == [('/device:CPU:0', 'CollectiveReduceV2', 'ring'),
+                    ('/device:CPU:1', 'CollectiveReduceV2', 'ring')] * 2
+
+
+def test_allreduce_grads_refuses_cpu_devices():
+    grads = constants_on(cpus(2), tower_values(2, [(3,)]))
+    with pytest.raises(ValueError, match="allreduce_grads: NCCL all-reduces on GPUs; '/cpu:0' is not one"):
+        allreduce_grads(grads, True, cpus(2))

@@ -18,7 +18,8 @@ from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
 from ..utils.gpu import get_num_gpu
 
-__all__ = ['interpret_towers', 'tower_device', 'is_gpu_tower', 'check_session_devices', 'task_cpu',
+__all__ = ['interpret_towers', 'tower_device', 'is_gpu_tower', 'communication_hint',
+           'check_session_devices', 'task_cpu',
            'LeastLoadedDeviceSetter', 'override_to_local_variable', 'local_collections']
 
 
@@ -37,6 +38,13 @@ def task_cpu(job_name, task_index):
 def is_gpu_tower(tower):
     """Whether a tower (GPU id or device string) is on a GPU."""
     return tf.DeviceSpec.from_string(tower_device(tower)).device_type.upper() == 'GPU'
+
+
+def communication_hint(tower):
+    """The ``communication_hint`` of a collective op on ``tower``: ``'nccl'`` on a GPU (the
+    reduction runs on the GPUs through NCCL), else ``'ring'`` (TensorFlow's ring, on the CPU,
+    over gRPC between processes)."""
+    return 'nccl' if is_gpu_tower(tower) else 'ring'
 
 
 def _device_spec(device, owner):

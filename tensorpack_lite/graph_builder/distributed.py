@@ -7,8 +7,8 @@ workers agree on every update.
 * :class:`DistributedReplicatedBuilder`: every tower keeps a local replica; the parameter
   servers hold the global copy, which is copied back into the replicas after each update.
 * :class:`CollectiveAllReduceBuilder`: no parameter server: every tower of every worker keeps
-  a replica, and the gradients are all-reduced across the workers (through queues, or with
-  TensorFlow's collective ops).
+  a replica, and the gradients are all-reduced across the workers by TensorFlow's collective
+  ops (a ring on CPUs, NCCL on GPUs).
 
 With parameter servers, each step every worker averages the gradients of its towers and
 hands them to the parameter servers (:class:`ParameterServerSync`); the chief averages the
@@ -23,13 +23,12 @@ from ..tfutils.distributed import cluster_of_server
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
 from .compression import GradientCompression, check_compression
-from .devices import LeastLoadedDeviceSetter, interpret_towers, task_cpu, tower_device
-from .queue_allreduce import QueueAllReduce
-from .socket_allreduce import SocketAllReduce
+from .devices import LeastLoadedDeviceSetter, communication_hint, interpret_towers, task_cpu, tower_device
 from .training import DataParallelBuilder, SyncMultiGPUReplicatedBuilder
-from .utils import GradientPacker, aggregate_grads, dense_gradient, split_grad_list, sum_in_order
+from .utils import GradientPacker, aggregate_grads, dense_gradient, split_grad_list
 
-__all__ = ['EXCHANGES', 'ParameterServerSync', 'DistributedParameterServerBuilder',
+__all__ = ['EXCHANGES', 'REMOVED_EXCHANGES', 'check_exchange',
+           'ParameterServerSync', 'DistributedParameterServerBuilder',
            'DistributedReplicatedBuilder', 'CollectiveAllReduceBuilder']
 
 
@@ -311,15 +310,38 @@ def _variables_digest(variables):
     return int.from_bytes(hashlib.sha256(text.encode('utf-8')).digest()[:7], 'big')
 
 
-EXCHANGES = ('sockets', 'queues', 'collective')
-"""How :class:`CollectiveAllReduceBuilder` moves gradients between workers."""
+EXCHANGES = ('collective',)
+"""How :class:`CollectiveAllReduceBuilder` moves gradients between workers: TensorFlow's
+collective ops (the only engine left in that builder; see :data:`REMOVED_EXCHANGES`)."""
+
+REMOVED_EXCHANGES = ('sockets', 'queues')
+"""Exchanges of earlier versions, which sent every worker's sum to every other worker
+((N - 1) times the gradients per worker and step, against a ring's 2 (N - 1) / N)."""
+
+
+def check_exchange(exchange, owner):
+    """``exchange`` if it is one of :data:`EXCHANGES`, else a ValueError saying what to use."""
+    if exchange in REMOVED_EXCHANGES:
+        raise ValueError("{}: exchange={!r} was removed (it sent every worker's gradients to every other "
+                         "worker); use exchange='collective' (the default: TensorFlow's collective ops, a "
+                         "ring on CPUs and NCCL on GPUs), or HorovodTrainer for jobs started by "
+                         "mpirun.".format(owner, exchange))
+    if exchange not in EXCHANGES:
+        raise ValueError("{}: exchange must be one of {}, got {!r}".format(
+            owner, ', '.join(repr(e) for e in EXCHANGES), exchange))
+    return exchange
 
 
 class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     """Synchronous training without parameter server: every tower of every worker keeps a
     replica of the variables, and each step the gradients of all towers of all workers are
-    summed (or averaged) (packed into a few large tensors when that pays), so every replica
-    applies the same update.
+    summed (or averaged) by TensorFlow's collective ops (packed into a few large tensors when
+    that pays), so every replica applies the same update.
+
+    Every tower of every worker is a member of one ``CollectiveReduceV2`` per piece of
+    gradient: on CPU towers TensorFlow's ring over gRPC (each worker sends about
+    2 (N - 1) / N times the gradients per step), on GPU towers NCCL (communication hint
+    ``'nccl'``, on the GPUs, with no host copy). Every member gets the same bits.
 
     On each worker, as in :class:`SyncMultiGPUReplicatedBuilder`, tower 0 owns the global
     variables and tower k > 0 local replicas ``tower{k}/...``. :meth:`build_broadcast` builds
@@ -335,14 +357,8 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         compression (str): None (exact float32 all-reduce), ``'fp16'`` or ``'bf16'``: floating
             gradients of 32 bits or more travel rounded to 16 bits and are summed in float32
             (see :mod:`~tensorpack_lite.graph_builder.compression`).
-        exchange (str): how gradients cross workers. ``'sockets'`` (the default) and
-            ``'queues'``: each worker adds its towers' gradients, sends the sum to every other
-            worker and adds what it receives in worker order (the same bits on every worker;
-            each worker receives N - 1 copies): over TCP connections between the workers
-            (:class:`SocketAllReduce`, the fastest: it needs one more port on each worker), or
-            through queues of TensorFlow's runtime (:class:`QueueAllReduce`, no other port).
-            ``'collective'``: every tower is a member of a ``CollectiveReduceV2`` ring (the
-            bytes of a ring, the path to NCCL on GPUs).
+        exchange (str): ``'collective'``, the only one left (the removed ``'sockets'`` and
+            ``'queues'`` are an error saying so).
     """
 
     GRADIENT_GROUP_KEY = 91
@@ -355,22 +371,21 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     """How many tensors the gradients are packed into (when there are enough elements)."""
 
     CHUNK_BYTES = 2 << 20
-    """With collective ops, a tensor larger than this is all-reduced in pieces of about this size."""
+    """On CPU towers, a tensor larger than this is all-reduced in pieces of about this size
+    (they travel concurrently). NCCL takes every tensor whole."""
 
-    QUEUE_CHUNK_BYTES = 4 << 20
-    """Through queues, a tensor larger than this travels in pieces of about this size (each
-    piece is a transfer of its own, and they run concurrently)."""
+    MAX_SUBDIVS_PER_DEVICE = -1
+    """``max_subdivs_per_device`` of each ``CollectiveReduceV2``: how many pieces TensorFlow's
+    ring cuts each tensor into per device (-1: TensorFlow's choice)."""
 
     _CHECK_KEYS = (1, 2)
     _TENSOR_BROADCAST_KEY = 3
     _FIRST_GRADIENT_KEY = 1000
     _FIRST_BROADCAST_KEY = 1 << 24
 
-    def __init__(self, towers, server, average=True, compression=None, exchange='sockets'):
+    def __init__(self, towers, server, average=True, compression=None, exchange='collective'):
         check_compression(compression, type(self).__name__)
-        if exchange not in EXCHANGES:
-            raise ValueError("{}: exchange must be one of {}, got {!r}".format(
-                type(self).__name__, ', '.join(repr(e) for e in EXCHANGES), exchange))
+        check_exchange(exchange, type(self).__name__)
         self.cluster = cluster_of_server(server)
         if self.cluster.num_ps:
             raise ValueError("{} uses no parameter server, but the cluster has 'ps' tasks: {}. Remove them, "
@@ -383,28 +398,15 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         self.compression = compression
         self.exchange = exchange
         self._compressor = GradientCompression(compression) if compression else None
-        self._between_workers = None
-        if exchange == 'sockets':
-            self._between_workers = SocketAllReduce(self.cluster)
-        elif exchange == 'queues':
-            self._between_workers = QueueAllReduce(self.cluster)
         self._gradient_keys = iter(range(self._FIRST_GRADIENT_KEY, self._FIRST_BROADCAST_KEY))
         if compression:
             logger.info("{}: gradients travel as {} and are summed in float32.".format(
                 type(self).__name__, compression))
 
-    @property
-    def steps_use_collectives(self):
-        """Whether a training step runs collective ops (then it needs a collective graph key
-        in its run options; a step that reaches other workers' devices must not have one)."""
-        return self.exchange == 'collective'
-
     def session_device_filters(self):
-        """The tasks the session of this worker uses: with queues or sockets every worker (a
-        step takes the peers' contributions out of their outboxes on their CPUs; the workers
-        exchange their ports through queues), else this worker only (collective ops find
-        their peers themselves)."""
-        return ['/job:worker'] if self._between_workers is not None else [self.cluster.task_name]
+        """The tasks the session of this worker uses: this worker only (collective ops find
+        their peers through the group leader)."""
+        return [self.cluster.task_name]
 
     def _allreduce(self, grad_list):
         all_grads, _ = split_grad_list(grad_list)
@@ -418,76 +420,30 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
 
     def all_reduce(self, all_tensors):
         """K lists of N tensors (one list per tower of this worker) -> their sums (or means)
-        over every tower of every worker, in the same structure. Large tensors travel in
-        pieces (:attr:`CHUNK_BYTES`, :attr:`QUEUE_CHUNK_BYTES`; compressed ones count 2 bytes
-        an element). Every worker must make the same calls in the same order (and, with
-        sockets, call :meth:`connect` before the first step)."""
+        over every tower of every worker, in the same structure. Every tower of every worker
+        is a member of one collective all-reduce per piece (:attr:`CHUNK_BYTES`; compressed
+        tensors count 2 bytes an element). Every worker must make the same calls in the same
+        order."""
         all_tensors = [[dense_gradient(t) for t in tensors] for tensors in all_tensors]
-        if self._between_workers is not None:
-            return self._all_reduce_between_workers(all_tensors)
-        return self._all_reduce_collectively(all_tensors)
-
-    def _compresses(self, tensor):
-        return self._compressor is not None and self._compressor.applies_to(tensor)
-
-    def _all_reduce_between_workers(self, all_tensors):
-        """Each worker adds its towers' tensors in tower order (on its CPU), the workers'
-        sums are added in worker order (:class:`SocketAllReduce` or :class:`QueueAllReduce`),
-        and every tower gets a copy of the result. Through queues, large tensors travel in
-        pieces of :attr:`QUEUE_CHUNK_BYTES`."""
-        piece_bytes = self.QUEUE_CHUNK_BYTES if self.exchange == 'queues' else None
-        pieces, compressions, layouts = [], [], []
-        with tf.name_scope(self.exchange + '_allreduce'), tf.device(self.cpu_device):
-            for tensors in zip(*all_tensors):
-                local = sum_in_order(tensors)
-                compressed = self._compresses(local)
-                wire = self._compressor.encode(local) if compressed else tf.reshape(local, [-1])
-                num = self._num_pieces(local, 2 if compressed else local.dtype.size, piece_bytes) \
-                    if piece_bytes else 1
-                layouts.append((local, compressed, len(pieces), num))
-                pieces.extend(tf.split(wire, self._piece_sizes(local, num)) if num > 1 else [wire])
-                compressions.extend([self._compressor if compressed else None] * num)
-            summed = self._between_workers.sum(pieces, compressions)
-            results = []
-            for local, compressed, first, num in layouts:
-                flat = summed[first] if num == 1 else tf.concat(summed[first:first + num], 0)
-                total = tf.reshape(flat, tf.shape(local))
-                if self._average:
-                    total = self._mean_of(total, compressed)
-                results.append(tf.cast(total, local.dtype.base_dtype) if compressed else total)
-        per_tower = []
-        for device in self.raw_devices:
-            with tf.device(device):
-                per_tower.append([tf.identity(total) for total in results])
-        return per_tower
-
-    def _all_reduce_collectively(self, all_tensors):
-        """Every tower of every worker is a member of one collective all-reduce per piece."""
+        hints = [communication_hint(device) for device in self.raw_devices]
+        chunk_bytes = None if set(hints) == {'nccl'} else self.CHUNK_BYTES
         per_tensor = []
         with tf.name_scope('collective_allreduce'):
             for tensors in zip(*all_tensors):
                 compressed = self._compresses(tensors[0])
                 pieces = self._num_pieces(tensors[0], 2 if compressed else tensors[0].dtype.size,
-                                          self.CHUNK_BYTES)
+                                          chunk_bytes) if chunk_bytes else 1
                 instance_keys = [next(self._gradient_keys) for _ in range(pieces)]
                 reduce = self._gather_sum if compressed else self._reduce
                 reduced = []
-                for tensor, device in zip(tensors, self.raw_devices):
+                for tensor, device, hint in zip(tensors, self.raw_devices, hints):
                     with tf.device(device):
-                        reduced.append(self._in_pieces(reduce, tensor, instance_keys))
+                        reduced.append(self._in_pieces(reduce, tensor, instance_keys, hint))
                 per_tensor.append(reduced)
         return [list(tensors) for tensors in zip(*per_tensor)]
 
-    def _mean_of(self, total, compressed):
-        """``total`` / group size as the collective ops compute it: the float32 sum of a
-        compressed gradient times the float32 of 1 / group size, other floating sums divided,
-        integer ones divided with truncation."""
-        dtype = total.dtype.base_dtype
-        if compressed:
-            return tf.multiply(total, tf.constant(1.0 / self.group_size, dtype))
-        if dtype.is_integer:
-            return tf.truncatediv(total, tf.constant(self.group_size, dtype))
-        return tf.divide(total, tf.constant(self.group_size, dtype))
+    def _compresses(self, tensor):
+        return self._compressor is not None and self._compressor.applies_to(tensor)
 
     @staticmethod
     def _num_pieces(tensor, element_bytes, chunk_bytes):
@@ -496,52 +452,29 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
             return 1
         return max(1, min(size, -(-size * element_bytes // chunk_bytes)))
 
-    def connect(self, sess, timeout=None, step_timeout=None):
-        """Connect this worker to every other for the steps' exchange, when it needs that
-        (sockets): every worker, once its session exists, before the first step. ``timeout``:
-        seconds to wait for the peers; ``step_timeout``: seconds a step may then wait for a
-        peer's data (sockets; None keeps the exchange's)."""
-        if self._between_workers is not None:
-            self._between_workers.connect(sess, timeout, step_timeout)
-
-    def exchange_failure(self):
-        """Why the exchange of the last failed step failed, as a ``tf.errors.OpError`` naming
-        the worker, when the session reports it only as an UnknownError (sockets); else None."""
-        return self._between_workers.failure if self._between_workers is not None else None
-
-    def build_abort(self):
-        """The op making a step that waits for a lost worker fail at once (None with
-        collective ops)."""
-        return self._between_workers.build_abort() if self._between_workers is not None else None
-
-    def build_done_signals(self):
-        """The :class:`~tensorpack_lite.graph_builder.queue_allreduce.DoneSignals` a worker
-        exchanges after its last step, so that it ends only once its peers have taken its
-        last gradients (None with collective ops, or with one worker)."""
-        return self._between_workers.build_done_signals() if self._between_workers is not None else None
-
-    def _reduce(self, piece, key):
+    def _reduce(self, piece, key, hint):
         return tf.raw_ops.CollectiveReduceV2(
             input=piece, group_size=self.group_size, group_key=self.GRADIENT_GROUP_KEY, instance_key=key,
-            ordering_token=[], merge_op='Add', final_op='Div' if self._average else 'Id')
+            ordering_token=[], merge_op='Add', final_op='Div' if self._average else 'Id',
+            communication_hint=hint, max_subdivs_per_device=self.MAX_SUBDIVS_PER_DEVICE)
 
-    def _gather_sum(self, piece, key):
+    def _gather_sum(self, piece, key, hint):
         """The compressed all-reduce of ``piece``: gathered in 16 bits, summed in float32
         (to average, multiplied by the float32 of 1 / group size: TensorFlow's graph optimizer
         would turn a division by a constant into that anyway), in ``piece`` 's dtype and shape."""
         gathered = tf.raw_ops.CollectiveGatherV2(
             input=self._compressor.encode(piece), group_size=self.group_size,
-            group_key=self.GRADIENT_GROUP_KEY, instance_key=key, ordering_token=[])
+            group_key=self.GRADIENT_GROUP_KEY, instance_key=key, ordering_token=[], communication_hint=hint)
         total = self._compressor.sum_gathered(gathered, self.group_size)
         if self._average:
-            total = self._mean_of(total, compressed=True)
+            total = tf.multiply(total, tf.constant(1.0 / self.group_size, total.dtype.base_dtype))
         return tf.reshape(tf.cast(total, piece.dtype.base_dtype), tf.shape(piece))
 
-    def _in_pieces(self, reduce, tensor, instance_keys):
+    def _in_pieces(self, reduce, tensor, instance_keys, hint):
         if len(instance_keys) == 1:
-            return reduce(tensor, instance_keys[0])
+            return reduce(tensor, instance_keys[0], hint)
         pieces = tf.split(tf.reshape(tensor, [-1]), self._piece_sizes(tensor, len(instance_keys)))
-        flat = tf.concat([reduce(p, key) for p, key in zip(pieces, instance_keys)], 0)
+        flat = tf.concat([reduce(p, key, hint) for p, key in zip(pieces, instance_keys)], 0)
         return tf.reshape(flat, tf.shape(tensor))
 
     @staticmethod

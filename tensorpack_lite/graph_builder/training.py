@@ -154,11 +154,12 @@ class SyncMultiGPUReplicatedBuilder(DataParallelBuilder):
         average (bool): average the gradients (else sum them).
         mode (str): how the gradients are all-reduced:
 
-            * ``'nccl'``: NCCL, GPU towers only;
+            * ``'nccl'``: NCCL (collective ops on the GPUs), GPU towers only;
             * ``'cpu'``: summed on '/cpu:0';
             * ``'gpu'``: summed on the towers' devices, variables round-robin;
             * ``'hierarchical'``: two groups of 4 (8 towers exactly);
-            * ``'collective'``: TensorFlow's collective all-reduce (any device type).
+            * ``'collective'``: TensorFlow's collective all-reduce (any device type: NCCL on
+              GPUs, TensorFlow's ring on CPUs).
     """
 
     MODES = ('nccl', 'cpu', 'gpu', 'hierarchical', 'collective')
@@ -228,9 +229,8 @@ class SyncMultiGPUReplicatedBuilder(DataParallelBuilder):
             summed = aggregate_grads(grad_list, devices=['/cpu:0'] if mode == 'cpu' else devices,
                                      average=self._average)
             return [[g for g, _ in summed] for _ in grad_list]
-        if mode == 'nccl':
-            return allreduce_grads(all_grads, average=self._average)
-        allreduce = {'hierarchical': allreduce_grads_hierarchical,
+        allreduce = {'nccl': lambda grads, devices, average: allreduce_grads(grads, average, devices),
+                     'hierarchical': allreduce_grads_hierarchical,
                      'collective': allreduce_grads_collective}[mode]
         packer = GradientPacker(len(devices))
         if packer.compute_strategy(all_grads[0]):

@@ -6,8 +6,9 @@ The gradients of K towers over N variables come as a *grad list*: K lists of N
 tensors), :func:`merge_grad_list` puts them back together. Then
 
 * :func:`aggregate_grads` sums or averages them into one list of N pairs (parameter server);
-* :func:`allreduce_grads` (NCCL), :func:`allreduce_grads_hierarchical` and
-  :func:`allreduce_grads_collective` give every tower the sum or average (replicas);
+* :func:`allreduce_grads_collective` (TensorFlow's collective ops: NCCL on GPUs, a ring on
+  CPUs), :func:`allreduce_grads` (the same on GPUs only) and
+  :func:`allreduce_grads_hierarchical` give every tower the sum or average (replicas);
 * :class:`GradientPacker` concatenates many small gradients into a few large tensors, so
   that an all-reduce moves fewer, larger messages.
 """
@@ -17,6 +18,7 @@ import itertools
 from ..compat import tf
 from ..utils import logger
 from ..utils.argtools import call_only_once
+from .devices import communication_hint, is_gpu_tower
 
 __all__ = ['split_grad_list', 'merge_grad_list', 'dense_gradient', 'sum_in_order', 'aggregate_grads',
            'average_grads', 'allreduce_grads', 'allreduce_grads_hierarchical', 'allreduce_grads_collective',
@@ -106,24 +108,26 @@ def _scale_all(summed, devices, average):
     return result
 
 
-def allreduce_grads(all_grads, average):
-    """All-reduce with NCCL (GPUs only): every tower gets the sum (or average) of every gradient.
+def allreduce_grads(all_grads, average, devices=None):
+    """All-reduce on GPUs through NCCL: every tower gets the sum (or average) of every
+    gradient, reduced on the GPUs by TensorFlow's collective ops with the communication hint
+    ``'nccl'`` (:func:`allreduce_grads_collective`).
 
     Args:
         all_grads: K lists of N gradients, the k-th list on the k-th GPU.
         average (bool): divide by K.
+        devices (list[str]): the K GPUs (default: the device of each list's first gradient).
 
     Returns:
         K lists of N gradients.
     """
-    from tensorflow.python.ops import nccl_ops
-    if len(all_grads) == 1:
-        return [list(grads) for grads in all_grads]
-    per_variable = []
-    for grads in zip(*all_grads):
-        summed = nccl_ops.all_sum([dense_gradient(g) for g in grads])
-        per_variable.append(_scale_all(summed, [g.device for g in summed], average))
-    return [list(grads) for grads in zip(*per_variable)]
+    if devices is None:
+        devices = [dense_gradient(grads[0]).device for grads in all_grads]
+    not_gpu = [d for d in devices if not is_gpu_tower(d or '/cpu:0')]
+    if not_gpu:
+        raise ValueError("allreduce_grads: NCCL all-reduces on GPUs; {!r} is not one (use "
+                         "allreduce_grads_collective on other devices)".format(not_gpu[0]))
+    return allreduce_grads_collective(all_grads, devices, average)
 
 
 def allreduce_grads_hierarchical(all_grads, devices, average=False):
@@ -169,7 +173,8 @@ _INSTANCE_KEYS = itertools.count(1)
 
 def allreduce_grads_collective(all_grads, devices, average):
     """All-reduce with TensorFlow's collective ops (``CollectiveReduceV2``), which run on any
-    device type, CPU devices included. Every tower's gradients form one collective group.
+    device type: on GPUs through NCCL (communication hint ``'nccl'``), on CPU devices by
+    TensorFlow's ring (``'ring'``). Every tower's gradients form one collective group.
 
     Args:
         all_grads: K lists of N gradients.
@@ -195,7 +200,7 @@ def allreduce_grads_collective(all_grads, devices, average):
                 reduced.append(tf.raw_ops.CollectiveReduceV2(
                     input=dense_gradient(grad), group_size=num_device, group_key=group_key,
                     instance_key=instance_key, ordering_token=[], merge_op='Add',
-                    final_op='Div' if average else 'Id'))
+                    final_op='Div' if average else 'Id', communication_hint=communication_hint(device)))
         per_variable.append(reduced)
     return [list(grads) for grads in zip(*per_variable)]
 

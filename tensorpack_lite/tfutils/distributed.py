@@ -36,14 +36,16 @@ def _check_port_free(cluster):
                                  cluster.describe(cluster.job_name, cluster.task_index), port, err)) from None
 
 
-MIN_INTER_OP_THREADS = 2
-"""The fewest inter-op threads :func:`create_server` gives a server: the socket exchange of
-:class:`~tensorpack_lite.train.distributed.CollectiveAllReduceTrainer` holds one while it waits
-for the peers' gradients, and the abort that ends such a wait needs another."""
-
-
 def _usable_cpus():
     return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
+
+
+def _has_gpu(config):
+    """Whether the server of ``config`` will have a GPU (one is visible and the config does
+    not set its GPU count to 0)."""
+    if config.device_count.get('GPU', None) == 0:
+        return False
+    return bool(tf.config.list_physical_devices('GPU'))
 
 
 def create_server(cluster=None, job_name=None, task_index=None, config=None):
@@ -58,9 +60,10 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None):
         config (tf.compat.v1.ConfigProto): the server's session config, which also sets its
             devices (e.g. ``device_count={'CPU': 2}`` for two virtual CPU devices). Default:
             :func:`get_default_sess_config`. The chief is made the collective group leader.
-            Unless the config sets ``inter_op_parallelism_threads``, the server gets one
-            inter-op thread per CPU this process may use, and at least
-            :data:`MIN_INTER_OP_THREADS` (TensorFlow sizes that pool once per process, at the
+            When the process has a GPU, ``experimental.collective_nccl`` is set (collective
+            ops on GPUs then go through NCCL even without a communication hint). Unless the
+            config sets ``inter_op_parallelism_threads``, the server gets one inter-op thread
+            per CPU this process may use (TensorFlow sizes that pool once per process, at the
             first server).
 
     A bad cluster (see :class:`ClusterConfig`) or a port in use is a ValueError naming it.
@@ -76,8 +79,10 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None):
     if not isinstance(config, tfv1.ConfigProto):
         raise TypeError("create_server: config must be a tf.compat.v1.ConfigProto, got {!r}".format(config))
     config.experimental.collective_group_leader = COLLECTIVE_GROUP_LEADER
+    if _has_gpu(config):
+        config.experimental.collective_nccl = True
     if not config.inter_op_parallelism_threads:
-        config.inter_op_parallelism_threads = max(MIN_INTER_OP_THREADS, _usable_cpus())
+        config.inter_op_parallelism_threads = _usable_cpus()
     _check_port_free(cluster)
     try:
         server = tfv1.train.Server(tfv1.train.ClusterSpec(cluster.cluster), job_name=cluster.job_name,

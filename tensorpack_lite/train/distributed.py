@@ -7,8 +7,8 @@ launcher ``python -m tensorpack_lite.utils.launch``).
   (tensorpack's): ``ps`` tasks hold the variables, ``worker`` tasks train, one tower per
   device; a ps task only serves.
 * :class:`CollectiveAllReduceTrainer`: workers only; the gradients are all-reduced across
-  them (through queues, or with TensorFlow's collective ops): the TF-native counterpart of
-  :class:`HorovodTrainer`.
+  them by TensorFlow's collective ops (a ring on CPUs, NCCL on GPUs): the TF-native
+  counterpart of :class:`HorovodTrainer`.
 
 Example (``python -m tensorpack_lite.utils.launch --workers 2 -- python train.py``)::
 
@@ -40,7 +40,7 @@ from ..callbacks.monitor import JSONWriter, TFEventWriter
 from ..compat import tf, tfv1
 from ..graph_builder.compression import check_compression
 from ..graph_builder.distributed import (CollectiveAllReduceBuilder, DistributedParameterServerBuilder,
-                                         DistributedReplicatedBuilder)
+                                         DistributedReplicatedBuilder, check_exchange)
 from ..tfutils.collective import cluster_group, collective_mean
 from ..tfutils.common import get_global_step_var
 from ..tfutils.distributed import (DistributedSessionCreator, build_worker_done_op, cluster_of_server,
@@ -260,12 +260,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
         self.hooked_sess.run(self.train_op, options=self._step_options)
         loop = self.loop
         if loop.epoch_num == loop.max_epoch and loop.local_step == loop.steps_per_epoch - 1:
-            self._after_last_step()
-
-    def _after_last_step(self):
-        """Template: what a worker does once its last training step has run (here: stop
-        watching the other tasks, which may end before this worker)."""
-        self._stop_watching()
+            self._stop_watching()   # after its last step, the other tasks may end before this one
 
     @property
     def _step_options(self):
@@ -424,10 +419,10 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
             ``'bf16'``: floating gradients of 32 bits or more travel rounded to 16 bits and are
             summed in float32, the same on every worker (see docs/distributed.md). For
             :class:`HorovodTrainer`, ``compression`` takes Horovod's compressors instead.
-        exchange (str): ``'sockets'`` (the default: one more TCP port on each worker),
-            ``'queues'`` or ``'collective'``: how gradients cross workers (see
-            :class:`~tensorpack_lite.graph_builder.distributed.CollectiveAllReduceBuilder` and
-            docs/distributed.md). All give every worker the same update.
+        exchange (str): ``'collective'`` (the default and only choice: TensorFlow's collective
+            ops, see :class:`~tensorpack_lite.graph_builder.distributed.CollectiveAllReduceBuilder`
+            and docs/distributed.md). The removed ``'sockets'`` and ``'queues'`` are an error
+            saying what to use.
     """
 
     BROADCAST_EVERY_EPOCH = True
@@ -436,10 +431,10 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
 
     _STEP_KEY, _CHECK_KEY, _START_KEY, _BROADCAST_KEY = 101, 102, 103, 104
 
-    def __init__(self, gpus, server, average=True, compression=None, exchange='sockets'):
+    def __init__(self, gpus, server, average=True, compression=None, exchange='collective'):
         self._average = bool(average)
         self._compression = check_compression(compression, type(self).__name__)
-        self._exchange = exchange
+        self._exchange = check_exchange(exchange, type(self).__name__)
         super().__init__(gpus, server)
 
     def _setup_graph(self, input, get_cost_fn, get_opt_fn):
@@ -453,9 +448,6 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
         self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
-        self._abort_op = self._builder.build_abort()
-        self._done_signals = self._builder.build_done_signals()
-        self._done_sent = False
         return [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
 
     def _session_device_filters(self):
@@ -471,10 +463,9 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
 
     @property
     def _step_options(self):
-        return self._run_options(self._STEP_KEY if self._builder.steps_use_collectives else 0)
+        return self._run_options(self._STEP_KEY)
 
     def _start_together(self, schedule):
-        self._builder.connect(self.sess, timeout=self.STARTUP_TIMEOUT, step_timeout=self.STEP_TIMEOUT)
         digest, smallest, largest = self.sess.run(self._check, options=self._run_options(self._CHECK_KEY))
         if smallest != largest:
             raise RuntimeError("{}: the workers built different global variables (digests {} .. {}, this "
@@ -485,61 +476,6 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
                                  options=self._run_options(self._START_KEY))
         self.broadcast_variables()
         return None if self.is_chief else received
-
-    def _explain(self, err):
-        failure = self._builder.exchange_failure()
-        if failure is not None and isinstance(err, tf.errors.UnknownError):
-            err = failure
-        return super()._explain(err)
-
-    def _after_last_step(self):
-        super()._after_last_step()
-        if self._done_signals is None:
-            return
-        for peer, send in self._done_signals.sends.items():
-            try:
-                self.sess.run(send, options=tfv1.RunOptions(timeout_in_ms=int(self.CLOSE_TIMEOUT * 1000)))
-            except tf.errors.OpError as err:   # the peer is gone: it ended (it had heard) or died
-                logger.warn("{}: could not tell {} that this worker is done: {}".format(
-                    self.cluster.task_name, self.cluster.describe('worker', peer),
-                    err.message.splitlines()[0]))
-        self._done_sent = True
-
-    def _end_training(self, failed):
-        try:
-            if self._done_sent and not failed:
-                self._wait_until_peers_done()
-        finally:
-            super()._end_training(failed)
-
-    def _wait_until_peers_done(self):
-        """Keep this worker (and its server, from which the peers take gradients) up until
-        every peer has said it is done, or is gone, or :attr:`STEP_TIMEOUT` has passed."""
-        waiting = set(self._done_signals.sends)
-        deadline = time.monotonic() + self.STEP_TIMEOUT
-        while waiting:
-            try:
-                peer = int(self.sess.run(self._done_signals.receive,
-                                         options=tfv1.RunOptions(timeout_in_ms=1000)))
-            except tf.errors.DeadlineExceededError:
-                peer = -1
-            if peer >= 0:
-                waiting.discard(peer)
-                continue
-            gone = self.cluster.unreachable([('worker', w) for w in sorted(waiting)])
-            if gone:
-                logger.warn("{}: {} accepts no connection; ending without its word that it took this "
-                            "worker's last gradients.".format(
-                                self.cluster.task_name, ', '.join(self.cluster.describe(*t) for t in gone)))
-                return
-            if time.monotonic() > deadline:
-                logger.warn("{}: no word within STEP_TIMEOUT ({:g} s) from {} that it took this "
-                            "worker's last gradients; ending anyway.".format(
-                                self.cluster.task_name, self.STEP_TIMEOUT,
-                                ', '.join(self.cluster.describe('worker', p) for p in sorted(waiting))))
-                return
-        logger.info("{}: every other worker has taken this worker's last gradients.".format(
-            self.cluster.task_name))
 
     def broadcast_variables(self):
         """Copy the chief's global variables to every worker (and into the local replicas of

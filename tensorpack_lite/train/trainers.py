@@ -135,7 +135,8 @@ class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
         gpus (int or list): the towers: a number of GPUs, a list of GPU ids, or device
             strings such as ``['/cpu:0', '/cpu:1']``.
         average (bool): average the gradients of the towers (else sum them).
-        mode (str): how gradients are all-reduced: ``'nccl'`` (GPUs only), ``'cpu'``,
+        mode (str): how gradients are all-reduced: ``'nccl'`` (GPUs only: TensorFlow's
+            collective ops through NCCL, as ``'collective'`` on GPUs), ``'cpu'``,
             ``'gpu'``, ``'hierarchical'`` (8 towers) or ``'collective'``. Default:
             ``'hierarchical'`` for 8 towers, else ``'gpu'``.
 
@@ -171,9 +172,6 @@ class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
             logger.warn("mode='cpu' would place the whole model on the CPU with TensorFlow 2; using "
                         "mode='gpu'.")
             mode = 'gpu'
-        if mode == 'nccl' and on_gpus:
-            logger.warn("mode='nccl' is known not to work with TensorFlow >= 2.3; mode='gpu' or "
-                        "'collective' are the alternatives.")
         logger.info("SyncMultiGPUTrainerReplicated: all-reducing gradients with mode='{}'.".format(mode))
         return mode
 

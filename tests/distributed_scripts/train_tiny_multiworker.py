@@ -101,7 +101,7 @@ class DumpWeights(Callback):
 
 
 class HoldAfterLastStep(Callback):
-    """Right after the last training step (before the trainer says it is done), waits
+    """Right after the last training step (before training ends), waits
     ``seconds``, then creates the file ``marker``."""
 
     _chief_only = False
@@ -209,7 +209,7 @@ def parse_args(argv):
                         help="a BatchNorm layer with this sync_statistics ('none': None)")
     parser.add_argument('--sum', action='store_true', help='sum the gradients (collective)')
     parser.add_argument('--compression', choices=['fp16', 'bf16'], help='gradient compression (collective)')
-    parser.add_argument('--exchange', choices=['sockets', 'queues', 'collective'], default='sockets',
+    parser.add_argument('--exchange', choices=['collective'], default='collective',
                         help='how gradients cross workers (collective)')
     parser.add_argument('--no-epoch-broadcast', action='store_true',
                         help="collective: no copy of the chief's variables at each epoch's end")
