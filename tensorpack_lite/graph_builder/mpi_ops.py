@@ -268,7 +268,8 @@ def _reduce(engine, arrays, op, wire_dtype):
         if op == Average and not np.issubdtype(dtype, np.floating):
             raise TypeError("mpi_ops.allreduce: op=Average needs floating-point tensors, got {}; "
                             "use op=Sum".format(dtype))
-        flat = np.concatenate([np.ravel(arrays[i]) for i in indices])
+        flat = np.concatenate([np.ravel(arrays[i]) for i in indices]) if len(indices) > 1 \
+            else np.ravel(arrays[indices[0]])
         if wire_dtype is not None and np.issubdtype(dtype, np.floating):
             total = _sum_compressed(engine, flat, wire_dtype).astype(dtype)
         else:
