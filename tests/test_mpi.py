@@ -105,6 +105,45 @@ def test_trainer_uses_mpi_without_horovod(monkeypatch, log_records):
         mpi_ops.shutdown()
 
 
+def test_trainer_gives_layers_the_mean_over_ranks(monkeypatch):
+    """While HorovodTrainer builds its tower, cross_rank_mean (BatchNorm's sync_statistics=
+    'horovod') is the engine's differentiable allreduce."""
+    from tensorpack_lite.dataflow import BatchData, DataFromList
+    from tensorpack_lite.tfutils.sync_statistics import cross_rank_mean
+    from tensorpack_lite.train import ModelDesc, TrainConfig, launch_train_with_config
+    monkeypatch.setitem(sys.modules, 'horovod', None)
+    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    seen = []
+
+    class Model(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec([None, 2], tf.float32, 'x')]
+
+        def build_graph(self, x):
+            w = tfv1.get_variable('w', initializer=[1.0, 2.0])
+            mean = cross_rank_mean(tf.reduce_mean(x * w, axis=0))
+            seen.append(mean)
+            return tf.reduce_sum(mean * mean, name='cost')
+
+        def optimizer(self):
+            return tfv1.train.GradientDescentOptimizer(0.1)
+
+    trainer = HorovodTrainer()
+    df = BatchData(DataFromList([[np.array([1.0, 1.0], np.float32)]] * 2, shuffle=False), 2)
+    launch_train_with_config(TrainConfig(model=Model(), dataflow=df, steps_per_epoch=1, max_epoch=1,
+                                         callbacks=[], monitors=[]), trainer)
+    calls = [op for op in seen[0].graph.get_operations() if op.type == 'PyFunc']
+    # the mean, its gradient (chained to it); (one rank: no gradient allreduce); the check of the
+    # variable names (two allgathers, chained) and the broadcast of the variables
+    assert [op.name for op in calls] == [
+        'MPIAllreduce', 'gradients/IdentityN_grad/MPIAllreduce', 'HorovodTrainer/variable_names',
+        'HorovodTrainer/variable_names_size', 'HorovodTrainer/MPIBroadcastVariables']
+    assert calls[1].control_inputs == [calls[0]] and calls[3].control_inputs == [calls[2]]
+    assert calls[2].control_inputs == [] and calls[4].control_inputs == []   # run at other times
+    assert seen[0].op.type == 'IdentityN'   # the custom gradient's output
+    assert not mpi_ops.is_initialized()   # shut down at the end
+
+
 def test_without_any_engine_the_error_says_how_to_install(monkeypatch):
     for module in ('horovod', 'horovod.tensorflow', 'mpi4py', 'mpi4py.MPI'):
         monkeypatch.setitem(sys.modules, module, None)
@@ -115,11 +154,13 @@ def test_without_any_engine_the_error_says_how_to_install(monkeypatch):
 
 # ----- real ranks under mpiexec -------------------------------------------------------------------
 
-def run_ranks(num, out_dir, *args, mpiexec_args=()):
-    """``mpiexec -n num`` on train_tiny.py; returns (exit code, output)."""
-    command = [MPIEXEC, '-launcher', 'fork'] + list(mpiexec_args) + [
-        '-n', str(num), sys.executable, SCRIPT, '--out', str(out_dir), '--batch', str(BATCH),
-        '--steps-per-epoch', str(STEPS), '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
+def run_ranks(num, out_dir, *args, script=None):
+    """``mpiexec -n num`` on train_tiny.py (or ``script`` with ``args``); returns (exit code, output)."""
+    if script is None:
+        script = SCRIPT
+        args = ['--out', str(out_dir), '--batch', str(BATCH), '--steps-per-epoch', str(STEPS),
+                '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
+    command = [MPIEXEC, '-launcher', 'fork', '-n', str(num), sys.executable, script] + list(args)
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
                TENSORPACK_LOGGER_ACTION='k')
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -159,6 +200,16 @@ def assert_bit_identical(ranks):
         assert other['step_hashes'] == ranks[0]['step_hashes']
         for name in ranks[0]['weights']:
             assert ranks[0]['weights'][name].tobytes() == other['weights'][name].tobytes(), name
+
+
+@needs_mpiexec
+@pytest.mark.parametrize('num', [2, 3])
+def test_facade_across_ranks(num, tmp_path):
+    """Sum, average, fp16, gradient, allgather, broadcast: values and the same bits on every rank
+    (tests/horovod_scripts/mpi_facade.py asserts them on each rank)."""
+    code, output = run_ranks(num, tmp_path, script=os.path.join(os.path.dirname(SCRIPT), 'mpi_facade.py'))
+    assert code == 0, output[-6000:]
+    assert sorted(re.findall(r'rank (\d+): OK', output)) == [str(r) for r in range(num)], output[-6000:]
 
 
 @needs_mpiexec

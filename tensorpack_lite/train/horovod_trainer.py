@@ -249,8 +249,9 @@ class HorovodTrainer(SingleCostTrainer):
                              "rank in its config), got {}".format(type(session_creator).__name__))
         self._configure_session(session_creator)
         variables = tfv1.global_variables()
-        with tf.name_scope('HorovodTrainer'), self._ordered():
-            gather_names = self._build_variable_names_gather(variables)
+        with tf.name_scope('HorovodTrainer'):
+            with self._ordered():   # run together: in the same order on every rank
+                gather_names = self._build_variable_names_gather(variables)
             self._broadcast_op = self.hvd.broadcast_variables(variables, root_rank=0)
         super().initialize(session_creator, session_init)
         self._check_same_variables(*self.sess.run(gather_names))
