@@ -249,7 +249,7 @@ def test_two_ranks_sum_and_only_rank0_writes(tmp_path):
 def test_rank0_stopping_ends_every_rank_with_fp16_gradients(tmp_path):
     code, output = run_ranks(3, tmp_path, '--fp16', '--stop-at-step', '2', '--epochs', '3')
     assert code == 0, output[-6000:]
-    assert output.count('another rank ended its training and shut MPI') == 2
+    assert output.count('rank 0 ended its training and shut MPI') == 2
     ranks = [load_rank(tmp_path, r) for r in range(3)]
     assert ranks[0]['global_step'] == 2
     assert_bit_identical(ranks)
@@ -264,6 +264,16 @@ def test_ranks_with_different_variables_fail_with_a_clear_error(tmp_path):
     assert code != 0
     assert 'the ranks built different global variables' in output
     assert "rank 1 lacks ['only_on_chief']" in output
+
+
+@needs_mpiexec
+def test_a_failing_rank_ends_the_others_which_name_it(tmp_path):
+    code, output = run_ranks(3, tmp_path, '--fail', '1', '2', '--epochs', '50')
+    assert code != 0
+    assert 'ValueError: rank 1 fails at step 2' in output
+    for rank in (0, 2):
+        assert 'rank {}: rank 1 ended its training and shut MPI'.format(rank) in output, output[-6000:]
+        assert load_rank(tmp_path, rank)['global_step'] <= 3   # stopped, not 150 steps later
 
 
 def pid_of_rank(output, rank, num):

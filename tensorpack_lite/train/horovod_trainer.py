@@ -21,6 +21,7 @@ Horovod 0.28.1 (its last release) builds against TensorFlow up to 2.18.1; see
 
 import contextlib
 import multiprocessing
+import re
 
 import numpy as np
 
@@ -303,8 +304,9 @@ class HorovodTrainer(SingleCostTrainer):
         except tf.errors.OpError as err:
             if not any(m in str(err.message) for m in (_SHUT_DOWN_MESSAGE, mpi_ops.SHUT_DOWN_MESSAGE)):
                 raise
-            raise StopTraining("rank {}: another rank ended its training and shut {} down".format(
-                self._rank, self.engine)) from err
+            ended = re.search(r'shut down by rank (\d+)', str(err.message))   # the MPI engine says
+            raise StopTraining("rank {}: {} ended its training and shut {} down".format(
+                self._rank, 'rank ' + ended.group(1) if ended else 'another rank', self.engine)) from err
 
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
         """Run the epochs, then shut Horovod down, whatever ended the loop. A rank whose

@@ -104,15 +104,17 @@ class StopAtStep(Callback):
 
 
 class DieAtStep(Callback):
-    """Runs on every rank; SIGKILLs this process at ``step`` on rank ``rank``."""
+    """Runs on every rank; at ``step`` on rank ``rank``, SIGKILLs this process (or raises)."""
 
     _chief_only = False
 
-    def __init__(self, step, rank):
-        self.step, self.rank = step, rank
+    def __init__(self, step, rank, fail=False):
+        self.step, self.rank, self.fail = step, rank, fail
 
     def _trigger_step(self):
         if self.trainer.rank == self.rank and self.trainer.global_step >= self.step:
+            if self.fail:
+                raise ValueError("rank {} fails at step {}".format(self.rank, self.step))
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -159,6 +161,8 @@ def parse_args(argv):
                         help='broadcast the variables at the start only (not at each epoch end)')
     parser.add_argument('--die', type=int, nargs=2, metavar=('RANK', 'STEP'),
                         help='rank RANK kills itself (SIGKILL) at step STEP')
+    parser.add_argument('--fail', type=int, nargs=2, metavar=('RANK', 'STEP'),
+                        help='rank RANK raises an error at step STEP')
     return parser.parse_args(argv)
 
 
@@ -187,6 +191,8 @@ def main(argv):
         callbacks.append(ChiefOnlyVariable())
     if args.die:
         callbacks.append(DieAtStep(args.die[1], args.die[0]))
+    if args.fail:
+        callbacks.append(DieAtStep(args.fail[1], args.fail[0], fail=True))
     config = TrainConfig(model=TinyModel(INIT_SEED + trainer.rank, args.lr), dataflow=df,
                          callbacks=callbacks, max_epoch=args.epochs)
     launch_train_with_config(config, trainer)
