@@ -73,6 +73,16 @@ def test_facade_with_one_rank(hvd):
     assert i.tolist() == [1, 2] and a.tolist() == [[1, 2, 3]] and b.tolist() == [7.0]
 
 
+def test_compressors_as_horovods():
+    x = tf.constant([1.0, 2.5])
+    sent, ctx = mpi_ops.Compression.fp16.compress(x)
+    assert sent.dtype == tf.float16 and mpi_ops.Compression.fp16.decompress(sent, ctx).dtype == tf.float32
+    same, ctx = mpi_ops.Compression.none.compress(x)
+    assert same is x and mpi_ops.Compression.none.decompress(same, ctx) is x
+    ints, ctx = mpi_ops.Compression.fp16.compress(tf.constant([1, 2]))
+    assert ints.dtype == tf.int32 and ctx is None
+
+
 def test_facade_rejects_bad_arguments(hvd):
     with pytest.raises(ValueError, match='op must be mpi_ops.Average or mpi_ops.Sum'):
         hvd.allreduce(tf.constant(1.0), op='Max')

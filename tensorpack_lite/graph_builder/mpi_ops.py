@@ -46,8 +46,20 @@ _WATCH_SECONDS = 0.5
 
 
 class Compressor:
-    """How gradients travel: :attr:`wire_dtype` is the numpy type sent (None: unchanged)."""
+    """How gradients travel: :attr:`wire_dtype` is the numpy type sent (None: unchanged).
+    ``compress``/``decompress`` are Horovod's, for code that calls them."""
     wire_dtype = None
+
+    @classmethod
+    def compress(cls, tensor):
+        """``(tensor as sent, context for decompress)``."""
+        if cls.wire_dtype is None or not tensor.dtype.is_floating:
+            return tensor, None
+        return tf.cast(tensor, tf.as_dtype(cls.wire_dtype)), tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tf.cast(tensor, ctx)
 
 
 class NoneCompressor(Compressor):
