@@ -233,3 +233,31 @@ def test_horovod_example_with_two_ranks(horovod_python, tmp_path):
     assert 'validation_accuracy' in stats[-1]
     assert '2 ranks; final validation accuracy' in output
     assert 'model-10.index' in os.listdir(logdir)
+
+
+def test_horovod_example_under_mpiexec_with_two_ranks(tmp_path):
+    """The same example on the MPI engine (mpi4py, the wheel's mpiexec), on this TensorFlow."""
+    pytest.importorskip('mpi4py', reason='the MPI engine needs mpi4py: pip install "tensorpack_lite[mpi]"')
+    mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    if not os.path.exists(mpiexec):
+        pytest.skip('no mpiexec next to {}'.format(sys.executable))
+    logdir = tmp_path / 'log'
+    command = [mpiexec, '-launcher', 'fork', '-n', '2', sys.executable,
+               os.path.join(REPO, 'examples/horovod/horovod-digits.py'),
+               '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=example_env(), cwd=str(tmp_path), start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        kill_process_tree(proc)
+        output, _ = proc.communicate()
+        pytest.fail("mpiexec did not finish in 150 s (killed):\n" + output[-6000:])
+    finally:
+        kill_process_tree(proc)
+    assert proc.returncode == 0, output[-6000:]
+    assert 'using MPI (mpi4py' in output
+    stats = read_stats(logdir)
+    assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 10
+    assert '2 ranks; final validation accuracy' in output
+    assert 'model-10.index' in os.listdir(logdir)

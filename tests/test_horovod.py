@@ -27,8 +27,9 @@ import train_tiny  # noqa: E402
 # ----- without horovod (main environment) ----------------------------------------------------
 
 def test_without_horovod_the_error_says_how_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, 'horovod', None)
-    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    # (with mpi4py, HorovodTrainer uses the MPI engine instead: tests/test_mpi.py)
+    for module in ('horovod', 'horovod.tensorflow', 'mpi4py', 'mpi4py.MPI'):
+        monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ImportError) as info:
         HorovodTrainer()
     message = str(info.value)

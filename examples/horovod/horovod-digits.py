@@ -1,15 +1,17 @@
 #!/usr/bin/env python
-"""Data-parallel training of an MLP on the 8x8 digits with Horovod, one process per rank.
+"""Data-parallel training of an MLP on the 8x8 digits with HorovodTrainer, one process per rank.
 
-Launch one copy per rank with horovodrun (here 2 ranks on this machine, over Gloo)::
+Launch one copy per rank with mpiexec (MPI engine: pip install "tensorpack_lite[mpi]", any
+supported TensorFlow) or horovodrun (Horovod, TensorFlow <= 2.18.1), here 2 ranks on this machine::
 
+    mpiexec -n 2 python examples/horovod/horovod-digits.py
     horovodrun -np 2 -H localhost:2 --gloo python examples/horovod/horovod-digits.py
 
 Each rank trains on its own share of the training digits (every rank's batch is ``--batch``),
 the gradients are averaged across ranks each step, and rank 0's initial variables are
 broadcast to the others. Only rank 0 logs to ``train_log/horovod-digits``, validates and
-saves checkpoints. Horovod must be built with TensorFlow support: see
-``.ci/horovod_env.sh`` for an environment that has it.
+saves checkpoints. The log says which engine runs ("... using MPI (mpi4py ...)" or
+"... using Horovod"); see docs/horovod.md.
 """
 
 import argparse

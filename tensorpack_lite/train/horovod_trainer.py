@@ -1,8 +1,11 @@
-"""Data-parallel training across processes with Horovod: one process (rank) per device.
+"""Data-parallel training across processes, Horovod-style: one process (rank) per device.
 
-Start one copy of the training script per rank with ``horovodrun``::
+The engine is Horovod when ``horovod.tensorflow`` imports, otherwise MPI through mpi4py
+(:mod:`tensorpack_lite.graph_builder.mpi_ops`, the same API; ``pip install
+"tensorpack_lite[mpi]"``). Start one copy of the training script per rank::
 
-    horovodrun -np 2 -H localhost:2 --gloo python train.py
+    mpiexec -n 2 python train.py                           # MPI (or srun, the MPI Operator)
+    horovodrun -np 2 -H localhost:2 --gloo python train.py  # Horovod
 
 and in the script::
 
@@ -13,18 +16,22 @@ and in the script::
     launch_train_with_config(TrainConfig(model=Model(), dataflow=BatchData(df, 32), ...), trainer)
 
 Horovod 0.28.1 (its last release) builds against TensorFlow up to 2.18.1; see
-``docs/horovod.md`` for the installation and ``.ci/horovod_env.sh`` for a ready environment.
+``docs/horovod.md`` for both engines.
 """
 
+import contextlib
 import multiprocessing
+import re
 
 import numpy as np
 
 from ..callbacks.monitor import JSONWriter, TFEventWriter
 from ..compat import tf, tfv1
 from ..dataflow.base import ProxyDataFlow
+from ..graph_builder import mpi_ops
 from ..loop.callback import Callback
 from ..tfutils.sesscreate import NewSessionCreator
+from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from ..utils.gpu import get_num_gpu
@@ -52,6 +59,23 @@ def import_horovod():
             "checkout, `bash .ci/horovod_env.sh` builds such an environment.".format(
                 type(err).__name__, err, tf.__version__, INSTALL_COMMAND)) from err
     return hvd
+
+
+def import_engine():
+    """``(hvd, description)``: ``horovod.tensorflow`` when it imports, else the MPI engine
+    (:mod:`~tensorpack_lite.graph_builder.mpi_ops`), else an ImportError saying how to get one."""
+    try:
+        return import_horovod(), 'Horovod'
+    except ImportError as horovod_error:
+        try:
+            import mpi4py.MPI  # noqa: F401
+        except ImportError as mpi_error:
+            raise ImportError(
+                "HorovodTrainer needs an engine: neither horovod nor mpi4py can be imported "
+                "(mpi4py: {}). Install the MPI engine with `pip install \"tensorpack_lite[mpi]\"` "
+                "(mpi4py and MPICH, no compiler needed), or horovod: {}".format(
+                    mpi_error, horovod_error)) from mpi_error
+    return mpi_ops, 'MPI ({})'.format(mpi_ops.engine_name())
 
 
 class RankShardData(ProxyDataFlow):
@@ -103,7 +127,11 @@ class _BroadcastEveryEpoch(Callback):
 
 
 class HorovodTrainer(SingleCostTrainer):
-    """Data-parallel training with one process per device, synchronised by Horovod.
+    """Data-parallel training with one process per device, synchronised by Horovod or MPI.
+
+    The engine (:attr:`hvd`) is ``horovod.tensorflow`` when it imports, else
+    :mod:`~tensorpack_lite.graph_builder.mpi_ops` (mpi4py), which has the same API; the log
+    says which ("... using Horovod" or "... using MPI (mpi4py x, MPICH y)").
 
     Each rank builds one training tower on its device and takes its own batches (so the
     total batch of a step is the per-rank batch x ``size``); the gradients are averaged (or
@@ -116,14 +144,14 @@ class HorovodTrainer(SingleCostTrainer):
     :class:`ModelSaver`), and only it writes files. On other ranks, :class:`TFEventWriter`
     and :class:`JSONWriter` are not registered and, when training starts, the logger stops
     writing into the logger directory (set it on rank 0 only to leave no file at all).
-    When training ends on one rank (finished, stopped or failed), it shuts Horovod down,
+    When training ends on one rank (finished, stopped or failed), it shuts the engine down,
     which ends the training of the other ranks too (see :meth:`main_loop`).
 
     Notes:
 
-    * Start the script with ``horovodrun -np N ...``; one rank per GPU. With GPUs, each rank
-      sees only the GPU of its local rank (``visible_device_list``), so do not use the GPU in
-      TensorFlow before the trainer is created.
+    * Start the script with ``mpiexec -n N ...`` (or ``horovodrun -np N ...``); one rank per GPU.
+      With GPUs, each rank sees only the GPU of its local rank (``visible_device_list``), so do
+      not use the GPU in TensorFlow before the trainer is created.
     * Give each rank its own share of the data, e.g. with :class:`RankShardData` or with a
       per-rank random seed; every rank must run the same number of steps.
     * Build the same graph on every rank: callbacks that create variables must run on all
@@ -133,20 +161,22 @@ class HorovodTrainer(SingleCostTrainer):
 
     Args:
         average (bool): average the gradients over ranks (True) or sum them.
-        compression: ``hvd.Compression.none`` (default) or ``hvd.Compression.fp16`` to send
-            the gradients as float16.
+        compression: the engine's ``hvd.Compression.none`` (default) or ``hvd.Compression.fp16``
+            to send the gradients as float16.
     """
 
     BROADCAST_EVERY_EPOCH = True
     """Broadcast the variables of rank 0 at the end of every epoch too."""
 
     def __init__(self, average=True, compression=None):
-        hvd = import_horovod()
+        hvd, self.engine = import_engine()
         if compression is None:
             compression = hvd.Compression.none
-        if not (isinstance(compression, type) and issubclass(compression, hvd.compression.Compressor)):
-            raise TypeError("HorovodTrainer: compression must be a horovod compressor such as "
-                            "hvd.Compression.none or hvd.Compression.fp16, got {!r}".format(compression))
+        base = mpi_ops.Compressor if hvd is mpi_ops else hvd.compression.Compressor
+        if not (isinstance(compression, type) and issubclass(compression, base)):
+            raise TypeError("HorovodTrainer: compression must be a compressor of its engine ({}) such "
+                            "as trainer.hvd.Compression.none or .fp16, got {!r}".format(
+                                self.engine, compression))
         self.hvd = hvd
         hvd.init()
         self._average = bool(average)
@@ -156,19 +186,21 @@ class HorovodTrainer(SingleCostTrainer):
         self.is_chief = self._rank == 0
         self._broadcast_op = None
         super().__init__()
-        logger.info("[HorovodTrainer] rank {} of {} (local rank {}), gradients {} with {}.".format(
+        logger.info("[HorovodTrainer] rank {} of {} (local rank {}), gradients {} with {}, using {}.".format(
             self._rank, self._size, self._local_rank, 'averaged' if self._average else 'summed',
-            compression.__name__))
+            compression.__name__, self.engine))
 
     rank = property(lambda self: self._rank, doc="This process's rank (0 is the chief).")
     size = property(lambda self: self._size, doc="The number of ranks.")
     local_rank = property(lambda self: self._local_rank, doc="This process's rank on its machine.")
+    local_size = property(lambda self: self._local_size, doc="The number of ranks on this machine.")
 
     # ----- graph -------------------------------------------------------------------------------
 
     def _setup_graph(self, input, get_cost_fn, get_opt_fn):
         logger.info("Building graph for the training tower of rank {} ...".format(self._rank))
-        with TrainTowerContext(''):
+        with TrainTowerContext(''), self._ordered(), \
+                cross_rank_mean_scope(lambda t: self.hvd.allreduce(t, op=self.hvd.Average)):
             grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)()
             grads = self.allreduce(grads)
             self.train_op = get_opt_fn().apply_gradients(grads, name='train_op')
@@ -180,8 +212,17 @@ class HorovodTrainer(SingleCostTrainer):
             return grads
         op = self.hvd.Average if self._average else self.hvd.Sum
         with tf.name_scope('AllReduce'):
+            if self.hvd is mpi_ops:   # one fused buffer, one MPI call per step
+                reduced = mpi_ops.grouped_allreduce([g for g, _ in grads], op=op,
+                                                    compression=self._compression)
+                return list(zip(reduced, [v for _, v in grads]))
             return [(self.hvd.allreduce(grad, op=op, compression=self._compression), var)
                     for grad, var in grads]
+
+    def _ordered(self):
+        """Collectives built inside run in creation order (the MPI engine needs it; Horovod
+        orders them itself)."""
+        return mpi_ops.ordered_collectives() if self.hvd is mpi_ops else contextlib.nullcontext()
 
     # ----- only rank 0 writes files ------------------------------------------------------------
 
@@ -210,7 +251,8 @@ class HorovodTrainer(SingleCostTrainer):
         self._configure_session(session_creator)
         variables = tfv1.global_variables()
         with tf.name_scope('HorovodTrainer'):
-            gather_names = self._build_variable_names_gather(variables)
+            with self._ordered():   # run together: in the same order on every rank
+                gather_names = self._build_variable_names_gather(variables)
             self._broadcast_op = self.hvd.broadcast_variables(variables, root_rank=0)
         super().initialize(session_creator, session_init)
         self._check_same_variables(*self.sess.run(gather_names))
@@ -259,11 +301,12 @@ class HorovodTrainer(SingleCostTrainer):
     def _run_epochs(self):
         try:
             super()._run_epochs()
-        except tf.errors.UnknownError as err:
-            if _SHUT_DOWN_MESSAGE not in str(err.message):
+        except tf.errors.OpError as err:
+            if not any(m in str(err.message) for m in (_SHUT_DOWN_MESSAGE, mpi_ops.SHUT_DOWN_MESSAGE)):
                 raise
-            raise StopTraining("rank {}: another rank ended its training and shut Horovod down".format(
-                self._rank)) from err
+            ended = re.search(r'shut down by rank (\d+)', str(err.message))   # the MPI engine says
+            raise StopTraining("rank {}: {} ended its training and shut {} down".format(
+                self._rank, 'rank ' + ended.group(1) if ended else 'another rank', self.engine)) from err
 
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
         """Run the epochs, then shut Horovod down, whatever ended the loop. A rank whose
@@ -272,5 +315,5 @@ class HorovodTrainer(SingleCostTrainer):
         try:
             super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
         finally:
-            logger.info("Rank {}: shutting Horovod down.".format(self._rank))
+            logger.info("Rank {}: shutting {} down.".format(self._rank, self.engine))
             self.hvd.shutdown()

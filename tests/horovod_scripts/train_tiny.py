@@ -1,6 +1,8 @@
-"""A tiny regression model trained with HorovodTrainer, one copy per rank, for tests/test_horovod.py.
+"""A tiny regression model trained with HorovodTrainer, one copy per rank, for tests/test_horovod.py
+(Horovod) and tests/test_mpi.py (MPI)::
 
     horovodrun -np 2 -H localhost:2 --gloo python train_tiny.py --out DIR [options]
+    mpiexec -n 2 python train_tiny.py --out DIR [options]
 
 Each rank trains on its share (RankShardData) of the same deterministic data and, when
 training ends, writes ``DIR/rank<r>.json`` (its final weights, pid, how training ended).
@@ -10,8 +12,10 @@ prove that rank 0's were broadcast. The test trains the same model on one proces
 """
 
 import argparse
+import hashlib
 import json
 import os
+import signal
 import sys
 
 import numpy as np
@@ -68,6 +72,11 @@ class DumpWeights(Callback):
     def __init__(self, path, rank):
         self.path, self.rank = path, rank
         self.stopped = None
+        self.step_hashes = []
+
+    def _trigger_step(self):
+        values = self.trainer.sess.run(tfv1.trainable_variables())
+        self.step_hashes.append(hashlib.md5(b''.join(v.tobytes() for v in values)).hexdigest())
 
     def _trigger(self):
         self.trainer.monitors.put_scalar('rank', self.rank)
@@ -77,6 +86,9 @@ class DumpWeights(Callback):
         values = self.trainer.sess.run(tfv1.trainable_variables())
         with open(self.path, 'w') as f:
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
+                       'step_hashes': self.step_hashes, 'engine': self.trainer.engine,
+                       'local_rank': self.trainer.hvd.local_rank(),
+                       'local_size': self.trainer.hvd.local_size(),
                        'weights': {n: v.tolist() for n, v in zip(names, values)}}, f)
 
 
@@ -89,6 +101,21 @@ class StopAtStep(Callback):
     def _trigger_step(self):
         if self.trainer.global_step >= self.step:
             raise StopTraining("rank 0 stops at step {}".format(self.step))
+
+
+class DieAtStep(Callback):
+    """Runs on every rank; at ``step`` on rank ``rank``, SIGKILLs this process (or raises)."""
+
+    _chief_only = False
+
+    def __init__(self, step, rank, fail=False):
+        self.step, self.rank, self.fail = step, rank, fail
+
+    def _trigger_step(self):
+        if self.trainer.rank == self.rank and self.trainer.global_step >= self.step:
+            if self.fail:
+                raise ValueError("rank {} fails at step {}".format(self.rank, self.step))
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 class ChiefOnlyVariable(Callback):
@@ -130,15 +157,23 @@ def parse_args(argv):
     parser.add_argument('--fp16', action='store_true', help='fp16 gradient compression')
     parser.add_argument('--stop-at-step', type=int, help='rank 0 stops training after this step')
     parser.add_argument('--chief-only-variable', action='store_true')
+    parser.add_argument('--no-epoch-broadcast', action='store_true',
+                        help='broadcast the variables at the start only (not at each epoch end)')
+    parser.add_argument('--die', type=int, nargs=2, metavar=('RANK', 'STEP'),
+                        help='rank RANK kills itself (SIGKILL) at step STEP')
+    parser.add_argument('--fail', type=int, nargs=2, metavar=('RANK', 'STEP'),
+                        help='rank RANK raises an error at step STEP')
     return parser.parse_args(argv)
 
 
 def main(argv):
-    from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
+    from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData, import_engine
     args = parse_args(argv)
-    import horovod.tensorflow as hvd
+    hvd, _ = import_engine()
     trainer = HorovodTrainer(average=not args.sum,
                              compression=hvd.Compression.fp16 if args.fp16 else None)
+    if args.no_epoch_broadcast:
+        trainer.BROADCAST_EVERY_EPOCH = False
     if args.logdir:   # on every rank: HorovodTrainer keeps ranks > 0 from writing there
         logdir = args.logdir
         if args.per_rank_logdir:
@@ -154,6 +189,10 @@ def main(argv):
         callbacks.append(StopAtStep(args.stop_at_step))
     if args.chief_only_variable:
         callbacks.append(ChiefOnlyVariable())
+    if args.die:
+        callbacks.append(DieAtStep(args.die[1], args.die[0]))
+    if args.fail:
+        callbacks.append(DieAtStep(args.fail[1], args.fail[0], fail=True))
     config = TrainConfig(model=TinyModel(INIT_SEED + trainer.rank, args.lr), dataflow=df,
                          callbacks=callbacks, max_epoch=args.epochs)
     launch_train_with_config(config, trainer)

@@ -1,0 +1,421 @@
+"""Horovod's TensorFlow API on MPI (mpi4py): the engine of ``HorovodTrainer`` where horovod
+cannot be installed (TensorFlow 2.19+). Start the processes with ``mpiexec -n N``, ``srun``
+or Kubeflow's MPI Operator::
+
+    from tensorpack_lite.graph_builder import mpi_ops as hvd
+    hvd.init()
+    grads = hvd.grouped_allreduce(grads, op=hvd.Average)   # one fused MPI call
+
+Every collective is a ``tf.numpy_function`` that runs one MPI collective on a numpy buffer;
+a list of tensors (``grouped_allreduce``, ``broadcast_variables``) is packed into one buffer
+(like Horovod's tensor fusion). Sums are bit-identical on every rank: float32/float64 use
+MPI's Allreduce (MPICH gives every rank the same bits; the tests check it), fp16 compression
+sends float16 and adds in float32, each slice on one rank in rank order, then gathers.
+
+Collectives must run in the same order on every rank. Those created inside
+:func:`ordered_collectives` (the trainer builds its tower in it) run in creation order.
+When a rank calls :func:`shutdown`, the collectives other ranks are waiting in (and later
+ones) fail with :class:`PeerShutdownError`'s message instead of waiting forever; a rank on
+this machine that dies while the others wait for it makes them abort, naming it.
+"""
+
+import contextlib
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+
+from ..compat import tf, tfv1
+from ..utils import logger
+
+__all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
+           'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
+           'Average', 'Sum', 'Compression', 'Compressor', 'ordered_collectives', 'engine_name',
+           'PeerShutdownError', 'SHUT_DOWN_MESSAGE', 'dead_local_peers']
+
+Sum = 'Sum'
+Average = 'Average'
+
+SHUT_DOWN_MESSAGE = 'MPI engine has been shut down'
+"""In the error of a collective that another rank's :func:`shutdown` ended."""
+
+_DONE_TAG = 8128
+_WATCH_SECONDS = 0.5
+
+
+class Compressor:
+    """How gradients travel: :attr:`wire_dtype` is the numpy type sent (None: unchanged).
+    ``compress``/``decompress`` are Horovod's, for code that calls them."""
+    wire_dtype = None
+
+    @classmethod
+    def compress(cls, tensor):
+        """``(tensor as sent, context for decompress)``."""
+        if cls.wire_dtype is None or not tensor.dtype.is_floating:
+            return tensor, None
+        return tf.cast(tensor, tf.as_dtype(cls.wire_dtype)), tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tf.cast(tensor, ctx)
+
+
+class NoneCompressor(Compressor):
+    """Send tensors as they are."""
+
+
+class FP16Compressor(Compressor):
+    """Send floating-point tensors as float16 (added in float32, rounded once)."""
+    wire_dtype = np.float16
+
+
+class Compression:
+    """The compressions, as ``hvd.Compression``."""
+    none = NoneCompressor
+    fp16 = FP16Compressor
+
+
+class PeerShutdownError(RuntimeError):
+    """Another rank ended (called :func:`shutdown`) while this one waited for it."""
+
+
+class _Engine:
+    """The communicators of this process and the waits of its collectives."""
+
+    def __init__(self, MPI):
+        self.MPI = MPI
+        self.world = MPI.COMM_WORLD.Dup()
+        self.control = MPI.COMM_WORLD.Dup()
+        self.local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+        self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
+        self.local_rank, self.local_size = self.local.Get_rank(), self.local.Get_size()
+        self.lock = threading.Lock()
+        self.peers = self.world.allgather((os.getpid(), socket.gethostname()))
+        self.ended_by = None
+        self._done_buffer = np.zeros(1, np.int32)
+        self._done_request = self.control.Irecv(self._done_buffer, source=MPI.ANY_SOURCE, tag=_DONE_TAG)
+        self._waiting = None
+        self._closed = False
+        if self.size > 1:
+            threading.Thread(target=self._watch_local_peers, name='mpi_ops-watchdog', daemon=True).start()
+
+    # ----- waiting ------------------------------------------------------------------------------
+
+    def run(self, what, start):
+        """Call ``start()`` (which starts nonblocking collectives and returns their requests)
+        under the lock and wait for them, or fail when another rank shut down."""
+        with self.lock:
+            self._check_open(what)
+            requests = start()
+            self._waiting = (what, time.monotonic())
+            try:
+                for request in requests:
+                    status = self.MPI.Status()
+                    if self.MPI.Request.Waitany([request, self._done_request], status) == 1:
+                        self.ended_by = status.Get_source()
+                        self._check_open(what)
+            finally:
+                self._waiting = None
+
+    def _check_open(self, what):
+        if self._closed:
+            raise PeerShutdownError("{}: {} on rank {}".format(what, SHUT_DOWN_MESSAGE, self.rank))
+        if self.ended_by is not None:
+            raise PeerShutdownError("{}: {} by rank {}, which ended its training; rank {} stops "
+                                    "waiting for it".format(what, SHUT_DOWN_MESSAGE, self.ended_by,
+                                                            self.rank))
+
+    def _watch_local_peers(self):
+        """Abort the job when a rank on this machine is gone while this one waits for a collective
+        (a launcher that does not end the others at once, e.g. ``mpiexec -disable-auto-cleanup``)."""
+        seen = None
+        while not self._closed:
+            time.sleep(_WATCH_SECONDS)
+            waiting = self._waiting
+            watching = waiting is not None and self.ended_by is None
+            dead = dead_local_peers(self.peers, self.rank) if watching else []
+            if dead and seen == (waiting, dead[0]) and self._waiting is waiting:
+                pid, host = self.peers[dead[0]]
+                logger.error("MPI rank {} (pid {} on {}) died while rank {} waited for it in {}; "
+                             "aborting the job.".format(dead[0], pid, host, self.rank, waiting[0]))
+                self.world.Abort(1)
+            seen = (waiting, dead[0]) if dead else None
+
+    # ----- end ----------------------------------------------------------------------------------
+
+    def shutdown(self):
+        """Tell the other ranks this one ended, then free the communicators."""
+        if self._closed:
+            return
+        with self.lock:
+            self._closed = True
+            reason = np.ones(1, np.int32)
+            sends = [self.control.Isend(reason, dest=peer, tag=_DONE_TAG)
+                     for peer in range(self.size) if peer not in (self.rank, self.ended_by)]
+            self.MPI.Request.Waitall(sends)
+            if self.ended_by is None:
+                self._done_request.Cancel()
+                self._done_request.Wait()
+
+
+def dead_local_peers(peers, rank):
+    """The ranks in ``peers`` (``(pid, hostname)`` by rank) on this machine, other than ``rank``,
+    whose process has ended."""
+    import psutil
+    host = socket.gethostname()
+    dead = []
+    for peer, (pid, peer_host) in enumerate(peers):
+        if peer_host != host or peer == rank:
+            continue
+        try:
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            alive = False
+        if not alive:
+            dead.append(peer)
+    return dead
+
+
+_engine = None
+
+
+def _get():
+    if _engine is None:
+        raise ValueError("mpi_ops has not been initialized; call init() first.")
+    return _engine
+
+
+def init():
+    """Start MPI (through mpi4py) and this module; returns nothing, as ``hvd.init()``."""
+    global _engine
+    if _engine is not None:
+        return
+    try:
+        from mpi4py import MPI
+    except ImportError as err:
+        raise ImportError("tensorpack_lite's MPI engine needs mpi4py and an MPI: "
+                          "pip install \"tensorpack_lite[mpi]\" ({})".format(err)) from err
+    _engine = _Engine(MPI)
+    if _engine.size > 1:
+        logger.info("MPI rank {} of {} (local rank {} of {}) is pid {} on {}.".format(
+            _engine.rank, _engine.size, _engine.local_rank, _engine.local_size, *_engine.peers[_engine.rank]))
+
+
+def shutdown():
+    """End this rank's part: collectives that other ranks wait in fail with
+    ``SHUT_DOWN_MESSAGE`` instead of hanging. :func:`rank` etc. fail afterwards."""
+    global _engine
+    if _engine is not None:
+        _engine.shutdown()
+        _engine = None
+
+
+def is_initialized():
+    return _engine is not None
+
+
+def rank():
+    return _get().rank
+
+
+def size():
+    return _get().size
+
+
+def local_rank():
+    return _get().local_rank
+
+
+def local_size():
+    return _get().local_size
+
+
+def engine_name():
+    """E.g. ``'mpi4py 4.1.2, MPICH 5.0.2'``."""
+    import mpi4py
+    from mpi4py import MPI
+    vendor, version = MPI.get_vendor()
+    return 'mpi4py {}, {} {}'.format(mpi4py.__version__, vendor, '.'.join(map(str, version)))
+
+
+# ----- ordering -----------------------------------------------------------------------------------
+
+_order = threading.local()
+
+
+@contextlib.contextmanager
+def ordered_collectives():
+    """Inside, every collective op created runs after the one created before it (control
+    dependencies), so that all ranks call MPI in the same order within a ``session.run``. Use
+    it around graph pieces that always run together (a training tower and its gradients)."""
+    previous = getattr(_order, 'chain', None)
+    _order.chain = [None]
+    try:
+        yield
+    finally:
+        _order.chain = previous
+
+
+def _numpy_collective(fn, inputs, dtypes, name):
+    chain = getattr(_order, 'chain', None)
+    after = [chain[0]] if chain is not None and chain[0] is not None else []
+    with tf.control_dependencies(after):
+        outputs = tf.numpy_function(fn, inputs, dtypes, name=name)
+    if chain is not None:
+        chain[0] = outputs[0].op
+    return outputs
+
+
+# ----- numpy side ---------------------------------------------------------------------------------
+
+def _reduce(engine, arrays, op, wire_dtype):
+    """The sums (averages) of ``arrays`` over the ranks, in one collective per dtype."""
+    results = [None] * len(arrays)
+    groups = {}
+    for index, array in enumerate(arrays):
+        groups.setdefault(array.dtype, []).append(index)
+    for dtype, indices in groups.items():
+        if op == Average and not np.issubdtype(dtype, np.floating):
+            raise TypeError("mpi_ops.allreduce: op=Average needs floating-point tensors, got {}; "
+                            "use op=Sum".format(dtype))
+        flat = np.concatenate([np.ravel(arrays[i]) for i in indices]) if len(indices) > 1 \
+            else np.ravel(arrays[indices[0]])
+        if wire_dtype is not None and np.issubdtype(dtype, np.floating):
+            total = _sum_compressed(engine, flat, wire_dtype).astype(dtype)
+        else:
+            total = np.empty_like(flat)
+            engine.run('allreduce', lambda: [engine.world.Iallreduce(flat, total, op=engine.MPI.SUM)])
+        if op == Average:
+            total = (total / dtype.type(engine.size)).astype(dtype)
+        offset = 0
+        for i in indices:
+            results[i] = total[offset:offset + arrays[i].size].reshape(arrays[i].shape)
+            offset += arrays[i].size
+    return results
+
+
+def _sum_compressed(engine, flat, wire_dtype):
+    """Send ``flat`` as ``wire_dtype``: each rank adds one slice of every rank's values in
+    float32 in rank order, rounds it once, and all ranks gather the slices (bit-identical)."""
+    n = engine.size
+    chunk = -(-flat.size // n)
+    wire = np.zeros(chunk * n, wire_dtype)
+    wire[:flat.size] = flat
+    received = np.empty((n, chunk), wire_dtype)
+    engine.run('allreduce(fp16)', lambda: [engine.world.Ialltoall(wire, received)])
+    mine = np.zeros(chunk, np.float32)
+    for row in received:
+        mine += row.astype(np.float32)
+    mine = mine.astype(wire_dtype)
+    gathered = np.empty(chunk * n, wire_dtype)
+    engine.run('allreduce(fp16)', lambda: [engine.world.Iallgather(mine, gathered)])
+    return gathered[:flat.size]
+
+
+def _gather(engine, array):
+    counts = np.array(engine.world.allgather(int(array.shape[0]) if array.ndim else 1))
+    row = int(np.prod(array.shape[1:])) if array.ndim else 1
+    out = np.empty((int(counts.sum()),) + array.shape[1:], array.dtype)
+    send = np.ascontiguousarray(array)
+    engine.run('allgather', lambda: [engine.world.Iallgatherv(send, [out, counts * row])])
+    return out
+
+
+def _broadcast_bytes(engine, arrays, root_rank):
+    payload = np.concatenate([np.ascontiguousarray(a).view(np.uint8).ravel() for a in arrays]) \
+        if arrays else np.zeros(0, np.uint8)
+    engine.run('broadcast', lambda: [engine.world.Ibcast(payload, root=root_rank)])
+    results, offset = [], 0
+    for a in arrays:
+        results.append(payload[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))
+        offset += a.nbytes
+    return results
+
+
+# ----- TensorFlow side ----------------------------------------------------------------------------
+
+def _check_op(op, compression):
+    if op not in (Sum, Average):
+        raise ValueError("mpi_ops.allreduce: op must be mpi_ops.Average or mpi_ops.Sum, got {!r}".format(op))
+    if not (isinstance(compression, type) and issubclass(compression, Compressor)):
+        raise TypeError("mpi_ops.allreduce: compression must be mpi_ops.Compression.none or .fp16, "
+                        "got {!r}".format(compression))
+
+
+def grouped_allreduce(tensors, op=Average, compression=Compression.none, name=None):
+    """The sums (``op=Sum``) or means (``op=Average``) over the ranks of ``tensors``, packed
+    into one buffer per dtype (one MPI call each). Differentiable: the gradient is the same
+    reduction of the upstream gradients."""
+    _check_op(op, compression)
+    engine = _get()
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+
+    def reduce_numpy(*arrays):
+        return _reduce(engine, list(arrays), op, compression.wire_dtype)
+
+    @tf.custom_gradient
+    def reduce(*xs):
+        outputs = _numpy_collective(reduce_numpy, list(xs), [x.dtype for x in xs], name or 'MPIAllreduce')
+        for out, x in zip(outputs, xs):
+            out.set_shape(x.shape)
+
+        def grad(*upstream):
+            upstream = [tf.zeros_like(x) if g is None else tf.convert_to_tensor(g)
+                        for g, x in zip(upstream, xs)]
+            return grouped_allreduce(upstream, op=op, compression=compression)
+        return list(outputs), grad
+
+    return list(reduce(*tensors))
+
+
+def allreduce(tensor, op=Average, compression=Compression.none, name=None):
+    """The sum or mean of ``tensor`` over the ranks (an IndexedSlices is made dense first)."""
+    return grouped_allreduce([tensor], op=op, compression=compression, name=name)[0]
+
+
+def allgather(tensor, name=None):
+    """The ``tensor`` of every rank concatenated along the first dimension, in rank order (the
+    first dimension may differ between ranks)."""
+    engine = _get()
+    tensor = tf.convert_to_tensor(tensor)
+    out, = _numpy_collective(lambda a: _gather(engine, a), [tensor], [tensor.dtype], name or 'MPIAllgather')
+    out.set_shape(tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else [None])
+    return out
+
+
+def _check_root(root_rank):
+    if not 0 <= root_rank < _get().size:
+        raise ValueError("mpi_ops.broadcast: root_rank must be in [0, {}), got {}".format(
+            _get().size, root_rank))
+
+
+def broadcast(tensor, root_rank, name=None):
+    """The ``tensor`` of rank ``root_rank``, on every rank."""
+    _check_root(root_rank)
+    engine = _get()
+    tensor = tf.convert_to_tensor(tensor)
+    out, = _numpy_collective(lambda a: _broadcast_bytes(engine, [a], root_rank), [tensor], [tensor.dtype],
+                             name or 'MPIBroadcast')
+    out.set_shape(tensor.shape)
+    return out
+
+
+def broadcast_variables(variables, root_rank):
+    """An op that assigns the values of rank ``root_rank`` to ``variables`` on every rank (one
+    broadcast for all of them)."""
+    _check_root(root_rank)
+    engine = _get()
+    variables = list(variables)
+    if not variables:
+        return tf.no_op(name='MPIBroadcastVariables')
+    values = [v.read_value() if hasattr(v, 'read_value') else tf.convert_to_tensor(v) for v in variables]
+    outputs = _numpy_collective(lambda *a: _broadcast_bytes(engine, list(a), root_rank), values,
+                                [v.dtype for v in values], 'MPIBroadcastVariables')
+    for out, v in zip(outputs, values):
+        out.set_shape(v.shape)
+    return tf.group(*[tfv1.assign(v, out) for v, out in zip(variables, outputs)],
+                    name='MPIBroadcastVariables')

@@ -1,0 +1,320 @@
+"""HorovodTrainer on the MPI engine (graph_builder/mpi_ops.py, mpi4py + MPICH): the facade in
+this process (size 1), then 2 and 3 real ranks under the wheel's ``mpiexec`` on
+tests/horovod_scripts/train_tiny.py, against one process trained on the combined batches."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from helpers import kill_process_tree
+from tensorpack_lite.compat import tf, tfv1
+
+mpi4py = pytest.importorskip('mpi4py',
+                             reason='the MPI engine needs mpi4py: pip install "tensorpack_lite[mpi]"')
+
+from tensorpack_lite.graph_builder import mpi_ops  # noqa: E402
+from tensorpack_lite.train.horovod_trainer import HorovodTrainer  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, 'tests', 'horovod_scripts', 'train_tiny.py')
+MPIEXEC = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+RUN_TIMEOUT = 180
+BATCH, STEPS, EPOCHS, LR = 4, 3, 2, 0.05
+
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import train_tiny  # noqa: E402
+
+needs_mpiexec = pytest.mark.skipif(not os.path.exists(MPIEXEC),
+                                   reason='no mpiexec next to {} (pip install "tensorpack_lite[mpi]" '
+                                          'installs MPICH with it)'.format(sys.executable))
+
+
+# ----- the facade in this process (size 1) -------------------------------------------------------
+
+@pytest.fixture
+def hvd():
+    mpi_ops.init()
+    yield mpi_ops
+    mpi_ops.shutdown()
+
+
+def test_facade_with_one_rank(hvd):
+    assert hvd.is_initialized()
+    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
+    x = tf.constant([[1.5, -2.0], [3.0, 0.25]])
+    v = tfv1.get_variable('v', initializer=[2.0, 3.0])
+    with hvd.ordered_collectives():
+        total = hvd.allreduce(x * v, op=hvd.Sum)
+        mean16 = hvd.allreduce(x * v, op=hvd.Average, compression=hvd.Compression.fp16)
+        grad = tf.gradients(tf.reduce_sum(total * total), [v])[0]
+    calls = [op for op in tfv1.get_default_graph().get_operations() if op.type == 'PyFunc']
+    assert len(calls) == 3   # total, mean16, the gradient: each waits for the one created before
+    assert calls[1].control_inputs == [calls[0]] and calls[2].control_inputs == [calls[1]]
+    ints = hvd.allreduce(tf.constant([1, 2], tf.int64), op=hvd.Sum)
+    gathered = hvd.allgather(tf.constant([[1, 2, 3]]))
+    broadcast = hvd.broadcast(tf.constant([7.0]), root_rank=0)
+    assign = hvd.broadcast_variables([v], root_rank=0)
+    with tfv1.Session() as sess:
+        sess.run(tfv1.global_variables_initializer())
+        t, m, g, i, a, b = sess.run([total, mean16, grad, ints, gathered, broadcast])
+        sess.run(assign)
+        np.testing.assert_array_equal(sess.run(v), [2.0, 3.0])
+    np.testing.assert_array_equal(t, [[3.0, -6.0], [6.0, 0.75]])
+    np.testing.assert_array_equal(m, t)   # all exactly representable in float16
+    np.testing.assert_allclose(g, [2 * (3.0 * 1.5 + 6.0 * 3.0), 2 * (-6.0 * -2.0 + 0.75 * 0.25)])
+    assert i.tolist() == [1, 2] and a.tolist() == [[1, 2, 3]] and b.tolist() == [7.0]
+
+
+def test_compressors_as_horovods():
+    x = tf.constant([1.0, 2.5])
+    sent, ctx = mpi_ops.Compression.fp16.compress(x)
+    assert sent.dtype == tf.float16 and mpi_ops.Compression.fp16.decompress(sent, ctx).dtype == tf.float32
+    same, ctx = mpi_ops.Compression.none.compress(x)
+    assert same is x and mpi_ops.Compression.none.decompress(same, ctx) is x
+    ints, ctx = mpi_ops.Compression.fp16.compress(tf.constant([1, 2]))
+    assert ints.dtype == tf.int32 and ctx is None
+
+
+def test_facade_rejects_bad_arguments(hvd):
+    with pytest.raises(ValueError, match='op must be mpi_ops.Average or mpi_ops.Sum'):
+        hvd.allreduce(tf.constant(1.0), op='Max')
+    with pytest.raises(TypeError, match='compression must be'):
+        hvd.allreduce(tf.constant(1.0), compression='fp16')
+    with pytest.raises(ValueError, match=r'root_rank must be in \[0, 1\), got 1'):
+        hvd.broadcast(tf.constant(1.0), root_rank=1)
+    average_of_ints = hvd.allreduce(tf.constant([1, 2]), op=hvd.Average)
+    with tfv1.Session() as sess, pytest.raises(tf.errors.OpError, match='op=Average needs floating-point'):
+        sess.run(average_of_ints)
+
+
+def test_facade_after_shutdown(hvd):
+    hvd.shutdown()
+    assert not hvd.is_initialized()
+    with pytest.raises(ValueError, match='call init'):
+        hvd.rank()
+
+
+def test_trainer_uses_mpi_without_horovod(monkeypatch, log_records):
+    monkeypatch.setitem(sys.modules, 'horovod', None)
+    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    trainer = HorovodTrainer(compression=mpi_ops.Compression.fp16)
+    try:
+        assert trainer.hvd is mpi_ops and trainer.hvd.rank() == 0 and trainer.size == 1
+        assert 'using MPI (mpi4py {}, MPICH'.format(mpi4py.__version__) in '\n'.join(log_records.messages())
+        with pytest.raises(TypeError, match='compression must be a compressor of its engine'):
+            HorovodTrainer(compression=object)
+    finally:
+        mpi_ops.shutdown()
+
+
+def test_trainer_gives_layers_the_mean_over_ranks(monkeypatch):
+    """While HorovodTrainer builds its tower, cross_rank_mean (BatchNorm's sync_statistics=
+    'horovod') is the engine's differentiable allreduce."""
+    from tensorpack_lite.dataflow import BatchData, DataFromList
+    from tensorpack_lite.tfutils.sync_statistics import cross_rank_mean
+    from tensorpack_lite.train import ModelDesc, TrainConfig, launch_train_with_config
+    monkeypatch.setitem(sys.modules, 'horovod', None)
+    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    seen = []
+
+    class Model(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec([None, 2], tf.float32, 'x')]
+
+        def build_graph(self, x):
+            w = tfv1.get_variable('w', initializer=[1.0, 2.0])
+            mean = cross_rank_mean(tf.reduce_mean(x * w, axis=0))
+            seen.append(mean)
+            return tf.reduce_sum(mean * mean, name='cost')
+
+        def optimizer(self):
+            return tfv1.train.GradientDescentOptimizer(0.1)
+
+    trainer = HorovodTrainer()
+    df = BatchData(DataFromList([[np.array([1.0, 1.0], np.float32)]] * 2, shuffle=False), 2)
+    launch_train_with_config(TrainConfig(model=Model(), dataflow=df, steps_per_epoch=1, max_epoch=1,
+                                         callbacks=[], monitors=[]), trainer)
+    calls = [op for op in seen[0].graph.get_operations() if op.type == 'PyFunc']
+    # the mean, its gradient (chained to it); (one rank: no gradient allreduce); the check of the
+    # variable names (two allgathers, chained) and the broadcast of the variables
+    assert [op.name for op in calls] == [
+        'MPIAllreduce', 'gradients/IdentityN_grad/MPIAllreduce', 'HorovodTrainer/variable_names',
+        'HorovodTrainer/variable_names_size', 'HorovodTrainer/MPIBroadcastVariables']
+    assert calls[1].control_inputs == [calls[0]] and calls[3].control_inputs == [calls[2]]
+    assert calls[2].control_inputs == [] and calls[4].control_inputs == []   # run at other times
+    assert seen[0].op.type == 'IdentityN'   # the custom gradient's output
+    assert not mpi_ops.is_initialized()   # shut down at the end
+
+
+def test_without_any_engine_the_error_says_how_to_install(monkeypatch):
+    for module in ('horovod', 'horovod.tensorflow', 'mpi4py', 'mpi4py.MPI'):
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ImportError, match=re.escape('pip install "tensorpack_lite[mpi]"')) as info:
+        HorovodTrainer()
+    assert 'horovod==0.28.1' in str(info.value)
+
+
+# ----- real ranks under mpiexec -------------------------------------------------------------------
+
+def run_ranks(num, out_dir, *args, script=None):
+    """``mpiexec -n num`` on train_tiny.py (or ``script`` with ``args``); returns (exit code, output)."""
+    if script is None:
+        script = SCRIPT
+        args = ['--out', str(out_dir), '--batch', str(BATCH), '--steps-per-epoch', str(STEPS),
+                '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
+    command = [MPIEXEC, '-launcher', 'fork', '-n', str(num), sys.executable, script] + list(args)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
+               TENSORPACK_LOGGER_ACTION='k')
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=str(out_dir), start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        kill_process_tree(proc)
+        output, _ = proc.communicate()
+        pytest.fail("mpiexec did not finish in {} s (killed):\n{}".format(RUN_TIMEOUT, output[-6000:]))
+    finally:
+        kill_process_tree(proc)
+    return proc.returncode, output
+
+
+def load_rank(out_dir, rank):
+    with open(os.path.join(str(out_dir), 'rank{}.json'.format(rank))) as f:
+        result = json.load(f)
+    result['weights'] = {k: np.asarray(v, np.float32) for k, v in result['weights'].items()}
+    return result
+
+
+def reference_weights(num, lr, steps_per_epoch=STEPS, max_epoch=EPOCHS):
+    """One process, the batches of all ``num`` ranks concatenated, from rank 0's weights."""
+    samples = train_tiny.make_samples(STEPS * BATCH * num)
+    return train_tiny.train_single(samples, num * BATCH, lr, steps_per_epoch, max_epoch)
+
+
+def assert_close(a, b, rtol, atol):
+    assert sorted(a) == sorted(b)
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=rtol, atol=atol, err_msg=name)
+
+
+def assert_bit_identical(ranks):
+    for other in ranks[1:]:
+        assert other['step_hashes'] == ranks[0]['step_hashes']
+        for name in ranks[0]['weights']:
+            assert ranks[0]['weights'][name].tobytes() == other['weights'][name].tobytes(), name
+
+
+@needs_mpiexec
+@pytest.mark.parametrize('num', [2, 3])
+def test_facade_across_ranks(num, tmp_path):
+    """Sum, average, fp16, gradient, allgather, broadcast: values and the same bits on every rank
+    (tests/horovod_scripts/mpi_facade.py asserts them on each rank)."""
+    code, output = run_ranks(num, tmp_path, script=os.path.join(os.path.dirname(SCRIPT), 'mpi_facade.py'))
+    assert code == 0, output[-6000:]
+    assert sorted(re.findall(r'rank (\d+): OK', output)) == [str(r) for r in range(num)], output[-6000:]
+
+
+@needs_mpiexec
+@pytest.mark.parametrize('num', [2, 3])
+def test_ranks_average_like_one_process_and_stay_bit_identical(num, tmp_path):
+    # no broadcast at epoch ends: identical replicas come from identical sums alone
+    code, output = run_ranks(num, tmp_path, '--no-epoch-broadcast')
+    assert code == 0, output[-6000:]
+    ranks = [load_rank(tmp_path, r) for r in range(num)]
+    assert ranks[0]['engine'].startswith('MPI (mpi4py')
+    assert [(r['local_rank'], r['local_size']) for r in ranks] == [(r, num) for r in range(num)]
+    assert all(len(r['step_hashes']) == STEPS * EPOCHS for r in ranks)
+    assert len(set(ranks[0]['step_hashes'])) == STEPS * EPOCHS   # the weights changed every step
+    assert_bit_identical(ranks)
+    assert_close(ranks[0]['weights'], reference_weights(num, LR), rtol=1e-4, atol=1e-5)
+
+
+@needs_mpiexec
+def test_two_ranks_sum_and_only_rank0_writes(tmp_path):
+    logdir = tmp_path / 'logs'
+    code, output = run_ranks(2, tmp_path, '--logdir', str(logdir), '--per-rank-logdir', '--sum')
+    assert code == 0, output[-6000:]
+    assert 'using MPI (mpi4py' in output
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert_bit_identical([rank0, rank1])
+    # summing the two per-rank mean gradients is one process's mean gradient times 2
+    assert_close(rank0['weights'], reference_weights(2, 2 * LR), rtol=1e-4, atol=1e-5)
+    chief = sorted(os.listdir(str(logdir / 'rank0')))
+    assert {'checkpoint', 'model-{}.index'.format(STEPS * EPOCHS), 'stats.json'} <= set(chief)
+    assert any(f.startswith('events.out.tfevents') for f in chief)
+    other = sorted(os.listdir(str(logdir / 'rank1')))
+    written = [f for f in other if f.startswith(('checkpoint', 'model-', 'stats', 'events', 'graph-'))]
+    assert not written, other
+
+
+@needs_mpiexec
+def test_rank0_stopping_ends_every_rank_with_fp16_gradients(tmp_path):
+    code, output = run_ranks(3, tmp_path, '--fp16', '--stop-at-step', '2', '--epochs', '3')
+    assert code == 0, output[-6000:]
+    assert output.count('rank 0 ended its training and shut MPI') == 2
+    ranks = [load_rank(tmp_path, r) for r in range(3)]
+    assert ranks[0]['global_step'] == 2
+    assert_bit_identical(ranks)
+    reference = reference_weights(3, LR, steps_per_epoch=2, max_epoch=1)
+    assert_close(ranks[0]['weights'], reference, rtol=1e-2, atol=1e-3)   # float16 gradients
+    assert any(not np.array_equal(ranks[0]['weights'][n], reference[n]) for n in reference)   # rounded
+
+
+@needs_mpiexec
+def test_ranks_with_different_variables_fail_with_a_clear_error(tmp_path):
+    code, output = run_ranks(2, tmp_path, '--chief-only-variable')
+    assert code != 0
+    assert 'the ranks built different global variables' in output
+    assert "rank 1 lacks ['only_on_chief']" in output
+
+
+@needs_mpiexec
+def test_a_failing_rank_ends_the_others_which_name_it(tmp_path):
+    code, output = run_ranks(3, tmp_path, '--fail', '1', '2', '--epochs', '50')
+    assert code != 0
+    assert 'ValueError: rank 1 fails at step 2' in output
+    for rank in (0, 2):
+        assert 'rank {}: rank 1 ended its training and shut MPI'.format(rank) in output, output[-6000:]
+        assert load_rank(tmp_path, rank)['global_step'] <= 3   # stopped, not 150 steps later
+
+
+def pid_of_rank(output, rank, num):
+    found = re.findall(r'MPI rank {} of {} \(local rank \d+ of \d+\) is pid (\d+)'.format(rank, num), output)
+    assert len(found) == 1, output[-6000:]
+    return int(found[0])
+
+
+@needs_mpiexec
+def test_a_killed_rank_ends_the_job_and_its_pid_is_named(tmp_path):
+    code, output = run_ranks(3, tmp_path, '--die', '1', '2', '--epochs', '50')
+    assert code != 0
+    # mpiexec (hydra) kills the other ranks at once and names a process that ended with SIGKILL;
+    # every rank logged its pid. Hydra may name a rank it killed itself (it reaps them together).
+    named = re.findall(r'BAD TERMINATION.*?PID (\d+) RUNNING AT.*?EXIT CODE: 9', output, re.S)
+    pids = [pid_of_rank(output, r, 3) for r in range(3)]
+    assert len(named) == 1 and int(named[0]) in pids, output[-6000:]
+    assert not [r for r in range(3) if os.path.exists(str(tmp_path / 'rank{}.json'.format(r)))]
+
+
+def test_dead_local_peers_finds_ended_processes():
+    ended = subprocess.Popen([sys.executable, '-c', 'pass'])
+    ended.wait()   # reaped: its pid is gone
+    zombie = subprocess.Popen([sys.executable, '-c', 'pass'])
+    try:
+        zombie_process = psutil.Process(zombie.pid)
+        while zombie_process.status() != psutil.STATUS_ZOMBIE:   # not reaped yet: a zombie
+            time.sleep(0.01)
+        host = socket.gethostname()
+        peers = [(os.getpid(), host), (ended.pid, host), (zombie.pid, host), (ended.pid, 'elsewhere')]
+        assert mpi_ops.dead_local_peers(peers, rank=0) == [1, 2]
+        assert mpi_ops.dead_local_peers(peers[:1], rank=0) == []
+    finally:
+        zombie.wait()
