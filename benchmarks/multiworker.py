@@ -16,9 +16,14 @@
    (c) ``horovod``: Horovod's allreduce with Gloo (``horovodrun --gloo``), in the Horovod
        environment (``bash .ci/horovod_env.sh`` builds it; or $TENSORPACK_LITE_HOROVOD_PYTHON);
        skipped, with a message, when it does not exist.
-   Another engine (e.g. ``mpi-shm``, ``mpi-tcp`` under mpiexec) becomes a column by adding a
-   :class:`Variant` to VARIANTS (see :func:`register_variant`).
-   (a) and (c) are timed in graph mode, one all-reduce per ``session.run``; each column gives
+   (d) ``mpi-shm``, ``mpi-tcp``: the MPI engine of HorovodTrainer (graph_builder/mpi_ops.py:
+       one fused ``tf.numpy_function`` calling MPI, as training runs it) under the ``mpiexec``
+       beside this Python (``pip install "tensorpack_lite[mpi]"``), over shared memory or over
+       loopback TCP (``MPIR_CVAR_NOLOCAL=1``); ``mpi-raw-shm``/``mpi-raw-tcp`` time mpi4py's
+       ``comm.Allreduce`` on numpy buffers alone, what the engine costs on top of MPI.
+   Another engine becomes a column by adding a :class:`Variant` to VARIANTS
+   (see :func:`register_variant`).
+   (a), (c) and (d) are timed in graph mode, one all-reduce per ``session.run``; each column gives
    the median over the rounds of the medians of ``--repeat`` runs after warm-up, and the
    median (smallest, largest) of the per-round speed ratios to the first variant; throughput =
    float32 size / time.
@@ -136,6 +141,33 @@ def horovod_worker(args):
         _report(times)
 
 
+def mpi_worker(args):
+    """A rank of the MPI engine's all-reduce benchmark (under mpiexec): through TensorFlow as
+    HorovodTrainer runs it, or (``--variant raw``) mpi4py's ``comm.Allreduce`` alone."""
+    from tensorpack_lite.compat import enable_graph_mode, tf, tfv1
+    from tensorpack_lite.graph_builder import mpi_ops
+    enable_graph_mode()
+    mpi_ops.init()
+    if args.variant == 'raw':
+        import numpy as np
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        times = {}
+        for size in args.sizes:
+            send = np.ones(size * MB // 4, np.float32)
+            received = np.empty_like(send)
+            times[size] = _time_runs(lambda: comm.Allreduce(send, received), args.repeat)
+    else:
+        reduced = [mpi_ops.allreduce(t, op=mpi_ops.Sum) for t in _tensors(tf, tfv1, args.sizes)]
+        with tfv1.Session() as sess:
+            sess.run(tfv1.global_variables_initializer())
+            times = {size: _time_runs(lambda: sess.run(tensor.op), args.repeat)
+                     for size, tensor in zip(args.sizes, reduced)}
+    if mpi_ops.rank() == 0:
+        _report(times)
+    mpi_ops.shutdown()
+
+
 def mwms_worker(args):
     """A worker of tf.distribute's MultiWorkerMirroredStrategy (TF_CONFIG from the launcher,
     ring all-reduce over gRPC): one replica-context all-reduce (sum) per tf.function call."""
@@ -233,6 +265,41 @@ def run_horovod(args, num_worker):
     return _result(proc.stdout, 'horovod allreduce')
 
 
+MPI_TRANSPORTS = {'shm': {}, 'tcp': {'MPIR_CVAR_NOLOCAL': '1'}}
+"""Environment of each MPI transport: MPICH's shared memory between local ranks, or (with
+MPIR_CVAR_NOLOCAL) every rank treated as remote, over loopback TCP."""
+
+
+def mpiexec_path():
+    """The mpiexec installed beside this Python (the ``mpich`` wheel's), or None."""
+    path = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+    return path if os.path.exists(path) else None
+
+
+def run_mpi(args, num_worker, transport, way):
+    command = [mpiexec_path(), '-launcher', 'fork', '-n', str(num_worker), sys.executable,
+               os.path.abspath(__file__)] + _worker_args(args, 'mpi', variant=way)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
+               **MPI_TRANSPORTS[transport])
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    if proc.returncode != 0:
+        sys.exit("mpiexec -n {} ({}, {}) failed (exit code {}):\n{}".format(
+            num_worker, transport, way, proc.returncode, output[-4000:]))
+    return _result(output, 'MPI allreduce')
+
+
+def mpi_variant(way, transport):
+    name = 'mpi-{}{}'.format('raw-' if way == 'raw' else '', transport)
+    return Variant(name, lambda args, n: run_mpi(args, n, transport, way), ring_bytes)
+
+
 def ring_bytes(num_worker, size):
     """Bytes a worker sends per all-reduce of ``size`` bytes in a ring: reduce-scatter, then
     all-gather, (N - 1) pieces of S / N each."""
@@ -269,6 +336,11 @@ VARIANTS = {
 def register_variant(variant):
     """Add a column (e.g. an MPI engine run under mpiexec by a sibling script)."""
     VARIANTS[variant.name] = variant
+
+
+for _way in ('engine', 'raw'):
+    for _transport in MPI_TRANSPORTS:
+        register_variant(mpi_variant(_way, _transport))
 
 
 def variant_of(name):
@@ -333,17 +405,26 @@ def main():
     parser.add_argument('--skip-allreduce', action='store_true', help='only the training runs')
     parser.add_argument('--skip-mwms', action='store_true',
                         help="skip tf.distribute's MultiWorkerMirroredStrategy")
-    parser.add_argument('--role', choices=['collective', 'horovod', 'mwms', 'train'], help=argparse.SUPPRESS)
+    parser.add_argument('--skip-mpi', action='store_true', help='skip the MPI engine (mpi-shm, mpi-tcp)')
+    parser.add_argument('--role', choices=['collective', 'horovod', 'mwms', 'mpi', 'train'],
+                        help=argparse.SUPPRESS)
     parser.add_argument('--variant', default='collective', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
-        {'collective': collective_worker, 'horovod': horovod_worker, 'mwms': mwms_worker,
+        {'collective': collective_worker, 'horovod': horovod_worker, 'mwms': mwms_worker, 'mpi': mpi_worker,
          'train': train_worker}[args.role](args)
         return
 
     print("load average at the start: {}".format(_load()), flush=True)
     if not args.skip_allreduce:
         names = list(args.variants) + ([] if args.skip_mwms else ['mwms'])
+        if args.skip_mpi:
+            pass
+        elif mpiexec_path() is None:
+            print("mpi-shm, mpi-tcp skipped: no mpiexec beside {} (pip install "
+                  "\"tensorpack_lite[mpi]\")".format(sys.executable))
+        else:
+            names += ['mpi-shm', 'mpi-tcp']
         if not args.skip_horovod and horovod_python() is None:
             print("horovod (gloo) skipped: no built Horovod environment in {} (bash .ci/horovod_env.sh "
                   "builds it) and no $TENSORPACK_LITE_HOROVOD_PYTHON".format(HOROVOD_ENV))

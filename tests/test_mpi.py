@@ -193,10 +193,10 @@ def load_rank(out_dir, rank):
     return result
 
 
-def reference_weights(num, lr, steps_per_epoch=STEPS, max_epoch=EPOCHS):
+def reference_weights(num, lr, steps_per_epoch=STEPS, max_epoch=EPOCHS, batch_norm=None):
     """One process, the batches of all ``num`` ranks concatenated, from rank 0's weights."""
     samples = train_tiny.make_samples(STEPS * BATCH * num)
-    return train_tiny.train_single(samples, num * BATCH, lr, steps_per_epoch, max_epoch)
+    return train_tiny.train_single(samples, num * BATCH, lr, steps_per_epoch, max_epoch, batch_norm)
 
 
 def assert_close(a, b, rtol, atol):
@@ -235,6 +235,25 @@ def test_ranks_average_like_one_process_and_stay_bit_identical(num, tmp_path):
     assert len(set(ranks[0]['step_hashes'])) == STEPS * EPOCHS   # the weights changed every step
     assert_bit_identical(ranks)
     assert_close(ranks[0]['weights'], reference_weights(num, LR), rtol=1e-4, atol=1e-5)
+
+
+@needs_mpiexec
+@pytest.mark.parametrize('num', [2, 3])
+def test_synchronized_batch_norm_over_ranks_trains_like_one_process_on_the_big_batch(num, tmp_path):
+    """BatchNorm(sync_statistics='horovod') under mpiexec: the weights and moving averages of
+    every rank equal one process's BatchNorm on the batches of all ranks together."""
+    code, output = run_ranks(num, tmp_path, '--sync-batch-norm', '--no-epoch-broadcast')
+    assert code == 0, output[-6000:]
+    ranks = [load_rank(tmp_path, r) for r in range(num)]
+    assert {'bn/mean/EMA', 'bn/variance/EMA', 'bn/gamma', 'bn/beta'} <= set(ranks[0]['weights'])
+    reference = reference_weights(num, LR, batch_norm='')
+    for rank in ranks:
+        assert_close(rank['weights'], reference, rtol=1e-4, atol=1e-5)
+    # rank 0's share alone gives other moving averages: the statistics must cross the ranks
+    with tfv1.Graph().as_default():
+        alone = train_tiny.train_single(train_tiny.make_samples(STEPS * BATCH * num)[0::num], BATCH, LR,
+                                        STEPS, EPOCHS, batch_norm='')
+    assert not np.allclose(alone['bn/mean/EMA'], ranks[0]['weights']['bn/mean/EMA'], atol=1e-3)
 
 
 @needs_mpiexec

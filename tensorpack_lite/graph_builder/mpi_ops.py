@@ -112,12 +112,24 @@ class _Engine:
             self._waiting = (what, time.monotonic())
             try:
                 for request in requests:
-                    status = self.MPI.Status()
-                    if self.MPI.Request.Waitany([request, self._done_request], status) == 1:
-                        self.ended_by = status.Get_source()
+                    if self._wait_for(request) == 1:
                         self._check_open(what)
             finally:
                 self._waiting = None
+
+    def _wait_for(self, request):
+        """Wait until ``request`` completes (0) or another rank says it shut down (1). Between
+        polls the thread yields its CPU (``sched_yield``): MPI's own wait spins, which starves
+        the other ranks (and TensorFlow's threads) when processes outnumber the cores."""
+        status = self.MPI.Status()
+        pending = [request, self._done_request]
+        while True:
+            index, done = self.MPI.Request.Testany(pending, status)
+            if done:
+                if index == 1:
+                    self.ended_by = status.Get_source()
+                return index
+            os.sched_yield()
 
     def _check_open(self, what):
         if self._closed:

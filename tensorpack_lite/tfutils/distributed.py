@@ -16,6 +16,7 @@ import time
 from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.cluster import ClusterConfig, LostTaskError
+from ..utils.gpu import num_tensorflow_gpus
 from .common import get_default_sess_config
 
 __all__ = ['create_server', 'cluster_of_server', 'DistributedSessionCreator',
@@ -45,7 +46,7 @@ def _has_gpu(config):
     not set its GPU count to 0)."""
     if config.device_count.get('GPU', None) == 0:
         return False
-    return bool(tf.config.list_physical_devices('GPU'))
+    return num_tensorflow_gpus() > 0
 
 
 def create_server(cluster=None, job_name=None, task_index=None, config=None):

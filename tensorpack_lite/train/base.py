@@ -140,6 +140,11 @@ class Trainer:
         self._callbacks = Callbacks(self._callbacks)
         self._callbacks.setup_graph(self)
 
+    def _trainer_hooks(self):
+        """The trainer's own hooks of ``hooked_sess``, which act before the callbacks' (the run
+        counter first). A subclass may add its own after these."""
+        return [_CountRuns(self.loop)]
+
     @call_only_once
     def initialize(self, session_creator, session_init):
         """Create the session, build the hooked session, run ``session_init`` (on the chief)
@@ -152,7 +157,7 @@ class Trainer:
         session_init.setup_graph()
         logger.info("Creating the session ...")
         self.sess = session_creator.create_session()
-        self.hooked_sess = HookedSession(self.sess, [_CountRuns(self.loop)] + self._callbacks.get_hooks())
+        self.hooked_sess = HookedSession(self.sess, self._trainer_hooks() + self._callbacks.get_hooks())
         if self.is_chief:
             logger.info("Initializing the session ...")
             session_init.run_init(self.sess)

@@ -74,6 +74,20 @@ class _TellParameterServersDone(Callback):
                 err.message.splitlines()[0]))
 
 
+class _StopWatchingAfterLastStep(tfv1.train.SessionRunHook):
+    """Once the last training step has run, the other tasks may end before this one (their
+    part of every step is done): the trainer stops watching them, before the callbacks act on
+    that step (which may take a while), so that a peer's normal end is not taken for a loss."""
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+
+    def after_run(self, run_context, run_values):
+        loop = self._trainer.loop
+        if loop.is_last_epoch and loop.is_last_step_of_epoch:
+            self._trainer.stop_watching()
+
+
 class DistributedTrainerBase(_DataParallelTrainer):
     """What the distributed trainers share: the server and its cluster, the chief, waiting
     for the cluster, one schedule for all workers, failures that name the lost task, and
@@ -239,7 +253,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
             with self.sess.as_default():
                 received = self._start_together(schedule)
         except Exception as err:
-            self._stop_watching()
+            self.stop_watching()
             self.sess.close()
             explained = self._explain(err) if isinstance(err, tf.errors.OpError) else err
             if explained is err:
@@ -258,9 +272,9 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     def run_step(self):
         self.hooked_sess.run(self.train_op, options=self._step_options)
-        loop = self.loop
-        if loop.epoch_num == loop.max_epoch and loop.local_step == loop.steps_per_epoch - 1:
-            self._stop_watching()   # after its last step, the other tasks may end before this one
+
+    def _trainer_hooks(self):
+        return super()._trainer_hooks() + [_StopWatchingAfterLastStep(self)]
 
     @property
     def _step_options(self):
@@ -277,7 +291,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     def _end_training(self, failed):
         self.training_failed = failed
-        self._stop_watching()
+        self.stop_watching()
         super()._end_training(failed)
 
     def _close_session(self):
@@ -296,7 +310,8 @@ class DistributedTrainerBase(_DataParallelTrainer):
                         "without it.".format(self.cluster.task_name, self.CLOSE_TIMEOUT,
                                              ', '.join(self.cluster.describe(*t) for t in lost)))
 
-    def _stop_watching(self):
+    def stop_watching(self):
+        """Stop watching the other tasks (their end is no longer a loss)."""
         if self._watchdog is not None:
             self._watchdog.stop()
 

@@ -33,10 +33,12 @@ HIDDEN = 5
 
 
 class TinyModel(ModelDesc):
-    """6 -> 5 (tanh) -> 1, mean squared error, SGD with momentum (so slots are broadcast too)."""
+    """6 -> 5 (tanh) -> 1, mean squared error, SGD with momentum (so slots are broadcast too).
+    With ``batch_norm`` (None: no BatchNorm; '' : one with the statistics of its own batch;
+    'horovod': synchronized across the ranks), a BatchNorm before the tanh."""
 
-    def __init__(self, init_seed, lr):
-        self.init_seed, self.lr = init_seed, lr
+    def __init__(self, init_seed, lr, batch_norm=None):
+        self.init_seed, self.lr, self.batch_norm = init_seed, lr, batch_norm
 
     def inputs(self):
         return [tf.TensorSpec([None, FEATURES], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
@@ -46,7 +48,11 @@ class TinyModel(ModelDesc):
         w0 = tfv1.get_variable('fc0/W', initializer=rng.randn(FEATURES, HIDDEN).astype('float32'))
         b0 = tfv1.get_variable('fc0/b', initializer=rng.randn(HIDDEN).astype('float32') * 0.1)
         w1 = tfv1.get_variable('fc1/W', initializer=rng.randn(HIDDEN, 1).astype('float32'))
-        pred = tf.squeeze(tf.matmul(tf.tanh(tf.matmul(x, w0) + b0), w1), 1)
+        hidden = tf.matmul(x, w0) + b0
+        if self.batch_norm is not None:
+            from tensorpack_lite.models import BatchNorm
+            hidden = BatchNorm('bn', hidden, momentum=0.5, sync_statistics=self.batch_norm or None)
+        pred = tf.squeeze(tf.matmul(tf.tanh(hidden), w1), 1)
         cost = tf.reduce_mean(tf.square(pred - y), name='cost')
         add_moving_summary(cost)
         return cost
@@ -82,8 +88,9 @@ class DumpWeights(Callback):
         self.trainer.monitors.put_scalar('rank', self.rank)
 
     def _after_train(self):
-        names = [v.op.name for v in tfv1.trainable_variables()]
-        values = self.trainer.sess.run(tfv1.trainable_variables())
+        variables = _weights_and_statistics()
+        names = [v.op.name for v in variables]
+        values = self.trainer.sess.run(variables)
         with open(self.path, 'w') as f:
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
                        'step_hashes': self.step_hashes, 'engine': self.trainer.engine,
@@ -125,16 +132,22 @@ class ChiefOnlyVariable(Callback):
         tfv1.get_variable('only_on_chief', initializer=1.0)
 
 
-def train_single(samples, batch, lr, steps_per_epoch, max_epoch):
+def _weights_and_statistics():
+    """The trainable variables, then the model variables that are not (BatchNorm's moving averages)."""
+    trainable = tfv1.trainable_variables()
+    return trainable + [v for v in tfv1.model_variables() if v not in trainable]
+
+
+def train_single(samples, batch, lr, steps_per_epoch, max_epoch, batch_norm=None):
     """The reference: SimpleTrainer on one process, ``batch`` datapoints per step; returns
-    the final trainable weights by variable name."""
+    the final trainable weights (and moving averages) by variable name."""
     from tensorpack_lite.train import SimpleTrainer
-    model = TinyModel(INIT_SEED, lr)
+    model = TinyModel(INIT_SEED, lr, batch_norm)
     result = {}
 
     class ReadWeights(Callback):
         def _after_train(self):
-            variables = tfv1.trainable_variables()
+            variables = _weights_and_statistics()
             result.update(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
 
     config = TrainConfig(model=model, dataflow=BatchData(DataFromList(samples, shuffle=False), batch),
@@ -161,6 +174,8 @@ def parse_args(argv):
                         help='broadcast the variables at the start only (not at each epoch end)')
     parser.add_argument('--die', type=int, nargs=2, metavar=('RANK', 'STEP'),
                         help='rank RANK kills itself (SIGKILL) at step STEP')
+    parser.add_argument('--sync-batch-norm', action='store_true',
+                        help="a BatchNorm(sync_statistics='horovod') in the model")
     parser.add_argument('--fail', type=int, nargs=2, metavar=('RANK', 'STEP'),
                         help='rank RANK raises an error at step STEP')
     return parser.parse_args(argv)
@@ -193,7 +208,8 @@ def main(argv):
         callbacks.append(DieAtStep(args.die[1], args.die[0]))
     if args.fail:
         callbacks.append(DieAtStep(args.fail[1], args.fail[0], fail=True))
-    config = TrainConfig(model=TinyModel(INIT_SEED + trainer.rank, args.lr), dataflow=df,
+    model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
+    config = TrainConfig(model=model, dataflow=df,
                          callbacks=callbacks, max_epoch=args.epochs)
     launch_train_with_config(config, trainer)
 
