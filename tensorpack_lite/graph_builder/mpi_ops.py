@@ -94,7 +94,8 @@ class _Engine:
         self.lock = threading.Lock()
         self.peers = self.world.allgather((os.getpid(), socket.gethostname()))
         self.ended_by = None
-        self._done_buffer = np.zeros(1, np.int32)
+        self._calls = 0                 # collectives started here; every rank starts the same ones
+        self._done_buffer = np.zeros(1, np.int64)   # how many a rank that shut down had completed
         self._done_request = self.control.Irecv(self._done_buffer, source=MPI.ANY_SOURCE, tag=_DONE_TAG)
         self._waiting = None
         self._closed = False
@@ -105,36 +106,42 @@ class _Engine:
 
     def run(self, what, start):
         """Call ``start()`` (which starts nonblocking collectives and returns their requests)
-        under the lock and wait for them, or fail when another rank shut down."""
+        under the lock and wait for them, or fail when another rank shut down before its part
+        of this call."""
         with self.lock:
+            self._calls += 1
             self._check_open(what)
             requests = start()
             self._waiting = (what, time.monotonic())
             try:
                 for request in requests:
-                    if self._wait_for(request) == 1:
-                        self._check_open(what)
+                    self._wait_for(request, what)
             finally:
                 self._waiting = None
 
-    def _wait_for(self, request):
-        """Wait until ``request`` completes (0) or another rank says it shut down (1). Between
-        polls the thread yields its CPU (``sched_yield``): MPI's own wait spins, which starves
-        the other ranks (and TensorFlow's threads) when processes outnumber the cores."""
+    def _wait_for(self, request, what):
+        """Wait until ``request`` completes. A rank that shut down says how many collectives
+        it completed: when it took part in this one (a collective may complete on one rank
+        before the others), the wait goes on, else it fails at once. Between polls the thread
+        yields its CPU (``sched_yield``): MPI's own wait spins, which starves the other ranks
+        (and TensorFlow's threads) when processes outnumber the cores."""
         status = self.MPI.Status()
-        pending = [request, self._done_request]
+        pending = [request] if self.ended_by is not None else [request, self._done_request]
         while True:
             index, done = self.MPI.Request.Testany(pending, status)
+            if done and index == 0:
+                return
             if done:
-                if index == 1:
-                    self.ended_by = status.Get_source()
-                return index
+                self.ended_by = status.Get_source()
+                self._check_open(what)
+                pending = [request]
             os.sched_yield()
 
     def _check_open(self, what):
+        """Fail when this rank shut down, or another did before completing the current call."""
         if self._closed:
             raise PeerShutdownError("{}: {} on rank {}".format(what, SHUT_DOWN_MESSAGE, self.rank))
-        if self.ended_by is not None:
+        if self.ended_by is not None and int(self._done_buffer[0]) < self._calls:
             raise PeerShutdownError("{}: {} by rank {}, which ended its training; rank {} stops "
                                     "waiting for it".format(what, SHUT_DOWN_MESSAGE, self.ended_by,
                                                             self.rank))
@@ -163,8 +170,8 @@ class _Engine:
             return
         with self.lock:
             self._closed = True
-            reason = np.ones(1, np.int32)
-            sends = [self.control.Isend(reason, dest=peer, tag=_DONE_TAG)
+            completed = np.array([self._calls], np.int64)
+            sends = [self.control.Isend(completed, dest=peer, tag=_DONE_TAG)
                      for peer in range(self.size) if peer not in (self.rank, self.ended_by)]
             self.MPI.Request.Waitall(sends)
             if self.ended_by is None:
