@@ -14,8 +14,9 @@ sends float16 and adds in float32, each slice on one rank in rank order, then ga
 
 Collectives must run in the same order on every rank. Those created inside
 :func:`ordered_collectives` (the trainer builds its tower in it) run in creation order.
-When a rank calls :func:`shutdown`, the collectives other ranks are waiting in (and later
-ones) fail with :class:`PeerShutdownError`'s message instead of waiting forever; a rank on
+When a rank calls :func:`shutdown`, the collectives it did not take part in fail on the
+other ranks with :class:`PeerShutdownError`'s message instead of waiting forever (one it took
+part in still completes everywhere); a rank on
 this machine that dies while the others wait for it makes them abort, naming it.
 """
 
