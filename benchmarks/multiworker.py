@@ -125,6 +125,15 @@ def collective_worker(args):
         _report(times)
 
 
+def _time_in_a_session(tfv1, args, reduced):
+    """{size: median seconds} of running each of ``reduced`` (one all-reduce per size) in a
+    plain session, after initializing the variables."""
+    with tfv1.Session() as sess:
+        sess.run(tfv1.global_variables_initializer())
+        return {size: _time_runs(lambda: sess.run(tensor.op), args.repeat)
+                for size, tensor in zip(args.sizes, reduced)}
+
+
 def horovod_worker(args):
     """A rank of the Horovod all-reduce benchmark (under horovodrun)."""
     import horovod.tensorflow as hvd
@@ -133,10 +142,7 @@ def horovod_worker(args):
     tfv1.disable_eager_execution()
     hvd.init()
     reduced = [hvd.allreduce(t, op=hvd.Sum) for t in _tensors(tf, tfv1, args.sizes)]
-    with tfv1.Session() as sess:
-        sess.run(tfv1.global_variables_initializer())
-        times = {size: _time_runs(lambda: sess.run(tensor.op), args.repeat)
-                 for size, tensor in zip(args.sizes, reduced)}
+    times = _time_in_a_session(tfv1, args, reduced)
     if hvd.rank() == 0:
         _report(times)
 
@@ -159,10 +165,7 @@ def mpi_worker(args):
             times[size] = _time_runs(lambda: comm.Allreduce(send, received), args.repeat)
     else:
         reduced = [mpi_ops.allreduce(t, op=mpi_ops.Sum) for t in _tensors(tf, tfv1, args.sizes)]
-        with tfv1.Session() as sess:
-            sess.run(tfv1.global_variables_initializer())
-            times = {size: _time_runs(lambda: sess.run(tensor.op), args.repeat)
-                     for size, tensor in zip(args.sizes, reduced)}
+        times = _time_in_a_session(tfv1, args, reduced)
     if mpi_ops.rank() == 0:
         _report(times)
     mpi_ops.shutdown()

@@ -5,7 +5,9 @@ Import them as ``from helpers import ...``: conftest.py puts this directory on s
 
 import contextlib
 import logging
+import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -298,3 +300,21 @@ class VirtualClock:
         self.now += seconds
 
     sleep = advance
+
+
+def run_bounded(command, timeout, env=None, cwd=None):
+    """Run ``command`` (a launcher such as mpiexec or horovodrun) in a session of its own, its
+    output and errors together; fail the test when it takes longer than ``timeout`` seconds.
+    Every process it started is SIGKILLed at the end. Returns (exit code, output)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            cwd=None if cwd is None else str(cwd), start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_process_tree(proc)
+        output, _ = proc.communicate()
+        pytest.fail("{} did not finish in {} s (killed):\n{}".format(
+            os.path.basename(command[0]), timeout, output[-6000:]))
+    finally:
+        kill_process_tree(proc)
+    return proc.returncode, output

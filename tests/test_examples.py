@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import kill_process_tree
+from helpers import run_bounded
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -219,15 +219,8 @@ def test_horovod_example_with_two_ranks(horovod_python, tmp_path):
     command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', horovod_python,
                os.path.join(REPO, 'examples/horovod/horovod-digits.py'),
                '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=example_env(), cwd=str(tmp_path), start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        kill_process_tree(proc)
-        output, _ = proc.communicate()
-        pytest.fail("horovodrun did not finish in 150 s (killed):\n" + output[-6000:])
-    assert proc.returncode == 0, output[-6000:]
+    code, output = run_bounded(command, 150, env=example_env(), cwd=tmp_path)
+    assert code == 0, output[-6000:]
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 10
     assert 'validation_accuracy' in stats[-1]
@@ -245,17 +238,8 @@ def test_horovod_example_under_mpiexec_with_two_ranks(tmp_path):
     command = [mpiexec, '-launcher', 'fork', '-n', '2', sys.executable,
                os.path.join(REPO, 'examples/horovod/horovod-digits.py'),
                '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=example_env(), cwd=str(tmp_path), start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=150)
-    except subprocess.TimeoutExpired:
-        kill_process_tree(proc)
-        output, _ = proc.communicate()
-        pytest.fail("mpiexec did not finish in 150 s (killed):\n" + output[-6000:])
-    finally:
-        kill_process_tree(proc)
-    assert proc.returncode == 0, output[-6000:]
+    code, output = run_bounded(command, 150, env=example_env(), cwd=tmp_path)
+    assert code == 0, output[-6000:]
     assert 'using MPI (mpi4py' in output
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 10

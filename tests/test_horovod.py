@@ -4,14 +4,13 @@ TensorFlow); the one-process reference runs here, in the main environment."""
 
 import json
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
-from helpers import kill_process_tree
+from helpers import run_bounded
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
 
@@ -64,15 +63,8 @@ def run_two_ranks(python, out_dir, *args):
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
                TENSORPACK_LOGGER_ACTION='k')
     start = time.time()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=str(out_dir), start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        kill_process_tree(proc)
-        output, _ = proc.communicate()
-        pytest.fail("horovodrun did not finish in {} s (killed):\n{}".format(RUN_TIMEOUT, output[-6000:]))
-    return proc.returncode, output, time.time() - start
+    code, output = run_bounded(command, RUN_TIMEOUT, env=env, cwd=out_dir)
+    return code, output, time.time() - start
 
 
 def read_text(path):

@@ -14,7 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers import kill_process_tree
+from helpers import run_bounded
 from tensorpack_lite.compat import tf, tfv1
 
 mpi4py = pytest.importorskip('mpi4py',
@@ -173,17 +173,7 @@ def run_ranks(num, out_dir, *args, script=None):
     command = [MPIEXEC, '-launcher', 'fork', '-n', str(num), sys.executable, script] + list(args)
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
                TENSORPACK_LOGGER_ACTION='k')
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=str(out_dir), start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        kill_process_tree(proc)
-        output, _ = proc.communicate()
-        pytest.fail("mpiexec did not finish in {} s (killed):\n{}".format(RUN_TIMEOUT, output[-6000:]))
-    finally:
-        kill_process_tree(proc)
-    return proc.returncode, output
+    return run_bounded(command, RUN_TIMEOUT, env=env, cwd=out_dir)
 
 
 def load_rank(out_dir, rank):
