@@ -142,10 +142,11 @@ class HorovodTrainer(SingleCostTrainer):
     keep identical variables. With ``gpus``, each rank drives several towers instead (e.g.
     one rank per machine), each taking its own batch: the total batch of a step is then the
     per-tower batch x towers x ``size``, and the update is the mean (or sum) of the gradients
-    of every tower of every rank (see :class:`~tensorpack_lite.graph_builder.rank_towers.
-    RankTowersBuilder`). After the session is initialized (``session_init`` runs on
-    rank 0 only), rank 0's variables are broadcast to all ranks, and again at each epoch's
-    end when :attr:`BROADCAST_EVERY_EPOCH` (e.g. for statistics that are not trained).
+    of every tower of every rank (see
+    :class:`~tensorpack_lite.graph_builder.rank_towers.RankTowersBuilder`). After the session
+    is initialized (``session_init`` runs on rank 0 only), rank 0's variables are broadcast
+    to all ranks, and again at each epoch's end when :attr:`BROADCAST_EVERY_EPOCH` (e.g. for
+    statistics that are not trained).
 
     Rank 0 is the chief (``is_chief``): only it runs chief-only callbacks (e.g.
     :class:`ModelSaver`), and only it writes files. On other ranks, :class:`TFEventWriter`
@@ -204,12 +205,12 @@ class HorovodTrainer(SingleCostTrainer):
         self._broadcast_op = None
         self._builder = self._post_init_op = None
         super().__init__()
-        towers = 'one tower' if self.devices is None else 'towers on ' + ', '.join(
-            tower_device(t) for t in self.devices)
-        logger.info("[HorovodTrainer] rank {} of {} (local rank {}), {}, gradients {} with {}, "
-                    "using {}.".format(
-                        self._rank, self._size, self._local_rank, towers,
-                        'averaged' if self._average else 'summed', compression.__name__, self.engine))
+        towers = '' if self.devices is None else 'towers on {}, '.format(
+            ', '.join(tower_device(t) for t in self.devices))
+        logger.info("[HorovodTrainer] rank {} of {} (local rank {}), {}gradients {} with {}, "
+                    "using {}.".format(self._rank, self._size, self._local_rank, towers,
+                                       'averaged' if self._average else 'summed', compression.__name__,
+                                       self.engine))
 
     rank = property(lambda self: self._rank, doc="This process's rank (0 is the chief).")
     size = property(lambda self: self._size, doc="The number of ranks.")
