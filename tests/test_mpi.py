@@ -409,6 +409,14 @@ def test_ranks_with_different_variables_fail_with_a_clear_error(tmp_path):
 
 
 @needs_mpiexec
+def test_ranks_with_different_numbers_of_towers_fail_with_a_clear_error(tmp_path):
+    code, output = run_ranks(2, tmp_path, '--towers', '2', '--rank-towers', '1', '1')
+    assert code != 0
+    assert output.count('the ranks built different numbers of towers: 2, 1 (rank by rank)') == 2, \
+        output[-6000:]
+
+
+@needs_mpiexec
 def test_a_failing_rank_ends_the_others_which_name_it(tmp_path):
     code, output = run_ranks(3, tmp_path, '--fail', '1', '2', '--epochs', '50')
     assert code != 0

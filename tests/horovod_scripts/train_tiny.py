@@ -181,6 +181,8 @@ def parse_args(argv):
     parser.add_argument('--towers', type=int,
                         help="towers inside each rank, on virtual CPU devices (HorovodTrainer(gpus=...)); "
                              "each tower takes --batch datapoints")
+    parser.add_argument('--rank-towers', type=int, nargs=2, metavar=('RANK', 'TOWERS'),
+                        help='rank RANK builds TOWERS towers instead of --towers')
     return parser.parse_args(argv)
 
 
@@ -188,6 +190,10 @@ def main(argv):
     from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData, import_engine
     args = parse_args(argv)
     hvd, _ = import_engine()
+    if args.rank_towers:
+        hvd.init()   # (again in HorovodTrainer: hvd.init() may be called twice)
+        if hvd.rank() == args.rank_towers[0]:
+            args.towers = args.rank_towers[1]
     gpus = None if args.towers is None else ['/cpu:{}'.format(k) for k in range(args.towers)]
     trainer = HorovodTrainer(average=not args.sum,
                              compression=hvd.Compression.fp16 if args.fp16 else None, gpus=gpus)
