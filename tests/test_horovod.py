@@ -156,3 +156,23 @@ def test_ranks_with_different_variables_fail_with_a_clear_error(horovod_python, 
     assert code != 0
     assert 'the ranks built different global variables' in output
     assert "rank 1 lacks ['only_on_chief']" in output
+
+
+def test_two_ranks_of_two_towers_with_synchronized_batch_norm_train_like_one_process(
+        horovod_python, tmp_path):
+    """HorovodTrainer(gpus=['/cpu:0', '/cpu:1']) under Horovod: BatchNorm(sync_statistics='horovod')
+    over the 4 towers and the weights of one process on the 4 batches; replicas and ranks equal."""
+    code, output, _ = run_two_ranks(horovod_python, tmp_path, '--towers', '2', '--sync-batch-norm',
+                                    '--no-epoch-broadcast')
+    assert code == 0, output[-6000:]
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert rank0['engine'] == 'Horovod' and rank0['step_hashes'] == rank1['step_hashes']
+    for name, value in rank0['weights'].items():
+        assert value.tobytes() == rank1['weights'][name].tobytes(), name
+    main = {n: v for n, v in rank0['weights'].items() if not n.startswith('tower1/')}
+    for name in set(rank0['weights']) - set(main):
+        assert rank0['weights'][name].tobytes() == main[name[len('tower1/'):]].tobytes(), name
+    samples = train_tiny.make_samples(STEPS * BATCH * 4)
+    reference = train_tiny.train_single(samples, 4 * BATCH, LR, STEPS, EPOCHS, batch_norm='')
+    assert {'bn/mean/EMA', 'bn/variance/EMA'} <= set(main)
+    assert_same_weights(main, reference, rtol=1e-4, atol=1e-5)

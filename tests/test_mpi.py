@@ -154,6 +154,96 @@ def test_trainer_gives_layers_the_mean_over_ranks(monkeypatch):
     assert not mpi_ops.is_initialized()   # shut down at the end
 
 
+class _PredictAfterTraining(train_tiny.Callback):
+    """Builds an inference tower (get_predictor) and, after training, runs it on ``samples``."""
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def _setup_graph(self):
+        self.predictor = self.trainer.get_predictor(['x', 'y'], ['cost'])
+
+    def _after_train(self):
+        x = np.stack([s[0] for s in self.samples])
+        y = np.stack([s[1] for s in self.samples])
+        self.cost = float(self.predictor(x, y)[0])
+        variables = tfv1.global_variables() + tfv1.local_variables()
+        self.weights = dict(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
+
+
+def _inference_cost(weights, samples):
+    """TinyModel's cost with its BatchNorm in inference mode, in numpy."""
+    x = np.stack([s[0] for s in samples])
+    y = np.stack([s[1] for s in samples])
+    hidden = x @ weights['fc0/W'] + weights['fc0/b']
+    hidden = (hidden - weights['bn/mean/EMA']) / np.sqrt(weights['bn/variance/EMA'] + 1e-5) \
+        * weights['bn/gamma'] + weights['bn/beta']
+    return float(np.mean(np.square((np.tanh(hidden) @ weights['fc1/W'])[:, 0] - y)))
+
+
+def test_towers_inside_a_rank_are_placed_on_their_devices_and_train_like_one_process(monkeypatch):
+    """HorovodTrainer(gpus=['/cpu:0', '/cpu:1']) on one rank: each tower's ops and replica on its
+    device, the mean over ranks (BatchNorm's, here) crossed by tower 0 alone, one process's
+    result on the combined batch, replicas equal to the main variables, a working predictor."""
+    from tensorpack_lite.dataflow import BatchData, DataFromList
+    from tensorpack_lite.train import TrainConfig, launch_train_with_config
+    monkeypatch.setitem(sys.modules, 'horovod', None)
+    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    with pytest.raises(ValueError, match='towers 0 and 1 are both on device CPU:0'):
+        HorovodTrainer(gpus=['/cpu:0', '/cpu:0'])
+    trainer = HorovodTrainer(gpus=['/cpu:0', '/cpu:1'])
+    samples = train_tiny.make_samples(STEPS * BATCH * 2)
+    predict = _PredictAfterTraining(samples[:5])
+    config = TrainConfig(model=train_tiny.TinyModel(train_tiny.INIT_SEED, LR, 'horovod'),
+                         dataflow=BatchData(DataFromList(samples, shuffle=False), BATCH),
+                         callbacks=[predict], monitors=[], steps_per_epoch=STEPS, max_epoch=EPOCHS,
+                         session_config=tfv1.ConfigProto(device_count={'CPU': 2}))
+    launch_train_with_config(config, trainer)
+    assert [t.ns_name for t in trainer.towers.training()] == ['tower0', 'tower1']
+    graph = tfv1.get_default_graph()
+    for k in (0, 1):
+        in_tower = [op for op in graph.get_operations() if op.name.startswith('tower{}/'.format(k))]
+        # (reads and initializers of variables have no device: they are colocated with them)
+        assert {op.device for op in in_tower} == {'', '/device:CPU:{}'.format(k)}
+        assert {op.device for op in in_tower if op.type in ('MatMul', 'Tanh')} == {'/device:CPU:{}'.format(k)}
+    replicas = {v.op.name: v for v in tfv1.local_variables() if v.op.name.startswith('tower1/')}
+    assert {'tower1/fc0/W', 'tower1/fc1/W', 'tower1/fc0/W/Momentum'} <= set(replicas)
+    assert replicas['tower1/fc0/W'].device == '/device:CPU:1'
+    assert graph.get_operation_by_name('fc0/W').device == '/device:CPU:0'
+    # the only collectives across ranks: tower 0's mean of the statistics and its gradient (one rank:
+    # no allreduce of the gradients), the variable check and the broadcast
+    crossing = [op.name for op in graph.get_operations() if op.type == 'PyFunc']
+    assert crossing == ['tower0/bn/towers_and_ranks_mean/MPIAllreduce',
+                        'tower0/gradients/tower0/bn/towers_and_ranks_mean/IdentityN_grad/MPIAllreduce',
+                        'HorovodTrainer/variable_names', 'HorovodTrainer/variable_names_size',
+                        'HorovodTrainer/MPIBroadcastVariables']
+    with tfv1.Graph().as_default():
+        reference = reference_weights(2, LR, batch_norm='')
+    final = predict.weights
+    assert_close({n: final[n] for n in reference}, reference, rtol=1e-4, atol=1e-5)
+    for name in replicas:   # the same update on both replicas (and the same optimizer state)
+        assert final[name].tobytes() == final[name[len('tower1/'):]].tobytes(), name
+    assert predict.cost == pytest.approx(_inference_cost(final, samples[:5]), rel=1e-5)
+    assert not mpi_ops.is_initialized()
+
+
+def test_towers_inside_a_rank_need_their_devices_in_the_session(monkeypatch):
+    from tensorpack_lite.dataflow import BatchData, DataFromList
+    from tensorpack_lite.train import TrainConfig, launch_train_with_config
+    monkeypatch.setitem(sys.modules, 'horovod', None)
+    monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+    trainer = HorovodTrainer(gpus=['/cpu:0', '/cpu:1'])
+    config = TrainConfig(model=train_tiny.TinyModel(train_tiny.INIT_SEED, LR),
+                         dataflow=BatchData(DataFromList(train_tiny.make_samples(8), shuffle=False), BATCH),
+                         callbacks=[], monitors=[], max_epoch=1)
+    try:
+        with pytest.raises(ValueError, match="tower 1 is on device '/cpu:1', which this session does not"):
+            launch_train_with_config(config, trainer)
+    finally:
+        if mpi_ops.is_initialized():
+            mpi_ops.shutdown()
+
+
 def test_without_any_engine_the_error_says_how_to_install(monkeypatch):
     for module in ('horovod', 'horovod.tensorflow', 'mpi4py', 'mpi4py.MPI'):
         monkeypatch.setitem(sys.modules, module, None)
@@ -246,6 +336,39 @@ def test_synchronized_batch_norm_over_ranks_trains_like_one_process_on_the_big_b
     assert not np.allclose(alone['bn/mean/EMA'], ranks[0]['weights']['bn/mean/EMA'], atol=1e-3)
 
 
+def split_replicas(weights):
+    """``(main variables, {replica name: main name})`` of the weights of a rank with towers."""
+    replicas = {n: n.split('/', 1)[1] for n in weights if re.match(r'tower[1-9]\d*/', n)}
+    return {n: v for n, v in weights.items() if n not in replicas}, replicas
+
+
+@needs_mpiexec
+@pytest.mark.parametrize('args, lr_factor, rtol, atol', [
+    ((), 1, 1e-4, 1e-5),
+    (('--sync-batch-norm',), 1, 1e-4, 1e-5),
+    (('--sum', '--fp16'), 4, 1e-2, 1e-3)], ids=['average', 'sync-batch-norm', 'sum-fp16'])
+def test_two_ranks_of_two_towers_train_like_one_process_on_the_combined_batch(args, lr_factor, rtol, atol,
+                                                                              tmp_path):
+    """HorovodTrainer(gpus=['/cpu:0', '/cpu:1']) on 2 ranks: the update of one process on the 4
+    batches (the sum: 4 times the mean gradient), replicas and ranks bit-identical."""
+    code, output = run_ranks(2, tmp_path, '--towers', '2', '--no-epoch-broadcast', *args)
+    assert code == 0, output[-6000:]
+    assert len(re.findall(r'rank \d of 2 \(local rank \d\), towers on /cpu:0, /cpu:1', output)) == 2
+    ranks = [load_rank(tmp_path, r) for r in range(2)]
+    assert all(len(r['step_hashes']) == STEPS * EPOCHS for r in ranks)
+    assert len(set(ranks[0]['step_hashes'])) == STEPS * EPOCHS
+    assert_bit_identical(ranks)
+    main, replicas = split_replicas(ranks[0]['weights'])
+    assert {'tower1/fc0/W', 'tower1/fc1/W'} <= set(replicas)
+    for replica, name in replicas.items():
+        assert ranks[0]['weights'][replica].tobytes() == main[name].tobytes(), replica
+    batch_norm = '' if '--sync-batch-norm' in args else None
+    reference = reference_weights(4, lr_factor * LR, batch_norm=batch_norm)
+    assert_close(main, reference, rtol=rtol, atol=atol)
+    if '--fp16' in args:
+        assert any(not np.array_equal(main[n], reference[n]) for n in reference)   # rounded
+
+
 @needs_mpiexec
 def test_two_ranks_sum_and_only_rank0_writes(tmp_path):
     logdir = tmp_path / 'logs'
@@ -283,6 +406,14 @@ def test_ranks_with_different_variables_fail_with_a_clear_error(tmp_path):
     assert code != 0
     assert 'the ranks built different global variables' in output
     assert "rank 1 lacks ['only_on_chief']" in output
+
+
+@needs_mpiexec
+def test_ranks_with_different_numbers_of_towers_fail_with_a_clear_error(tmp_path):
+    code, output = run_ranks(2, tmp_path, '--towers', '2', '--rank-towers', '1', '1')
+    assert code != 0
+    assert output.count('the ranks built different numbers of towers: 2, 1 (rank by rank)') == 2, \
+        output[-6000:]
 
 
 @needs_mpiexec

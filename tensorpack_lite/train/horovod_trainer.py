@@ -29,6 +29,9 @@ from ..callbacks.monitor import JSONWriter, TFEventWriter
 from ..compat import tf, tfv1
 from ..dataflow.base import ProxyDataFlow
 from ..graph_builder import mpi_ops
+from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
+from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
+from ..input_source.input_source_base import FeedfreeInput
 from ..loop.callback import Callback
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
@@ -136,9 +139,14 @@ class HorovodTrainer(SingleCostTrainer):
     Each rank builds one training tower on its device and takes its own batches (so the
     total batch of a step is the per-rank batch x ``size``); the gradients are averaged (or
     summed) across ranks with ``hvd.allreduce`` before each rank applies them, so all ranks
-    keep identical variables. After the session is initialized (``session_init`` runs on
-    rank 0 only), rank 0's variables are broadcast to all ranks, and again at each epoch's
-    end when :attr:`BROADCAST_EVERY_EPOCH` (e.g. for statistics that are not trained).
+    keep identical variables. With ``gpus``, each rank drives several towers instead (e.g.
+    one rank per machine), each taking its own batch: the total batch of a step is then the
+    per-tower batch x towers x ``size``, and the update is the mean (or sum) of the gradients
+    of every tower of every rank (see
+    :class:`~tensorpack_lite.graph_builder.rank_towers.RankTowersBuilder`). After the session
+    is initialized (``session_init`` runs on rank 0 only), rank 0's variables are broadcast
+    to all ranks, and again at each epoch's end when :attr:`BROADCAST_EVERY_EPOCH` (e.g. for
+    statistics that are not trained).
 
     Rank 0 is the chief (``is_chief``): only it runs chief-only callbacks (e.g.
     :class:`ModelSaver`), and only it writes files. On other ranks, :class:`TFEventWriter`
@@ -149,9 +157,11 @@ class HorovodTrainer(SingleCostTrainer):
 
     Notes:
 
-    * Start the script with ``mpiexec -n N ...`` (or ``horovodrun -np N ...``); one rank per GPU.
-      With GPUs, each rank sees only the GPU of its local rank (``visible_device_list``), so do
-      not use the GPU in TensorFlow before the trainer is created.
+    * Start the script with ``mpiexec -n N ...`` (or ``horovodrun -np N ...``); one rank per GPU
+      (without ``gpus``). Then each rank sees only the GPU of its local rank
+      (``visible_device_list``), so do not use the GPU in TensorFlow before the trainer is
+      created. With ``gpus``, a rank sees every GPU of its machine: ranks that share a machine
+      must name different GPUs, e.g. ``gpus=[2 * local_rank, 2 * local_rank + 1]``.
     * Give each rank its own share of the data, e.g. with :class:`RankShardData` or with a
       per-rank random seed; every rank must run the same number of steps.
     * Build the same graph on every rank: callbacks that create variables must run on all
@@ -163,12 +173,20 @@ class HorovodTrainer(SingleCostTrainer):
         average (bool): average the gradients over ranks (True) or sum them.
         compression: the engine's ``hvd.Compression.none`` (default) or ``hvd.Compression.fp16``
             to send the gradients as float16.
+        gpus (int or list): None (the default): one tower per rank, as tensorpack's. Else this
+            rank's towers, as for :class:`SyncMultiGPUTrainerReplicated`: a number of GPUs, a list
+            of GPU ids, or device strings such as ``['/cpu:0', '/cpu:1']`` (create the session
+            with ``ConfigProto(device_count={'CPU': 2})`` for those); the same number of towers
+            on every rank. Tower 0 holds the variables, the others replicas; with ``average``,
+            the update is the mean gradient over every tower of every rank (one process on the
+            combined batch), else their sum (as Horovod's Sum with one rank per tower would give).
     """
 
     BROADCAST_EVERY_EPOCH = True
     """Broadcast the variables of rank 0 at the end of every epoch too."""
 
-    def __init__(self, average=True, compression=None):
+    def __init__(self, average=True, compression=None, gpus=None):
+        self.devices = None if gpus is None else interpret_towers(gpus, type(self).__name__)
         hvd, self.engine = import_engine()
         if compression is None:
             compression = hvd.Compression.none
@@ -185,10 +203,14 @@ class HorovodTrainer(SingleCostTrainer):
         self._local_size = hvd.local_size()
         self.is_chief = self._rank == 0
         self._broadcast_op = None
+        self._builder = self._post_init_op = None
         super().__init__()
-        logger.info("[HorovodTrainer] rank {} of {} (local rank {}), gradients {} with {}, using {}.".format(
-            self._rank, self._size, self._local_rank, 'averaged' if self._average else 'summed',
-            compression.__name__, self.engine))
+        towers = '' if self.devices is None else 'towers on {}, '.format(
+            ', '.join(tower_device(t) for t in self.devices))
+        logger.info("[HorovodTrainer] rank {} of {} (local rank {}), {}gradients {} with {}, "
+                    "using {}.".format(self._rank, self._size, self._local_rank, towers,
+                                       'averaged' if self._average else 'summed', compression.__name__,
+                                       self.engine))
 
     rank = property(lambda self: self._rank, doc="This process's rank (0 is the chief).")
     size = property(lambda self: self._size, doc="The number of ranks.")
@@ -198,26 +220,47 @@ class HorovodTrainer(SingleCostTrainer):
     # ----- graph -------------------------------------------------------------------------------
 
     def _setup_graph(self, input, get_cost_fn, get_opt_fn):
+        callbacks = [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
+        if self.devices is not None:
+            self._setup_towers(input, get_cost_fn, get_opt_fn)
+            return callbacks
         logger.info("Building graph for the training tower of rank {} ...".format(self._rank))
-        with TrainTowerContext(''), self._ordered(), \
-                cross_rank_mean_scope(lambda t: self.hvd.allreduce(t, op=self.hvd.Average)):
+        with TrainTowerContext(''), self._ordered(), cross_rank_mean_scope(self._rank_mean):
             grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)()
             grads = self.allreduce(grads)
             self.train_op = get_opt_fn().apply_gradients(grads, name='train_op')
-        return [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
+        return callbacks
+
+    def _setup_towers(self, input, get_cost_fn, get_opt_fn):
+        """``gpus``: this rank's towers, replicas of tower 0, one cross-rank reduction a step."""
+        num_tower = len(self.devices)
+        if num_tower > 1 and not isinstance(input, FeedfreeInput):
+            raise TypeError("HorovodTrainer with {} towers needs a feed-free InputSource (e.g. QueueInput), "
+                            "so that each tower takes its own batch; {} would give every tower the same "
+                            "one.".format(num_tower, type(input).__name__))
+        self._builder = RankTowersBuilder(self.devices, self._average, self._allreduce_tensors)
+        logger.info("Building graph for the {} training towers of rank {} ...".format(num_tower, self._rank))
+        with self._ordered(), cross_rank_mean_scope(towers_and_ranks_mean(num_tower, self._rank_mean)):
+            tower_fn = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
+            grad_list = self._builder.call_for_each_tower(tower_fn)
+            self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
+
+    def _rank_mean(self, tensor):
+        return self.hvd.allreduce(tensor, op=self.hvd.Average)
 
     def allreduce(self, grads):
         """Average (or sum) a list of (gradient, variable) across ranks."""
+        reduced = self._allreduce_tensors([g for g, _ in grads])
+        return list(zip(reduced, [v for _, v in grads]))
+
+    def _allreduce_tensors(self, tensors):
         if self._size == 1:
-            return grads
+            return list(tensors)
         op = self.hvd.Average if self._average else self.hvd.Sum
         with tf.name_scope('AllReduce'):
             if self.hvd is mpi_ops:   # one fused buffer, one MPI call per step
-                reduced = mpi_ops.grouped_allreduce([g for g, _ in grads], op=op,
-                                                    compression=self._compression)
-                return list(zip(reduced, [v for _, v in grads]))
-            return [(self.hvd.allreduce(grad, op=op, compression=self._compression), var)
-                    for grad, var in grads]
+                return mpi_ops.grouped_allreduce(tensors, op=op, compression=self._compression)
+            return [self.hvd.allreduce(t, op=op, compression=self._compression) for t in tensors]
 
     def _ordered(self):
         """Collectives built inside run in creation order (the MPI engine needs it; Horovod
@@ -244,7 +287,8 @@ class HorovodTrainer(SingleCostTrainer):
 
     def initialize(self, session_creator, session_init):
         """Create the session as usual (``session_init`` runs on rank 0), check that all ranks
-        built the same variables, then broadcast rank 0's variables to every rank."""
+        built the same variables (and towers), then broadcast rank 0's variables to every rank
+        (and into the replicas of this rank's towers)."""
         if not isinstance(session_creator, NewSessionCreator):
             raise ValueError("HorovodTrainer needs a NewSessionCreator (it sets the devices of each "
                              "rank in its config), got {}".format(type(session_creator).__name__))
@@ -255,6 +299,8 @@ class HorovodTrainer(SingleCostTrainer):
                 gather_names = self._build_variable_names_gather(variables)
             self._broadcast_op = self.hvd.broadcast_variables(variables, root_rank=0)
         super().initialize(session_creator, session_init)
+        if self._builder is not None:
+            check_session_devices(self.sess, self._builder.raw_devices, type(self).__name__)
         self._check_same_variables(*self.sess.run(gather_names))
         if self.is_chief:
             logger.info("Broadcasting {} global variables to {} ranks ...".format(
@@ -265,7 +311,7 @@ class HorovodTrainer(SingleCostTrainer):
 
     def _configure_session(self, session_creator):
         config = session_creator.config
-        if get_num_gpu() > 0:
+        if get_num_gpu() > 0 and self.devices is None:
             config.gpu_options.visible_device_list = str(self._local_rank)
         if not session_creator.user_provided_config:
             config.inter_op_parallelism_threads = max(1, multiprocessing.cpu_count() // self._local_size)
@@ -273,11 +319,19 @@ class HorovodTrainer(SingleCostTrainer):
     def _build_variable_names_gather(self, variables):
         names = '\n'.join(sorted(v.op.name for v in variables)).encode('utf-8')
         blob = tf.constant(np.frombuffer(names, dtype=np.uint8))
+        num_tower = 1 if self.devices is None else len(self.devices)
         return (self.hvd.allgather(blob, name='variable_names'),
-                self.hvd.allgather(tf.constant([len(names)], tf.int64), name='variable_names_size'))
+                self.hvd.allgather(tf.constant([len(names), num_tower], tf.int64),
+                                   name='variable_names_size'))
 
-    def _check_same_variables(self, blobs, sizes):
-        """Raise on every rank when the ranks built different variables (a broadcast would hang)."""
+    def _check_same_variables(self, blobs, sizes_and_towers):
+        """Raise on every rank when the ranks built different variables (a broadcast would
+        hang) or different numbers of towers (the mean would be wrong)."""
+        sizes, towers = sizes_and_towers[0::2], sizes_and_towers[1::2]
+        if len(set(towers.tolist())) > 1:
+            raise RuntimeError("HorovodTrainer: the ranks built different numbers of towers: {} (rank by "
+                               "rank). Give every rank the same number of towers (gpus=...).".format(
+                                   ', '.join(str(t) for t in towers)))
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         per_rank = [set(blobs[offsets[r]:offsets[r + 1]].tobytes().decode('utf-8').split('\n'))
                     for r in range(len(sizes))]
@@ -293,8 +347,11 @@ class HorovodTrainer(SingleCostTrainer):
                 "not be chief-only).".format('; '.join(differences)))
 
     def broadcast_variables(self):
-        """Copy every global variable of rank 0 to all ranks (all ranks must call it)."""
+        """Copy every global variable of rank 0 to all ranks (all ranks must call it), then,
+        with several towers, tower 0's variables into the replicas of the others."""
         self.sess.run(self._broadcast_op)
+        if self._post_init_op is not None:
+            self.sess.run(self._post_init_op)
 
     # ----- end of training ---------------------------------------------------------------------
 

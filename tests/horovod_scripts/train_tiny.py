@@ -178,6 +178,11 @@ def parse_args(argv):
                         help="a BatchNorm(sync_statistics='horovod') in the model")
     parser.add_argument('--fail', type=int, nargs=2, metavar=('RANK', 'STEP'),
                         help='rank RANK raises an error at step STEP')
+    parser.add_argument('--towers', type=int,
+                        help="towers inside each rank, on virtual CPU devices (HorovodTrainer(gpus=...)); "
+                             "each tower takes --batch datapoints")
+    parser.add_argument('--rank-towers', type=int, nargs=2, metavar=('RANK', 'TOWERS'),
+                        help='rank RANK builds TOWERS towers instead of --towers')
     return parser.parse_args(argv)
 
 
@@ -185,8 +190,13 @@ def main(argv):
     from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData, import_engine
     args = parse_args(argv)
     hvd, _ = import_engine()
+    if args.rank_towers:
+        hvd.init()   # (again in HorovodTrainer: hvd.init() may be called twice)
+        if hvd.rank() == args.rank_towers[0]:
+            args.towers = args.rank_towers[1]
+    gpus = None if args.towers is None else ['/cpu:{}'.format(k) for k in range(args.towers)]
     trainer = HorovodTrainer(average=not args.sum,
-                             compression=hvd.Compression.fp16 if args.fp16 else None)
+                             compression=hvd.Compression.fp16 if args.fp16 else None, gpus=gpus)
     if args.no_epoch_broadcast:
         trainer.BROADCAST_EVERY_EPOCH = False
     if args.logdir:   # on every rank: HorovodTrainer keeps ranks > 0 from writing there
@@ -194,7 +204,7 @@ def main(argv):
         if args.per_rank_logdir:
             logdir = os.path.join(logdir, 'rank{}'.format(trainer.rank))
         logger.set_logger_dir(logdir, action='k')
-    num = args.steps_per_epoch * args.batch * trainer.size
+    num = args.steps_per_epoch * args.batch * trainer.size * (args.towers or 1)
     df = BatchData(RankShardData(DataFromList(make_samples(num), shuffle=False), trainer.rank, trainer.size),
                    args.batch)
     callbacks = [DumpWeights(os.path.join(args.out, 'rank{}.json'.format(trainer.rank)), trainer.rank)]
@@ -209,8 +219,9 @@ def main(argv):
     if args.fail:
         callbacks.append(DieAtStep(args.fail[1], args.fail[0], fail=True))
     model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
-    config = TrainConfig(model=model, dataflow=df,
-                         callbacks=callbacks, max_epoch=args.epochs)
+    session_config = None if args.towers is None else tfv1.ConfigProto(device_count={'CPU': args.towers})
+    config = TrainConfig(model=model, dataflow=df, callbacks=callbacks, session_config=session_config,
+                         steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs)
     launch_train_with_config(config, trainer)
 
 
