@@ -37,6 +37,8 @@ MODULES = [
     'tensorpack_lite.tfutils.gradproc',
     'tensorpack_lite.tfutils.varreplace',
     'tensorpack_lite.tfutils.varmanip',
+    'tensorpack_lite.tfutils.dependency',
+    'tensorpack_lite.tfutils.symbolic_functions',
     'tensorpack_lite.tfutils.common',
     'tensorpack_lite.tfutils.collection',
     'tensorpack_lite.tfutils.model_utils',

@@ -239,6 +239,16 @@ def test_param_image_out_of_range_is_an_error_unless_clipped(logdir):
         _split_images(np.zeros((2, 3, 4, 5, 6)), 'x')
 
 
+def test_param_image_takes_tensorpacks_tensor_name_keyword(logdir):
+    tfv1.get_variable('conv/W', initializer=np.full((2, 3), 0.5, 'float32'))
+    counter = tfv1.get_variable('counter', initializer=0)
+    dump = DumpParamAsImage(tensor_name='conv/W:0', scale=100)
+    run_trainer(counter.assign_add(1).op, [dump], max_epoch=1)
+    assert dump.last_files == [os.path.join(logdir, 'conv_W-ep001.png')]
+    decoded, = decode_pngs(dump.last_files)
+    assert decoded.shape == (2, 3, 1) and np.all(decoded == 50)
+
+
 # ----- InjectShell ------------------------------------------------------------------------
 
 class FakeStdin:

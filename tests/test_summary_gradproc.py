@@ -315,13 +315,22 @@ def test_summary_gradient_histogram_and_rms_moving_summary():
                                np.sqrt(np.mean(ca ** 2)), rtol=1e-5)
 
 
-def test_summary_gradient_default_regex_skips_ema_variables():
+def test_summary_gradient_default_regex_takes_every_variable_as_tensorpack_0_11():
     ema = tfv1.get_variable('EMA/thing', initializer=1.0)
     w = tfv1.get_variable('w', initializer=1.0)
     grads = [(tf.constant(1.0), ema), (tf.constant(2.0), w)]
     SummaryGradient().process(grads)
-    tags = [op.name for op in tfv1.get_collection(tfv1.GraphKeys.SUMMARIES)]
-    assert len(tags) == 2 and all('EMA/thing' not in t for t in tags)
+    tags = sorted(t.op.name for t in tfv1.get_collection(tfv1.GraphKeys.SUMMARIES))
+    assert tags == ['SummaryGradient/EMA/thing-grad', 'SummaryGradient/EMA/thing/rms-summary',
+                    'SummaryGradient/w-grad', 'SummaryGradient/w/rms-summary']
+
+
+def test_summary_gradient_regex_skips_variables():
+    ema = tfv1.get_variable('EMA/thing', initializer=1.0)
+    w = tfv1.get_variable('w', initializer=1.0)
+    SummaryGradient(regex='^(?!EMA).*').process([(tf.constant(1.0), ema), (tf.constant(2.0), w)])
+    tags = sorted(t.op.name for t in tfv1.get_collection(tfv1.GraphKeys.SUMMARIES))
+    assert tags == ['SummaryGradient/w-grad', 'SummaryGradient/w/rms-summary']
 
 
 def test_print_gradient_prints_to_stderr(capfd):

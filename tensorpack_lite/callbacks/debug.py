@@ -265,15 +265,15 @@ class DumpParamAsImage(DumpTensorAsImage):
                          scale=127, clip=True)
     """
 
-    def __init__(self, param_name, prefix=None, map_func=None, scale=255, clip=False):
+    def __init__(self, tensor_name, prefix=None, map_func=None, scale=255, clip=False):
         """
         Args:
-            param_name (str): the name of the variable.
+            tensor_name (str): the name of the variable (or of its tensor, ``'conv0/W:0'``).
             prefix, map_func, scale: see :class:`DumpTensorAsImage`.
             clip (bool): clip pixel values outside [0, 255]. When False such values are an
                 error (instead of wrapping around).
         """
-        super(DumpParamAsImage, self).__init__(param_name, prefix, map_func, scale)
+        super(DumpParamAsImage, self).__init__(tensor_name, prefix, map_func, scale)
         self._clip = bool(clip)
 
     def _check_found(self):

@@ -5,14 +5,19 @@
   with every step.
 * :class:`ProcessTensors` fetches tensors with every step and hands their values to a function.
 * :class:`CheckNumerics` fails training as soon as a trainable variable holds NaN or Inf.
+
+The dump callbacks (``DumpTensors``, ``DumpTensor``, ``DumpTensorAsImage``,
+``DumpParamAsImage``) live in :mod:`.debug`; they are importable from here too, tensorpack's path.
 """
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
 from ..tfutils.common import get_op_or_tensor_by_name
 from ..utils import logger
+from .debug import DumpParamAsImage, DumpTensor, DumpTensorAsImage, DumpTensors  # tensorpack's path
 
-__all__ = ['RunOp', 'RunUpdateOps', 'ProcessTensors', 'CheckNumerics']
+__all__ = ['RunOp', 'RunUpdateOps', 'ProcessTensors', 'CheckNumerics',
+           'DumpTensors', 'DumpTensor', 'DumpTensorAsImage', 'DumpParamAsImage']
 
 
 _VARIABLE_OP_TYPES = ('VarHandleOp', 'VariableV2', 'Variable')

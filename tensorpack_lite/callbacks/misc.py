@@ -1,4 +1,7 @@
-"""Callbacks that report on the training run itself (e.g. how long it will still take)."""
+"""Callbacks that report on the training run itself (e.g. how long it will still take).
+
+``InjectShell`` and ``SendStat`` live in :mod:`.stats`; they are importable from here too,
+tensorpack's path."""
 
 import numbers
 import time
@@ -9,8 +12,9 @@ import numpy as np
 from ..loop.callback import Callback
 from ..utils import logger
 from ..utils.utils import humanize_time_delta
+from .stats import InjectShell, SendStat  # tensorpack's path
 
-__all__ = ['EstimatedTimeLeft']
+__all__ = ['EstimatedTimeLeft', 'InjectShell', 'SendStat']
 
 UNKNOWN_MAX_EPOCH = 9999999
 """A ``max_epoch`` at least this large (the trainer's default) means "train until stopped"."""

@@ -12,6 +12,7 @@ import numpy as np
 from ..utils import logger
 from ..utils.utils import get_rng, get_tqdm
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from .epochs import repeat_epochs
 
 __all__ = ['TestDataSpeed', 'PrintData', 'BatchData', 'BatchDataByShape', 'FixedSizeData',
            'MapData', 'MapDataComponent', 'RepeatedData', 'RepeatedDataPoint', 'RandomChooseData',
@@ -336,24 +337,12 @@ class FixedSizeData(ProxyDataFlow):
         super(FixedSizeData, self).reset_state()
         self.itr = None
 
-    def _next(self):
-        try:
-            return next(self.itr)
-        except StopIteration:
-            pass
-        self.itr = iter(self.ds)
-        try:
-            return next(self.itr)
-        except StopIteration:
-            raise RuntimeError("FixedSizeData: the wrapped {} produced no datapoint in a whole pass."
-                               .format(type(self.ds).__name__)) from None
-
     def __iter__(self):
         with self._guard:
             if self.itr is None:
-                self.itr = iter(self.ds)
+                self.itr = repeat_epochs(self.ds, 'FixedSizeData')
             for _ in range(self._size):
-                yield self._next()
+                yield next(self.itr)
             if not self._keep:
                 self.itr = None
 
@@ -446,16 +435,7 @@ class RepeatedData(ProxyDataFlow):
             for _ in range(self.num):
                 yield from self.ds
             return
-        while True:
-            produced = False
-            for dp in self.ds:
-                produced = True
-                yield dp
-            if not produced:
-                raise RuntimeError(
-                    "RepeatedData(num=-1): a whole pass of the wrapped {} produced no datapoint, "
-                    "so repeating it forever would hang (e.g. DataFromGenerator given a generator "
-                    "object is empty after its first pass).".format(type(self.ds).__name__))
+        yield from repeat_epochs(self.ds, 'RepeatedData(num=-1)')
 
 
 class RepeatedDataPoint(ProxyDataFlow):

@@ -44,6 +44,7 @@ from ..utils import utils as _utils
 from ..utils.concurrency import StoppableThread, enable_death_signal, mask_sigint
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
+from .epochs import repeat_epochs
 
 __all__ = ['MultiProcessRunner', 'MultiProcessRunnerZMQ', 'MultiThreadRunner', 'DataFlowWorkerError',
            'PrefetchData', 'MultiProcessPrefetchData', 'PrefetchDataZMQ', 'MultiThreadPrefetchData']
@@ -221,18 +222,6 @@ class _ProcessWorker(object):
 
     def _close(self):
         pass
-
-
-def _repeat_forever(ds, owner):
-    """The datapoints of ``ds``, epoch after epoch; an error if a whole epoch is empty."""
-    while True:
-        produced = False
-        for dp in ds:
-            produced = True
-            yield dp
-        if not produced:
-            raise RuntimeError("{}: an epoch of {} produced no datapoint".format(
-                owner, type(ds).__name__))
 
 
 class _WorkerProcesses(object):
@@ -896,7 +885,7 @@ class _PushWorker(_ProcessWorker):
         self.ds.reset_state()
 
     def _loop(self):
-        for dp in _repeat_forever(self.ds, self.name):
+        for dp in repeat_epochs(self.ds, self.name):
             frames = dumps_frames(dp)
             places, rest = self.slots.lend(frames[1:])
             self.socket.send_multipart([frames[0], _WORKER.pack(self.idx) + places] + rest, copy=False)
@@ -1028,7 +1017,7 @@ class _PipeWorker(_ProcessWorker):
         self.ds.reset_state()
 
     def _loop(self):
-        for dp in _repeat_forever(self.ds, self.name):
+        for dp in repeat_epochs(self.ds, self.name):
             try:
                 buf = pickle.dumps(dp, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as err:
@@ -1129,7 +1118,7 @@ class _ThreadWorker(StoppableThread):
 
     def run(self):
         try:
-            for dp in _repeat_forever(self.df, self.name):
+            for dp in repeat_epochs(self.df, self.name):
                 if not self.queue_put_stoppable(self.queue, dp):
                     return
         except Exception as err:

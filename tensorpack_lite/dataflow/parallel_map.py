@@ -28,8 +28,9 @@ import weakref
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlowReentrantGuard, ProxyDataFlow
 from .common import BatchData
+from .epochs import repeat_epochs
 from .parallel import (_ERROR_TAG, DataFlowWorkerError, _Closable, _IPCDir, _len_or_minus_one, _ParallelBase,
-                       _ProcessWorker, _repeat_forever, _reserve_shared_slots, _Sockets, _thread_error,
+                       _ProcessWorker, _reserve_shared_slots, _Sockets, _thread_error,
                        _WorkerProcesses, _ZMQCollector)
 
 __all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ',
@@ -403,7 +404,7 @@ class _DispatchWorker(_ZMQWorker):
         self.ds.reset_state()
 
     def _loop(self):
-        for seq, dp in enumerate(_repeat_forever(self.ds, self.name)):
+        for seq, dp in enumerate(repeat_epochs(self.ds, self.name)):
             self.tasks.send_multipart([_SEQ.pack(seq)] + dumps_frames(dp), copy=False)
 
 

@@ -25,6 +25,7 @@ from ..utils import logger
 from ..utils.serialize import dumps, dumps_frames, loads, loads_frames
 from ..utils.zmq_security import CurveReceiver, CurveSender, DroppedMessages
 from .base import DataFlow, DataFlowReentrantGuard
+from .epochs import EmptyEpochs
 
 __all__ = ['send_dataflow_zmq', 'RemoteDataZMQ']
 
@@ -80,6 +81,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, log_interval=60
         df.reset_state()
         logger.info("Sending the datapoints of {} to {} ...".format(type(df).__name__, addr))
         last_log, sent_since = time.monotonic(), 0
+        empty = EmptyEpochs(df, 'send_dataflow_zmq')
         for epoch in itertools.count(1):
             count = 0
             for count, dp in enumerate(df, 1):
@@ -87,9 +89,7 @@ def send_dataflow_zmq(df, addr, hwm=50, format=None, bind=False, log_interval=60
                     socket.send_multipart(dumps_frames(dp), copy=False)
                 else:
                     socket.send(dumps(dp), copy=False)
-            if count == 0:
-                raise RuntimeError("send_dataflow_zmq: an epoch of {} produced no datapoint".format(
-                    type(df).__name__))
+            empty.epoch_ended(count)
             sent_since += count
             elapsed = time.monotonic() - last_log
             if epoch == 1 or elapsed >= log_interval:

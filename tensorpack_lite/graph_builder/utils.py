@@ -18,11 +18,11 @@ import itertools
 from ..compat import tf
 from ..utils import logger
 from ..utils.argtools import call_only_once
-from .devices import communication_hint, is_gpu_tower
+from .devices import LeastLoadedDeviceSetter, communication_hint, is_gpu_tower  # the first: tensorpack's path
 
 __all__ = ['split_grad_list', 'merge_grad_list', 'dense_gradient', 'sum_in_order', 'aggregate_grads',
            'average_grads', 'allreduce_grads', 'allreduce_grads_hierarchical', 'allreduce_grads_collective',
-           'GradientPacker']
+           'GradientPacker', 'LeastLoadedDeviceSetter']
 
 
 def split_grad_list(grad_list):

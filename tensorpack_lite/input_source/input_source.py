@@ -10,9 +10,10 @@ Every source is used the same way by a trainer::
 """
 
 from .feed import FeedInput, PlaceholderInput
+from .input_source_base import FeedfreeInput
 from .queue import BatchQueueInput, QueueInput, ZMQInput
 from .staging import StagingInput
 from .tensors import DummyConstantInput, TensorInput, TFDatasetInput
 
 __all__ = ['PlaceholderInput', 'FeedInput', 'QueueInput', 'BatchQueueInput', 'TensorInput',
-           'DummyConstantInput', 'ZMQInput', 'TFDatasetInput', 'StagingInput']
+           'DummyConstantInput', 'ZMQInput', 'TFDatasetInput', 'StagingInput', 'FeedfreeInput']

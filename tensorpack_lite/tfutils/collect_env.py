@@ -13,7 +13,7 @@ import os
 import sys
 from collections import OrderedDict
 
-__all__ = ['collect_env_info']
+__all__ = ['collect_env_info', 'parse_TF_build_info']
 
 # Optional libraries shown when installed: (row label, module to import).
 _OPTIONAL_PACKAGES = (('Horovod', 'horovod'), ('cv2', 'cv2'), ('msgpack', 'msgpack'), ('pyzmq', 'zmq'),
@@ -36,12 +36,26 @@ def _tensorflow_rows():
     rows['TensorFlow'] = '{}/{} @{}'.format(tf.version.VERSION, tf.version.GIT_VERSION,
                                             os.path.dirname(tf.__file__))
     rows['TF Compiler Version'] = tf.version.COMPILER_VERSION
-    build = tf.sysconfig.get_build_info()
     rows['TF CUDA support'] = tf.test.is_built_with_cuda()
+    rows.update(parse_TF_build_info())
+    return rows
+
+
+def parse_TF_build_info():
+    """What TensorFlow was built with, from ``tf.sysconfig.get_build_info()``: an OrderedDict
+    with ``'TF built with CUDA'``, ``'TF built with CUDNN'`` and ``'TF compute capabilities'``
+    (comma-separated, e.g. ``'sm_70,sm_80'``) for those the build names (none for a CPU build).
+    """
+    from ..compat import tf
+    build = tf.sysconfig.get_build_info()
+    rows = OrderedDict()
     if build.get('cuda_version'):
         rows['TF built with CUDA'] = build['cuda_version']
     if build.get('cudnn_version'):
         rows['TF built with CUDNN'] = build['cudnn_version']
+    if build.get('cuda_compute_capabilities'):
+        rows['TF compute capabilities'] = ','.join(
+            c.replace('compute_', '') for c in build['cuda_compute_capabilities'])
     return rows
 
 

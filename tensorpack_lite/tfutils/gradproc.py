@@ -213,11 +213,9 @@ class SummaryGradient(MapGradient):
     ``<var>-grad`` and a moving summary of its root mean square (``<var>/rms``), under the
     name scope ``SummaryGradient``. Each variable is summarized once per graph; variables of
     replicated towers (``towerN/...``) are skipped.
-
-    The default regex skips the moving-average variables ``EMA/...``.
     """
 
-    def __init__(self, regex='^(?!EMA).*', collections=None):
+    def __init__(self, regex='.*', collections=None):
         """
         Args:
             regex (str): which variables to summarize.

@@ -17,7 +17,7 @@ import numpy as np
 from ..compat import tf, tfv1
 from ..utils import logger
 from .common import get_op_tensor_name
-from .varmanip import SessionUpdate, _checked_reader, get_checkpoint_path, is_training_name
+from .varmanip import SessionUpdate, _checked_reader, get_checkpoint_path, is_training_name, load_npz_file
 
 __all__ = ['SessionInit', 'JustCurrentSession', 'SaverRestore', 'SaverRestoreRelaxed',
            'DictRestore', 'ChainInit', 'SmartInit', 'get_model_loader']
@@ -324,51 +324,6 @@ class ChainInit(SessionInit):
             init.run_init(sess)
 
 
-def _pickle_refusal(path, where=''):
-    return ValueError(
-        "'{}' holds an object array or a pickle{}, which could only be read by unpickling it; "
-        "pickles are never loaded from a weights file (unpickling can run arbitrary code). Save "
-        "the weights as plain arrays instead: np.savez('weights.npz', **weights_dict).".format(
-            path, where))
-
-
-def _np_load(path, load):
-    """``load()``, with numpy's refusal of a pickle turned into an error naming ``path``."""
-    try:
-        return load()
-    except ValueError as err:
-        if 'allow_pickle' in str(err):
-            raise _pickle_refusal(path) from None
-        raise ValueError("Cannot read a dict of variables from '{}': {}".format(path, err)) from err
-    except Exception as err:
-        raise ValueError("Cannot read a dict of variables from '{}': {}".format(path, err)) from err
-
-
-def _load_dict_file(path):
-    """The dict of arrays in an ``.npz`` file.
-
-    Nothing is unpickled: a pickle or an object array (such as tensorpack's old ``np.save()``
-    of a dict in an ``.npy`` file) is an error naming the file."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError("File '{}' does not exist.".format(path))
-    logger.info("Loading a dict of variables from {} ...".format(path))
-    loaded = _np_load(path, lambda: np.load(path, allow_pickle=False))
-    if isinstance(loaded, np.ndarray):
-        raise ValueError("'{}' holds a single {} array of shape {}, not a dict of variables; "
-                         "save the weights with np.savez('weights.npz', **weights_dict).".format(
-                             path, loaded.dtype, loaded.shape))
-    with loaded:
-        result = {}
-        for name in loaded.files:
-            try:
-                result[name] = loaded[name]
-            except ValueError as err:
-                if 'allow_pickle' in str(err):
-                    raise _pickle_refusal(path, " (member '{}')".format(name)) from None
-                raise ValueError("Cannot read member '{}' of '{}': {}".format(name, path, err)) from err
-        return result
-
-
 def SmartInit(obj, *, ignore_mismatch=False, strict=False):
     """The :class:`SessionInit` for ``obj``:
 
@@ -402,20 +357,18 @@ def SmartInit(obj, *, ignore_mismatch=False, strict=False):
     if isinstance(obj, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(obj))
         if path.endswith(('.npz', '.npy')):
-            return DictRestore(_load_dict_file(path), ignore_mismatch=ignore_mismatch, strict=strict)
+            return DictRestore(load_npz_file(path), ignore_mismatch=ignore_mismatch, strict=strict)
         return (SaverRestoreRelaxed if ignore_mismatch else SaverRestore)(path)
     raise TypeError("SmartInit cannot initialize variables from {!r} of type {}; it takes a "
                     "checkpoint path or directory, an .npz file, a dict, a SessionInit, None, or a "
                     "list of these.".format(obj, type(obj).__name__))
 
 
-def get_model_loader(filename, *, strict=False):
-    """:class:`DictRestore` (with ``strict``) for an ``.npz``/``.npy`` file,
-    :class:`SaverRestore` otherwise. Kept for old scripts; :func:`SmartInit` does the same
-    and more."""
-    if not isinstance(filename, (str, os.PathLike)):
-        raise TypeError("get_model_loader() takes a file name, got {!r}".format(filename))
-    filename = os.path.expanduser(os.fspath(filename))
-    if filename.endswith(('.npz', '.npy')):
-        return DictRestore(_load_dict_file(filename), strict=strict)
-    return SaverRestore(filename)
+def get_model_loader(obj, *, ignore_mismatch=False, strict=False):
+    """The same as :func:`SmartInit` (as in tensorpack 0.11); kept for old scripts.
+
+    Example::
+
+        get_model_loader('imagenet.npz', ignore_mismatch=True)  # DictRestore, shape mismatches skipped
+    """
+    return SmartInit(obj, ignore_mismatch=ignore_mismatch, strict=strict)

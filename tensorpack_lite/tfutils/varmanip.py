@@ -22,6 +22,7 @@ from ..utils.fs import write_atomically
 from .common import get_op_tensor_name
 
 __all__ = ['variable_of_tensor', 'SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
+           'load_checkpoint_vars', 'save_checkpoint_vars', 'get_all_checkpoints', 'load_npz_file',
            'get_checkpoint_path', 'CheckpointStateError', 'read_checkpoint_state', 'find_step_checkpoints',
            'verify_checkpoint', 'latest_intact_checkpoint', 'move_checkpoint_aside']
 
@@ -309,14 +310,66 @@ def _checked_reader(prefix):
     return reader
 
 
-def load_chkpt_vars(path):
-    """Every tensor of a checkpoint, as ``{name: ndarray}`` (names without ``:0``).
+def _pickle_refusal(path, where=''):
+    return ValueError(
+        "'{}' holds an object array or a pickle{}, which could only be read by unpickling it; "
+        "pickles are never loaded from a weights file (unpickling can run arbitrary code). Save "
+        "the weights as plain arrays instead: np.savez('weights.npz', **weights_dict).".format(
+            path, where))
 
-    ``path`` is anything :func:`get_checkpoint_path` accepts.
+
+def _np_load(path, load):
+    """``load()``, with numpy's refusal of a pickle turned into an error naming ``path``."""
+    try:
+        return load()
+    except ValueError as err:
+        if 'allow_pickle' in str(err):
+            raise _pickle_refusal(path) from None
+        raise ValueError("Cannot read a dict of variables from '{}': {}".format(path, err)) from err
+    except Exception as err:
+        raise ValueError("Cannot read a dict of variables from '{}': {}".format(path, err)) from err
+
+
+def load_npz_file(path):
+    """The dict of arrays in an ``.npz`` file.
+
+    Nothing is unpickled: a pickle or an object array (such as tensorpack's old ``np.save()``
+    of a dict in an ``.npy`` file) is an error naming the file."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError("File '{}' does not exist.".format(path))
+    logger.info("Loading a dict of variables from {} ...".format(path))
+    loaded = _np_load(path, lambda: np.load(path, allow_pickle=False))
+    if isinstance(loaded, np.ndarray):
+        raise ValueError("'{}' holds a single {} array of shape {}, not a dict of variables; "
+                         "save the weights with np.savez('weights.npz', **weights_dict).".format(
+                             path, loaded.dtype, loaded.shape))
+    with loaded:
+        result = {}
+        for name in loaded.files:
+            try:
+                result[name] = loaded[name]
+            except ValueError as err:
+                if 'allow_pickle' in str(err):
+                    raise _pickle_refusal(path, " (member '{}')".format(name)) from None
+                raise ValueError("Cannot read member '{}' of '{}': {}".format(name, path, err)) from err
+        return result
+
+
+def load_chkpt_vars(path):
+    """Every tensor of a checkpoint, or every array of an ``.npz`` file (see
+    :func:`load_npz_file`), as ``{name: ndarray}`` (names without ``:0``).
+
+    ``path`` is an ``.npz`` file or anything :func:`get_checkpoint_path` accepts.
     """
+    if os.fspath(path).endswith('.npz'):
+        return {get_op_tensor_name(name)[0]: value for name, value in load_npz_file(path).items()}
     prefix = get_checkpoint_path(path)
     reader = _checked_reader(prefix)
     return {name: _read_tensor(reader, prefix, name) for name in reader.get_variable_to_shape_map()}
+
+
+load_checkpoint_vars = load_chkpt_vars
+"""The same as :func:`load_chkpt_vars` (tensorpack 0.11's newer name)."""
 
 
 def _atomic_savez(path, arrays):
@@ -374,6 +427,29 @@ def save_chkpt_vars(dic, path):
             sess.run(tfv1.global_variables_initializer(), feed_dict=feeds)
             saver = tfv1.train.Saver(var_list=var_list, write_version=tfv1.train.SaverDef.V2)
             saver.save(sess, os.path.abspath(path), write_meta_graph=False, write_state=False)
+
+
+save_checkpoint_vars = save_chkpt_vars
+"""The same as :func:`save_chkpt_vars` (tensorpack 0.11's newer name)."""
+
+
+def get_all_checkpoints(dir, prefix='model'):
+    """The checkpoints ``<prefix>-<step>`` in directory ``dir``, found by their ``.index``
+    files, as a list of ``(path of the .index file, step)`` sorted by step. A path can be
+    given to :func:`load_checkpoint_vars` or :class:`SaverRestore`.
+
+    Example::
+
+        get_all_checkpoints('train_log/run1')
+        # [('train_log/run1/model-500.index', 500), ('train_log/run1/model-1000.index', 1000)]
+    """
+    found = []
+    start = prefix + '-'
+    for fname in os.listdir(dir):
+        step = fname[len(start):-len('.index')]
+        if fname.startswith(start) and fname.endswith('.index') and step.isdigit():
+            found.append((os.path.join(dir, fname), int(step)))
+    return sorted(found, key=lambda item: item[1])
 
 
 def dump_session_params(path):
