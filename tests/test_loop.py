@@ -76,7 +76,8 @@ def test_schedule_takes_floats_with_whole_values():
     # tensorpack's FasterRCNN computes max_epoch = LR_SCHEDULE[-1] * (8. / NUM_GPUS) // steps: 4.0
     schedule = Schedule(5.0, np.float32(2.0), 360000 * (8. / 1) // 720000)
     assert (schedule.steps_per_epoch, schedule.starting_epoch, schedule.max_epoch) == (5, 2, 4)
-    assert [type(v) for v in (schedule.steps_per_epoch, schedule.starting_epoch, schedule.max_epoch)] == [int] * 3
+    values = (schedule.steps_per_epoch, schedule.starting_epoch, schedule.max_epoch)
+    assert [type(v) for v in values] == [int] * 3
 
 
 def test_schedule_holds_ints():
