@@ -21,16 +21,49 @@ def _padding(padding, layer_type):
     return value
 
 
-def _grouped_conv(x, data_format, kernel, split, strides, padding, dilations):
-    """The convolution of ``x`` (in ``data_format``) by ``kernel`` in ``split`` groups of channels."""
+def _conv_length(length, kernel, stride, dilation, padding):
+    """Output length of a convolution along one axis (an int or a scalar tensor)."""
+    if padding == 'SAME':
+        return (length + stride - 1) // stride
+    return (length - (kernel - 1) * dilation - 1 + stride) // stride
+
+
+def _conv_output_shape(x, data_format, filters, kernel_shape, strides, dilations, padding):
+    shape = static_or_dynamic_shape(x)
+    shape[channel_axis(data_format)] = filters
+    spatial_axes = (1, 2) if data_format == 'NHWC' else (2, 3)
+    for axis, size, stride, dilation in zip(spatial_axes, kernel_shape, strides, dilations):
+        shape[axis] = _conv_length(shape[axis], size, stride, dilation, padding)
+    return shape
+
+
+def _with_shape(out, shape):
+    """``out`` reshaped to ``shape`` (a list of ints and scalar tensors), a metadata-only op.
+
+    The guard for an empty batch, normal in detection (no box left): TensorFlow's oneDNN
+    Conv2D (the default on x86 CPUs) returns an empty tensor of the INPUT's shape there
+    ((0, 28, 28, 256) for 80 filters), which the next bias_add rejects. Both shapes hold no
+    element then, so the reshape gives the right one whatever the kernel did; for a non-empty
+    batch the shapes are equal already.
+    """
+    out = tf.reshape(out, shape_argument(shape))
+    out.set_shape([d if isinstance(d, int) else None for d in shape])
+    return out
+
+
+def _grouped_conv(x, data_format, kernel, filters, split, strides, padding, dilations, kernel_shape):
+    """The convolution of ``x`` (in ``data_format``) by ``kernel`` in ``split`` groups of channels,
+    of the right shape for an empty batch too (see :func:`_with_shape`)."""
     def conv(part, part_kernel):
         return tf.nn.conv2d(part, part_kernel, strides=shape4d(strides, data_format), padding=padding,
                             data_format=data_format, dilations=shape4d(dilations, data_format))
+    shape = _conv_output_shape(x, data_format, filters, kernel_shape, strides, dilations, padding)
     if split == 1:
-        return conv(x, kernel)
+        return _with_shape(conv(x, kernel), shape)
     ch_axis = channel_axis(data_format)
     groups = zip(tf.split(x, split, axis=ch_axis), tf.split(kernel, split, axis=3))
-    return tf.concat([conv(part, part_kernel) for part, part_kernel in groups], axis=ch_axis)
+    return _with_shape(tf.concat([conv(part, part_kernel) for part, part_kernel in groups], axis=ch_axis),
+                       shape)
 
 
 @layer_register(log_shape=True)
@@ -81,8 +114,8 @@ def Conv2D(inputs, filters, kernel_size, strides=(1, 1), padding='same', data_fo
                            kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
                            dtype=inputs.dtype.base_dtype)
 
-    conv = functools.partial(_grouped_conv, kernel=W, split=split, strides=strides, padding=padding,
-                             dilations=dilations)
+    conv = functools.partial(_grouped_conv, kernel=W, filters=filters, split=split, strides=strides,
+                             padding=padding, dilations=dilations, kernel_shape=kernel_shape)
     out = call_in_data_format(conv, inputs, data_format)
     if b is not None:
         out = tf.nn.bias_add(out, b, data_format=data_format)
@@ -105,8 +138,7 @@ def _transposed_conv(x, data_format, kernel, filters, kernel_shape, strides, pad
         out_shape[axis] = _transposed_length(out_shape[axis], size, stride, padding)
     out = tf.nn.conv2d_transpose(x, kernel, shape_argument(out_shape), strides=shape4d(strides, data_format),
                                  padding=padding, data_format=data_format)
-    out.set_shape([d if isinstance(d, int) else None for d in out_shape])
-    return out
+    return _with_shape(out, out_shape)  # the shape of an empty batch whatever the kernel does
 
 
 @layer_register(log_shape=True)
