@@ -1,12 +1,7 @@
-"""Layers on an empty batch (normal in detection: no box left) give the right shape, whatever
-the kernel does: TensorFlow's oneDNN Conv2D (the default on x86 CPUs) returns an empty tensor
-of the input's shape there, which the next bias_add rejects.
-
-Gradients on an empty batch are checked where TensorFlow computes them: its oneDNN kernel
-that fuses the filter gradient of a channels-last Conv2D with the gradient of the following
-bias (_MklConv2DBackpropFilterWithBias) fails on an empty batch ("Missing 1-th output"),
-with or without the guard (a TensorFlow bug, left alone: detection models meet empty
-batches in inference)."""
+"""Layers on an empty batch (normal in detection: no box left) give the right shape and
+gradients, whatever the kernel does: TensorFlow's oneDNN Conv2D (the default on x86 CPUs)
+returns an empty tensor of the input's shape there, which the next bias_add rejects, and its
+fused filter-and-bias gradient kernel fails on an empty batch ("Missing 1-th output")."""
 
 import numpy as np
 import pytest
@@ -48,7 +43,7 @@ def test_conv2d_with_bias_on_an_empty_batch(data_format, shape, expected):
 
 @pytest.mark.parametrize('data_format, shape, use_bias', [
     ('channels_first', (0, 256, 28, 28), True), ('channels_last', (0, 28, 28, 256), False),
-    ('channels_last', (2, 28, 28, 256), True)])
+    ('channels_last', (0, 28, 28, 256), True), ('channels_last', (2, 28, 28, 256), True)])
 def test_conv2d_gradients_on_an_empty_batch(data_format, shape, use_bias):
     out, grad_x, grad_w, *grad_b = _run(
         lambda x: Conv2D('conv', x, 80, 3, data_format=data_format, use_bias=use_bias), shape)
@@ -80,6 +75,20 @@ def test_conv2d_transpose_and_fully_connected_on_an_empty_batch(data_format, sha
     assert out.shape == expected
     out, grad_x, grad_w, grad_b = _run(lambda x: FullyConnected('fc', x, 7), shape)
     assert out.shape == (0, 7) and grad_x.shape == shape and grad_w.shape == (np.prod(shape[1:]), 7)
+
+
+def test_the_mask_head_of_tensorpack_fasterrcnn_on_no_detection():
+    """A chain of channels-first Conv2D with bias and ReLU, a Conv2DTranspose and a 1x1 Conv2D,
+    as the Mask R-CNN head runs when nothing was detected: a reshape of the result was not a
+    guard there (the graph rewrites saw through it)."""
+    def head(x):
+        for k in range(4):
+            x = Conv2D('fcn{}'.format(k), x, 16, 3, data_format='channels_first', activation=tf.nn.relu)
+        x = Conv2DTranspose("deconv", x, 16, 2, strides=2, data_format="channels_first",
+                            activation=tf.nn.relu)
+        return Conv2D('conv', x, 80, 1, data_format='channels_first')
+    assert _forward(head, (0, 32, 14, 14)).shape == (0, 80, 28, 28)
+    assert _forward(head, (3, 32, 14, 14)).shape == (3, 80, 28, 28)
 
 
 def test_static_shapes_are_kept():
