@@ -115,6 +115,9 @@ def main():
                                           '(default: a new temporary directory)')
     parser.add_argument('--steps-per-epoch', type=int, default=2)
     parser.add_argument('--timeout', type=int, default=1800, help='seconds for each of train.py, predict.py')
+    parser.add_argument('--config', nargs='+', default=[],
+                        help='more KEY=VALUE overrides of the example\'s config, after ours '
+                             '(e.g. DATA.NUM_WORKERS=2 BACKBONE.NORM=SyncBN)')
     args = parser.parse_args()
 
     workdir = args.workdir or tempfile.mkdtemp(prefix='frcnn-')
@@ -131,7 +134,7 @@ def main():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get('PYTHONPATH', '')]),
                CUDA_VISIBLE_DEVICES='', TF_CPP_MIN_LOG_LEVEL='2')
     # LR_SCHEDULE is in steps of 8 GPUs: [0.5, 0.75, 1] * 8 / steps_per_epoch gives 4.0 epochs with 2 steps
-    overrides = config_args(datadir, args.steps_per_epoch, '[0.5,0.75,1]', 4)
+    overrides = config_args(datadir, args.steps_per_epoch, '[0.5,0.75,1]', 4) + args.config
     run([sys.executable, 'train.py', '--logdir', logdir, '--config'] + overrides, example, env, args.timeout)
 
     checkpoint = os.path.join(logdir, 'checkpoint')
