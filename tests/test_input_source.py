@@ -505,3 +505,96 @@ def test_staging_areas_follow_the_tower_device():
     pinned.setup(signature())
     with tf.device('/cpu:0'):
         assert pinned.get_input_tensors()[0].device.lower().endswith('cpu:1')
+
+
+# --------------------------------------------------------------------------- dict datapoints
+
+class DictDataFlow(DataFlow):
+    """The batches of `batched_df()` as dicts keyed by input name, 'y' first (the order of the
+    keys must not matter), with `extra` added to each."""
+
+    def __init__(self, df, extra=None, drop=None):
+        self.df, self.extra, self.drop = df, extra or {}, drop
+
+    def __len__(self):
+        return len(self.df)
+
+    def reset_state(self):
+        self.df.reset_state()
+
+    def __iter__(self):
+        for x, y in self.df:
+            dp = {'y': y, 'x': x}
+            dp.update(self.extra)
+            dp.pop(self.drop, None)
+            yield dp
+
+
+def dict_df(n=N, **kwargs):
+    return DictDataFlow(batched_df(n), **kwargs)
+
+
+@pytest.mark.parametrize('make', [
+    lambda df: FeedInput(df), lambda df: QueueInput(df),
+    lambda df: StagingInput(QueueInput(df), nr_stage=1)], ids=['feed', 'queue', 'staging-queue'])
+def test_dict_datapoints_feed_inputs_by_name(make):
+    rec = run_source(make(dict_df()), steps_per_epoch=5)
+    ks = [0, 1, 2, 3, 0]
+    assert_batches(rec.batches, ks)
+    assert rec.end['acc'] == pytest.approx(expected_sum(ks))
+
+
+def test_dict_datapoints_in_batch_queue_input():
+    singles = DataFromList([{'y': y, 'x': x} for x, y in datapoints()], shuffle=False)
+    source = BatchQueueInput(singles, B)
+    cbs = source.setup(signature())
+    tensors = source.get_input_tensors()
+    acc, train_op = consuming_train_op(tensors)
+    rec = Recorder(tensors)
+    train(cbs + [rec], train_op, steps_per_epoch=4)
+    assert_batches(rec.batches, [0, 1, 2, 3])
+
+
+def test_dict_datapoints_in_tf_dataset_input():
+    ds = TFDatasetInput.dataflow_to_dataset(dict_df(), [tf.float32, tf.int32], names=['x', 'y'])
+    rec = run_source(TFDatasetInput(ds.repeat()), steps_per_epoch=5)
+    assert_batches(rec.batches, [0, 1, 2, 3, 0])
+    with tf.Graph().as_default():
+        ds = TFDatasetInput.dataflow_to_dataset(dict_df(), [tf.float32, tf.int32])
+        element = tfv1.data.make_one_shot_iterator(ds).get_next()
+        with tfv1.Session() as sess, pytest.raises(
+                tf.errors.InvalidArgumentError,
+                match='datapoints of DictDataFlow are dicts; give the input name of each component'):
+            sess.run(element)
+
+
+def test_dict_datapoint_missing_or_extra_key_is_an_error_naming_it():
+    source = FeedInput(dict_df(drop='y'))
+    cb = _feed_callback(source)
+    source.reset_state()
+    with pytest.raises(KeyError, match="FeedInput: the datapoint .a dict. has no key 'y' for input 'y' "
+                                       r"\(its keys: x\)"):
+        cb.before_run(None)
+    source = FeedInput(dict_df(extra={'z': np.zeros(3)}))
+    cb = _feed_callback(source)
+    source.reset_state()
+    with pytest.raises(KeyError, match=r"FeedInput: the datapoint .a dict. has key 'z', which is not an "
+                                       r"input \(the inputs: x, y\)"):
+        cb.before_run(None)
+
+
+def test_queue_input_dict_datapoint_missing_key_ends_training_naming_it():
+    source = QueueInput(dict_df(drop='x'))
+    cbs = source.setup(signature())
+    acc, train_op = consuming_train_op(source.get_input_tensors())
+    with pytest.raises(KeyError, match="QueueInput: the datapoint .a dict. has no key 'x' for input 'x'"):
+        train(cbs, train_op, steps_per_epoch=2)
+
+
+def test_a_datapoint_of_another_type_is_a_clear_error():
+    source = FeedInput(DataFromList([np.zeros(2)], shuffle=False))
+    cb = _feed_callback(source)
+    source.reset_state()
+    with pytest.raises(TypeError, match='FeedInput: a datapoint must be a list of 2 components .one per '
+                                        'input. or a dict keyed by input name, got ndarray'):
+        cb.before_run(None)

@@ -60,12 +60,24 @@ def test_the_loop_has_no_schedule_before_it_starts():
     ((0, 1, 2), ValueError, 'steps_per_epoch must be a positive number of steps, got 0'),
     ((5, 0, 2), ValueError, 'starting_epoch counts from 1, got 0'),
     ((5, 3, 2), ValueError, r'max_epoch \(2\) is smaller than starting_epoch \(3\)'),
-    ((5.0, 1, 2), TypeError, 'steps_per_epoch must be an integer, got 5.0 of type float'),
-    ((5, True, 2), TypeError, 'starting_epoch must be an integer, got True of type bool'),
+    ((5.5, 1, 2), TypeError, r'steps_per_epoch must be an integer \(or a float with a whole value\), '
+                             'got 5.5 of type float'),
+    ((5, True, 2), TypeError, 'starting_epoch must be an integer .*got True of type bool'),
+    ((5, 1, 4.5), TypeError, 'max_epoch must be an integer .*got 4.5 of type float'),
+    ((5, 1, float('inf')), TypeError, 'max_epoch must be an integer .*got inf of type float'),
+    ((5, 1, '4'), TypeError, "max_epoch must be an integer .*got '4' of type str"),
 ])
 def test_schedule_is_checked_where_it_is_made(args, error, words):
     with pytest.raises(error, match=words):
         Schedule(*args)
+
+
+def test_schedule_takes_floats_with_whole_values():
+    # tensorpack's FasterRCNN computes max_epoch = LR_SCHEDULE[-1] * (8. / NUM_GPUS) // steps: 4.0
+    schedule = Schedule(5.0, np.float32(2.0), 360000 * (8. / 1) // 720000)
+    assert (schedule.steps_per_epoch, schedule.starting_epoch, schedule.max_epoch) == (5, 2, 4)
+    values = (schedule.steps_per_epoch, schedule.starting_epoch, schedule.max_epoch)
+    assert [type(v) for v in values] == [int] * 3
 
 
 def test_schedule_holds_ints():

@@ -437,3 +437,30 @@ def test_xla_compile_gives_the_same_updates(xla):
     for _ in range(6):  # d/dw_i of (0.5 * sum(w) - 1)^2 is (2 w_i - 1) when all w_i are equal
         expected -= 0.1 * (2 * expected - 1)
     np.testing.assert_allclose(weights.value.ravel(), [expected] * 4, rtol=1e-6)
+
+
+def test_predictors_made_before_the_session_work_from_other_threads(digits):
+    """tensorpack's FasterRCNN evaluation calls predictors of trainer.get_predictor() from a
+    thread pool, in no session's default context: they run in trainer.sess."""
+    from concurrent.futures import ThreadPoolExecutor
+    images, labels = digits
+
+    class EvalInThreads(Callback):
+        def _setup_graph(self):
+            self.predictors = [self.trainer.get_predictor(['image'], ['logits'], device=k) for k in (0, 1)]
+
+        def _trigger_epoch(self):
+            tower = self.trainer.towers.training()[0]
+            self.expected = self.trainer.sess.run(tower['logits'], {tower['image']: images[:10]})
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                futures = [pool.submit(pred, images[:10]) for pred in self.predictors]
+                self.got = [fut.result()[0] for fut in futures]
+
+    evaluate = EvalInThreads()
+    trainer = SimpleTrainer()
+    config = TrainConfig(model=DigitsMLP(), dataflow=batches_dataflow(images[:64], labels[:64]),
+                         callbacks=[evaluate], monitors=[], max_epoch=1)
+    launch_train_with_config(config, trainer)
+    assert [pred.sess for pred in evaluate.predictors] == [trainer.sess, trainer.sess]
+    for got in evaluate.got:
+        np.testing.assert_allclose(got, evaluate.expected, rtol=0, atol=1e-6)

@@ -1,17 +1,43 @@
 """Datapoints of a DataFlow as feeds of placeholders: the one check that a datapoint fits the
 inputs (with an error naming the component and the input), and the early closing of the
-iterator that produced it. Used by :class:`FeedInput` and the queue-filling thread."""
+iterator that produced it. Used by :class:`FeedInput`, the queue-filling thread (QueueInput,
+BatchQueueInput, ZMQInput) and ``TFDatasetInput.dataflow_to_dataset``.
+
+A datapoint is a list (or tuple) with one component per input, in the inputs' order, or a
+dict keyed by input name (as tensorpack's InputSources accept): its keys must be exactly the
+inputs' names. A missing key and an extra key are errors naming the key and the InputSource
+(tensorpack raises on both too: its length check catches extra keys)."""
 
 import numpy as np
 
 from ..compat import tf
 from ..tfutils.hooked_session import CheckedFeeds
 
-__all__ = ['DatapointChecker', 'close_iterator', 'input_name']
+__all__ = ['DatapointChecker', 'close_iterator', 'input_name', 'datapoint_as_list']
 
 
 def input_name(tensor_or_spec):
     return tensor_or_spec.name.split(':')[0]
+
+
+def datapoint_as_list(owner, dp, names):
+    """The components of datapoint ``dp`` in the order of the inputs ``names``: a list or tuple
+    as it is, a dict by its keys (which must be exactly ``names``). Anything else, a missing
+    key or an extra key raises an error naming ``owner`` (the InputSource) and the key."""
+    if isinstance(dp, (list, tuple)):
+        return dp
+    if isinstance(dp, dict):
+        missing = [name for name in names if name not in dp]
+        if missing:
+            raise KeyError("{}: the datapoint (a dict) has no key '{}' for input '{}' (its keys: {})".format(
+                owner, missing[0], missing[0], ', '.join(map(str, dp))))
+        if len(dp) != len(names):
+            extra = [key for key in dp if key not in set(names)]
+            raise KeyError("{}: the datapoint (a dict) has key '{}', which is not an input (the inputs: "
+                           "{})".format(owner, extra[0], ', '.join(names)))
+        return [dp[name] for name in names]
+    raise TypeError("{}: a datapoint must be a list of {} components (one per input) or a dict keyed "
+                    "by input name, got {}".format(owner, len(names), type(dp).__name__))
 
 
 # numpy kinds a value may have for each kind of input when it is converted on feeding:
@@ -63,19 +89,20 @@ class DatapointChecker:
     (:class:`CheckedFeeds`), so that the hooked session feeds them without a second check.
     """
 
-    def __init__(self, owner, placeholders, strict_dtype=False):
+    def __init__(self, owner, placeholders, strict_dtype=False, names=None):
         self.owner = owner
         self.placeholders = list(placeholders)
+        self.names = [input_name(p) for p in self.placeholders] if names is None else list(names)
+        """The input names that the keys of dict datapoints are matched to."""
         self.strict_dtype = strict_dtype
         self._dims = [None if p.shape.rank is None else tuple(p.shape.as_list()) for p in placeholders]
         self._dtypes = [np.dtype(p.dtype.base_dtype.as_numpy_dtype) for p in placeholders]
         self._fits = {}  # (input index, numpy dtype) -> (fits, needs a range check)
 
     def feeds(self, dp):
-        """The feed dict of datapoint ``dp``, after checking it."""
-        if not isinstance(dp, (list, tuple)):
-            raise TypeError("{}: a datapoint must be a list of {} components (one per input), got "
-                            "{}".format(self.owner, len(self.placeholders), type(dp).__name__))
+        """The feed dict of datapoint ``dp`` (a list, or a dict keyed by input name), after
+        checking it."""
+        dp = datapoint_as_list(self.owner, dp, self.names)
         if len(dp) != len(self.placeholders):
             raise ValueError("{}: the datapoint has {} components but there are {} inputs ({})".format(
                 self.owner, len(dp), len(self.placeholders),

@@ -53,11 +53,12 @@ class _EnqueueThread(ShareSessionThread, StoppableThread):
     stopped and closes the queue itself, when nothing is pending.
     """
 
-    def __init__(self, owner, queue, placeholders, make_iterator, on_misfit, strict_dtype=False):
+    def __init__(self, owner, queue, placeholders, make_iterator, on_misfit, strict_dtype=False,
+                 names=None):
         super(_EnqueueThread, self).__init__(name="EnqueueThread: {} to queue '{}'".format(
             owner, queue.name), daemon=True)
         self._owner = owner
-        self._checker = DatapointChecker(owner, placeholders, strict_dtype)
+        self._checker = DatapointChecker(owner, placeholders, strict_dtype, names)
         self._on_misfit = on_misfit
         self._make_iterator = make_iterator
         self._itr = None
@@ -215,7 +216,8 @@ class _EnqueueingInput(FeedfreeInput):
                     [p.dtype.name for p in enqueue_placehdrs]))
             logger.info("Setting up the queue '{}' for CPU prefetching ...".format(self.queue.name))
             self.thread = _EnqueueThread(owner, self.queue, enqueue_placehdrs, self._datapoints,
-                                         self._misfit, self._strict_dtype)
+                                         self._misfit, self._strict_dtype,
+                                         names=[input_name(p) for p in self._input_placehdrs])
 
     def _enqueue_placeholders(self):
         return self._input_placehdrs

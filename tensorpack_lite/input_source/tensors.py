@@ -7,6 +7,7 @@ import numpy as np
 from ..compat import tf, tfv1
 from ..dataflow.base import DataFlow
 from ..utils import logger
+from .datapoints import datapoint_as_list
 from .input_source_base import FeedfreeInput
 
 __all__ = ['TensorInput', 'DummyConstantInput', 'TFDatasetInput']
@@ -165,12 +166,15 @@ class TFDatasetInput(FeedfreeInput):
         return ret
 
     @staticmethod
-    def dataflow_to_dataset(df, types):
+    def dataflow_to_dataset(df, types, names=None):
         """A ``tf.data.Dataset`` of the datapoints of ``df`` (reset here), one epoch of it.
 
         Args:
-            df (DataFlow): produces datapoints as lists.
+            df (DataFlow): produces datapoints as lists, or (with ``names``) as dicts keyed by
+                those names.
             types (list): the ``tf.DType`` of each component.
+            names (list[str]): the input name of each component, the keys of dict datapoints
+                (tensorpack has no such argument: its version takes lists only).
         """
         if not isinstance(df, DataFlow):
             raise TypeError("dataflow_to_dataset() takes a DataFlow, got {!r}".format(df))
@@ -178,9 +182,14 @@ class TFDatasetInput(FeedfreeInput):
             raise TypeError("dataflow_to_dataset(): types must be a list of dtypes, got {!r}"
                             .format(types))
         df.reset_state()
+        if names is not None and len(names) != len(types):
+            raise ValueError("dataflow_to_dataset(): {} names for {} types".format(len(names), len(types)))
         signature = tuple(tf.TensorSpec(shape=None, dtype=tf.as_dtype(t)) for t in types)
 
         def generate():
             for dp in df:
-                yield tuple(dp)
+                if isinstance(dp, dict) and names is None:
+                    raise TypeError("dataflow_to_dataset(): the datapoints of {} are dicts; give the "
+                                    "input name of each component as names=".format(type(df).__name__))
+                yield tuple(datapoint_as_list('dataflow_to_dataset', dp, names or ()))
         return tf.data.Dataset.from_generator(generate, output_signature=signature)

@@ -15,6 +15,17 @@ from ..tfutils.common import get_global_step_value
 __all__ = ['Schedule', 'TrainLoop']
 
 
+def _whole_number(name, value):
+    """``value`` as an int: an integer, or a float with a whole value (``4.0``, as schedules
+    computed with a float factor give); anything else raises a TypeError naming ``name``."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
+        return int(value)
+    raise TypeError("{} must be an integer (or a float with a whole value), got {!r} of type {}".format(
+        name, value, type(value).__name__))
+
+
 class Schedule:
     """Which epochs a run trains and how many steps each has, checked when it is made.
 
@@ -29,11 +40,9 @@ class Schedule:
     __slots__ = ('steps_per_epoch', 'starting_epoch', 'max_epoch')
 
     def __init__(self, steps_per_epoch, starting_epoch=1, max_epoch=9999999):
-        for name, value in (('steps_per_epoch', steps_per_epoch), ('starting_epoch', starting_epoch),
-                            ('max_epoch', max_epoch)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError("{} must be an integer, got {!r} of type {}".format(
-                    name, value, type(value).__name__))
+        steps_per_epoch = _whole_number('steps_per_epoch', steps_per_epoch)
+        starting_epoch = _whole_number('starting_epoch', starting_epoch)
+        max_epoch = _whole_number('max_epoch', max_epoch)
         if steps_per_epoch <= 0:
             raise ValueError("steps_per_epoch must be a positive number of steps, got {}".format(
                 steps_per_epoch))

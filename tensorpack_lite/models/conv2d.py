@@ -21,16 +21,58 @@ def _padding(padding, layer_type):
     return value
 
 
-def _grouped_conv(x, data_format, kernel, split, strides, padding, dilations):
-    """The convolution of ``x`` (in ``data_format``) by ``kernel`` in ``split`` groups of channels."""
+def _conv_length(length, kernel, stride, dilation, padding):
+    """Output length of a convolution along one axis (an int or a scalar tensor)."""
+    if padding == 'SAME':
+        return (length + stride - 1) // stride
+    return (length - (kernel - 1) * dilation - 1 + stride) // stride
+
+
+def _conv_output_shape(x, data_format, filters, kernel_shape, strides, dilations, padding):
+    shape = static_or_dynamic_shape(x)
+    shape[channel_axis(data_format)] = filters
+    spatial_axes = (1, 2) if data_format == 'NHWC' else (2, 3)
+    for axis, size, stride, dilation in zip(spatial_axes, kernel_shape, strides, dilations):
+        shape[axis] = _conv_length(shape[axis], size, stride, dilation, padding)
+    return shape
+
+
+def _with_shape(out, shape):
+    """``out`` reshaped to ``shape`` (a list of ints and scalar tensors), a metadata-only op."""
+    out = tf.reshape(out, shape_argument(shape))
+    out.set_shape([d if isinstance(d, int) else None for d in shape])
+    return out
+
+
+def _unless_empty(kernel, x, shape, dtype):
+    """``kernel(x)`` of ``shape``, or zeros of ``shape`` when the batch of ``x`` is empty (the
+    kernel does not run then).
+
+    An empty batch is normal in detection (no box left). TensorFlow's oneDNN Conv2D (the default
+    on x86 CPUs) returns an empty tensor of the INPUT's shape there ((0, 28, 28, 256) for 80
+    filters), which the next bias_add rejects; reshaping its result is not enough, as the
+    graph rewrites of grappler and oneDNN (e.g. fusing a Pad or a BiasAdd into the convolution)
+    may see through it. So the kernel runs only on a non-empty batch: one conditional per layer.
+    """
+    return _with_shape(tf.cond(tf.shape(x)[0] > 0, lambda: kernel(x),
+                               lambda: tf.zeros(shape_argument(shape), dtype=dtype)), shape)
+
+
+def _grouped_conv(x, data_format, kernel, filters, split, strides, padding, dilations, kernel_shape):
+    """The convolution of ``x`` (in ``data_format``) by ``kernel`` in ``split`` groups of channels,
+    of the right shape for an empty batch too (see :func:`_unless_empty`)."""
     def conv(part, part_kernel):
         return tf.nn.conv2d(part, part_kernel, strides=shape4d(strides, data_format), padding=padding,
                             data_format=data_format, dilations=shape4d(dilations, data_format))
-    if split == 1:
-        return conv(x, kernel)
-    ch_axis = channel_axis(data_format)
-    groups = zip(tf.split(x, split, axis=ch_axis), tf.split(kernel, split, axis=3))
-    return tf.concat([conv(part, part_kernel) for part, part_kernel in groups], axis=ch_axis)
+
+    def grouped(x):
+        if split == 1:
+            return conv(x, kernel)
+        ch_axis = channel_axis(data_format)
+        groups = zip(tf.split(x, split, axis=ch_axis), tf.split(kernel, split, axis=3))
+        return tf.concat([conv(part, part_kernel) for part, part_kernel in groups], axis=ch_axis)
+    shape = _conv_output_shape(x, data_format, filters, kernel_shape, strides, dilations, padding)
+    return _unless_empty(grouped, x, shape, x.dtype.base_dtype)
 
 
 @layer_register(log_shape=True)
@@ -81,8 +123,8 @@ def Conv2D(inputs, filters, kernel_size, strides=(1, 1), padding='same', data_fo
                            kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
                            dtype=inputs.dtype.base_dtype)
 
-    conv = functools.partial(_grouped_conv, kernel=W, split=split, strides=strides, padding=padding,
-                             dilations=dilations)
+    conv = functools.partial(_grouped_conv, kernel=W, filters=filters, split=split, strides=strides,
+                             padding=padding, dilations=dilations, kernel_shape=kernel_shape)
     out = call_in_data_format(conv, inputs, data_format)
     if b is not None:
         out = tf.nn.bias_add(out, b, data_format=data_format)
@@ -105,8 +147,7 @@ def _transposed_conv(x, data_format, kernel, filters, kernel_shape, strides, pad
         out_shape[axis] = _transposed_length(out_shape[axis], size, stride, padding)
     out = tf.nn.conv2d_transpose(x, kernel, shape_argument(out_shape), strides=shape4d(strides, data_format),
                                  padding=padding, data_format=data_format)
-    out.set_shape([d if isinstance(d, int) else None for d in out_shape])
-    return out
+    return _with_shape(out, out_shape)
 
 
 @layer_register(log_shape=True)

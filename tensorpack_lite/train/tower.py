@@ -70,7 +70,7 @@ class TowerTrainer(Trainer):
         Example::
 
             predictor = trainer.get_predictor(['image'], ['prob'])
-            prob, = predictor(images)
+            prob, = predictor(images)   # once the session exists; in any thread
         """
         return self._get_predictor(tuple(input_names), tuple(output_names), int(device))
 
@@ -84,7 +84,19 @@ class TowerTrainer(Trainer):
         except KeyError:
             tower = build_predict_tower(self.tower_func, None, tower_name, device,
                                         self.vs_name_for_predictor(device))
-        return OnlinePredictor(tower.get_tensors(list(input_names)), tower.get_tensors(list(output_names)))
+        predictor = OnlinePredictor(tower.get_tensors(list(input_names)),
+                                    tower.get_tensors(list(output_names)), sess=getattr(self, 'sess', None))
+        self.__dict__.setdefault('_predictors', []).append(predictor)
+        return predictor
+
+    def initialize(self, session_creator, session_init):
+        """As :meth:`Trainer.initialize`; then the predictors made by :meth:`get_predictor`
+        before the session existed run in ``trainer.sess``, so they work from any thread (e.g.
+        a thread pool of an evaluation callback), not only under ``sess.as_default()``."""
+        super().initialize(session_creator, session_init)
+        for predictor in self.__dict__.get('_predictors', ()):
+            if predictor.sess is None:
+                predictor.sess = self.sess
 
     def vs_name_for_predictor(self, device):
         """The variable scope inference towers read their variables from ('' = the main one)."""
