@@ -21,58 +21,50 @@ def _padding(padding, layer_type):
     return value
 
 
-def _conv_length(length, kernel, stride, dilation, padding):
-    """Output length of a convolution along one axis (an int or a scalar tensor)."""
-    if padding == 'SAME':
-        return (length + stride - 1) // stride
-    return (length - (kernel - 1) * dilation - 1 + stride) // stride
+class _NonEmptyBatch(object):
+    """Runs a layer on a batch of at least one example and gives back the real batch.
 
-
-def _conv_output_shape(x, data_format, filters, kernel_shape, strides, dilations, padding):
-    shape = static_or_dynamic_shape(x)
-    shape[channel_axis(data_format)] = filters
-    spatial_axes = (1, 2) if data_format == 'NHWC' else (2, 3)
-    for axis, size, stride, dilation in zip(spatial_axes, kernel_shape, strides, dilations):
-        shape[axis] = _conv_length(shape[axis], size, stride, dilation, padding)
-    return shape
-
-
-def _with_shape(out, shape):
-    """``out`` reshaped to ``shape`` (a list of ints and scalar tensors), a metadata-only op."""
-    out = tf.reshape(out, shape_argument(shape))
-    out.set_shape([d if isinstance(d, int) else None for d in shape])
-    return out
-
-
-def _unless_empty(kernel, x, shape, dtype):
-    """``kernel(x)`` of ``shape``, or zeros of ``shape`` when the batch of ``x`` is empty (the
-    kernel does not run then).
-
-    An empty batch is normal in detection (no box left). TensorFlow's oneDNN Conv2D (the default
-    on x86 CPUs) returns an empty tensor of the INPUT's shape there ((0, 28, 28, 256) for 80
-    filters), which the next bias_add rejects; reshaping its result is not enough, as the
-    graph rewrites of grappler and oneDNN (e.g. fusing a Pad or a BiasAdd into the convolution)
-    may see through it. So the kernel runs only on a non-empty batch: one conditional per layer.
+    An empty batch is normal in detection (no box left). TensorFlow's oneDNN convolutions (the
+    default on x86 CPUs) give an empty result of the wrong shape there (the input's channels:
+    ``(0, 28, 28, 256)`` for 80 filters), which the next BiasAdd rejects, and a reshape after the
+    convolution does not help once grappler fuses the two. So an empty batch gets one example of
+    zeros appended before the layer, and the layer's result is cut back to the real batch after
+    its activation. On a non-empty batch the Pad adds nothing and the slice takes everything
+    (both, and the reshapes, forward their input without a copy), and Conv2D + BiasAdd +
+    activation stay fusable.
+    A batch size that is known when the graph is built needs no guard and gets none.
     """
-    return _with_shape(tf.cond(tf.shape(x)[0] > 0, lambda: kernel(x),
-                               lambda: tf.zeros(shape_argument(shape), dtype=dtype)), shape)
+
+    def __init__(self, x):
+        batch = x.shape[0]
+        self.size = None if batch is not None and batch > 0 else tf.shape(x)[0]
+        if self.size is None:
+            self.padded = x
+        else:
+            # Padded as a matrix: oneDNN fuses a Pad that feeds a 'valid' Conv2D into the
+            # convolution and drops the padding of the batch axis.
+            missing = tf.maximum(1 - self.size, 0)
+            rows = tf.pad(tf.reshape(x, [self.size, -1]), [[0, missing], [0, 0]])
+            self.padded = tf.reshape(rows, tf.concat([[self.size + missing], tf.shape(x)[1:]], axis=0))
+            self.padded.set_shape([None] + x.shape.as_list()[1:])
+
+    def result(self, out):
+        """``out``, computed from the padded batch, cut to the real batch."""
+        if self.size is None:
+            return out
+        return out[:self.size]
 
 
-def _grouped_conv(x, data_format, kernel, filters, split, strides, padding, dilations, kernel_shape):
-    """The convolution of ``x`` (in ``data_format``) by ``kernel`` in ``split`` groups of channels,
-    of the right shape for an empty batch too (see :func:`_unless_empty`)."""
+def _grouped_conv(x, data_format, kernel, split, strides, padding, dilations):
+    """The convolution of ``x`` (in ``data_format``) by ``kernel`` in ``split`` groups of channels."""
     def conv(part, part_kernel):
         return tf.nn.conv2d(part, part_kernel, strides=shape4d(strides, data_format), padding=padding,
                             data_format=data_format, dilations=shape4d(dilations, data_format))
-
-    def grouped(x):
-        if split == 1:
-            return conv(x, kernel)
-        ch_axis = channel_axis(data_format)
-        groups = zip(tf.split(x, split, axis=ch_axis), tf.split(kernel, split, axis=3))
-        return tf.concat([conv(part, part_kernel) for part, part_kernel in groups], axis=ch_axis)
-    shape = _conv_output_shape(x, data_format, filters, kernel_shape, strides, dilations, padding)
-    return _unless_empty(grouped, x, shape, x.dtype.base_dtype)
+    if split == 1:
+        return conv(x, kernel)
+    ch_axis = channel_axis(data_format)
+    groups = zip(tf.split(x, split, axis=ch_axis), tf.split(kernel, split, axis=3))
+    return tf.concat([conv(part, part_kernel) for part, part_kernel in groups], axis=ch_axis)
 
 
 @layer_register(log_shape=True)
@@ -123,12 +115,21 @@ def Conv2D(inputs, filters, kernel_size, strides=(1, 1), padding='same', data_fo
                            kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
                            dtype=inputs.dtype.base_dtype)
 
-    conv = functools.partial(_grouped_conv, kernel=W, filters=filters, split=split, strides=strides,
-                             padding=padding, dilations=dilations, kernel_shape=kernel_shape)
-    out = call_in_data_format(conv, inputs, data_format)
-    if b is not None:
-        out = tf.nn.bias_add(out, b, data_format=data_format)
-    return finish_output(out, activation, activity_regularizer, W=W, b=b)
+    conv = functools.partial(_grouped_conv, kernel=W, split=split, strides=strides, padding=padding,
+                             dilations=dilations)
+    return _finish_conv(conv, inputs, b, data_format, activation, activity_regularizer, W=W, b=b)
+
+
+def _finish_conv(conv, inputs, bias, data_format, activation, activity_regularizer, **variables):
+    """``activation(conv(inputs) + bias)`` of the right shape for an empty batch too (see
+    :class:`_NonEmptyBatch`), named ``output`` with ``variables`` attached."""
+    batch = _NonEmptyBatch(inputs)
+    out = call_in_data_format(conv, batch.padded, data_format)
+    if bias is not None:
+        out = tf.nn.bias_add(out, bias, data_format=data_format)
+    if activation is not None:
+        out = activation(out)
+    return finish_output(batch.result(out), None, activity_regularizer, **variables)
 
 
 def _transposed_length(length, kernel, stride, padding):
@@ -147,7 +148,8 @@ def _transposed_conv(x, data_format, kernel, filters, kernel_shape, strides, pad
         out_shape[axis] = _transposed_length(out_shape[axis], size, stride, padding)
     out = tf.nn.conv2d_transpose(x, kernel, shape_argument(out_shape), strides=shape4d(strides, data_format),
                                  padding=padding, data_format=data_format)
-    return _with_shape(out, out_shape)
+    out.set_shape([d if isinstance(d, int) else None for d in out_shape])
+    return out
 
 
 @layer_register(log_shape=True)
@@ -181,10 +183,7 @@ def Conv2DTranspose(inputs, filters, kernel_size, strides=(1, 1), padding='same'
 
     deconv = functools.partial(_transposed_conv, kernel=W, filters=filters, kernel_shape=kernel_shape,
                                strides=strides, padding=padding)
-    out = call_in_data_format(deconv, inputs, data_format)
-    if b is not None:
-        out = tf.nn.bias_add(out, b, data_format=data_format)
-    return finish_output(out, activation, activity_regularizer, W=W, b=b)
+    return _finish_conv(deconv, inputs, b, data_format, activation, activity_regularizer, W=W, b=b)
 
 
 Deconv2D = Conv2DTranspose
