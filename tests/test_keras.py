@@ -40,7 +40,7 @@ def _train(trainer, tmp_path):
         key, sep, value = line.partition(': ')
         if sep and key in ('moving_mean_change', 'costs', 'training_tower_repeatable', 'stats',
                            'inference_tower_repeatable', 'inference_accuracy', 'update_ops',
-                           'local_model_variables'):
+                           'local_model_variables', 'learning_phase_placeholder'):
             values[key] = json.loads(value.lower() if value in ('True', 'False') else value)
     return values, output
 
@@ -70,6 +70,7 @@ def test_keras_model_trains_on_one_and_two_towers(trainer, tmp_path):
     assert values['training_tower_repeatable'] is False
     assert values['inference_tower_repeatable'] is True
     assert values['inference_accuracy'] >= 0.95
+    assert values['learning_phase_placeholder'] is False   # each tower has its phase built in
     if trainer == 'replicated':   # tower1 has its own copy, as local variables named like tower0's
         assert values['local_model_variables'] == sorted(
             'tower1/' + name for name in ['dense/kernel', 'dense/bias', 'dense_1/kernel', 'dense_1/bias',
@@ -79,6 +80,30 @@ def test_keras_model_trains_on_one_and_two_towers(trainer, tmp_path):
         assert "'sync_variables_from_main_tower' copies 22 variables" in output
     else:
         assert values['local_model_variables'] == []
+
+
+@needs_tf_keras
+def test_keras_phase_callback_feeds_the_learning_phase_of_a_model_called_in_a_model_desc(tmp_path):
+    """As tensorpack's examples/keras/mnist-keras.py: the layers read Keras's learning phase
+    placeholder, which KerasPhaseCallback(True) feeds in training; inference runs without it."""
+    values, output = _train('modeldesc', tmp_path)
+    assert values['learning_phase_placeholder'] is True
+    assert 'Using Keras learning phase keras_learning_phase:0' in output
+    stats = values['stats']
+    assert stats[-1]['categorical_crossentropy'] < 0.5 * stats[0]['categorical_crossentropy']
+    assert stats[-1]['validation_categorical_accuracy'] >= 0.95
+    assert values['moving_mean_change'] > 0.1   # BatchNormalization ran in training mode
+    assert values['training_tower_repeatable'] is False
+    assert values['inference_tower_repeatable'] is True
+    ce, reg, total = values['costs']
+    assert reg > 0.01 and total == pytest.approx(ce + reg, rel=1e-5)
+
+
+@needs_tf_keras
+def test_without_keras_phase_callback_the_model_desc_trains_in_inference_mode(tmp_path):
+    values, _ = _train('modeldesc-nophase', tmp_path)
+    assert values['learning_phase_placeholder'] is True
+    assert values['moving_mean_change'] == 0.0   # BatchNormalization never saw training mode
 
 
 def test_without_tf_keras_the_import_raises_one_error_saying_what_to_do():
