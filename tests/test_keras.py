@@ -154,3 +154,18 @@ fails(model.compile, optimizer=tf.train.AdamOptimizer(), loss='mse')
         "TypeError: optimizer must be a tf",
         "TypeError: get_model must return a tf_keras Model (Keras 2), got <class 'keras",
     ], out.stdout
+
+
+@needs_tf_keras
+def test_keras_digits_example_on_two_virtual_cpus(tmp_path):
+    logdir = tmp_path / 'log'
+    command = [sys.executable, os.path.join(REPO, 'examples', 'keras', 'keras-digits.py'), '--trainer',
+               'replicated', '--max-epoch', '3', '--steps-per-epoch', '10', '--logdir', str(logdir)]
+    code, output = run_bounded(command, TIMEOUT, env=_env(), cwd=tmp_path)
+    assert code == 0, output[-6000:]
+    assert 'training tower 1 on device /cpu:1' in output
+    stats = json.loads((logdir / 'stats.json').read_text())
+    assert [s['epoch_num'] for s in stats] == [1, 2, 3] and stats[-1]['global_step'] == 30
+    assert stats[-1]['validation_categorical_accuracy'] > 0.7
+    assert 'model-30.index' in os.listdir(logdir)
+    assert 'Final validation accuracy' in output
