@@ -108,7 +108,10 @@ class KerasModelCaller(object):
     model, whose variables are named as Keras names them (without the tower's name scope);
     a tower that reuses variables calls that model on its inputs; a tower with variables of
     its own (a replica ``towerK``) builds a copy under its name, with the same layer names.
-    Returns the outputs of the tower, a list."""
+    Every tower is built with the Keras learning phase of its context (1 when training).
+
+    A call returns ``(model, outputs, updates)``: the model used, the list of the tower's
+    outputs and, for a model called again, the update ops that call made."""
 
     def __init__(self, get_model):
         if not callable(get_model):
