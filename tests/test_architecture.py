@@ -243,3 +243,37 @@ print('tensorpack steps:', trainer.global_step, 'eager after training:', tf.exec
     assert 'eager after import: True' in out
     assert 'keras epochs: 2' in out
     assert 'tensorpack steps: 8 eager after training: False' in out
+
+
+KERAS_MODULES = ('keras', 'tf_keras', 'tensorflow.keras', 'tensorflow.python.keras')
+
+
+def keras_imports(path):
+    """The Keras modules a file imports (``import keras``, ``from tensorflow import keras``...)."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path, encoding='utf-8').read(), path)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module] + [node.module + '.' + alias.name for alias in node.names]
+        else:
+            continue
+        found.update(n for n in names if any(n == k or n.startswith(k + '.') for k in KERAS_MODULES))
+    return found
+
+
+def test_only_contrib_keras_imports_keras(tmp_path):
+    users = {name for name, path in module_files().items() if keras_imports(path)}
+    assert users == {PACKAGE + '.contrib.keras'}
+    probe = tmp_path / 'probe.py'
+    probe.write_text("import tf_keras as k\nfrom tensorflow import keras\nimport numpy\n")
+    assert keras_imports(str(probe)) == {'tf_keras', 'tensorflow.keras'}
+
+
+def test_importing_everything_of_the_core_loads_no_keras_2():
+    # (TensorFlow itself loads Keras 3 when imported; tf_keras is loaded only by contrib.keras)
+    out = run_python("import sys\nimport tensorpack_lite\n"
+                     "from tensorpack_lite import *\n"
+                     "import tensorpack_lite.train, tensorpack_lite.callbacks, tensorpack_lite.predict\n"
+                     "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tf_keras'))\n")
+    assert out.strip().splitlines()[-1] == '[]'
