@@ -74,7 +74,6 @@ def main():
     parser.add_argument('--mode', choices=['bf16', 'fp16'], default='bf16')
     args = parser.parse_args()
     logger.set_logger_dir(os.path.join(tempfile.mkdtemp(), 'log'), action='d')
-    logger.get_logger().setLevel('WARNING')
     modes = [None, args.mode]
     rates = {mode: [] for mode in modes}
     for index in range(args.rounds):

@@ -232,5 +232,8 @@ class LossScaleOptimizer(ProxyOptimizer):
             with tf.control_dependencies([self._opt.apply_gradients(pairs, global_step=global_step)]):
                 return tf.constant(True)
 
-        applied = tf.cond(finite, apply, lambda: tf.constant(False))
+        # the graph pushed as the default explicitly: the optimizer's slots, made inside the
+        # branch, are lifted into it (init_scope), not into the eager context
+        with tfv1.get_default_graph().as_default():
+            applied = tf.cond(finite, apply, lambda: tf.constant(False))
         return tf.group(applied, name=name or 'apply_if_finite')
