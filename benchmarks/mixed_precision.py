@@ -32,7 +32,8 @@ BATCH = 64
 
 class CifarConvNet(ModelDesc):
     def inputs(self):
-        return [tf.TensorSpec([None, 32, 32, 3], tf.float32, 'image'), tf.TensorSpec([None], tf.int32, 'label')]
+        return [tf.TensorSpec([None, 32, 32, 3], tf.float32, 'image'),
+                tf.TensorSpec([None], tf.int32, 'label')]
 
     def build_graph(self, image, label):
         x = image
