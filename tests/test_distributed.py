@@ -157,12 +157,14 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
 
 
-def test_collective_two_workers_fp16_decide_each_step_together(tmp_path):
-    """mixed_precision='fp16' (float16 emulated on the CPU, dynamic loss scaling): both
-    workers skip or apply the same steps (decided on the all-reduced gradients), end with
-    the same weights and loss scale, and near the float32 run."""
+@pytest.mark.parametrize('compression', [None, 'fp16'])
+def test_collective_two_workers_fp16_decide_each_step_together(tmp_path, compression):
+    """mixed_precision='fp16' (float16 emulated on the CPU, dynamic loss scaling), also with
+    fp16 gradient compression: both workers skip or apply the same steps (decided on the
+    all-reduced gradients), end with the same weights and loss scale, near the float32 run."""
+    extra = ['--compression', compression] if compression else []
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--epochs', 2, '--mixed-precision', 'fp16',
-                               '--no-epoch-broadcast'])
+                               '--no-epoch-broadcast'] + extra)
     assert run.code == 0, run.output[-6000:]
     workers = [load_worker(tmp_path, k) for k in range(2)]
     assert workers[0]['loss_scale'] == workers[1]['loss_scale'] == [2.0 ** 15, 0]
