@@ -277,3 +277,25 @@ def test_setting_the_mode_after_the_graph_is_built_fails():
     trainer = train(None)
     with pytest.raises(RuntimeError, match='before the graph'):
         trainer.mixed_precision = 'bf16'
+
+
+def test_inference_runner_in_a_bf16_run_and_export_serving_after_an_fp16_run(tmp_path):
+    from tensorpack_lite.callbacks import InferenceRunner, ScalarStats
+    from tensorpack_lite.tfutils.export import ModelExporter
+    runner = InferenceRunner(batches(2), ScalarStats('cost'))
+    train('bf16', tmp_path / 'bf16', num_batch=3, callbacks=[runner])
+    with open(str(tmp_path / 'bf16' / 'stats.json')) as f:
+        assert np.isfinite(json.load(f)[-1]['validation_cost'])
+    with tfv1.Graph().as_default():
+        train('fp16', tmp_path / 'fp16', num_batch=3)
+    path = tfv1.train.latest_checkpoint(str(tmp_path / 'fp16'))
+    x = np.stack([s[0] for s in samples(4)])
+    with tfv1.Graph().as_default():
+        config = PredictConfig(model=ConvModel(), session_init=SaverRestore(path), input_names=['x'],
+                               output_names=['pred'])
+        expected, = OfflinePredictor(config)(x)
+        ModelExporter(config).export_serving(str(tmp_path / 'export'))
+    with tfv1.Graph().as_default(), tfv1.Session() as sess:
+        tfv1.saved_model.loader.load(sess, [tfv1.saved_model.SERVING], str(tmp_path / 'export'))
+        assert {v.dtype.base_dtype for v in tfv1.global_variables()} == {tf.float32}
+        np.testing.assert_allclose(sess.run('pred:0', {'x:0': x}), expected, rtol=1e-6)
