@@ -34,6 +34,7 @@ MODULES = [
     'tensorpack_lite.tfutils.sesscreate',
     'tensorpack_lite.tfutils.summary',
     'tensorpack_lite.tfutils.optimizer',
+    'tensorpack_lite.tfutils.mixed_precision',
     'tensorpack_lite.tfutils.gradproc',
     'tensorpack_lite.tfutils.varreplace',
     'tensorpack_lite.tfutils.varmanip',

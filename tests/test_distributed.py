@@ -157,6 +157,22 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
 
 
+@pytest.mark.parametrize('compression', [None, 'fp16'])
+def test_collective_two_workers_fp16_decide_each_step_together(tmp_path, compression):
+    """mixed_precision='fp16' (float16 emulated on the CPU, dynamic loss scaling), also with
+    fp16 gradient compression: both workers skip or apply the same steps (decided on the
+    all-reduced gradients), end with the same weights and loss scale, near the float32 run."""
+    extra = ['--compression', compression] if compression else []
+    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--epochs', 2, '--mixed-precision', 'fp16',
+                               '--no-epoch-broadcast'] + extra)
+    assert run.code == 0, run.output[-6000:]
+    workers = [load_worker(tmp_path, k) for k in range(2)]
+    assert workers[0]['loss_scale'] == workers[1]['loss_scale'] == [2.0 ** 15, 0]
+    for name, value in workers[0]['weights'].items():
+        np.testing.assert_array_equal(workers[1]['weights'][name], value, err_msg=name)
+    assert_replicas_match(workers[0]['weights'], reference_weights(2, 1, 4, 5, 3, 2, lr=0.05), atol=2e-3)
+
+
 def test_without_epoch_broadcasts_a_worker_may_end_while_its_peer_is_still_at_its_last_step(tmp_path):
     """No collective broadcast ends the epochs, and worker 1 holds 2 s after its last step
     (then creates a file): worker 0 ends without waiting for it (a collective step ends on a

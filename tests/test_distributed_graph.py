@@ -307,3 +307,15 @@ def test_an_unknown_compression_is_refused_naming_the_argument_and_the_choices(l
         CollectiveAllReduceTrainer(['/cpu:0'], lone_server, compression=compression)
     with pytest.raises(ValueError, match="CollectiveAllReduceBuilder: compression must be None or one of"):
         CollectiveAllReduceBuilder(['/cpu:0'], lone_server, compression=compression)
+
+
+def test_parameter_server_trainers_refuse_fp16_loss_scaling(ps_servers):
+    from tensorpack_lite.dataflow import DataFromList
+    from tensorpack_lite.input_source import QueueInput
+    trainer = DistributedTrainerReplicated(['/cpu:0'], ps_servers[1])
+    trainer.mixed_precision = 'fp16'
+    x = tf.TensorSpec([None], tf.float32, 'x')
+    with pytest.raises(NotImplementedError, match="DistributedTrainerReplicated does not support "
+                                                  "mixed_precision='fp16'"):
+        trainer.setup_graph([x], QueueInput(DataFromList([[1.0]])), lambda x: tf.reduce_sum(x),
+                            lambda: tfv1.train.GradientDescentOptimizer(0.1))

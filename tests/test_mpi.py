@@ -318,6 +318,21 @@ def test_ranks_average_like_one_process_and_stay_bit_identical(num, tmp_path):
 
 
 @needs_mpiexec
+def test_fp16_mixed_precision_ranks_stay_bit_identical(tmp_path):
+    """mixed_precision='fp16' (float16 emulated on the CPU, loss scaling decided on the
+    all-reduced gradients): the first scale (2**15) overflows this model's float16 gradients
+    once; both ranks skip that step together and go on with the same weights."""
+    code, output = run_ranks(2, tmp_path, '--no-epoch-broadcast', '--mixed-precision', 'fp16')
+    assert code == 0, output[-6000:]
+    ranks = [load_rank(tmp_path, r) for r in range(2)]
+    assert len(ranks[0]['step_hashes']) == STEPS * EPOCHS
+    assert len(set(ranks[0]['step_hashes'])) == STEPS * EPOCHS - 1   # one step skipped
+    assert_bit_identical(ranks)
+    for rank in ranks:
+        assert all(np.all(np.isfinite(value)) for value in rank['weights'].values())
+
+
+@needs_mpiexec
 @pytest.mark.parametrize('num', [2, 3])
 def test_synchronized_batch_norm_over_ranks_trains_like_one_process_on_the_big_batch(num, tmp_path):
     """BatchNorm(sync_statistics='horovod') under mpiexec: the weights and moving averages of

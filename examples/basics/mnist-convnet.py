@@ -10,6 +10,7 @@ read from the standard IDX files in DIR (gzipped or not).
     python examples/basics/mnist-convnet.py                      # Digits
     python examples/basics/mnist-convnet.py --data ~/mnist_data  # MNIST
     python examples/basics/mnist-convnet.py --max-epoch 2 --steps-per-epoch 5  # smoke run
+    python examples/basics/mnist-convnet.py --mixed-precision bf16  # bfloat16 (docs/mixed_precision.md)
 
 Logs, ``stats.json``, TensorBoard events and checkpoints go to ``train_log/mnist-convnet``
 (``--logdir``); an existing directory there is replaced.
@@ -132,7 +133,8 @@ def get_config(args):
             ScheduledHyperParamSetter('learning_rate', lr_schedule(epochs)),
         ],
         steps_per_epoch=args.steps_per_epoch or len(train),
-        max_epoch=epochs)
+        max_epoch=epochs,
+        mixed_precision=args.mixed_precision)
 
 
 def main():
@@ -143,6 +145,8 @@ def main():
     parser.add_argument('--batch', type=int, default=64, help='batch size (default 64)')
     parser.add_argument('--shift', type=int, default=3,
                         help='random training shifts of up to this many pixels (default 3; 0: none)')
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'],
+                        help='compute in 16 bits (docs/mixed_precision.md; default: float32)')
     parser.add_argument('--logdir', default='train_log/mnist-convnet',
                         help='where logs, stats.json and checkpoints go (replaced if it exists; '
                              'default %(default)s)')

@@ -19,6 +19,7 @@ from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
 from ..loop.state import Schedule, TrainLoop
 from ..tfutils.hooked_session import HookedSession
+from ..tfutils.mixed_precision import MixedPrecision
 from ..tfutils.model_utils import describe_trainable_vars
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
@@ -59,6 +60,8 @@ class Trainer:
     """Whether this process is the chief worker; only the chief runs chief-only callbacks
     and initializes variables from ``session_init``."""
 
+    _mixed_precision = None
+
     def __init__(self):
         enable_graph_mode()
         self._callbacks = []
@@ -72,6 +75,24 @@ class Trainer:
     starting_epoch = property(lambda self: self.loop.starting_epoch)
     max_epoch = property(lambda self: self.loop.max_epoch)
     steps_per_epoch = property(lambda self: self.loop.steps_per_epoch)
+
+    @property
+    def mixed_precision(self):
+        """The :class:`MixedPrecision` of the run, or None (float32). Set it to 'bf16', 'fp16'
+        or a :class:`MixedPrecision` before the graph is set up (``setup_graph``); the
+        session then gets the rewrite (see docs/mixed_precision.md)."""
+        return self._mixed_precision
+
+    @mixed_precision.setter
+    def mixed_precision(self, value):
+        if self._graph_set_up():
+            raise RuntimeError("{}.mixed_precision must be set before the graph is set up".format(
+                type(self).__name__))
+        self._mixed_precision = MixedPrecision.of(value)
+
+    def _graph_set_up(self):
+        """Whether the training graph was built (template: trainers that build it say so)."""
+        return isinstance(self._callbacks, Callbacks)
 
     @property
     def callbacks(self):
@@ -155,6 +176,7 @@ class Trainer:
         if not isinstance(session_init, SessionInit):
             raise TypeError("session_init must be a SessionInit, got {}".format(type(session_init).__name__))
         session_init.setup_graph()
+        self._use_mixed_precision(session_creator)
         logger.info("Creating the session ...")
         self.sess = session_creator.create_session()
         self.hooked_sess = HookedSession(self.sess, self._trainer_hooks() + self._callbacks.get_hooks())
@@ -166,6 +188,20 @@ class Trainer:
                 type(session_init).__name__))
         self.sess.graph.finalize()
         logger.info("Graph finalized.")
+
+    def _use_mixed_precision(self, session_creator):
+        """Give the session creator's config the rewrite of :attr:`mixed_precision`; warn once
+        when the hardware lacks what makes it fast."""
+        precision = self._mixed_precision
+        if precision is None:
+            return
+        if not isinstance(getattr(session_creator, 'config', None), tfv1.ConfigProto):
+            raise ValueError("{}.mixed_precision={!r} needs a session creator with a ConfigProto `config` "
+                             "(e.g. NewSessionCreator), got {}".format(
+                                 type(self).__name__, precision.mode, type(session_creator).__name__))
+        session_creator.config = precision.session_config(session_creator.config)
+        precision.warn_if_unsupported()
+        logger.info("Mixed precision: {}.".format(precision))
 
     @call_only_once
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):

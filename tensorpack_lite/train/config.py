@@ -12,6 +12,7 @@ from ..graph_builder.model_desc import ModelDescBase
 from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback
 from ..loop.state import Schedule
+from ..tfutils.mixed_precision import MixedPrecision
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils import varmanip
 from ..tfutils.sessinit import SaverRestore, SessionInit
@@ -60,6 +61,8 @@ class TrainConfig:
         starting_epoch (int): the number of the first epoch (1 for a new run).
         steps_per_epoch (int): defaults to the size of the dataflow or InputSource.
         max_epoch (int): the number of the last epoch.
+        mixed_precision (str or MixedPrecision): None (float32), 'bf16' or 'fp16': set on the
+            trainer by :func:`launch_train_with_config` (see docs/mixed_precision.md).
 
     Example::
 
@@ -70,7 +73,7 @@ class TrainConfig:
 
     def __init__(self, dataflow=None, data=None, model=None, callbacks=None, extra_callbacks=None,
                  monitors=None, session_creator=None, session_config=None, session_init=None,
-                 starting_epoch=1, steps_per_epoch=None, max_epoch=99999):
+                 starting_epoch=1, steps_per_epoch=None, max_epoch=99999, mixed_precision=None):
         if dataflow is not None and data is not None:
             raise ValueError("TrainConfig takes either dataflow= or data=, not both")
         if dataflow is not None and not isinstance(dataflow, DataFlow):
@@ -97,6 +100,7 @@ class TrainConfig:
         self.monitors = _check_list_of(monitors, MonitorBase, 'monitors')
         self.session_creator = session_creator or NewSessionCreator(config=session_config)
         self.session_init = session_init
+        self.mixed_precision = MixedPrecision.of(mixed_precision)
         if steps_per_epoch is None:
             steps_per_epoch = self._input_size()
         self.schedule = Schedule(steps_per_epoch, starting_epoch, max_epoch)

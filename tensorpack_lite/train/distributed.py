@@ -321,6 +321,9 @@ class _ParameterServerTrainer(DistributedTrainerBase):
     schedule; the other workers wait for them (which also tells them the chief has
     initialized and restored the variables)."""
 
+    def _supports_loss_scaling(self):
+        return False   # the gradients are applied on the parameter servers, once for all workers
+
     def _build_sync_ops(self, grad_list, get_opt_fn):
         callbacks = self._build_ps_train_op(grad_list, get_opt_fn)
         sync = self._builder.sync

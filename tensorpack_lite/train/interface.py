@@ -47,6 +47,8 @@ def launch_train_with_config(config, trainer):
     if config.dataflow is None and config.data is None:
         raise ValueError("TrainConfig needs dataflow= or data= for launch_train_with_config()")
     model = config.model
+    if config.mixed_precision is not None:
+        trainer.mixed_precision = config.mixed_precision
     source = apply_default_prefetch(config.data if config.data is not None else config.dataflow, trainer)
     trainer.setup_graph(model.get_input_signature(), source, model.build_graph, model.get_optimizer)
     trainer.train_with_defaults(

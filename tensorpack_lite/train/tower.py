@@ -11,6 +11,7 @@ from ..input_source.input_source_base import InputSource
 from ..predict.base import OnlinePredictor
 from ..tfutils.gradproc import FilterNoneGrad
 from ..tfutils.inference_tower import build_predict_tower
+from ..tfutils.mixed_precision import DynamicLossScale, LossScaleOptimizer
 from ..tfutils.tower_context import get_current_tower_context
 from ..tfutils.tower_func import TowerFunc
 from ..utils.argtools import call_only_once, memoized, memoized_method
@@ -130,6 +131,16 @@ class SingleCostTrainer(TowerTrainer):
 
     _COST_CHECK_MARK = 'is not finite'
 
+    _loss_scale = None
+
+    def _graph_set_up(self):
+        return self._tower_func is not None
+
+    def _supports_loss_scaling(self):
+        """Whether the trainer applies gradients where :class:`LossScaleOptimizer` can decide
+        a step (template: the parameter-server trainers apply them on the servers)."""
+        return True
+
     def run_step(self):
         try:
             super().run_step()
@@ -163,14 +174,38 @@ class SingleCostTrainer(TowerTrainer):
         if not isinstance(input, InputSource):
             raise TypeError("setup_graph() takes an InputSource, got {!r}; wrap a DataFlow in "
                             "FeedInput or QueueInput".format(input))
-        tower_func = TowerFunc(get_cost_fn, input_signature)
-        self.tower_func = tower_func
-        get_opt_fn = memoized(get_opt_fn)
         if input.setup_done():
             raise RuntimeError("{} was already set up: an InputSource feeds one trainer".format(input))
+        get_opt_fn = self._with_loss_scaling(get_opt_fn)
+        tower_func = TowerFunc(get_cost_fn, input_signature)
+        self.tower_func = tower_func
         input_callbacks = input.setup(input_signature)
         train_callbacks = self._setup_graph(input, tower_func, get_opt_fn)
+        if self._loss_scale is not None:
+            self.train_op = self._loss_scale.update_after(self.train_op)
+            self._loss_scale.add_summaries()
         self.register_callback(input_callbacks + list(train_callbacks))
+
+    def _with_loss_scaling(self, get_opt_fn):
+        """``get_opt_fn`` memoized; with ``mixed_precision`` 'fp16', its optimizer wrapped in
+        a :class:`LossScaleOptimizer` (the scale's variables are made here, outside towers)."""
+        precision = self.mixed_precision
+        if precision is None or not precision.loss_scaling:
+            return memoized(get_opt_fn)
+        if not self._supports_loss_scaling():
+            raise NotImplementedError("{} does not support mixed_precision='fp16' (loss scaling); use "
+                                      "'bf16' or another trainer".format(type(self).__name__))
+        self._loss_scale = DynamicLossScale(precision.initial_scale, precision.growth_interval)
+
+        @memoized
+        def get_scaled_opt():
+            return LossScaleOptimizer(get_opt_fn(), self._loss_scale)
+        return get_scaled_opt
+
+    @property
+    def loss_scale(self):
+        """The :class:`DynamicLossScale` of an 'fp16' run (None otherwise)."""
+        return self._loss_scale
 
     def _setup_graph(self, input, get_cost_fn, get_opt_fn):
         """Build the towers and ``self.train_op``; return a list of callbacks."""
@@ -203,7 +238,7 @@ class SingleCostTrainer(TowerTrainer):
                 colocate_gradients_with_ops=self.COLOCATE_GRADIENTS_WITH_OPS,
                 aggregation_method=self.AGGREGATION_METHOD)
             grads = FilterNoneGrad().process(grads)
-            if self.CHECK_COST and not self.XLA_COMPILE:
+            if self.CHECK_COST and not self.XLA_COMPILE and self._loss_scale is None:
                 grads = self._checked_gradients(cost, grads)
             return grads
 

@@ -94,8 +94,11 @@ class DumpWeights(Callback):
     def _after_train(self):
         variables = trained_variables()
         values = self.trainer.sess.run(variables)
+        scale = getattr(self.trainer, 'loss_scale', None)
+        scale = None if scale is None else self.trainer.sess.run([scale.scale, scale.skipped_steps])
         with open(self.path, 'w') as f:
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
+                       'loss_scale': None if scale is None else [float(scale[0]), int(scale[1])],
                        'marker_existed': bool(self.marker and os.path.exists(self.marker)),
                        'weights': {v.op.name: x.tolist() for v, x in zip(variables, values)}}, f)
 
@@ -223,6 +226,7 @@ def parse_args(argv):
     parser.add_argument('--chief-loses-data', type=int,
                         help="once, after this epoch-end step's checkpoint and record, the chief cuts its "
                              "data file to half and is SIGKILLed")
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'], help='TrainConfig(mixed_precision=)')
     parser.add_argument('--startup-timeout', type=float, default=120)
     return parser.parse_args(argv)
 
@@ -276,7 +280,8 @@ def main(argv):
     model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm)
     config = AutoResumeTrainConfig(model=model,
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
-                                   steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs)
+                                   steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,
+                                   mixed_precision=args.mixed_precision)
     launch_train_with_config(config, trainer)
 
 

@@ -168,6 +168,7 @@ def parse_args(argv):
     parser.add_argument('--lr', type=float, default=0.05)
     parser.add_argument('--sum', action='store_true', help='sum the gradients instead of averaging')
     parser.add_argument('--fp16', action='store_true', help='fp16 gradient compression')
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'], help='TrainConfig(mixed_precision=)')
     parser.add_argument('--stop-at-step', type=int, help='rank 0 stops training after this step')
     parser.add_argument('--chief-only-variable', action='store_true')
     parser.add_argument('--no-epoch-broadcast', action='store_true',
@@ -221,7 +222,8 @@ def main(argv):
     model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
     session_config = None if args.towers is None else tfv1.ConfigProto(device_count={'CPU': args.towers})
     config = TrainConfig(model=model, dataflow=df, callbacks=callbacks, session_config=session_config,
-                         steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs)
+                         steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,
+                         mixed_precision=args.mixed_precision)
     launch_train_with_config(config, trainer)
 
 

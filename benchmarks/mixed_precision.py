@@ -1,0 +1,96 @@
+#!/usr/bin/env python
+"""Steps per second of a CIFAR-size convnet in float32 and with ``mixed_precision='bf16'``
+(or 'fp16'), through the library's default path.
+
+The model: 32x32x3 images, three 3x3 convs (64, 128, 128 channels, ReLU) each followed by
+2x2 max-pooling, a dense layer to 10 classes, batch 64, Momentum. The path: a DataFlow of
+random numpy batches -> the default InputSource -> SimpleTrainer with the default callbacks
+and monitors (``launch_train_with_config``). Each run is timed per epoch; its first epoch
+is warm-up; a run's rate is the median of the other epochs. The modes run in rounds, in
+alternating order, so that drift hits both alike. Printed: each mode's median rate over the
+rounds, and the ratio of the medians and the median of the per-round ratios. The machine
+is shared and noisy: give it several rounds and read the ratios.
+
+    python benchmarks/mixed_precision.py --rounds 5
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+
+import numpy as np
+
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.utils import logger
+from timing import EpochTimer
+
+BATCH = 64
+
+
+class CifarConvNet(ModelDesc):
+    def inputs(self):
+        return [tf.TensorSpec([None, 32, 32, 3], tf.float32, 'image'),
+                tf.TensorSpec([None], tf.int32, 'label')]
+
+    def build_graph(self, image, label):
+        x = image
+        for i, channels in enumerate([64, 128, 128]):
+            kernel = tfv1.get_variable('conv{}/W'.format(i), [3, 3, x.shape[-1], channels])
+            bias = tfv1.get_variable('conv{}/b'.format(i), [channels], initializer=tfv1.zeros_initializer())
+            x = tf.nn.relu(tf.nn.conv2d(x, kernel, 1, 'SAME') + bias)
+            x = tf.nn.max_pool2d(x, 2, 2, 'VALID')
+        x = tf.reshape(x, [-1, 4 * 4 * 128])
+        logits = tf.matmul(x, tfv1.get_variable('fc/W', [4 * 4 * 128, 10]))
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits)
+        return tf.reduce_mean(xent, name='cost')
+
+    def optimizer(self):
+        return tfv1.train.MomentumOptimizer(0.01, 0.9)
+
+
+def random_batches(num):
+    rng = np.random.RandomState(0)
+    return DataFromList([[rng.rand(BATCH, 32, 32, 3).astype('float32'),
+                          rng.randint(0, 10, BATCH).astype('int32')] for _ in range(num)], shuffle=False)
+
+
+def run(mode, steps, epochs):
+    """Steps per second of one training run (the median of its epochs after the first)."""
+    timer = EpochTimer()
+    with tfv1.Graph().as_default():
+        config = TrainConfig(model=CifarConvNet(), dataflow=random_batches(steps), callbacks=[timer],
+                             steps_per_epoch=steps, max_epoch=epochs, mixed_precision=mode)
+        launch_train_with_config(config, SimpleTrainer())
+    return steps / statistics.median(timer.times[1:])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--steps', type=int, default=20, help='steps per epoch')
+    parser.add_argument('--epochs', type=int, default=4, help='epochs per run (the first is warm-up)')
+    parser.add_argument('--mode', choices=['bf16', 'fp16'], default='bf16')
+    args = parser.parse_args()
+    logger.set_logger_dir(os.path.join(tempfile.mkdtemp(), 'log'), action='d')
+    modes = [None, args.mode]
+    rates = {mode: [] for mode in modes}
+    for index in range(args.rounds):
+        for mode in (modes if index % 2 == 0 else modes[::-1]):
+            rates[mode].append(run(mode, args.steps, args.epochs))
+        print("round {}: float32 {:.2f} steps/s, {} {:.2f} steps/s".format(
+            index + 1, rates[None][-1], args.mode, rates[args.mode][-1]), flush=True)
+    base, mixed = statistics.median(rates[None]), statistics.median(rates[args.mode])
+    paired = statistics.median(m / b for m, b in zip(rates[args.mode], rates[None]))
+    print("float32: median {:.2f} steps/s ({:.1f} ms/step), range {:.2f}..{:.2f}".format(
+        base, 1000 / base, min(rates[None]), max(rates[None])))
+    print("{}: median {:.2f} steps/s ({:.1f} ms/step), range {:.2f}..{:.2f}".format(
+        args.mode, mixed, 1000 / mixed, min(rates[args.mode]), max(rates[args.mode])))
+    print("ratio {} / float32: {:.2f}x (medians), {:.2f}x (median of per-round ratios)".format(
+        args.mode, mixed / base, paired))
+
+
+if __name__ == '__main__':
+    main()

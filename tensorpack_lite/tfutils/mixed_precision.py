@@ -1,0 +1,239 @@
+"""Mixed-precision training: the model's graph stays float32 (variables, optimizer slots,
+checkpoints) and TensorFlow's grappler rewrite computes its heavy ops in 16 bits.
+
+* ``'bf16'``: ``auto_mixed_precision_onednn_bfloat16``, bfloat16 on CPUs with AVX512-BF16 or
+  AMX. bfloat16 has float32's range: no loss scaling is needed.
+* ``'fp16'``: ``auto_mixed_precision`` (float16 on GPUs), ``auto_mixed_precision_cpu`` on a
+  machine without a GPU (float16 numbers emulated on the CPU: the same overflows as on a
+  GPU, no speed-up), and dynamic loss scaling (:class:`DynamicLossScale`,
+  :class:`LossScaleOptimizer`).
+
+A trainer takes a mode through ``trainer.mixed_precision = 'bf16'`` (or
+``TrainConfig(mixed_precision='bf16')``); any session gets the rewrite from
+:func:`mixed_precision_session_config`. See docs/mixed_precision.md.
+"""
+
+from ..compat import tf, tfv1
+from ..utils import logger
+from ..utils.gpu import get_num_gpu
+from .common import get_default_sess_config
+from .optimizer import ProxyOptimizer
+
+__all__ = ['MODES', 'MixedPrecision', 'mixed_precision_session_config', 'cpu_bf16_flags',
+           'missing_hardware', 'DynamicLossScale', 'LossScaleOptimizer']
+
+MODES = ('bf16', 'fp16')
+"""The mixed-precision modes (None: float32 throughout)."""
+
+_BF16_FLAGS = ('avx512_bf16', 'amx_bf16')
+
+
+def cpu_bf16_flags(cpuinfo='/proc/cpuinfo'):
+    """The CPU flags among ``avx512_bf16`` and ``amx_bf16`` that ``cpuinfo`` lists (a set;
+    empty when the file cannot be read)."""
+    try:
+        with open(cpuinfo) as f:
+            text = f.read()
+    except OSError:
+        return set()
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith('flags'):
+            flags.update(line.split(':', 1)[-1].split())
+    return flags.intersection(_BF16_FLAGS)
+
+
+def missing_hardware(mode):
+    """What this machine lacks to make ``mode`` fast, and what to expect (a str), or None."""
+    if mode == 'bf16' and not cpu_bf16_flags():
+        return ("mixed_precision='bf16': this CPU has neither AVX512-BF16 nor AMX (no avx512_bf16/amx_bf16 "
+                "in /proc/cpuinfo); training runs correctly but bfloat16 is emulated: expect it as slow "
+                "as or slower than float32.")
+    if mode == 'fp16' and get_num_gpu() == 0:
+        return ("mixed_precision='fp16': no GPU; float16 is emulated on the CPU (float16 values, float32 "
+                "arithmetic), so training runs correctly with loss scaling as on a GPU but expect it "
+                "slower than float32. On a CPU, use 'bf16' for speed.")
+    return None
+
+
+def _rewriter_field(mode):
+    if mode == 'bf16':
+        return 'auto_mixed_precision_onednn_bfloat16'
+    if get_num_gpu() > 0:
+        return 'auto_mixed_precision'
+    fields = tfv1.ConfigProto().graph_options.rewrite_options.DESCRIPTOR.fields_by_name
+    return 'auto_mixed_precision_cpu' if 'auto_mixed_precision_cpu' in fields else None
+
+
+def mixed_precision_session_config(mode, config=None):
+    """A copy of ``config`` (default: :func:`get_default_sess_config`) whose grappler rewrite
+    computes in ``mode`` ('bf16' or 'fp16'; None: the copy unchanged). For sessions the
+    trainers do not make, e.g. ``PredictConfig(session_creator=NewSessionCreator(
+    config=mixed_precision_session_config('bf16')))``."""
+    mode = MixedPrecision.of(mode).mode if mode is not None else None
+    new = tfv1.ConfigProto()
+    new.CopyFrom(config if config is not None else get_default_sess_config())
+    field = _rewriter_field(mode) if mode is not None else None
+    if field is not None:
+        setattr(new.graph_options.rewrite_options, field, 1)   # RewriterConfig.ON
+    return new
+
+
+class MixedPrecision:
+    """A mixed-precision mode and its loss-scaling settings.
+
+    Args:
+        mode (str): 'bf16' or 'fp16'.
+        initial_scale (float): the first loss scale ('fp16').
+        growth_interval (int): the scale doubles after this many steps in a row whose
+            gradients were finite ('fp16').
+    """
+
+    def __init__(self, mode, initial_scale=2.0 ** 15, growth_interval=2000):
+        if mode not in MODES:
+            raise ValueError("mixed_precision must be one of {} or None, got {!r}".format(
+                ', '.join(repr(m) for m in MODES), mode))
+        if not initial_scale >= 1:
+            raise ValueError("MixedPrecision: initial_scale must be >= 1, got {!r}".format(initial_scale))
+        if int(growth_interval) != growth_interval or growth_interval < 1:
+            raise ValueError("MixedPrecision: growth_interval must be a positive int, got {!r}".format(
+                growth_interval))
+        self.mode = mode
+        self.initial_scale = float(initial_scale)
+        self.growth_interval = int(growth_interval)
+
+    @staticmethod
+    def of(value):
+        """``value`` (a mode string, a MixedPrecision or None) as a MixedPrecision or None."""
+        if value is None or isinstance(value, MixedPrecision):
+            return value
+        return MixedPrecision(value)
+
+    @property
+    def loss_scaling(self):
+        """Whether the mode scales the loss ('fp16')."""
+        return self.mode == 'fp16'
+
+    def session_config(self, config):
+        """:func:`mixed_precision_session_config` of this mode."""
+        return mixed_precision_session_config(self.mode, config)
+
+    def warn_if_unsupported(self):
+        """Log the one warning of :func:`missing_hardware`, if any; return it."""
+        message = missing_hardware(self.mode)
+        if message:
+            logger.warn(message)
+        return message
+
+    def __repr__(self):
+        return "MixedPrecision({!r}, initial_scale={}, growth_interval={})".format(
+            self.mode, self.initial_scale, self.growth_interval)
+
+
+class DynamicLossScale:
+    """The state of dynamic loss scaling: float32 ``scale``, int64 ``good_steps`` (finite
+    steps since the last change) and ``skipped_steps``, global variables under
+    ``loss_scale/`` (so in checkpoints and broadcast like the others).
+
+    Each ``apply_gradients`` of a :class:`LossScaleOptimizer` records whether its gradients
+    are finite; :meth:`update_after` builds the once-a-step update from all records: if any
+    was not finite the scale halves (not below 1) and ``skipped_steps`` grows by one, else
+    after ``growth_interval`` finite steps the scale doubles (not above 2**24).
+    """
+
+    MAX_SCALE = 2.0 ** 24
+
+    def __init__(self, initial_scale=2.0 ** 15, growth_interval=2000):
+        self.growth_interval = int(growth_interval)
+        self._finite_flags = []
+        root = tfv1.VariableScope(reuse=tfv1.AUTO_REUSE, name='')
+        with tfv1.variable_scope(root), tfv1.variable_scope('loss_scale'), tfv1.name_scope(None):
+            self.scale = tfv1.get_variable('scale', initializer=tf.constant(float(initial_scale)),
+                                           trainable=False)
+            self.good_steps = tfv1.get_variable('good_steps', initializer=tf.constant(0, tf.int64),
+                                                trainable=False)
+            self.skipped_steps = tfv1.get_variable('skipped_steps', initializer=tf.constant(0, tf.int64),
+                                                   trainable=False)
+
+    def record_finite(self, grads):
+        """A bool tensor: every gradient in ``grads`` is finite; recorded for the update."""
+        checks = [tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+                  for g in grads if g is not None]
+        finite = tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+        self._finite_flags.append(finite)
+        return finite
+
+    def update_after(self, train_op):
+        """``train_op`` followed by the update of the scale and counters (one op)."""
+        if not self._finite_flags:
+            raise RuntimeError("DynamicLossScale: no LossScaleOptimizer.apply_gradients was built, "
+                               "so there is nothing to decide the loss scale from.")
+        with tf.name_scope('loss_scale_update'), tf.control_dependencies([train_op]):
+            finite = tf.reduce_all(tf.stack(self._finite_flags))
+            good = tf.where(finite, self.good_steps + 1, tf.constant(0, tf.int64))
+            grow = tf.logical_and(finite, good >= self.growth_interval)
+            halved = tf.maximum(self.scale / 2.0, 1.0)
+            doubled = tf.minimum(self.scale * 2.0, self.MAX_SCALE)
+            new_scale = tf.where(grow, doubled, tf.where(finite, self.scale.read_value(), halved))
+            updates = [self.scale.assign(new_scale),
+                       self.good_steps.assign(tf.where(grow, tf.constant(0, tf.int64), good)),
+                       self.skipped_steps.assign_add(1 - tf.cast(finite, tf.int64))]
+            return tf.group(*updates, name='train_op_with_loss_scale')
+
+    def add_summaries(self):
+        """Scalar summaries ``loss_scale/scale`` and ``loss_scale/skipped_steps`` (written by
+        :class:`MergeAllSummaries` to the monitors: stats.json, TensorBoard)."""
+        with tfv1.name_scope('loss_scale_summaries'):
+            for tag, value in (('loss_scale/scale', self.scale),
+                               ('loss_scale/skipped_steps', tf.cast(self.skipped_steps, tf.float32))):
+                # the tag as given: summary.scalar would uniquify it against the variables' ops
+                summary = tf.raw_ops.ScalarSummary(tags=tag, values=value.read_value()
+                                                   if isinstance(value, tf.Variable) else value)
+                tfv1.add_to_collection(tfv1.GraphKeys.SUMMARIES, summary)
+
+
+class LossScaleOptimizer(ProxyOptimizer):
+    """Dynamic loss scaling around an optimizer, in graph mode.
+
+    :meth:`compute_gradients` differentiates ``loss * scale`` and divides the gradients by
+    ``scale``; :meth:`apply_gradients` applies them only when all are finite (else nothing
+    changes: neither the variables nor the optimizer's slots) and records the decision for
+    ``loss_scale.update_after(train_op)``, which the trainer runs once per step. Data-parallel
+    trainers apply the all-reduced gradients, so every replica decides the same.
+
+    Args:
+        opt (tf.compat.v1.train.Optimizer): the optimizer.
+        loss_scale (DynamicLossScale): the scale state.
+    """
+
+    def __init__(self, opt, loss_scale):
+        super().__init__(opt, name='LossScaleOptimizer')
+        self._loss_scale = loss_scale
+
+    def compute_gradients(self, loss, *args, **kwargs):
+        scale = self._loss_scale.scale
+        scaled = loss * tf.cast(scale, loss.dtype)
+        pairs = self._opt.compute_gradients(scaled, *args, **kwargs)
+        return [(self._unscale(g, scale), v) for g, v in pairs]
+
+    @staticmethod
+    def _unscale(grad, scale):
+        if grad is None:
+            return None
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values / tf.cast(scale, grad.dtype), grad.indices, grad.dense_shape)
+        return grad / tf.cast(scale, grad.dtype)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        pairs = list(grads_and_vars)
+        finite = self._loss_scale.record_finite([g for g, _ in pairs])
+
+        def apply():
+            with tf.control_dependencies([self._opt.apply_gradients(pairs, global_step=global_step)]):
+                return tf.constant(True)
+
+        # the graph pushed as the default explicitly: the optimizer's slots, made inside the
+        # branch, are lifted into it (init_scope), not into the eager context
+        with tfv1.get_default_graph().as_default():
+            applied = tf.cond(finite, apply, lambda: tf.constant(False))
+        return tf.group(applied, name=name or 'apply_if_finite')
