@@ -4,6 +4,7 @@ JPEG images, caffe's text files and a BlobProto encoded with protobuf, MATLAB .m
 
 import os
 import struct
+import sys
 
 import cv2
 import numpy as np
@@ -16,6 +17,10 @@ from tensorpack_lite.dataflow.dataset.ilsvrc import (ILSVRC12, ILSVRC12Files, IL
                                                      read_caffe_blob)
 from tensorpack_lite.dataflow.dataset.places import Places365Standard
 from tensorpack_lite.dataflow.dataset.svhn import SVHNDigit
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                'examples', 'HED_tensorpack'))
+from fake_bsds500 import write_bsds_image  # noqa: E402
 
 SYNSETS = ['n01440764', 'n01443537', 'n01484850']
 WORDS = ['tench, Tinca tinca', 'goldfish, Carassius auratus', 'great white shark']
@@ -394,20 +399,12 @@ def test_caltech101_silhouettes(tmp_path, fixed_seed):
 
 
 def write_bsds(root, name, annotations):
-    """One image per entry of ``annotations`` ({image id: (height, width, list of boundary maps)})."""
-    data = os.path.join(root, 'BSR', 'BSDS500', 'data')
+    """One image per entry of ``annotations`` ({image id: (height, width, list of boundary maps)}),
+    written by the HED example's fake BSDS500 writer."""
     for image_id, (height, width, boundary_maps) in annotations.items():
         image = np.zeros((height, width, 3), np.uint8)
         image[:240, :240] = (200, 100, 50)          # one 8x8-aligned corner block, so JPEG keeps it
-        path = os.path.join(data, 'images', name, image_id + '.jpg')
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        assert cv2.imwrite(path, image, [cv2.IMWRITE_JPEG_QUALITY, 100])
-        cells = np.empty((1, len(boundary_maps)), dtype=object)
-        for k, boundaries in enumerate(boundary_maps):
-            cells[0, k] = {'Segmentation': np.ones((height, width), np.uint16), 'Boundaries': boundaries}
-        gt_path = os.path.join(data, 'groundTruth', name, image_id + '.mat')
-        os.makedirs(os.path.dirname(gt_path), exist_ok=True)
-        scipy.io.savemat(gt_path, {'groundTruth': cells})
+        write_bsds_image(root, name, image_id, image, boundary_maps)
 
 
 def test_bsds500_averaged_boundaries_and_portrait_images(tmp_path):

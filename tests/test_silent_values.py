@@ -49,6 +49,45 @@ def test_integers_that_fit_are_converted_exactly():
     assert checker.feeds([np.ones((0, 2)), np.array([], dtype=np.int64)])[label].shape == (0,)
 
 
+def test_whole_floats_feed_an_int_input_exactly():
+    # tensorpack's HED example feeds edge maps of 0. and 1. (float32) into an int32 input
+    checker, (image, edgemap) = _checker(('image', tf.float32, [None, 2]), ('edgemap', tf.int32, [None, 3]))
+    maps = np.array([[0., 1., 0.], [-7., 2. ** 31 - 1, -2. ** 31]], dtype=np.float64)
+    feeds = checker.feeds([np.ones((2, 2), np.float32), maps])
+    assert feeds[edgemap].dtype == np.int32
+    assert feeds[edgemap].tolist() == [[0, 1, 0], [-7, 2 ** 31 - 1, -2 ** 31]]
+    assert checker.feeds([np.ones((0, 2)), np.ones((0, 3), np.float32)])[edgemap].shape == (0, 3)
+
+
+@pytest.mark.parametrize('bad, shown', [(0.5, '0.5'), (np.nan, 'nan'), (-np.inf, '-inf')])
+def test_floats_that_are_not_whole_numbers_are_an_error_naming_the_input(bad, shown):
+    checker, _ = _checker(('edgemap', tf.int32, [None, 3]))
+    maps = np.zeros((2, 3), np.float32)
+    maps[1, 2] = bad
+    with pytest.raises(ValueError, match=r"component 0 of the datapoint \(float32\) holds {}, which is not a "
+                                         r"whole number, but input 'edgemap' is int32".format(shown)):
+        checker.feeds([maps])
+
+
+def test_whole_floats_out_of_the_integer_range_are_an_error():
+    checker, _ = _checker(('label', tf.int32, [None]), ('pixels', tf.uint8, [None]))
+    with pytest.raises(ValueError,
+                       match=r"holds 2147483648.0, which does not fit the int32 of input 'label'"):
+        checker.feeds([np.array([1., 2. ** 31]), np.zeros(1, np.uint8)])
+    with pytest.raises(ValueError, match=r"holds -1.0, which does not fit the uint8 of input 'pixels'"):
+        checker.feeds([np.zeros(1, np.int32), np.array([3., -1.], np.float32)])
+    # a float beyond int64 (2.0**63 is one more than its largest value)
+    checker, _ = _checker(('step', tf.int64, [None]))
+    with pytest.raises(ValueError, match=r"holds 9.223372036854776e\+18, which does not fit the int64"):
+        checker.feeds([np.array([2. ** 63])])
+
+
+def test_floats_never_feed_a_bool_input():
+    checker, _ = _checker(('mask', tf.bool, [None]))
+    with pytest.raises(TypeError, match=r"dtype float32, but input 'mask' is bool"):
+        checker.feeds([np.array([0., 1.], np.float32)])
+
+
 class _LinearModel(ModelDesc):
     """cost = mean((x * w - y)^2) with one weight w; y may be NaN/inf in chosen datapoints."""
 

@@ -295,8 +295,11 @@ class BadDataFlow(DataFromList):
 
 BAD_DATAPOINTS = {
     'components': (lambda x, y: [x], ValueError, r"has 1 components but there are 2 inputs \(image, label\)"),
-    'dtype': (lambda x, y: [x, y.astype('float32')], TypeError,
-              r"component 1 of the datapoint has dtype float32, but input 'label' is int32"),
+    'dtype': (lambda x, y: [x.astype('complex64'), y], TypeError,
+              r"component 0 of the datapoint has dtype complex64, but input 'image' is float32"),
+    'fraction': (lambda x, y: [x, (y + 0.5).astype('float32')], ValueError,
+                 r"component 1 of the datapoint \(float32\) holds \d+\.5, which is not a whole number, "
+                 r"but input 'label' is int32"),
     'shape': (lambda x, y: [x[:, :60], y], ValueError,
               r"component 0 of the datapoint has shape \(32, 60\), which does not fit input 'image' "
               r"of shape \(None, 64\)"),

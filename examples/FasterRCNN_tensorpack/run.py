@@ -18,13 +18,14 @@ Usage::
 import argparse
 import glob
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 from tiny_coco import make_tiny_coco
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tensorpack_port import library_env, port, run  # noqa: E402 (examples/, shared with HED_tensorpack)
 
 # (file, text in tensorpack's example, replacement, why)
 CHANGES = [
@@ -43,43 +44,6 @@ CHANGES = [
 # files whose `import tensorflow as tf` uses TF1 names (tf.get_variable, tf.variance_scaling_initializer,
 # tf.count_nonzero, tf.losses.huber_loss...): on TensorFlow 2 they need the compat.v1 API
 TF1_MODULES = ['eval.py', 'predict.py', 'modeling/*.py', 'utils/box_ops.py']
-
-IMPORT = re.compile(r'^(\s*(?:from|import)\s+)tensorpack\b', re.M)
-
-
-def port(src, dst):
-    """Copy the example from ``src`` to ``dst`` and apply the renames and CHANGES; returns the
-    list of changes made (for the log)."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns('*.pyc', '__pycache__', 'train_log'))
-    made = []
-    for path in glob.glob(os.path.join(dst, '**', '*.py'), recursive=True):
-        with open(path) as f:
-            text = f.read()
-        renamed, count = IMPORT.subn(r'\1tensorpack_lite', text)
-        if count:
-            with open(path, 'w') as f:
-                f.write(renamed)
-    made.append('imports: tensorpack -> tensorpack_lite in every .py')
-    tf1_files = sorted({p for pattern in TF1_MODULES for p in glob.glob(os.path.join(dst, pattern))})
-    for path in tf1_files:
-        with open(path) as f:
-            text = f.read()
-        if '\nimport tensorflow as tf\n' in text:
-            with open(path, 'w') as f:
-                f.write(text.replace('\nimport tensorflow as tf\n', '\nimport tensorflow.compat.v1 as tf\n'))
-            made.append('{}: import tensorflow.compat.v1 as tf (TF1 names on TF 2)'.format(
-                os.path.relpath(path, dst)))
-    for name, old, new, why in CHANGES:
-        path = os.path.join(dst, name)
-        with open(path) as f:
-            text = f.read()
-        if text.count(old) != 1:
-            raise SystemExit("run.py: the change to {} ({}) does not apply: {!r} occurs {} times in "
-                             "it".format(name, why, old, text.count(old)))
-        with open(path, 'w') as f:
-            f.write(text.replace(old, new))
-        made.append('{}: {}'.format(name, why))
-    return made
 
 
 def config_args(datadir, steps_per_epoch, lr_schedule, eval_period):
@@ -102,11 +66,6 @@ def config_args(datadir, steps_per_epoch, lr_schedule, eval_period):
     ]
 
 
-def run(cmd, cwd, env, timeout):
-    print('+ (cd {}) {}'.format(cwd, ' '.join(cmd)), flush=True)
-    subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, check=True)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--tensorpack-examples', required=True,
@@ -124,15 +83,13 @@ def main():
     example = os.path.join(workdir, 'FasterRCNN')
     if os.path.exists(example):
         shutil.rmtree(example)
-    for line in port(args.tensorpack_examples, example):
+    for line in port(args.tensorpack_examples, example, CHANGES, TF1_MODULES):
         print('changed: ' + line)
     datadir = os.path.join(workdir, 'coco')
     make_tiny_coco(datadir)
     logdir = os.path.join(workdir, 'train_log')
 
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get('PYTHONPATH', '')]),
-               CUDA_VISIBLE_DEVICES='', TF_CPP_MIN_LOG_LEVEL='2')
+    env = library_env()
     # LR_SCHEDULE is in steps of 8 GPUs: [0.5, 0.75, 1] * 8 / steps_per_epoch gives 4.0 epochs with 2 steps
     overrides = config_args(datadir, args.steps_per_epoch, '[0.5,0.75,1]', 4) + args.config
     run([sys.executable, 'train.py', '--logdir', logdir, '--config'] + overrides, example, env, args.timeout)

@@ -41,8 +41,10 @@ def datapoint_as_list(owner, dp, names):
 
 
 # numpy kinds a value may have for each kind of input when it is converted on feeding:
-# bool, ints and floats widen losslessly in meaning; floats never go into ints or bools.
-_ACCEPTED_KINDS = {'b': 'b', 'i': 'biu', 'u': 'bu', 'f': 'biuf', 'c': 'biufc'}
+# bool, ints and floats widen losslessly in meaning; floats go into ints only when every value is
+# a whole number the input can hold (checked per datapoint: 0./1. edge maps into an int32 input,
+# as tensorpack's HED example feeds them, but never 0.5); nothing but bools goes into bools.
+_ACCEPTED_KINDS = {'b': 'b', 'i': 'biuf', 'u': 'buf', 'f': 'biuf', 'c': 'biufc'}
 
 
 def _dtype_fits(dtype, expected, strict):
@@ -57,21 +59,33 @@ def _dtype_fits(dtype, expected, strict):
     return accepted is None or dtype.kind in accepted  # e.g. bfloat16: left to TensorFlow
 
 
-def _needs_range_check(dtype, target):
-    """Whether integers of numpy ``dtype`` may hold values that the integer ``target`` cannot
-    (int64 into int32, int8 into uint8...): those would wrap around silently on conversion."""
-    return dtype.kind in 'iu' and target.kind in 'iu' and not np.can_cast(dtype, target, 'safe')
+def _needs_value_check(dtype, target):
+    """Whether values of numpy ``dtype`` may change on conversion to the integer ``target``:
+    integers it cannot hold (int64 into int32, int8 into uint8...) would wrap around, floats
+    would be truncated or wrap around."""
+    if target.kind not in 'iu':
+        return False
+    return dtype.kind == 'f' or (dtype.kind in 'iu' and not np.can_cast(dtype, target, 'safe'))
+
+
+def _not_whole(value):
+    """The first element of the float array ``value`` that is not a whole number (a fraction,
+    NaN or infinity), or None."""
+    whole = np.isfinite(value) & (value == np.trunc(value))
+    return None if whole.all() else value.ravel()[np.argmin(whole.ravel())]
 
 
 def _out_of_range(value, target):
-    """The first element of the integer array ``value`` that ``target`` cannot hold, or None."""
+    """The first element of the array ``value`` (integers, or floats of whole numbers) that
+    the integer ``target`` cannot hold, or None."""
     if value.size == 0:
         return None
     info = np.iinfo(target)
     low, high = value.min(), value.max()
-    if low < info.min:
+    # as Python numbers: their comparison of a float with an int is exact (2.0**63 > 2**63 - 1)
+    if low.item() < info.min:
         return low
-    if high > info.max:
+    if high.item() > info.max:
         return high
     return None
 
@@ -79,11 +93,12 @@ def _out_of_range(value, target):
 class DatapointChecker:
     """Turns datapoints into feeds for ``placeholders``, with a clear error for one that does
     not fit: wrong number of components, a shape the placeholder does not accept, or a dtype
-    that would change meaning when converted (floats into an int input; with
-    ``strict_dtype`` any other dtype), or integers out of the range of an integer input
+    that would change meaning when converted (floats into a bool input; with
+    ``strict_dtype`` any other dtype), floats that are not whole numbers for an integer input
+    (0.5 would silently become 0), or values out of the range of an integer input
     (2**33 + 3 fed to an int32 input would silently become 3). Runs once per datapoint, so
-    it is kept cheap: the range is only looked at when the datapoint's integer dtype is
-    wider than the input's.
+    it is kept cheap: the values are only looked at when the datapoint holds floats or
+    integers of a wider dtype than the integer input's.
 
     The feeds are arrays of exactly the placeholders' dtypes, marked as checked
     (:class:`CheckedFeeds`), so that the hooked session feeds them without a second check.
@@ -130,20 +145,14 @@ class DatapointChecker:
             verdict = self._fits[(index, value.dtype)] = (
                 _dtype_fits(value.dtype, placeholder.dtype.base_dtype, self.strict_dtype),
                 placeholder.dtype.base_dtype != tf.string
-                and _needs_range_check(value.dtype, self._dtypes[index]))
-        fits, needs_range_check = verdict
+                and _needs_value_check(value.dtype, self._dtypes[index]))
+        fits, needs_value_check = verdict
         if not fits:
             raise TypeError("{}: component {} of the datapoint has dtype {}, but input '{}' is "
                             "{}".format(self.owner, index, value.dtype, input_name(placeholder),
                                         placeholder.dtype.base_dtype.name))
-        if needs_range_check:
-            culprit = _out_of_range(value, self._dtypes[index])
-            if culprit is not None:
-                raise ValueError("{}: component {} of the datapoint holds {}, which does not fit "
-                                 "the {} of input '{}' (it would wrap around to {})".format(
-                                     self.owner, index, culprit, placeholder.dtype.base_dtype.name,
-                                     input_name(placeholder),
-                                     np.array(culprit).astype(self._dtypes[index])))
+        if needs_value_check:
+            self._check_values(index, value)
         if value.dtype != self._dtypes[index]:
             try:
                 value = np.asarray(value, dtype=self._dtypes[index])
@@ -153,6 +162,26 @@ class DatapointChecker:
                                     self.owner, index, value.dtype, placeholder.dtype.base_dtype.name,
                                     input_name(placeholder), err)) from None
         return value
+
+    def _check_values(self, index, value):
+        """Raise if an element of ``value`` would change on conversion to the integer input
+        ``index``: a float that is not a whole number, or a value out of the input's range."""
+        placeholder, target = self.placeholders[index], self._dtypes[index]
+        if value.dtype.kind == 'f':
+            culprit = _not_whole(value)
+            if culprit is not None:
+                raise ValueError("{}: component {} of the datapoint ({}) holds {}, which is not a whole "
+                                 "number, but input '{}' is {}".format(
+                                     self.owner, index, value.dtype, culprit, input_name(placeholder),
+                                     placeholder.dtype.base_dtype.name))
+        culprit = _out_of_range(value, target)
+        if culprit is not None:
+            with np.errstate(invalid='ignore', over='ignore'):
+                wrapped = np.array(culprit).astype(target)
+            raise ValueError("{}: component {} of the datapoint holds {}, which does not fit "
+                             "the {} of input '{}' (it would wrap around to {})".format(
+                                 self.owner, index, culprit, placeholder.dtype.base_dtype.name,
+                                 input_name(placeholder), wrapped))
 
 
 def close_iterator(itr):
