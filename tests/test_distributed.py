@@ -174,10 +174,10 @@ def test_collective_two_workers_fp16_decide_each_step_together(tmp_path, compres
     assert_replicas_match(workers[0]['weights'], reference_weights(2, 1, 4, 5, 3, 2, lr=0.05), atol=2e-3)
 
 
-def reference_without_step(num_worker, batch, hidden, steps, skipped, lr):
-    """:func:`reference_weights` of one epoch of ``steps`` steps (one tower per worker) without
-    the update of step ``skipped`` (1-based): its batches left out."""
-    size = num_worker * batch
+def reference_without_step(num_worker, towers, batch, hidden, steps, skipped, lr):
+    """:func:`reference_weights` of one epoch of ``steps`` steps without the update of step
+    ``skipped`` (1-based): its batches left out."""
+    size = num_worker * towers * batch
     samples = train_tiny.make_samples(steps * size)
     del samples[(skipped - 1) * size:skipped * size]
     return train_tiny.train_single(samples, size, lr, hidden, steps - 1, 1)
@@ -187,8 +187,9 @@ def reference_without_step(num_worker, batch, hidden, steps, skipped, lr):
 def test_parameter_server_trainers_fp16_skip_an_overflowing_step_together(tmp_path, trainer):
     """mixed_precision='fp16' with a parameter server: in step 2 worker 1's batch overflows
     float16 once scaled; the chief, applying the averaged gradients, skips that update whole
-    and halves the one shared scale; both workers end with the weights of a run without
-    that step, equal, finite, and read the same loss scale (2**14, 1 skipped step)."""
+    and halves the one shared scale; both workers end with the weights of a run without that
+    step, equal, finite, and read the same loss scale (2**14, 1 skipped step). (With 2 towers
+    per worker this data overflows at 2**15 once by itself, so one tower each here.)"""
     run = Run(tmp_path, 2, 1, ['--trainer', trainer, '--mixed-precision', 'fp16', '--steps-per-epoch', 4,
                                '--overflow-step', 2])
     assert run.code == 0, run.output[-6000:]
@@ -199,7 +200,8 @@ def test_parameter_server_trainers_fp16_skip_an_overflowing_step_together(tmp_pa
         assert all(np.all(np.isfinite(value)) for value in worker['weights'].values())
     for name, value in workers[0]['weights'].items():
         np.testing.assert_array_equal(workers[1]['weights'][name], value, err_msg=name)
-    assert_replicas_match(workers[0]['weights'], reference_without_step(2, 4, 5, 4, 2, lr=0.05), atol=2e-3)
+    assert_replicas_match(workers[0]['weights'], reference_without_step(2, 1, 4, 5, 4, 2, lr=0.05),
+                          atol=2e-3)
 
 
 @pytest.mark.parametrize('trainer', ['ps', 'replicated'])

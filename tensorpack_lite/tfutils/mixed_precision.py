@@ -201,7 +201,9 @@ class LossScaleOptimizer(ProxyOptimizer):
     ``scale``; :meth:`apply_gradients` applies them only when all are finite (else nothing
     changes: neither the variables nor the optimizer's slots) and records the decision for
     ``loss_scale.update_after(train_op)``, which the trainer runs once per step. Data-parallel
-    trainers apply the all-reduced gradients, so every replica decides the same.
+    trainers apply the all-reduced gradients, so every replica decides the same; with
+    parameter servers the chief applies the averaged gradients once and updates the one
+    shared scale there.
 
     Args:
         opt (tf.compat.v1.train.Optimizer): the optimizer.
