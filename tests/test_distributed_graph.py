@@ -15,7 +15,8 @@ from tensorpack_lite.graph_builder.distributed import (CollectiveAllReduceBuilde
 from tensorpack_lite.tfutils.distributed import cluster_of_server, create_server
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
-from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer, DistributedTrainerReplicated
+from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
+                                               DistributedTrainerReplicated)
 from tensorpack_lite.utils.cluster import local_cluster
 
 
@@ -309,13 +310,53 @@ def test_an_unknown_compression_is_refused_naming_the_argument_and_the_choices(l
         CollectiveAllReduceBuilder(['/cpu:0'], lone_server, compression=compression)
 
 
-def test_parameter_server_trainers_refuse_fp16_loss_scaling(ps_servers):
+def _ancestors(op):
+    """The names of ``op`` and of every op it depends on (inputs and control inputs)."""
+    seen, todo = set(), [op]
+    while todo:
+        current = todo.pop()
+        if current.name in seen:
+            continue
+        seen.add(current.name)
+        todo.extend(t.op for t in current.inputs)
+        todo.extend(current.control_inputs)
+    return seen
+
+
+@pytest.mark.parametrize('trainer_class', [DistributedTrainerParameterServer, DistributedTrainerReplicated])
+@pytest.mark.parametrize('worker', [0, 1])
+def test_parameter_server_trainers_share_one_loss_scale_updated_by_the_chief_before_the_others_go_on(
+        ps_servers, trainer_class, worker):
+    """fp16: the loss-scale state is on the first parameter server; the chief updates it
+    after its apply and before it hands the others their step-done tokens; another worker
+    never updates it."""
     from tensorpack_lite.dataflow import DataFromList
     from tensorpack_lite.input_source import QueueInput
-    trainer = DistributedTrainerReplicated(['/cpu:0'], ps_servers[1])
-    trainer.mixed_precision = 'fp16'
-    x = tf.TensorSpec([None], tf.float32, 'x')
-    with pytest.raises(NotImplementedError, match="DistributedTrainerReplicated does not support "
-                                                  "mixed_precision='fp16'"):
-        trainer.setup_graph([x], QueueInput(DataFromList([[1.0]])), lambda x: tf.reduce_sum(x),
-                            lambda: tfv1.train.GradientDescentOptimizer(0.1))
+    with tfv1.Graph().as_default():
+        trainer = trainer_class(['/cpu:0'], ps_servers[worker])
+        trainer.mixed_precision = 'fp16'
+        x = tf.TensorSpec([None], tf.float32, 'x')
+
+        def cost(x):
+            w = tfv1.get_variable('w', initializer=tf.ones([1]))
+            return tf.reduce_sum(x * w)
+
+        trainer.setup_graph([x], QueueInput(DataFromList([[np.ones(1, np.float32)]])), cost,
+                            lambda: tfv1.train.MomentumOptimizer(0.1, 0.9))
+        scale = trainer.loss_scale
+        for var in (scale.scale, scale.good_steps, scale.skipped_steps):
+            assert var.device == '/job:ps/task:0/device:CPU:0', var.name
+        graph = tfv1.get_default_graph()
+        scale_updates = {op.name for op in graph.get_operations()
+                         if op.type == 'AssignVariableOp' and 'loss_scale_update/' in op.name}
+        assert len(scale_updates) == 2    # scale and good_steps (skipped_steps: AssignAddVariableOp)
+        upstream = _ancestors(trainer.train_op)
+        if worker == 0:
+            tokens = [op for op in graph.get_operations()
+                      if op.type == 'QueueEnqueueV2' and 'step_done' in op.inputs[0].op.name]
+            assert len(tokens) == 1
+            assert scale_updates <= _ancestors(tokens[0])
+        else:
+            assert not scale_updates & upstream
+        types = {graph.get_operation_by_name(name).type for name in upstream}
+        assert bool(types & {'If', 'StatelessIf'}) == (worker == 0)    # only the chief applies (if finite)

@@ -183,6 +183,16 @@ class _ParameterServerBuilder(DataParallelBuilder):
         ``worker_device`` (default: this worker's CPU)."""
         return LeastLoadedDeviceSetter(worker_device or self.cpu_device, self.ps_devices)
 
+    @staticmethod
+    def _apply_fn(opt, after_apply):
+        """The ``apply_fn`` of :meth:`ParameterServerSync.build`: ``opt`` applies the pairs,
+        then ``after_apply(op)`` (when given) builds what follows within the chief's apply,
+        before the other workers go on (e.g. the update of a loss scale)."""
+        def apply(pairs):
+            op = opt.apply_gradients(pairs, name='apply_gradients')
+            return after_apply(op) if after_apply is not None else op
+        return apply
+
     def _average_towers(self, grad_list):
         """This worker's gradients averaged over its towers, on its CPU."""
         self._check_grad_list(grad_list)
@@ -219,11 +229,11 @@ class DistributedParameterServerBuilder(_ParameterServerBuilder):
         with custom_getter_scope(self._cache_variables):
             return DataParallelBuilder.call_for_each_tower(self.towers, tower_fn, devices)
 
-    def build(self, grad_list, get_opt_fn):
-        """The op of one synchronous step (see :meth:`ParameterServerSync.build`)."""
+    def build(self, grad_list, get_opt_fn, after_apply=None):
+        """The op of one synchronous step (see :meth:`ParameterServerSync.build`);
+        ``after_apply(apply_op) -> op``: what follows the chief's apply, within the step."""
         grads = self._average_towers(grad_list)
-        opt = get_opt_fn()
-        return self.sync.build(grads, lambda pairs: opt.apply_gradients(pairs, name='apply_gradients'))
+        return self.sync.build(grads, self._apply_fn(get_opt_fn(), after_apply))
 
 
 class DistributedReplicatedBuilder(_ParameterServerBuilder):
@@ -246,19 +256,19 @@ class DistributedReplicatedBuilder(_ParameterServerBuilder):
         return DataParallelBuilder.call_for_each_tower(self.towers, tower_fn, self.raw_devices,
                                                        use_vs=[True] * len(self.towers))
 
-    def build(self, grad_list, get_opt_fn):
+    def build(self, grad_list, get_opt_fn, after_apply=None):
         """Returns ``(train_op, initial_sync_op, model_sync_op)``: the op of one step, the op
         copying the global variables into the replicas (run by every worker before
         training), and the op copying the chief's model variables to the global ones (None
-        when there are none, or on other workers)."""
+        when there are none, or on other workers). ``after_apply(apply_op) -> op``: what
+        follows the chief's apply, within the step."""
         grads = self._average_towers(grad_list)
         _, replicas = split_grad_list(grad_list)
         with tfv1.device(self.param_server_device()), tfv1.variable_scope(tfv1.VariableScope(False, name='')):
             shadows = [self._shadow(var, trainable=True) for _, var in grads]
             model_pairs = self._shadow_model_variables({v.op.name for v in shadows})
-        opt = get_opt_fn()
         step_done = self.sync.build([(g, s) for (g, _), s in zip(grads, shadows)],
-                                    lambda pairs: opt.apply_gradients(pairs, name='apply_gradients'))
+                                    self._apply_fn(get_opt_fn(), after_apply))
         with tf.name_scope('copy_from_ps'), tf.control_dependencies([step_done]):
             train_op = self._copy_into_replicas(shadows, replicas, name='train_op')
         with tf.name_scope('initial_sync_variables'):

@@ -133,7 +133,8 @@ class MixedPrecision:
 class DynamicLossScale:
     """The state of dynamic loss scaling: float32 ``scale``, int64 ``good_steps`` (finite
     steps since the last change) and ``skipped_steps``, global variables under
-    ``loss_scale/`` (so in checkpoints and broadcast like the others).
+    ``loss_scale/`` (so in checkpoints and broadcast like the others), on ``device`` when
+    given (e.g. a parameter server, where every worker reads the one shared state).
 
     Each ``apply_gradients`` of a :class:`LossScaleOptimizer` records whether its gradients
     are finite; :meth:`update_after` builds the once-a-step update from all records: if any
@@ -143,11 +144,12 @@ class DynamicLossScale:
 
     MAX_SCALE = 2.0 ** 24
 
-    def __init__(self, initial_scale=2.0 ** 15, growth_interval=2000):
+    def __init__(self, initial_scale=2.0 ** 15, growth_interval=2000, device=None):
         self.growth_interval = int(growth_interval)
         self._finite_flags = []
         root = tfv1.VariableScope(reuse=tfv1.AUTO_REUSE, name='')
-        with tfv1.variable_scope(root), tfv1.variable_scope('loss_scale'), tfv1.name_scope(None):
+        with tfv1.variable_scope(root), tfv1.variable_scope('loss_scale'), tfv1.name_scope(None), \
+                tfv1.device(device or ''):
             self.scale = tfv1.get_variable('scale', initializer=tf.constant(float(initial_scale)),
                                            trainable=False)
             self.good_steps = tfv1.get_variable('good_steps', initializer=tf.constant(0, tf.int64),
@@ -199,7 +201,9 @@ class LossScaleOptimizer(ProxyOptimizer):
     ``scale``; :meth:`apply_gradients` applies them only when all are finite (else nothing
     changes: neither the variables nor the optimizer's slots) and records the decision for
     ``loss_scale.update_after(train_op)``, which the trainer runs once per step. Data-parallel
-    trainers apply the all-reduced gradients, so every replica decides the same.
+    trainers apply the all-reduced gradients, so every replica decides the same; with
+    parameter servers the chief applies the averaged gradients once and updates the one
+    shared scale there.
 
     Args:
         opt (tf.compat.v1.train.Optimizer): the optimizer.

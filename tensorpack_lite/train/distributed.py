@@ -319,10 +319,23 @@ class DistributedTrainerBase(_DataParallelTrainer):
 class _ParameterServerTrainer(DistributedTrainerBase):
     """The start of the parameter-server trainers: the chief sends its global step and
     schedule; the other workers wait for them (which also tells them the chief has
-    initialized and restored the variables)."""
+    initialized and restored the variables).
 
-    def _supports_loss_scaling(self):
-        return False   # the gradients are applied on the parameter servers, once for all workers
+    With ``mixed_precision='fp16'`` the loss-scale state is one, on the first parameter
+    server: every worker scales its step's loss by it, and the chief, applying the averaged
+    gradients once, decides on them (all finite: applied, else skipped whole) and updates the
+    scale before it lets the other workers go on, so every worker of a step uses the same
+    scale."""
+
+    def _loss_scale_device(self):
+        return self._builder.ps_devices[0]
+
+    def _with_loss_scale_update(self, train_op):
+        return train_op   # updated in the chief's apply: see _after_apply
+
+    def _after_apply(self):
+        """What follows the chief's apply of the averaged gradients (passed to the builder)."""
+        return self._loss_scale.update_after if self._loss_scale is not None else None
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
         callbacks = self._build_ps_train_op(grad_list, get_opt_fn)
@@ -364,7 +377,7 @@ class DistributedTrainerParameterServer(_ParameterServerTrainer):
         return DistributedParameterServerBuilder(towers, server, self._caching_device)
 
     def _build_ps_train_op(self, grad_list, get_opt_fn):
-        self.train_op = self._builder.build(grad_list, get_opt_fn)
+        self.train_op = self._builder.build(grad_list, get_opt_fn, self._after_apply())
         return []
 
 
@@ -390,7 +403,8 @@ class DistributedTrainerReplicated(_ParameterServerTrainer):
         return super()._setup_graph(input, get_cost_fn, get_opt_fn)
 
     def _build_ps_train_op(self, grad_list, get_opt_fn):
-        self.train_op, self._initial_sync_op, model_sync_op = self._builder.build(grad_list, get_opt_fn)
+        self.train_op, self._initial_sync_op, model_sync_op = self._builder.build(
+            grad_list, get_opt_fn, self._after_apply())
         if model_sync_op is None:
             return []
         logger.warn("The chief copies its model variables (e.g. batch-norm statistics) to the parameter "

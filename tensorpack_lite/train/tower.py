@@ -136,10 +136,15 @@ class SingleCostTrainer(TowerTrainer):
     def _graph_set_up(self):
         return self._tower_func is not None
 
-    def _supports_loss_scaling(self):
-        """Whether the trainer applies gradients where :class:`LossScaleOptimizer` can decide
-        a step (template: the parameter-server trainers apply them on the servers)."""
-        return True
+    def _loss_scale_device(self):
+        """Where the :class:`DynamicLossScale` state lives (template; None: where the
+        trainer's device scope puts it)."""
+        return None
+
+    def _with_loss_scale_update(self, train_op):
+        """``train_op`` followed by the once-a-step update of the loss scale (template: the
+        parameter-server trainers update it inside the chief's apply instead)."""
+        return self._loss_scale.update_after(train_op)
 
     def run_step(self):
         try:
@@ -182,7 +187,7 @@ class SingleCostTrainer(TowerTrainer):
         input_callbacks = input.setup(input_signature)
         train_callbacks = self._setup_graph(input, tower_func, get_opt_fn)
         if self._loss_scale is not None:
-            self.train_op = self._loss_scale.update_after(self.train_op)
+            self.train_op = self._with_loss_scale_update(self.train_op)
             self._loss_scale.add_summaries()
         self.register_callback(input_callbacks + list(train_callbacks))
 
@@ -192,10 +197,8 @@ class SingleCostTrainer(TowerTrainer):
         precision = self.mixed_precision
         if precision is None or not precision.loss_scaling:
             return memoized(get_opt_fn)
-        if not self._supports_loss_scaling():
-            raise NotImplementedError("{} does not support mixed_precision='fp16' (loss scaling); use "
-                                      "'bf16' or another trainer".format(type(self).__name__))
-        self._loss_scale = DynamicLossScale(precision.initial_scale, precision.growth_interval)
+        self._loss_scale = DynamicLossScale(precision.initial_scale, precision.growth_interval,
+                                            device=self._loss_scale_device())
 
         @memoized
         def get_scaled_opt():

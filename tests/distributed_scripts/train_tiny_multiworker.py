@@ -30,6 +30,7 @@ from tensorpack_lite.utils import logger
 
 INIT_SEED = 100
 FEATURES = 6
+OVERFLOW_Y = 100.0
 
 
 OPTIMIZERS = {
@@ -227,6 +228,9 @@ def parse_args(argv):
                         help="once, after this epoch-end step's checkpoint and record, the chief cuts its "
                              "data file to half and is SIGKILLed")
     parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'], help='TrainConfig(mixed_precision=)')
+    parser.add_argument('--overflow-step', type=int,
+                        help="worker 1's first datapoint of this step (1-based, in every epoch) gets "
+                             "y = OVERFLOW_Y: with 'fp16' its scaled gradients overflow float16")
     parser.add_argument('--startup-timeout', type=float, default=120)
     return parser.parse_args(argv)
 
@@ -261,7 +265,11 @@ def main(argv):
     if logdir and (trainer.is_chief or args.per_worker_logdir):
         logger.set_logger_dir(logdir, action='k')
     num = args.steps_per_epoch * args.towers * args.batch * trainer.num_worker
-    df = RankShardData(DataFromList(make_samples(num), shuffle=False), trainer.task_index, trainer.num_worker)
+    samples = make_samples(num)
+    if args.overflow_step:
+        step_size = args.towers * args.batch * trainer.num_worker
+        samples[(args.overflow_step - 1) * step_size + 1][1] = np.float32(OVERFLOW_Y)   # worker 1's
+    df = RankShardData(DataFromList(samples, shuffle=False), trainer.task_index, trainer.num_worker)
     held = os.path.join(args.out, 'worker1-held') if args.worker1_holds else None
     callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held)]
     if held and trainer.task_index == 1:
