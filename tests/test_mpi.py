@@ -404,6 +404,12 @@ def test_mpi_rank_passes_exit_codes_and_names_a_signal():
     finally:
         waiting.kill()
         waiting.communicate()
+    # a rank that said it is aborting the job (then crashed in MPI_Abort) ends it at once
+    aborting = subprocess.run(wrapper[:-1] + ['600', sys.executable, '-c', "import os\n"
+                              "os.write(int(os.environ['TENSORPACK_MPI_RANK_FD']), b'aborting')\n" + suicide],
+                              env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert aborting.returncode == 128 + 15
+    assert aborting.stderr.endswith('was ended by signal 15 (SIGTERM) while aborting the job\n')
     missing = subprocess.run(wrapper + ['no-such-command-xyz'], env=env, capture_output=True, text=True,
                              timeout=RUN_TIMEOUT)
     assert missing.returncode == 127 and 'mpi_rank: cannot run no-such-command-xyz' in missing.stderr

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..compat import tf, tfv1
 from ..utils import logger
+from ..utils.mpi_rank import ABORT_FD_VARIABLE
 
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
@@ -175,6 +176,7 @@ class _Engine:
                 pid, host = self.peers[dead[0]]
                 logger.error("MPI rank {} (pid {} on {}) died while rank {} waited for it in {}; "
                              "aborting the job.".format(dead[0], pid, host, self.rank, waiting[0]))
+                _tell_the_launcher_wrapper()
                 self.world.Abort(1)
             seen = (waiting, dead[0]) if dead else None
 
@@ -197,6 +199,17 @@ class _Engine:
             finally:
                 self._waiting = None
                 self._finished = True
+
+
+def _tell_the_launcher_wrapper():
+    """Tell ``tensorpack_lite.utils.mpi_rank`` (when it started this rank) that this rank is
+    aborting the job, so that it ends at once if MPI_Abort crashes this process."""
+    fd = os.environ.get(ABORT_FD_VARIABLE)
+    if fd:
+        try:
+            os.write(int(fd), b'aborting\n')
+        except (OSError, ValueError):
+            pass
 
 
 def dead_local_peers(peers, rank):

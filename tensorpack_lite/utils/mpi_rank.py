@@ -15,8 +15,10 @@ nobody end the job within ``--grace`` seconds (the rank died before the others s
 waiting for it, e.g. in MPI_Init), this process dies of the same signal, and hydra ends the
 job as it would have. Hydra's notice that a rank's connection closed (SIGUSR1 to the process
 group of every rank) is ignored while the command runs; after its death it means the job is
-ending (the ranks that named it aborted), and this process exits at once. SIGINT (Ctrl-C,
-which hydra sends to every process group) is left to the command.
+ending (the ranks that named it aborted), and this process exits at once. A rank that
+names a dead one writes to the pipe in ``$TENSORPACK_MPI_RANK_FD`` before MPI_Abort: if it
+then dies of a signal (MPI_Abort may crash while its threads run), this process exits at once
+too. SIGINT (Ctrl-C, which hydra sends to every process group) is left to the command.
 
 No TensorFlow is imported here.
 """
@@ -27,9 +29,10 @@ import signal
 import sys
 import time
 
-__all__ = ['run_rank', 'main']
+__all__ = ['run_rank', 'main', 'ABORT_FD_VARIABLE']
 
 DEFAULT_GRACE = 10.0
+ABORT_FD_VARIABLE = 'TENSORPACK_MPI_RANK_FD'
 
 
 def _wait(pid):
@@ -51,30 +54,42 @@ def _die_of(number):
 
 def run_rank(command, grace=DEFAULT_GRACE):
     """Run ``command`` (a list) as a child and return its exit code. When signal n ended it,
-    log that (with ``$PMI_RANK`` and the pid) and wait: when another rank ends within
-    ``grace`` seconds, return 128 + n, else die of signal n (this does not return then)."""
+    log that (with ``$PMI_RANK`` and the pid) and, unless the rank was aborting the job (it
+    says so on the pipe in ``$TENSORPACK_MPI_RANK_FD`` first), wait: when another rank ends
+    within ``grace`` seconds, return 128 + n, else die of signal n (no return then)."""
     passed_on = (signal.SIGUSR1, signal.SIGINT)   # hydra signals the process group: the command gets them
     for number in passed_on:
         signal.signal(number, signal.SIG_IGN)
+    said, says = os.pipe()
     pid = os.fork()
     if pid == 0:   # the rank: default signals, then the command
         try:
+            os.close(said)
             for number in passed_on:
                 signal.signal(number, signal.SIG_DFL)
+            os.set_inheritable(says, True)
+            os.environ[ABORT_FD_VARIABLE] = str(says)
             os.execvp(command[0], command)
         except OSError as err:
             os.write(2, "mpi_rank: cannot run {}: {}\n".format(command[0], err).encode())
         os._exit(127)
+    os.close(says)
     status = _wait(pid)
     if not os.WIFSIGNALED(status):
         return os.WEXITSTATUS(status)
     number = os.WTERMSIG(status)
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])   # from now on kept pending, not lost
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-    sys.stderr.write("mpi_rank: MPI rank {} (pid {}) was ended by signal {} ({})\n".format(
-        os.environ.get('PMI_RANK', '?'), pid, number, signal.Signals(number).name))
+    os.set_blocking(said, False)
+    try:
+        aborting = bool(os.read(said, 64))
+    except BlockingIOError:
+        aborting = False
+    sys.stderr.write("mpi_rank: MPI rank {} (pid {}) was ended by signal {} ({}){}\n".format(
+        os.environ.get('PMI_RANK', '?'), pid, number, signal.Signals(number).name,
+        ' while aborting the job' if aborting else ''))
     sys.stderr.flush()
-    if _another_rank_ends(grace):
+    if aborting or _another_rank_ends(grace):
         return 128 + number
     _die_of(number)
 
