@@ -25,6 +25,7 @@ or in :func:`shutdown`) makes them abort the job, naming its rank, pid and host:
 
 import contextlib
 import os
+import signal
 import socket
 import threading
 import time
@@ -48,6 +49,7 @@ SHUT_DOWN_MESSAGE = 'MPI engine has been shut down'
 
 _DONE_TAG = 8128
 _WATCH_SECONDS = 0.5
+_ABORT_SECONDS = 5
 
 
 class Compressor:
@@ -176,9 +178,17 @@ class _Engine:
                 pid, host = self.peers[dead[0]]
                 logger.error("MPI rank {} (pid {} on {}) died while rank {} waited for it in {}; "
                              "aborting the job.".format(dead[0], pid, host, self.rank, waiting[0]))
-                _tell_the_launcher_wrapper()
-                self.world.Abort(1)
+                self._abort()
             seen = (waiting, dead[0]) if dead else None
+
+    def _abort(self):
+        """MPI_Abort, which ends every rank. It can deadlock in this process's exit while its
+        other threads run (seen under load: every thread waiting on a lock, none able to run
+        Python): an alarm, delivered by the kernel, ends the process after ``_ABORT_SECONDS``
+        (SIGALRM's default action) if it is still there."""
+        _tell_the_launcher_wrapper()
+        signal.alarm(_ABORT_SECONDS)
+        self.world.Abort(1)
 
     # ----- end ----------------------------------------------------------------------------------
 
