@@ -5,6 +5,7 @@ tests/horovod_scripts/train_tiny.py, against one process trained on the combined
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -254,16 +255,28 @@ def test_without_any_engine_the_error_says_how_to_install(monkeypatch):
 
 # ----- real ranks under mpiexec -------------------------------------------------------------------
 
-def run_ranks(num, out_dir, *args, script=None):
-    """``mpiexec -n num`` on train_tiny.py (or ``script`` with ``args``); returns (exit code, output)."""
+# the documented invocation that makes the survivors name a killed rank; with a grace as long as
+# the run's timeout, a run that they do not end fails the test instead of ending another way
+SUPERVISED = (['-disable-auto-cleanup'],
+              [sys.executable, '-m', 'tensorpack_lite.utils.mpi_rank', '--grace', str(RUN_TIMEOUT)])
+
+
+def run_ranks(num, out_dir, *args, script=None, launch=([], [])):
+    """``mpiexec -n num`` on train_tiny.py (or ``script`` with ``args``); returns (exit code,
+    output). ``launch``: (more mpiexec options, a command that runs each rank's command)."""
     if script is None:
         script = SCRIPT
         args = ['--out', str(out_dir), '--batch', str(BATCH), '--steps-per-epoch', str(STEPS),
                 '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
-    command = [MPIEXEC, '-launcher', 'fork', '-n', str(num), sys.executable, script] + list(args)
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
-               TENSORPACK_LOGGER_ACTION='k')
-    return run_bounded(command, RUN_TIMEOUT, env=env, cwd=out_dir)
+    options, wrapper = launch
+    command = [MPIEXEC, '-launcher', 'fork'] + options + ['-n', str(num)] + wrapper + \
+        [sys.executable, script] + list(args)
+    return run_bounded(command, RUN_TIMEOUT, env=rank_env(), cwd=out_dir)
+
+
+def rank_env():
+    return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
+                TENSORPACK_LOGGER_ACTION='k')
 
 
 def load_rank(out_dir, rank):
@@ -448,7 +461,7 @@ def pid_of_rank(output, rank, num):
 
 
 @needs_mpiexec
-def test_a_killed_rank_ends_the_job_and_its_pid_is_named(tmp_path):
+def test_plain_mpiexec_ends_the_job_of_a_killed_rank(tmp_path):
     code, output = run_ranks(3, tmp_path, '--die', '1', '2', '--epochs', '50')
     assert code != 0
     # mpiexec (hydra) kills the other ranks at once and names a process that ended with SIGKILL;
@@ -457,6 +470,95 @@ def test_a_killed_rank_ends_the_job_and_its_pid_is_named(tmp_path):
     pids = [pid_of_rank(output, r, 3) for r in range(3)]
     assert len(named) == 1 and int(named[0]) in pids, output[-6000:]
     assert not [r for r in range(3) if os.path.exists(str(tmp_path / 'rank{}.json'.format(r)))]
+
+
+DIED = re.compile(r'MPI rank (\d+) \(pid (\d+) on (\S+)\) died while rank (\d+) waited for it in (\w+); '
+                  r'aborting the job\.')
+
+
+def assert_survivors_name(output, dead, num, waited_in):
+    """At least one survivor named rank ``dead`` (its pid and host) while waiting in
+    ``waited_in``; nobody named another rank; the launcher wrapper saw the signal."""
+    pid = pid_of_rank(output, dead, num)
+    reports = DIED.findall(output)
+    assert reports, output[-6000:]
+    for rank, named_pid, host, reporter, where in reports:
+        assert (int(rank), int(named_pid), host, where) == (dead, pid, socket.gethostname(), waited_in)
+        assert int(reporter) in set(range(num)) - {dead}
+    assert 'mpi_rank: MPI rank {} (pid {}) was ended by signal 9 (SIGKILL)'.format(dead, pid) in output
+    assert 'application called MPI_Abort' in output
+
+
+@needs_mpiexec
+def test_a_killed_rank_is_named_by_a_survivor_which_ends_the_job(tmp_path):
+    """SIGKILL in the middle of training, under the documented mpiexec -disable-auto-cleanup
+    + utils.mpi_rank: a rank waiting for it in the next allreduce names it and aborts."""
+    code, output = run_ranks(3, tmp_path, '--die', '1', '2', '--epochs', '50', launch=SUPERVISED)
+    assert code != 0
+    assert_survivors_name(output, 1, 3, 'allreduce')
+    assert not [r for r in range(3) if os.path.exists(str(tmp_path / 'rank{}.json'.format(r)))]
+
+
+@needs_mpiexec
+def test_a_rank_killed_after_the_last_collective_is_named_at_shutdown(tmp_path):
+    """Rank 2 dies after the last step's allreduce (no broadcast after it): the others
+    finish training, then wait for its end in shutdown() (as MPI_Finalize would, forever),
+    see it gone and abort naming it."""
+    code, output = run_ranks(3, tmp_path, '--die', '2', str(STEPS * EPOCHS), '--no-epoch-broadcast',
+                             launch=SUPERVISED)
+    assert code != 0
+    assert_survivors_name(output, 2, 3, 'shutdown')
+    assert [load_rank(tmp_path, r)['global_step'] for r in (0, 1)] == [STEPS * EPOCHS] * 2
+
+
+@needs_mpiexec
+def test_mpi_rank_ends_the_job_when_a_rank_dies_before_mpi_starts(tmp_path):
+    """Nobody waits for a rank that dies before MPI_Init: after its grace, the wrapper dies
+    of the same signal, and mpiexec ends the job (the others would wait in MPI_Init)."""
+    rank = ("import os, signal\n"
+            "if os.environ['PMI_RANK'] == '1':\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "from mpi4py import MPI\n"
+            "MPI.COMM_WORLD.Barrier()\n")
+    command = [MPIEXEC, '-launcher', 'fork', '-disable-auto-cleanup', '-n', '3', sys.executable, '-m',
+               'tensorpack_lite.utils.mpi_rank', '--grace', '1', sys.executable, '-c', rank]
+    code, output = run_bounded(command, RUN_TIMEOUT, env=rank_env(), cwd=tmp_path)
+    assert code == 9, output
+    assert re.search(r'mpi_rank: MPI rank 1 \(pid \d+\) was ended by signal 9 \(SIGKILL\)', output), output
+    assert 'Killed (signal 9)' in output
+
+
+def test_mpi_rank_passes_exit_codes_and_names_a_signal():
+    wrapper = [sys.executable, '-m', 'tensorpack_lite.utils.mpi_rank', '--grace', '0']
+    env = dict(os.environ, PYTHONPATH=REPO, PMI_RANK='5')
+    ended = subprocess.run(wrapper + [sys.executable, '-c', 'raise SystemExit(3)'], env=env,
+                           capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert (ended.returncode, ended.stderr) == (3, '')
+    suicide = 'import os; os.kill(os.getpid(), 15)'
+    killed = subprocess.run(wrapper + ['--', sys.executable, '-c', suicide],
+                            env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert killed.returncode == -15   # it dies of the same signal after its grace
+    assert re.fullmatch(r'mpi_rank: MPI rank 5 \(pid \d+\) was ended by signal 15 \(SIGTERM\)\n',
+                        killed.stderr)
+    # hydra's SIGUSR1 after the death (another rank ended: the job is ending) ends the grace
+    waiting = subprocess.Popen(wrapper[:-1] + ['600', sys.executable, '-c', suicide],
+                               env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert waiting.stderr.readline().startswith('mpi_rank: MPI rank 5 (pid ')
+        waiting.send_signal(signal.SIGUSR1)
+        assert waiting.wait(timeout=RUN_TIMEOUT) == 128 + 15
+    finally:
+        waiting.kill()
+        waiting.communicate()
+    # a rank that said it is aborting the job (then crashed in MPI_Abort) ends it at once
+    aborting = subprocess.run(wrapper[:-1] + ['600', sys.executable, '-c', "import os\n"
+                              "os.write(int(os.environ['TENSORPACK_MPI_RANK_FD']), b'aborting')\n" + suicide],
+                              env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert aborting.returncode == 128 + 15
+    assert aborting.stderr.endswith('was ended by signal 15 (SIGTERM) while aborting the job\n')
+    missing = subprocess.run(wrapper + ['no-such-command-xyz'], env=env, capture_output=True, text=True,
+                             timeout=RUN_TIMEOUT)
+    assert missing.returncode == 127 and 'mpi_rank: cannot run no-such-command-xyz' in missing.stderr
 
 
 def test_dead_local_peers_finds_ended_processes():

@@ -16,12 +16,16 @@ Collectives must run in the same order on every rank. Those created inside
 :func:`ordered_collectives` (the trainer builds its tower in it) run in creation order.
 When a rank calls :func:`shutdown`, the collectives it did not take part in fail on the
 other ranks with :class:`PeerShutdownError`'s message instead of waiting forever (one it took
-part in still completes everywhere); a rank on
-this machine that dies while the others wait for it makes them abort, naming it.
+part in still completes everywhere); :func:`shutdown` then waits until every other rank has
+shut down too. A rank on this machine that dies while the others wait for it (in a collective
+or in :func:`shutdown`) makes them abort the job, naming its rank, pid and host: under
+``mpiexec -disable-auto-cleanup`` with :mod:`tensorpack_lite.utils.mpi_rank` (plain
+``mpiexec`` kills every rank first).
 """
 
 import contextlib
 import os
+import signal
 import socket
 import threading
 import time
@@ -30,6 +34,7 @@ import numpy as np
 
 from ..compat import tf, tfv1
 from ..utils import logger
+from ..utils.mpi_rank import ABORT_FD_VARIABLE
 
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
@@ -44,6 +49,7 @@ SHUT_DOWN_MESSAGE = 'MPI engine has been shut down'
 
 _DONE_TAG = 8128
 _WATCH_SECONDS = 0.5
+_ABORT_SECONDS = 5
 
 
 class Compressor:
@@ -94,12 +100,17 @@ class _Engine:
         self.local_rank, self.local_size = self.local.Get_rank(), self.local.Get_size()
         self.lock = threading.Lock()
         self.peers = self.world.allgather((os.getpid(), socket.gethostname()))
-        self.ended_by = None
+        self.ended = {}                 # rank -> collectives it completed, for the ranks that shut down
+        self.ended_by = None            # the first of them
         self._calls = 0                 # collectives started here; every rank starts the same ones
-        self._done_buffer = np.zeros(1, np.int64)   # how many a rank that shut down had completed
-        self._done_request = self.control.Irecv(self._done_buffer, source=MPI.ANY_SOURCE, tag=_DONE_TAG)
+        self._done = []                 # (rank, buffer, request): each rank's end, not received yet
+        for peer in range(self.size):
+            if peer != self.rank:
+                buffer = np.zeros(1, np.int64)
+                self._done.append((peer, buffer, self.control.Irecv(buffer, source=peer, tag=_DONE_TAG)))
         self._waiting = None
-        self._closed = False
+        self._closed = False            # shut down here; the watchdog goes on until _finished
+        self._finished = False
         if self.size > 1:
             threading.Thread(target=self._watch_local_peers, name='mpi_ops-watchdog', daemon=True).start()
 
@@ -126,58 +137,89 @@ class _Engine:
         before the others), the wait goes on, else it fails at once. Between polls the thread
         yields its CPU (``sched_yield``): MPI's own wait spins, which starves the other ranks
         (and TensorFlow's threads) when processes outnumber the cores."""
-        status = self.MPI.Status()
-        pending = [request] if self.ended_by is not None else [request, self._done_request]
-        while True:
-            index, done = self.MPI.Request.Testany(pending, status)
-            if done and index == 0:
-                return
-            if done:
-                self.ended_by = status.Get_source()
-                self._check_open(what)
-                pending = [request]
+        while not self._poll([request]):
+            self._check_open(what)
             os.sched_yield()
+
+    def _poll(self, requests):
+        """Test ``requests`` and the ends of the other ranks once; True when all of
+        ``requests`` completed. Ends that arrived are recorded in :attr:`ended`."""
+        complete = self.MPI.Request.Testall(requests) if requests else True
+        for entry in list(self._done):
+            if entry[2].Test():
+                self._done.remove(entry)
+                self.ended[entry[0]] = int(entry[1][0])
+                if self.ended_by is None:
+                    self.ended_by = entry[0]
+        return complete
 
     def _check_open(self, what):
         """Fail when this rank shut down, or another did before completing the current call."""
         if self._closed:
             raise PeerShutdownError("{}: {} on rank {}".format(what, SHUT_DOWN_MESSAGE, self.rank))
-        if self.ended_by is not None and int(self._done_buffer[0]) < self._calls:
+        if not self.ended:
+            return
+        early = sorted(peer for peer, completed in self.ended.items() if completed < self._calls)
+        if early:
             raise PeerShutdownError("{}: {} by rank {}, which ended its training; rank {} stops "
-                                    "waiting for it".format(what, SHUT_DOWN_MESSAGE, self.ended_by,
-                                                            self.rank))
+                                    "waiting for it".format(what, SHUT_DOWN_MESSAGE, early[0], self.rank))
 
     def _watch_local_peers(self):
-        """Abort the job when a rank on this machine is gone while this one waits for a collective
-        (a launcher that does not end the others at once, e.g. ``mpiexec -disable-auto-cleanup``)."""
+        """Abort the job when a rank on this machine is gone, without having shut down, while
+        this one waits for a collective or for the others' ends in :meth:`shutdown` (e.g.
+        ``mpiexec -disable-auto-cleanup`` with :mod:`tensorpack_lite.utils.mpi_rank`)."""
         seen = None
-        while not self._closed:
+        while not self._finished:
             time.sleep(_WATCH_SECONDS)
             waiting = self._waiting
-            watching = waiting is not None and self.ended_by is None
-            dead = dead_local_peers(self.peers, self.rank) if watching else []
+            dead = [peer for peer in dead_local_peers(self.peers, self.rank) if peer not in self.ended] \
+                if waiting is not None else []
             if dead and seen == (waiting, dead[0]) and self._waiting is waiting:
                 pid, host = self.peers[dead[0]]
                 logger.error("MPI rank {} (pid {} on {}) died while rank {} waited for it in {}; "
                              "aborting the job.".format(dead[0], pid, host, self.rank, waiting[0]))
-                self.world.Abort(1)
+                self._abort()
             seen = (waiting, dead[0]) if dead else None
+
+    def _abort(self):
+        """MPI_Abort, which ends every rank. It can deadlock in this process's exit while its
+        other threads run (seen under load: every thread waiting on a lock, none able to run
+        Python): an alarm, delivered by the kernel, ends the process after ``_ABORT_SECONDS``
+        (SIGALRM's default action) if it is still there."""
+        _tell_the_launcher_wrapper()
+        signal.alarm(_ABORT_SECONDS)
+        self.world.Abort(1)
 
     # ----- end ----------------------------------------------------------------------------------
 
     def shutdown(self):
-        """Tell the other ranks this one ended, then free the communicators."""
+        """Tell the other ranks this one ended, then wait until each of them ended too (or,
+        on this machine, died: the watchdog aborts the job then), as MPI_Finalize would."""
         if self._closed:
             return
         with self.lock:
             self._closed = True
             completed = np.array([self._calls], np.int64)
             sends = [self.control.Isend(completed, dest=peer, tag=_DONE_TAG)
-                     for peer in range(self.size) if peer not in (self.rank, self.ended_by)]
-            self.MPI.Request.Waitall(sends)
-            if self.ended_by is None:
-                self._done_request.Cancel()
-                self._done_request.Wait()
+                     for peer in range(self.size) if peer != self.rank]
+            self._waiting = ('shutdown', time.monotonic())
+            try:
+                while not (self._poll(sends) and not self._done):
+                    os.sched_yield()
+            finally:
+                self._waiting = None
+                self._finished = True
+
+
+def _tell_the_launcher_wrapper():
+    """Tell ``tensorpack_lite.utils.mpi_rank`` (when it started this rank) that this rank is
+    aborting the job, so that it ends at once if MPI_Abort crashes this process."""
+    fd = os.environ.get(ABORT_FD_VARIABLE)
+    if fd:
+        try:
+            os.write(int(fd), b'aborting\n')
+        except (OSError, ValueError):
+            pass
 
 
 def dead_local_peers(peers, rank):
@@ -225,7 +267,8 @@ def init():
 
 def shutdown():
     """End this rank's part: collectives that other ranks wait in fail with
-    ``SHUT_DOWN_MESSAGE`` instead of hanging. :func:`rank` etc. fail afterwards."""
+    ``SHUT_DOWN_MESSAGE`` instead of hanging; returns when every rank has shut down.
+    :func:`rank` etc. fail afterwards."""
     global _engine
     if _engine is not None:
         _engine.shutdown()
