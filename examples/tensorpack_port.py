@@ -4,13 +4,14 @@ user's tensorpack checkout, rename its imports, apply a list of documented text 
 must match exactly once, or the run stops naming it), and run its scripts with this
 repository on ``PYTHONPATH`` on a CPU. Nothing of tensorpack is shipped here."""
 
+import argparse
 import glob
 import os
 import re
 import shutil
 import subprocess
 
-__all__ = ['port', 'library_env', 'run']
+__all__ = ['driver_arguments', 'port', 'library_env', 'run']
 
 IMPORT = re.compile(r'^(\s*(?:from|import)\s+)tensorpack\b', re.M)
 TF_IMPORT = '\nimport tensorflow as tf\n'
@@ -52,6 +53,19 @@ def port(src, dst, changes, tf1_modules=()):
         _edit(path, lambda text: text.replace(old, new))
         made.append('{}: {}'.format(name, why))
     return made
+
+
+def driver_arguments(doc, example, steps_per_epoch):
+    """The argument parser every driver starts from: ``--tensorpack-examples`` (the path of
+    tensorpack's ``examples/<example>``), ``--workdir``, ``--steps-per-epoch``, ``--timeout``."""
+    parser = argparse.ArgumentParser(description=doc.split('\n\n')[0])
+    parser.add_argument('--tensorpack-examples', required=True,
+                        help="path of tensorpack's examples/{} (a checkout)".format(example))
+    parser.add_argument('--workdir', help='where to copy the example and write data and logs '
+                                          '(default: a new temporary directory)')
+    parser.add_argument('--steps-per-epoch', type=int, default=steps_per_epoch)
+    parser.add_argument('--timeout', type=int, default=1800, help='seconds for each run of a script')
+    return parser
 
 
 def library_env(**extra):

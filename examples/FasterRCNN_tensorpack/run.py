@@ -15,7 +15,6 @@ Usage::
         --tensorpack-examples /path/to/tensorpack/examples/FasterRCNN [--workdir /tmp/frcnn-run]
 """
 
-import argparse
 import glob
 import os
 import shutil
@@ -25,7 +24,7 @@ import tempfile
 from tiny_coco import make_tiny_coco
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tensorpack_port import library_env, port, run  # noqa: E402 (examples/, shared with HED_tensorpack)
+from tensorpack_port import driver_arguments, library_env, port, run  # noqa: E402 (examples/)
 
 # (file, text in tensorpack's example, replacement, why)
 CHANGES = [
@@ -67,13 +66,7 @@ def config_args(datadir, steps_per_epoch, lr_schedule, eval_period):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--tensorpack-examples', required=True,
-                        help="path of tensorpack's examples/FasterRCNN (a checkout)")
-    parser.add_argument('--workdir', help='where to copy the example and write data and logs '
-                                          '(default: a new temporary directory)')
-    parser.add_argument('--steps-per-epoch', type=int, default=2)
-    parser.add_argument('--timeout', type=int, default=1800, help='seconds for each of train.py, predict.py')
+    parser = driver_arguments(__doc__, 'FasterRCNN', steps_per_epoch=2)
     parser.add_argument('--config', nargs='+', default=[],
                         help='more KEY=VALUE overrides of the example\'s config, after ours '
                              '(e.g. DATA.NUM_WORKERS=2 BACKBONE.NORM=SyncBN)')

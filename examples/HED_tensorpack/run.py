@@ -17,7 +17,6 @@ Usage::
         [--workdir /tmp/hed-run]
 """
 
-import argparse
 import glob
 import json
 import os
@@ -28,7 +27,7 @@ import tempfile
 from fake_bsds500 import make_fake_bsds500
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tensorpack_port import library_env, port, run  # noqa: E402 (shared with FasterRCNN_tensorpack)
+from tensorpack_port import driver_arguments, library_env, port, run  # noqa: E402 (examples/)
 
 # hed.py uses TF1 names (tf.placeholder, tf.variable_scope, tf.get_variable, tf.train.AdamOptimizer...)
 TF1_MODULES = ['hed.py']
@@ -53,16 +52,10 @@ def changes(steps_per_epoch, max_epoch):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--tensorpack-examples', required=True,
-                        help="path of tensorpack's examples/HED (a checkout)")
-    parser.add_argument('--workdir', help='where to copy the example and write data and logs '
-                                          '(default: a new temporary directory)')
-    parser.add_argument('--steps-per-epoch', type=int, default=3)
+    parser = driver_arguments(__doc__, 'HED', steps_per_epoch=3)
     parser.add_argument('--max-epoch', type=int, default=3)
     parser.add_argument('--train-images', type=int, default=10)
     parser.add_argument('--val-images', type=int, default=3)
-    parser.add_argument('--timeout', type=int, default=1800, help='seconds for each run of hed.py')
     args = parser.parse_args()
 
     workdir = args.workdir or tempfile.mkdtemp(prefix='hed-')
