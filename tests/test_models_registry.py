@@ -109,7 +109,7 @@ def last_op_type(layer_output):
     """The type of the op a layer's ``output`` names, past the slice that cuts a batch of unknown
     size back after the empty-batch guard (see models/conv2d.py)."""
     op = layer_output.op.inputs[0].op
-    if op.type == 'StridedSlice':
+    if op.type == 'Slice':
         op = op.inputs[0].op
     return op.type
 
