@@ -32,7 +32,8 @@ def datapoint_as_list(owner, dp, names):
             raise KeyError("{}: the datapoint (a dict) has no key '{}' for input '{}' (its keys: {})".format(
                 owner, missing[0], missing[0], ', '.join(map(str, dp))))
         if len(dp) != len(names):
-            extra = [key for key in dp if key not in set(names)]
+            known = set(names)
+            extra = [key for key in dp if key not in known]
             raise KeyError("{}: the datapoint (a dict) has key '{}', which is not an input (the inputs: "
                            "{})".format(owner, extra[0], ', '.join(names)))
         return [dp[name] for name in names]
