@@ -7,8 +7,8 @@
    step of S bytes, where countable):
    (a) CollectiveAllReduceBuilder, the all-reduce of CollectiveAllReduceTrainer, for each of
        ``--variants``: ``collective`` (CollectiveReduceV2 ring over gRPC, 2 (N-1)/N S a
-       worker), with ``-fp16``/``-bf16`` (gathered in 16 bits: (N-1) S/2 a worker, summed in
-       float32) and the levers ``-chunk<MB>`` (CHUNK_BYTES), ``-subdiv<K>``
+       worker), with ``-fp16``/``-bf16`` (the same ring in 16 bits: (N-1)/N S a
+       worker) and the levers ``-chunk<MB>`` (CHUNK_BYTES), ``-subdiv<K>``
        (MAX_SUBDIVS_PER_DEVICE) and ``-auto`` (communication hint 'auto' instead of 'ring');
        processes started by the launcher;
    (b) ``mwms``: tf.distribute's MultiWorkerMirroredStrategy (ring), a replica-context
@@ -309,9 +309,9 @@ def ring_bytes(num_worker, size):
     return 2 * (num_worker - 1) * size / num_worker
 
 
-def gather16_bytes(num_worker, size):
-    """Bytes a worker sends per all-gather ring of ``size`` bytes of float32 sent in 16 bits."""
-    return (num_worker - 1) * size / 2
+def ring16_bytes(num_worker, size):
+    """Bytes a worker sends per ring all-reduce of ``size`` bytes of float32 sent in 16 bits."""
+    return ring_bytes(num_worker, size) / 2
 
 
 class Variant:
@@ -326,7 +326,7 @@ class Variant:
 def collective_variant(name):
     compression = _collective_levers(name)[0]
     return Variant(name, lambda args, n: run_local_cluster(args, n, 'collective', variant=name),
-                   gather16_bytes if compression else ring_bytes)
+                   ring16_bytes if compression else ring_bytes)
 
 
 VARIANTS = {

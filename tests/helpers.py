@@ -198,6 +198,36 @@ def assert_records_close(got, expected, abs=1e-6):
         assert mine == pytest.approx(theirs, abs=abs), 'record {}'.format(index)
 
 
+UNIT_ROUNDOFF = {'fp16': 2.0 ** -11, 'bf16': 2.0 ** -8}
+"""The largest relative error of one rounding to nearest in each 16-bit format (within its
+normal range)."""
+
+
+def rounded(values, compression):
+    """``values`` rounded to nearest even in 16 bits (``'fp16'`` or ``'bf16'``), back in float32."""
+    import ml_dtypes
+    wire = np.float16 if compression == 'fp16' else ml_dtypes.bfloat16
+    return np.asarray(values, np.float32).astype(wire).astype(np.float32)
+
+
+def assert_16_bit_sum(value, parts, compression, scale=1):
+    """``value`` is a 16-bit number (held in float32 or float64) within the error bound of
+    summing the N ``parts``, each times ``scale`` first, in 16 bits in any order: N - 1
+    roundings of partial sums and one of each part, each off by at most u times what it
+    rounds (u: :data:`UNIT_ROUNDOFF`), plus half the smallest fp16 subnormal (2^-25) below
+    fp16's normal range; and not the exact sum (rounding happened)."""
+    value = np.asarray(value)
+    np.testing.assert_array_equal(rounded(value, compression), value.astype(np.float32))
+    scaled = [np.asarray(p, np.float64) * scale for p in parts]
+    exact = np.sum(scaled, axis=0)
+    count = len(parts)
+    magnitude = np.sum(np.abs(scaled), axis=0)
+    tolerance = count * UNIT_ROUNDOFF[compression] * magnitude * 1.01 + 2 * count * 2.0 ** -25
+    excess = np.abs(value - exact) - tolerance
+    assert np.all(excess <= 0), "16-bit sum off by {} more than its bound".format(excess.max())
+    assert not np.array_equal(value, exact.astype(value.dtype))
+
+
 def kill_process_tree(proc):
     """SIGKILL a subprocess.Popen and every process under it (a timed-out launcher's ranks)."""
     try:

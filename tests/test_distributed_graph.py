@@ -8,6 +8,7 @@ import socket
 import numpy as np
 import pytest
 
+from helpers import UNIT_ROUNDOFF, assert_16_bit_sum
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import (CollectiveAllReduceBuilder,
                                                        DistributedParameterServerBuilder,
@@ -169,35 +170,28 @@ def test_collective_all_reduce_sends_large_tensors_in_pieces(lone_server):
     np.testing.assert_array_equal(small_value, [1.5, 2.5])
 
 
-def rounded(values, compression):
-    """``values`` rounded to nearest even in 16 bits, back in float32 (numpy; ml_dtypes for bfloat16)."""
-    import ml_dtypes
-    wire = np.float16 if compression == 'fp16' else ml_dtypes.bfloat16
-    return np.asarray(values, np.float32).astype(wire).astype(np.float32)
-
-
 def three_tower_values(rng):
-    """Per tower, gradients of 3 x 700 elements (magnitudes 1e-4 to 1e4) whose 16-bit roundings
-    differ from them. The first element's float32 sum depends on the order of the additions:
-    (1 + 2^-24) + 2^-24 rounds to 1, 1 + (2^-24 + 2^-24) is 1 + 2^-23."""
-    values = [(rng.randn(3, 700) * 10.0 ** rng.randint(-4, 5, size=(3, 700))).astype('float32')
-              for _ in range(3)]
-    values[0][0, 0], values[1][0, 0], values[2][0, 0] = 1.0, 2.0 ** -24, 2.0 ** -24
-    return values
+    """Per tower, gradients of 3 x 700 elements, magnitudes 1e-4 to 1e4 (fp16 subnormals among
+    them), whose 16-bit roundings differ from them."""
+    return [(rng.randn(3, 700) * 10.0 ** rng.randint(-4, 5, size=(3, 700))).astype('float32')
+            for _ in range(3)]
 
 
 @pytest.mark.parametrize('compression, average', [('fp16', False), ('fp16', True), ('bf16', False),
                                                   ('bf16', True)])
-def test_compressed_all_reduce_is_the_float32_sum_of_the_rounded_gradients(compression, average):
+def test_compressed_all_reduce_is_a_16_bit_ring_sum_with_the_same_bits_on_every_tower(compression, average):
     """One worker of 3 virtual CPU towers (a group of 3, the path of every tower of every worker):
-    float32 and float64 gradients travel in 16 bits (gathered, in pieces) and are summed in
-    float32 in tower order; float16 and int32 ones are all-reduced as they are."""
+    float32 and float64 gradients travel and are summed in 16 bits (CollectiveReduceV2 of the
+    16-bit tensors, in pieces: ring-level bytes), divided by 3 before rounding when averaging;
+    float16 and int32 ones are all-reduced as they are. No all-gather."""
     server = create_server(local_cluster(1), 'worker', 0, config=tfv1.ConfigProto(device_count={'CPU': 3}))
     builder = CollectiveAllReduceBuilder(['/cpu:0', '/cpu:1', '/cpu:2'], server, average, compression,
                                          exchange='collective')
     builder.CHUNK_BYTES = 1000                      # 2100 elements of 2 bytes: 5 pieces
     rng = np.random.RandomState(0)
     floats = three_tower_values(rng)
+    if compression == 'fp16' and not average:
+        floats = [np.clip(x, -2e4, 2e4) for x in floats]        # a sum of 3 within fp16's range
     doubles = [rng.randn(20) for _ in range(3)]
     halves = [np.arange(4, dtype='float16') * (k + 1) for k in range(3)]
     ints = [np.arange(5, dtype='int32') + 10 * k for k in range(3)]
@@ -205,28 +199,42 @@ def test_compressed_all_reduce_is_the_float32_sum_of_the_rounded_gradients(compr
                    for per_tower in zip(floats, doubles, halves, ints)]
     results = builder.all_reduce(all_tensors)
     ops = tf.compat.v1.get_default_graph().get_operations()
-    gathered = [op.inputs[0].dtype for op in ops if op.type == 'CollectiveGatherV2']
-    assert gathered == [tf.float16] * (3 * 6)        # 3 towers x (5 pieces + 1 for the doubles)
+    assert not [op for op in ops if op.type == 'CollectiveGatherV2']
     reduced = sorted(op.inputs[0].dtype.name for op in ops if op.type == 'CollectiveReduceV2')
-    assert reduced == ['float16'] * 3 + ['int32'] * 3
+    wire = 'float16' if compression == 'fp16' else 'bfloat16'
+    # 3 towers x (5 pieces of the floats + the doubles), then the float16 and the int32 tensors
+    assert reduced == sorted([wire] * (3 * 6) + ['float16'] * 3 + ['int32'] * 3)
     with tfv1.Session(server.target) as sess:
         values = sess.run(results)
 
-    def expected_sum(per_tower, dtype):
-        parts = [rounded(x, compression) for x in per_tower]
-        total = (parts[0] + parts[1]) + parts[2]             # float32, in tower order
-        return (total * np.float32(1 / 3) if average else total).astype(dtype)
+    first = values[0]
+    for tower_values in values:                     # every tower: the same bits
+        for value, reference in zip(tower_values, first):
+            np.testing.assert_array_equal(value, reference)
+    float_value, double_value, half_value, int_value = first
+    assert float_value.dtype == np.float32 and double_value.dtype == np.float64
+    assert_16_bit_sum(float_value, floats, compression, 1 / 3 if average else 1)
+    assert_16_bit_sum(double_value, doubles, compression, 1 / 3 if average else 1)
+    half_sum = sum(halves)
+    np.testing.assert_array_equal(half_value, half_sum / np.float16(3) if average else half_sum)
+    np.testing.assert_array_equal(int_value, sum(ints) // 3 if average else sum(ints))
 
-    expected = [expected_sum(floats, np.float32), expected_sum(doubles, np.float64)]
-    assert expected[0][0, 0] != expected_sum(floats[::-1], np.float32)[0, 0]     # the order shows
-    for float_value, double_value, half_value, int_value in values:       # every tower: the same
-        assert float_value.dtype == np.float32 and double_value.dtype == np.float64
-        np.testing.assert_array_equal(float_value, expected[0])
-        np.testing.assert_array_equal(double_value, expected[1])
-        half_sum = sum(halves)
-        np.testing.assert_array_equal(half_value, half_sum / np.float16(3) if average else half_sum)
-        np.testing.assert_array_equal(int_value, sum(ints) // 3 if average else sum(ints))
-    assert not np.array_equal(values[0][0], (sum(floats) / (3 if average else 1)).astype('float32'))
+
+@pytest.mark.parametrize('average', [False, True])
+def test_fp16_compression_sums_above_65504_overflow_unless_averaging_divides_first(average):
+    """3 towers of 40000 each: their fp16 sum (120000) is inf, their mean (40000 / 3 each,
+    rounded, then added) is finite: averaging divides before the 16-bit sum."""
+    server = create_server(local_cluster(1), 'worker', 0, config=tfv1.ConfigProto(device_count={'CPU': 3}))
+    builder = CollectiveAllReduceBuilder(['/cpu:0', '/cpu:1', '/cpu:2'], server, average, 'fp16')
+    results = builder.all_reduce([[tf.constant([40000.0, 1.0])] for _ in range(3)])
+    with tfv1.Session(server.target) as sess:
+        values = [tower[0] for tower in sess.run(results)]
+    if average:
+        np.testing.assert_allclose(values[0], [40000.0, 1.0], rtol=3 * UNIT_ROUNDOFF['fp16'])
+    else:
+        assert np.isinf(values[0][0]) and values[0][1] == 3.0
+    for value in values[1:]:
+        np.testing.assert_array_equal(value, values[0])
 
 
 @pytest.mark.parametrize('exchange', ['ring', 'Queues', None])
@@ -266,18 +274,20 @@ def test_a_worker_with_gpu_towers_reduces_on_its_gpus_through_nccl(monkeypatch, 
                                                                    compression):
     """Worker 1 of 2 with towers '/gpu:0' and '/gpu:1' (built, never run: no GPU needed): each
     gradient is one collective op per tower, on that GPU, with the hint 'nccl', in a group of
-    the 4 GPUs of the cluster, whole (not in pieces); compressed ones are gathered in 16 bits
+    the 4 GPUs of the cluster, whole (not in pieces); compressed ones are reduced in 16 bits
     the same way. No Python op anywhere, no reduction on a CPU."""
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')      # the towers are checked against it
     builder = CollectiveAllReduceBuilder(['/gpu:0', '/gpu:1'], second_of_two_workers, compression=compression)
     builder.CHUNK_BYTES = 16                                # would cut 'a' into pieces on CPUs
     grad_list = builder.call_for_each_tower(tower_gradients)
     builder.build(grad_list, lambda: tfv1.train.GradientDescentOptimizer(0.1))
-    op_type = 'CollectiveGatherV2' if compression else 'CollectiveReduceV2'
+    op_type = 'CollectiveReduceV2'
     gpus = ['/job:worker/task:1/device:GPU:{}'.format(k) for k in range(2)]
     assert worker_reductions() == [(gpus[0], op_type, 'nccl'), (gpus[1], op_type, 'nccl')] * 3
     ops = tfv1.get_default_graph().get_operations()
     assert {op.inputs[1].op.get_attr('value').int_val[0] for op in ops if op.type == op_type} == {4}
+    wire = tf.float16 if compression else tf.float32
+    assert {op.inputs[0].dtype for op in ops if op.type == op_type} == {wire}
     assert not [op for op in ops if op.type in ('PyFunc', 'EagerPyFunc', 'NumpyFunction')]
 
 

@@ -11,6 +11,7 @@ import multiprocessing
 import numpy as np
 import pytest
 
+from helpers import assert_16_bit_sum
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
 from tensorpack_lite.tfutils.distributed import create_server
@@ -85,15 +86,6 @@ def run_workers(num_worker, per_worker_steps, average, compression, timeout_s=RU
         return [p.get(2 * RUN_BOUND) for p in pending]
 
 
-def rounded(values, compression):
-    """``values`` rounded to nearest even in 16 bits, back in float32."""
-    import ml_dtypes
-    values = np.asarray(values, np.float32)
-    if compression == 'fp16':
-        return values.astype(np.float16).astype(np.float32)
-    return values.astype(ml_dtypes.bfloat16).astype(np.float32)
-
-
 def step_values(rng, num_worker, num_tower):
     """[worker][tower] -> (floats 3x700, doubles 20, ints 5), floats of magnitudes 1e-3 to 1e3."""
     return [[((rng.randn(3, 700) * 10.0 ** rng.randint(-3, 4, size=(3, 700))).astype('float32'),
@@ -101,29 +93,20 @@ def step_values(rng, num_worker, num_tower):
              for _ in range(num_tower)] for _ in range(num_worker)]
 
 
-def expected_totals(values, compression):
-    """The float64 sums over every tower of every worker (compressed floats rounded first)."""
-    members = [tower for towers in values for tower in towers]
-    totals = []
-    for index in range(3):
-        parts = [m[index] for m in members]
-        if compression and index < 2:
-            parts = [rounded(p, compression) for p in parts]
-        totals.append(np.sum([np.asarray(p, np.float64) for p in parts], axis=0))
-    return totals
+def members(values, index):
+    """Tensor ``index`` of every tower of every worker, in order."""
+    return [tower[index] for towers in values for tower in towers]
 
 
 def check_graph(reductions, others, worker, compression):
-    """The data moves through collective ops only, on each tower's CPU, with the ring: floats
-    (2100 elements) in 5 pieces of 2 bytes an element or 9 of 4, doubles and ints whole."""
+    """The data moves through collective all-reduces only, on each tower's CPU, with the ring:
+    floats (2100 elements) in 5 pieces of 2 bytes an element or 9 of 4, doubles and ints whole."""
     assert others == []
     assert {hint for _, hint, _ in reductions} == {'ring'}
     assert {device for _, _, device in reductions} == {
         '/job:worker/task:{}/device:CPU:{}'.format(worker, k) for k in range(2)}
     per_tower = (5 + 1 + 1) if compression else (9 + 1 + 1)
-    assert len(reductions) == 2 * per_tower
-    gathered = sum(op_type == 'CollectiveGatherV2' for op_type, _, _ in reductions)
-    assert gathered == (2 * 6 if compression else 0)
+    assert [op_type for op_type, _, _ in reductions] == ['CollectiveReduceV2'] * (2 * per_tower)
 
 
 @pytest.mark.parametrize('compression', [None, 'fp16', 'bf16'])
@@ -139,8 +122,8 @@ def test_three_workers_of_two_towers_get_the_same_bits_on_every_tower_every_step
     outputs = [result[2] for result in results]
 
     group = num_worker * num_tower
+    scale = group if average else 1
     for index, step in enumerate(steps):
-        expected = expected_totals(step, compression)
         reference = outputs[0][index][0]
         for worker_output in outputs:
             for tower_output in worker_output[index]:          # every tower of every worker: same bits
@@ -149,11 +132,14 @@ def test_three_workers_of_two_towers_get_the_same_bits_on_every_tower_every_step
                     np.testing.assert_array_equal(value, first)
         floats, doubles, ints = reference
         assert (floats.dtype, doubles.dtype, ints.dtype) == (np.float32, np.float64, np.int32)
-        scale = group if average else 1
-        # float32 sums of 6 terms up to 1e3 in any order: within 6 ulps of the largest term
-        np.testing.assert_allclose(floats, expected[0] / scale, rtol=0, atol=6 * 2.0 ** -23 * 1e3 * 4)
-        np.testing.assert_allclose(doubles, expected[1] / scale, rtol=0, atol=1e-4 if compression else 1e-12)
-        np.testing.assert_array_equal(ints, (expected[2] / scale).astype('int32') if average else expected[2])
+        exact = [np.sum([np.asarray(p, np.float64) for p in members(step, k)], axis=0) for k in range(3)]
+        if compression:             # divided by 6 first when averaging, summed in 16 bits
+            assert_16_bit_sum(floats, members(step, 0), compression, 1 / scale)
+            assert_16_bit_sum(doubles, members(step, 1), compression, 1 / scale)
+        else:   # float32 sums of 6 terms up to 1e3 in any order: within 6 ulps of the largest term
+            np.testing.assert_allclose(floats, exact[0] / scale, rtol=0, atol=6 * 2.0 ** -23 * 1e3 * 4)
+            np.testing.assert_allclose(doubles, exact[1] / scale, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(ints, (exact[2] / scale).astype('int32') if average else exact[2])
         if index:                                           # each step's sum, not the one before
             assert not np.array_equal(floats, outputs[0][index - 1][0][0])
 

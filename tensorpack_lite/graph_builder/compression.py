@@ -1,19 +1,16 @@
-"""Gradient compression for the collective all-reduce across workers: gradients travel in 16
-bits and are summed in float32.
+"""Gradient compression for the collective all-reduce across workers: gradients travel, and are
+summed, in 16 bits (as Horovod's fp16 and PyTorch DDP's fp16/bf16 compression do).
 
-A collective all-reduce of 16-bit tensors would add in 16 bits at every hop. Instead every
-member of the group sends its gradient rounded to 16 bits with an all-gather
-(``CollectiveGatherV2``), and each member adds the N gathered values in float32 itself, one
-after the other in rank order. Every member adds the same values in the same order with the
-same float32 operations, so every replica gets the same, deterministic result: the float32
-sum of the rounded gradients. For 2 members this moves the bytes of a ring all-reduce of the
-float32 data halved; for N members each receives (N - 1) 16-bit copies, as many bytes as a
-float32 ring all-reduce at N = 4, more beyond (TensorFlow's collective reduce-scatter and
-all-to-all, which would avoid that, run with NCCL only).
+Each member of the group (every tower of every worker) multiplies its gradient by 1 / N when
+the group averages (before rounding, so the 16-bit sum stays within the range of one gradient),
+rounds it to 16 bits, and the group all-reduces the 16-bit tensors with the collective op of the
+exact path: TensorFlow's ring on CPU towers, NCCL on GPU towers. Each member sends
+2 (N - 1) / N times the 16-bit size: half the bytes of the float32 all-reduce, at every N. The
+ring adds in 16 bits at every hop; each piece of the sum is added once and then passed around,
+so every member gets the same bits. The sum goes back to the gradient's dtype.
 """
 
 from ..compat import tf
-from .utils import sum_in_order
 
 __all__ = ['COMPRESSIONS', 'check_compression', 'GradientCompression']
 
@@ -34,10 +31,17 @@ def check_compression(compression, owner):
 
 
 class GradientCompression:
-    """How one kind of compression sends a gradient and sums what arrives.
+    """How one kind of compression turns a gradient into what travels, and back.
 
     Args:
         compression (str): one of :data:`COMPRESSIONS`.
+
+    Example::
+
+        fp16 = GradientCompression('fp16')
+        wire = fp16.encode(grad, scale=1.0 / group_size)    # float16, grad / group_size rounded
+        # ... all-reduce (sum) ``wire`` across the group ...
+        mean = fp16.decode(summed, grad.dtype)
     """
 
     def __init__(self, compression):
@@ -54,21 +58,14 @@ class GradientCompression:
         dtype = tensor.dtype.base_dtype
         return dtype.is_floating and dtype.size >= 4
 
-    def encode(self, tensor):
-        """``tensor`` flattened and rounded (to nearest even) to 16 bits, as float16: the dtype
-        the collective gather accepts (bfloat16 travels bit for bit inside float16)."""
-        rounded = tf.cast(tf.reshape(tensor, [-1]), self.wire_dtype)
-        if self.wire_dtype == tf.float16:
-            return rounded
-        return tf.bitcast(rounded, tf.float16)
+    def encode(self, tensor, scale=None):
+        """``tensor`` (times ``scale``, in its own precision, when given) rounded to nearest
+        even in 16 bits."""
+        if scale is not None:
+            tensor = tf.multiply(tensor, tf.constant(scale, tensor.dtype.base_dtype))
+        return tf.cast(tensor, self.wire_dtype)
 
-    def decode(self, encoded):
-        """The float32 values of an :meth:`encode` d tensor (or of rows of them)."""
-        if self.wire_dtype != tf.float16:
-            encoded = tf.bitcast(encoded, self.wire_dtype)
-        return tf.cast(encoded, tf.float32)
-
-    def sum_gathered(self, gathered, group_size):
-        """The float32 sum of the ``group_size`` encoded tensors concatenated in ``gathered``,
-        added one after the other in their order."""
-        return sum_in_order(tf.unstack(self.decode(tf.reshape(gathered, [group_size, -1])), num=group_size))
+    @staticmethod
+    def decode(reduced, dtype):
+        """The 16-bit ``reduced`` in ``dtype`` (exactly: every 16-bit value is a float32 one)."""
+        return tf.cast(reduced, dtype)

@@ -365,8 +365,9 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         server (tf.compat.v1.train.Server): this worker's server (a cluster of workers only).
         average (bool): average the gradients over all towers of all workers (else sum).
         compression (str): None (exact float32 all-reduce), ``'fp16'`` or ``'bf16'``: floating
-            gradients of 32 bits or more travel rounded to 16 bits and are summed in float32
-            (see :mod:`~tensorpack_lite.graph_builder.compression`).
+            gradients of 32 bits or more (times 1 / group size first, when averaging) travel
+            and are summed in 16 bits, by the same collective op as the exact path (see
+            :mod:`~tensorpack_lite.graph_builder.compression`).
         exchange (str): ``'collective'``, the only one left (the removed ``'sockets'`` and
             ``'queues'`` are an error saying so).
     """
@@ -410,8 +411,8 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         self._compressor = GradientCompression(compression) if compression else None
         self._gradient_keys = iter(range(self._FIRST_GRADIENT_KEY, self._FIRST_BROADCAST_KEY))
         if compression:
-            logger.info("{}: gradients travel as {} and are summed in float32.".format(
-                type(self).__name__, compression))
+            logger.info("{}: gradients travel as {} and are summed in {} (a ring-level all-reduce).".format(
+                type(self).__name__, compression, compression))
 
     def session_device_filters(self):
         """The tasks the session of this worker uses: this worker only (collective ops find
@@ -444,7 +445,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
                 pieces = self._num_pieces(tensors[0], 2 if compressed else tensors[0].dtype.size,
                                           chunk_bytes) if chunk_bytes else 1
                 instance_keys = [next(self._gradient_keys) for _ in range(pieces)]
-                reduce = self._gather_sum if compressed else self._reduce
+                reduce = self._compressed_reduce if compressed else self._reduce
                 reduced = []
                 for tensor, device, hint in zip(tensors, self.raw_devices, hints):
                     with tf.device(device):
@@ -462,23 +463,21 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
             return 1
         return max(1, min(size, -(-size * element_bytes // chunk_bytes)))
 
-    def _reduce(self, piece, key, hint):
+    def _reduce(self, piece, key, hint, final_op=None):
+        if final_op is None:
+            final_op = 'Div' if self._average else 'Id'
         return tf.raw_ops.CollectiveReduceV2(
             input=piece, group_size=self.group_size, group_key=self.GRADIENT_GROUP_KEY, instance_key=key,
-            ordering_token=[], merge_op='Add', final_op='Div' if self._average else 'Id',
+            ordering_token=[], merge_op='Add', final_op=final_op,
             communication_hint=hint, max_subdivs_per_device=self.MAX_SUBDIVS_PER_DEVICE)
 
-    def _gather_sum(self, piece, key, hint):
-        """The compressed all-reduce of ``piece``: gathered in 16 bits, summed in float32
-        (to average, multiplied by the float32 of 1 / group size: TensorFlow's graph optimizer
-        would turn a division by a constant into that anyway), in ``piece`` 's dtype and shape."""
-        gathered = tf.raw_ops.CollectiveGatherV2(
-            input=self._compressor.encode(piece), group_size=self.group_size,
-            group_key=self.GRADIENT_GROUP_KEY, instance_key=key, ordering_token=[], communication_hint=hint)
-        total = self._compressor.sum_gathered(gathered, self.group_size)
-        if self._average:
-            total = tf.multiply(total, tf.constant(1.0 / self.group_size, total.dtype.base_dtype))
-        return tf.reshape(tf.cast(total, piece.dtype.base_dtype), tf.shape(piece))
+    def _compressed_reduce(self, piece, key, hint):
+        """The compressed all-reduce of ``piece``: to average, multiplied by 1 / group size
+        first; rounded to 16 bits; summed in 16 bits by the same collective op as the exact path;
+        back in ``piece`` 's dtype (see :mod:`~tensorpack_lite.graph_builder.compression`)."""
+        scale = 1.0 / self.group_size if self._average else None
+        total = self._reduce(self._compressor.encode(piece, scale), key, hint, final_op='Id')
+        return self._compressor.decode(total, piece.dtype.base_dtype)
 
     def _in_pieces(self, reduce, tensor, instance_keys, hint):
         if len(instance_keys) == 1:

@@ -448,8 +448,9 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         server (tf.compat.v1.train.Server): this worker's server, in a cluster of workers only.
         average (bool): average the gradients (else sum them).
         compression (str): None (the default: exact float32 all-reduce), ``'fp16'`` or
-            ``'bf16'``: floating gradients of 32 bits or more travel rounded to 16 bits and are
-            summed in float32, the same on every worker (see docs/distributed.md). For
+            ``'bf16'``: floating gradients of 32 bits or more (divided by the number of towers
+            first, when averaging) travel and are summed in 16 bits, half the bytes of the exact
+            all-reduce; every worker gets the same bits (see docs/distributed.md). For
             :class:`HorovodTrainer`, ``compression`` takes Horovod's compressors instead.
         exchange (str): ``'collective'`` (the default and only choice: TensorFlow's collective
             ops, see :class:`~tensorpack_lite.graph_builder.distributed.CollectiveAllReduceBuilder`
