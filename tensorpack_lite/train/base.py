@@ -60,6 +60,12 @@ class Trainer:
     """Whether this process is the chief worker; only the chief runs chief-only callbacks
     and initializes variables from ``session_init``."""
 
+    sess = None
+    """The session, once :meth:`initialize` created it (None before)."""
+
+    hooked_sess = None
+    """The session that also runs the hooks, once :meth:`initialize` created it (None before)."""
+
     _mixed_precision = None
 
     def __init__(self):

@@ -29,6 +29,10 @@ class TowerTrainer(Trainer):
 
     _tower_func = None
 
+    def __init__(self):
+        super().__init__()
+        self._predictors = []
+
     @property
     def tower_func(self):
         """The :class:`TowerFunc` that builds the model."""
@@ -86,8 +90,8 @@ class TowerTrainer(Trainer):
             tower = build_predict_tower(self.tower_func, None, tower_name, device,
                                         self.vs_name_for_predictor(device))
         predictor = OnlinePredictor(tower.get_tensors(list(input_names)),
-                                    tower.get_tensors(list(output_names)), sess=getattr(self, 'sess', None))
-        self.__dict__.setdefault('_predictors', []).append(predictor)
+                                    tower.get_tensors(list(output_names)), sess=self.sess)
+        self._predictors.append(predictor)
         return predictor
 
     def initialize(self, session_creator, session_init):
@@ -95,7 +99,7 @@ class TowerTrainer(Trainer):
         before the session existed run in ``trainer.sess``, so they work from any thread (e.g.
         a thread pool of an evaluation callback), not only under ``sess.as_default()``."""
         super().initialize(session_creator, session_init)
-        for predictor in self.__dict__.get('_predictors', ()):
+        for predictor in self._predictors:
             if predictor.sess is None:
                 predictor.sess = self.sess
 
