@@ -572,7 +572,7 @@ def test_dict_datapoint_missing_or_extra_key_is_an_error_naming_it():
     source = FeedInput(dict_df(drop='y'))
     cb = _feed_callback(source)
     source.reset_state()
-    with pytest.raises(KeyError, match="FeedInput: the datapoint .a dict. has no key 'y' for input 'y' "
+    with pytest.raises(KeyError, match="FeedInput: the datapoint .a dict. has no key for input 'y' "
                                        r"\(its keys: x\)"):
         cb.before_run(None)
     source = FeedInput(dict_df(extra={'z': np.zeros(3)}))
@@ -587,7 +587,7 @@ def test_queue_input_dict_datapoint_missing_key_ends_training_naming_it():
     source = QueueInput(dict_df(drop='x'))
     cbs = source.setup(signature())
     acc, train_op = consuming_train_op(source.get_input_tensors())
-    with pytest.raises(KeyError, match="QueueInput: the datapoint .a dict. has no key 'x' for input 'x'"):
+    with pytest.raises(KeyError, match="QueueInput: the datapoint .a dict. has no key for input 'x'"):
         train(cbs, train_op, steps_per_epoch=2)
 
 

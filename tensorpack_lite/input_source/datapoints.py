@@ -29,8 +29,8 @@ def datapoint_as_list(owner, dp, names):
     if isinstance(dp, dict):
         missing = [name for name in names if name not in dp]
         if missing:
-            raise KeyError("{}: the datapoint (a dict) has no key '{}' for input '{}' (its keys: {})".format(
-                owner, missing[0], missing[0], ', '.join(map(str, dp))))
+            raise KeyError("{}: the datapoint (a dict) has no key for input '{}' (its keys: {})".format(
+                owner, missing[0], ', '.join(map(str, dp))))
         if len(dp) != len(names):
             known = set(names)
             extra = [key for key in dp if key not in known]
