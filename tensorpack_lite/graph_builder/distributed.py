@@ -383,8 +383,8 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     CHUNK_BYTES = 8 << 20
     """On CPU towers, a tensor larger than this is all-reduced in pieces of about this size
     (they travel concurrently). NCCL takes every tensor whole. 8 MB rather than 2 MB: fewer,
-    larger pieces moved 1.1-1.3x more between 4 processes on 2 cores at 16 and 64 MB, and no
-    less between 2 (issue 28, docs/distributed.md)."""
+    larger pieces moved 1.2-1.3x more between 4 processes on 2 cores at 16 and 64 MB, and
+    about as much between 2 (issue 28, docs/distributed.md)."""
 
     MAX_SUBDIVS_PER_DEVICE = -1
     """``max_subdivs_per_device`` of each ``CollectiveReduceV2``: how many pieces TensorFlow's
