@@ -9,7 +9,10 @@
        ``--variants``: ``collective`` (CollectiveReduceV2 ring over gRPC, 2 (N-1)/N S a
        worker), with ``-fp16``/``-bf16`` (the same ring in 16 bits: (N-1)/N S a
        worker) and the levers ``-chunk<MB>`` (CHUNK_BYTES), ``-subdiv<K>``
-       (MAX_SUBDIVS_PER_DEVICE) and ``-auto`` (communication hint 'auto' instead of 'ring');
+       (MAX_SUBDIVS_PER_DEVICE), ``-auto`` (communication hint 'auto' instead of 'ring'), the
+       server's ConfigProto (SERVER_LEVERS: ``-nospin``, ``-inter<K>``, ``-intra<K>``,
+       ``-chan<K>``, ``-cache``, ``-onebuf``) and the workers' environment (ENV_LEVERS:
+       ``-cq<K>``, ``-ct<K>``, ``-poll``), in any combination (see :class:`CollectiveLevers`);
        processes started by the launcher;
    (b) ``mwms``: tf.distribute's MultiWorkerMirroredStrategy (ring), a replica-context
        all-reduce in a tf.function, same launcher and TF_CONFIG;
@@ -78,42 +81,87 @@ def _tensors(tf, tfv1, sizes):
             .read_value() for i, size in enumerate(sizes)]
 
 
-def _collective_levers(variant):
-    """``collective[-fp16|-bf16][-chunk<MB>][-subdiv<K>][-auto]`` -> (compression, CHUNK_BYTES or
-    None, MAX_SUBDIVS_PER_DEVICE or None, hint)."""
-    compression, chunk_bytes, subdivs, hint = None, None, None, None
-    for part in variant.split('-')[1:]:
-        if part in ('fp16', 'bf16'):
-            compression = part
-        elif part.startswith('chunk'):
-            chunk_bytes = int(float(part[len('chunk'):]) * MB)
-        elif part.startswith('subdiv'):
-            subdivs = int(part[len('subdiv'):])
-        elif part == 'auto':
-            hint = 'auto'
-        else:
-            raise ValueError("unknown part {!r} of the variant {!r}".format(part, variant))
-    return compression, chunk_bytes, subdivs, hint
+SERVER_LEVERS = {
+    'nospin': lambda config, _: setattr(config.experimental, 'disable_thread_spinning', True),
+    'inter': lambda config, k: setattr(config, 'inter_op_parallelism_threads', k),
+    'intra': lambda config, k: setattr(config, 'intra_op_parallelism_threads', k),
+    'chan': lambda config, k: setattr(config.rpc_options, 'num_channels_per_target', k),
+    'cache': lambda config, _: setattr(config.rpc_options, 'cache_rpc_response', True),
+    'onebuf': lambda config, _: setattr(config.experimental, 'recv_buf_max_chunk', -1),
+}
+"""Parts of a collective variant's name that change the server's ConfigProto (``<part><K>``
+with a number K for those taking one): ``nospin`` experimental.disable_thread_spinning,
+``inter<K>``/``intra<K>`` the inter-/intra-op threads, ``chan<K>``
+rpc_options.num_channels_per_target, ``cache`` rpc_options.cache_rpc_response, ``onebuf``
+experimental.recv_buf_max_chunk = -1 (one string per RecvBuf response)."""
+
+ENV_LEVERS = {
+    'cq': lambda k: {'TF_GRPC_WORKER_CACHE_QUEUES': str(k)},
+    'ct': lambda k: {'TF_GRPC_WORKER_CACHE_THREADS': str(k)},
+    'poll': lambda _: {'GRPC_POLL_STRATEGY': 'poll'},
+}
+"""Parts of a collective variant's name that set environment variables of the workers before
+their server starts: ``cq<K>``/``ct<K>`` the completion queues/threads of TensorFlow's gRPC
+worker cache (default 64 and one per CPU), ``poll`` gRPC's poll() engine instead of epoll."""
+
+
+class CollectiveLevers:
+    """What a collective variant's name ``collective[-<part>]...`` changes: ``compression``
+    ('fp16'/'bf16' or None), ``chunk_bytes`` (``chunk<MB>``: CHUNK_BYTES), ``subdivs``
+    (``subdiv<K>``: MAX_SUBDIVS_PER_DEVICE), ``hint`` (``auto``: the communication hint),
+    ``server`` [(SERVER_LEVERS function, K)] and ``env`` {name: value} (ENV_LEVERS)."""
+
+    def __init__(self, variant):
+        self.compression, self.chunk_bytes, self.subdivs, self.hint = None, None, None, None
+        self.server, self.env = [], {}
+        for part in variant.split('-')[1:]:
+            match = re.fullmatch(r'([a-z]+)([0-9.]*)', part)
+            name, number = match.groups() if match else (part, '')
+            if part in ('fp16', 'bf16'):
+                self.compression = part
+            elif name == 'chunk' and number:
+                self.chunk_bytes = int(float(number) * MB)
+            elif name == 'subdiv' and number:
+                self.subdivs = int(number)
+            elif part == 'auto':
+                self.hint = 'auto'
+            elif name in SERVER_LEVERS:
+                self.server.append((SERVER_LEVERS[name], int(number) if number else None))
+            elif name in ENV_LEVERS:
+                self.env.update(ENV_LEVERS[name](int(number) if number else None))
+            else:
+                raise ValueError("unknown part {!r} of the variant {!r}".format(part, variant))
+
+    def server_config(self):
+        """The ConfigProto for create_server (None: its default)."""
+        if not self.server:
+            return None
+        from tensorpack_lite.tfutils.common import get_default_sess_config
+        config = get_default_sess_config()
+        for apply, number in self.server:
+            apply(config, number)
+        return config
 
 
 def collective_worker(args):
     """A worker of the all-reduce benchmark of CollectiveAllReduceBuilder (TF_CONFIG from the
-    launcher), for one variant (see :func:`_collective_levers`)."""
+    launcher), for one variant (see :class:`CollectiveLevers`)."""
+    levers = CollectiveLevers(args.variant)
+    os.environ.update(levers.env)
     from tensorpack_lite.compat import enable_graph_mode, tf, tfv1
     from tensorpack_lite.graph_builder import distributed
     from tensorpack_lite.tfutils.distributed import DistributedSessionCreator, create_server
     enable_graph_mode()
-    compression, chunk_bytes, subdivs, hint = _collective_levers(args.variant)
-    if hint:
-        distributed.communication_hint = lambda device: hint
-    server = create_server()
+    if levers.hint:
+        distributed.communication_hint = lambda device: levers.hint
+    server = create_server(config=levers.server_config())
     with tf.device('/job:worker/task:{}/device:CPU:0'.format(server.server_def.task_index)):
         builder = distributed.CollectiveAllReduceBuilder(['/cpu:0'], server, average=False,
-                                                         compression=compression)
-        if chunk_bytes:
-            builder.CHUNK_BYTES = chunk_bytes
-        if subdivs:
-            builder.MAX_SUBDIVS_PER_DEVICE = subdivs
+                                                         compression=levers.compression)
+        if levers.chunk_bytes:
+            builder.CHUNK_BYTES = levers.chunk_bytes
+        if levers.subdivs:
+            builder.MAX_SUBDIVS_PER_DEVICE = levers.subdivs
         reduced = [builder.all_reduce([[tensor]])[0][0] for tensor in _tensors(tf, tfv1, args.sizes)]
     sess = DistributedSessionCreator(server, device_filters=builder.session_device_filters()).create_session()
     times = {}
@@ -324,7 +372,7 @@ class Variant:
 
 
 def collective_variant(name):
-    compression = _collective_levers(name)[0]
+    compression = CollectiveLevers(name).compression
     return Variant(name, lambda args, n: run_local_cluster(args, n, 'collective', variant=name),
                    ring16_bytes if compression else ring_bytes)
 
@@ -351,11 +399,13 @@ def variant_of(name):
 
 
 def all_reduce_rounds(args, num_worker, names):
-    """{column: {size: [per-round median seconds]}}, the columns interleaved round by round."""
+    """{column: {size: [per-round median seconds]}}, the columns interleaved round by round; round
+    r starts at column r (mod the number of columns), so no column is always first or last."""
     variants = [variant_of(name) for name in names]
     times = {v.name: {size: [] for size in args.sizes} for v in variants}
-    for _ in range(args.rounds):
-        for variant in variants:
+    for index in range(args.rounds):
+        start = index % len(variants)
+        for variant in variants[start:] + variants[:start]:
             result = variant.run(args, num_worker)
             for size in args.sizes:
                 times[variant.name][size].append(result[str(size)])
@@ -397,8 +447,8 @@ def main():
     parser.add_argument('--workers', type=int, nargs='+', default=[2, 3, 4], help='numbers of processes')
     parser.add_argument('--variants', nargs='+', default=['collective', 'collective-fp16'],
                         help="columns: CollectiveAllReduceBuilder's "
-                             "collective[-fp16|-bf16][-chunk<MB>][-auto], or a name of VARIANTS; the first "
-                             "is the base of the ratios")
+                             "collective[-fp16|-bf16][-chunk<MB>][-subdiv<K>][-auto][-<lever>...] (see "
+                             "CollectiveLevers), or a name of VARIANTS; the first is the base of the ratios")
     parser.add_argument('--rounds', type=int, default=3, help='interleaved rounds of every column')
     parser.add_argument('--batch', type=int, default=128, help='B: the batch per worker')
     parser.add_argument('--steps', type=int, default=30, help='steps per epoch')

@@ -170,6 +170,17 @@ def test_collective_all_reduce_sends_large_tensors_in_pieces(lone_server):
     np.testing.assert_array_equal(small_value, [1.5, 2.5])
 
 
+def test_collective_all_reduce_cuts_pieces_of_8_mb_by_default(lone_server):
+    """The default piece (issue 28: 8 MB moved more than 2 MB between 4 processes on 2 cores)."""
+    builder = CollectiveAllReduceBuilder(['/cpu:0'], lone_server, average=False)
+    assert builder.CHUNK_BYTES == 8 << 20
+    with tf.device(builder.raw_devices[0]):
+        builder.all_reduce([[tf.zeros([5 << 20]), tf.zeros([2 << 20])]])   # 20 MB and 8 MB of float32
+    sizes = [op.inputs[0].shape.num_elements() for op in tfv1.get_default_graph().get_operations()
+             if op.type == 'CollectiveReduceV2']
+    assert sizes == [1747627, 1747627, 1747626, 2 << 20]         # 20 MB in 3 pieces, 8 MB whole
+
+
 def three_tower_values(rng):
     """Per tower, gradients of 3 x 700 elements, magnitudes 1e-4 to 1e4 (fp16 subnormals among
     them), whose 16-bit roundings differ from them."""

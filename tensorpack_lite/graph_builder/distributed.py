@@ -381,13 +381,15 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     NUM_PACKS = 4
     """How many tensors the gradients are packed into (when there are enough elements)."""
 
-    CHUNK_BYTES = 2 << 20
+    CHUNK_BYTES = 8 << 20
     """On CPU towers, a tensor larger than this is all-reduced in pieces of about this size
-    (they travel concurrently). NCCL takes every tensor whole."""
+    (they travel concurrently). NCCL takes every tensor whole. 8 MB rather than 2 MB: fewer,
+    larger pieces moved 1.2-1.3x more between 4 processes on 2 cores at 16 and 64 MB, and
+    about as much between 2 (issue 28, docs/distributed.md)."""
 
     MAX_SUBDIVS_PER_DEVICE = -1
     """``max_subdivs_per_device`` of each ``CollectiveReduceV2``: how many pieces TensorFlow's
-    ring cuts each tensor into per device (-1: TensorFlow's choice)."""
+    ring cuts each tensor into per device (-1: the op's default; 2 and 4 were tried, no gain)."""
 
     _CHECK_KEYS = (1, 2)
     _TENSOR_BROADCAST_KEY = 3
