@@ -389,7 +389,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
 
     MAX_SUBDIVS_PER_DEVICE = -1
     """``max_subdivs_per_device`` of each ``CollectiveReduceV2``: how many pieces TensorFlow's
-    ring cuts each tensor into per device (-1: the op's default; 2 and 4 were tried, no gain)."""
+    ring cuts each tensor into per device (-1: the op's default; 1, 2 and 4 were tried, no gain)."""
 
     _CHECK_KEYS = (1, 2)
     _TENSOR_BROADCAST_KEY = 3
