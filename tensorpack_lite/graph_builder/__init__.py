@@ -9,7 +9,7 @@ from .training import (AsyncMultiGPUBuilder, DataParallelBuilder, SyncMultiGPUPa
                        SyncMultiGPUReplicatedBuilder)
 from .utils import (GradientPacker, aggregate_grads, allreduce_grads, allreduce_grads_collective,
                     allreduce_grads_hierarchical, average_grads, dense_gradient, merge_grad_list,
-                    split_grad_list, sum_in_order)
+                    split_grad_list)
 
 __all__ = ['ModelDesc', 'ModelDescBase',
            'DataParallelBuilder', 'SyncMultiGPUParameterServerBuilder', 'SyncMultiGPUReplicatedBuilder',
@@ -17,4 +17,4 @@ __all__ = ['ModelDesc', 'ModelDescBase',
            'interpret_towers', 'tower_device', 'is_gpu_tower', 'check_session_devices',
            'GradientPacker', 'aggregate_grads', 'average_grads', 'allreduce_grads',
            'allreduce_grads_hierarchical', 'allreduce_grads_collective', 'split_grad_list',
-           'merge_grad_list', 'dense_gradient', 'sum_in_order']
+           'merge_grad_list', 'dense_gradient']

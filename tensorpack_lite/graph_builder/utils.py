@@ -20,7 +20,7 @@ from ..utils import logger
 from ..utils.argtools import call_only_once
 from .devices import LeastLoadedDeviceSetter, communication_hint, is_gpu_tower  # the first: tensorpack's path
 
-__all__ = ['split_grad_list', 'merge_grad_list', 'dense_gradient', 'sum_in_order', 'aggregate_grads',
+__all__ = ['split_grad_list', 'merge_grad_list', 'dense_gradient', 'aggregate_grads',
            'average_grads', 'allreduce_grads', 'allreduce_grads_hierarchical', 'allreduce_grads_collective',
            'GradientPacker', 'LeastLoadedDeviceSetter']
 
@@ -45,16 +45,6 @@ def dense_gradient(grad):
     if isinstance(grad, tf.IndexedSlices):
         return tf.convert_to_tensor(grad)
     return grad
-
-
-def sum_in_order(tensors):
-    """``((t0 + t1) + t2) + ...``: the elementwise sum of ``tensors`` added one after the other
-    in their order, so that every process building the same call adds the same way (unlike
-    ``tf.add_n``, whose order of additions is the kernel's)."""
-    total = tensors[0]
-    for tensor in tensors[1:]:
-        total = tf.add(total, tensor)
-    return total
 
 
 def aggregate_grads(all_grads, colocation=False, devices=None, average=True):
