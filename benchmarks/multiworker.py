@@ -64,15 +64,27 @@ def _report(result):
 
 
 def _time_runs(run, repeat, warmup=3):
-    """The median seconds of ``repeat`` calls of ``run()``, after ``warmup`` calls."""
+    """(the median seconds of ``repeat`` calls of ``run()`` after ``warmup`` calls, the cores
+    this process kept busy meanwhile: its CPU seconds, all threads, over the wall seconds)."""
     for _ in range(warmup):
         run()
     times = []
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
     for _ in range(repeat):
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    cores = (time.process_time() - cpu_start) / (time.perf_counter() - wall_start)
+    return statistics.median(times), cores
+
+
+def _measure(sizes, run_of, repeat):
+    """The result a worker reports: {size: median seconds of ``run_of(size)()``} and, under
+    ``'cores'``, {size: cores this process kept busy} (see :func:`_time_runs`)."""
+    result = {'cores': {}}
+    for size in sizes:
+        result[str(size)], result['cores'][str(size)] = _time_runs(run_of(size), repeat)
+    return result
 
 
 def _tensors(tf, tfv1, sizes):
@@ -164,22 +176,25 @@ def collective_worker(args):
             builder.MAX_SUBDIVS_PER_DEVICE = levers.subdivs
         reduced = [builder.all_reduce([[tensor]])[0][0] for tensor in _tensors(tf, tfv1, args.sizes)]
     sess = DistributedSessionCreator(server, device_filters=builder.session_device_filters()).create_session()
-    times = {}
-    for key, (size, tensor) in enumerate(zip(args.sizes, reduced), start=1):
+
+    def run_of(size):
+        index = args.sizes.index(size)
         options = tfv1.RunOptions(timeout_in_ms=600000)
-        options.experimental.collective_graph_key = key
-        times[size] = _time_runs(lambda: sess.run(tensor.op, options=options), args.repeat)
+        options.experimental.collective_graph_key = index + 1
+        return lambda: sess.run(reduced[index].op, options=options)
+
+    result = _measure(args.sizes, run_of, args.repeat)
     if builder.is_chief:
-        _report(times)
+        _report(result)
 
 
 def _time_in_a_session(tfv1, args, reduced):
-    """{size: median seconds} of running each of ``reduced`` (one all-reduce per size) in a
+    """The :func:`_measure` result of running each of ``reduced`` (one all-reduce per size) in a
     plain session, after initializing the variables."""
     with tfv1.Session() as sess:
         sess.run(tfv1.global_variables_initializer())
-        return {size: _time_runs(lambda: sess.run(tensor.op), args.repeat)
-                for size, tensor in zip(args.sizes, reduced)}
+        by_size = dict(zip(args.sizes, reduced))
+        return _measure(args.sizes, lambda size: lambda: sess.run(by_size[size].op), args.repeat)
 
 
 def horovod_worker(args):
@@ -206,11 +221,13 @@ def mpi_worker(args):
         import numpy as np
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
-        times = {}
-        for size in args.sizes:
+
+        def run_of(size):
             send = np.ones(size * MB // 4, np.float32)
             received = np.empty_like(send)
-            times[size] = _time_runs(lambda: comm.Allreduce(send, received), args.repeat)
+            return lambda: comm.Allreduce(send, received)
+
+        times = _measure(args.sizes, run_of, args.repeat)
     else:
         reduced = [mpi_ops.allreduce(t, op=mpi_ops.Sum) for t in _tensors(tf, tfv1, args.sizes)]
         times = _time_in_a_session(tfv1, args, reduced)
@@ -235,8 +252,8 @@ def mwms_worker(args):
             return context.all_reduce(tf.distribute.ReduceOp.SUM, variable.read_value())
         return tf.function(lambda: strategy.run(replica_fn))
 
-    times = {size: _time_runs(all_reduce_of(variable), args.repeat)
-             for size, variable in zip(args.sizes, variables)}
+    by_size = dict(zip(args.sizes, variables))
+    times = _measure(args.sizes, lambda size: all_reduce_of(by_size[size]), args.repeat)
     if strategy.cluster_resolver.task_id == 0:
         _report(times)
 
@@ -399,24 +416,28 @@ def variant_of(name):
 
 
 def all_reduce_rounds(args, num_worker, names):
-    """{column: {size: [per-round median seconds]}}, the columns interleaved round by round; round
-    r starts at column r (mod the number of columns), so no column is always first or last."""
+    """({column: {size: [per-round median seconds]}}, {column: {size: [per-round cores busy in
+    the reporting process]}}), the columns interleaved round by round; round r starts at column
+    r (mod the number of columns), so no column is always first or last."""
     variants = [variant_of(name) for name in names]
     times = {v.name: {size: [] for size in args.sizes} for v in variants}
+    cores = {v.name: {size: [] for size in args.sizes} for v in variants}
     for index in range(args.rounds):
         start = index % len(variants)
         for variant in variants[start:] + variants[:start]:
             result = variant.run(args, num_worker)
             for size in args.sizes:
                 times[variant.name][size].append(result[str(size)])
-    return times
+                if str(size) in result.get('cores', {}):
+                    cores[variant.name][size].append(result['cores'][str(size)])
+    return times, cores
 
 
 def _load():
     return '{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg()) if hasattr(os, 'getloadavg') else 'unknown'
 
 
-def print_allreduce(args, num_worker, times):
+def print_allreduce(args, num_worker, times, cores):
     print("\nall-reduce (sum) of float32 between {} processes on this machine ({}, {} cores), MB/s of "
           "float32 data; median over {} rounds of the medians of {} runs:".format(
               num_worker, platform.processor() or platform.machine(), os.cpu_count(), args.rounds,
@@ -434,6 +455,11 @@ def print_allreduce(args, num_worker, times):
     sent = ["{} {}".format(name, "{:.2f} S".format(variant_of(name).sent(num_worker, 1.0))
                            if variant_of(name).sent else 'not counted') for name in times]
     print("  bytes a worker sends per all-reduce of S bytes: " + ', '.join(sent))
+    busy = ["{} {}".format(name, ' / '.join("{:.2f}".format(statistics.median(by_size[size])) if by_size[size]
+                                            else 'n/a' for size in args.sizes))
+            for name, by_size in cores.items()]
+    print("  cores kept busy by the reporting process (its CPU seconds over wall seconds, median over "
+          "rounds), at " + ' / '.join(str(size) for size in args.sizes) + " MB: " + ', '.join(busy))
     print("  (ms, MB/s, and the median, smallest and largest of the per-round speed ratios to {}); "
           "load average now: {}".format(base, _load()), flush=True)
 
@@ -484,7 +510,7 @@ def main():
         elif not args.skip_horovod:
             names.append('horovod')
         for num_worker in args.workers:
-            print_allreduce(args, num_worker, all_reduce_rounds(args, num_worker, names))
+            print_allreduce(args, num_worker, *all_reduce_rounds(args, num_worker, names))
     if args.skip_training:
         return
     runs = [('1 worker, batch {}'.format(args.batch), 1, args.batch),
