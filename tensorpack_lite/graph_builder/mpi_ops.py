@@ -145,12 +145,14 @@ class _Engine:
         """Test ``requests`` and the ends of the other ranks once; True when all of
         ``requests`` completed. Ends that arrived are recorded in :attr:`ended`."""
         complete = self.MPI.Request.Testall(requests) if requests else True
-        for entry in list(self._done):
-            if entry[2].Test():
-                self._done.remove(entry)
-                self.ended[entry[0]] = int(entry[1][0])
-                if self.ended_by is None:
-                    self.ended_by = entry[0]
+        if self._done:      # one MPI call for all of them, not one per rank
+            arrived = set(self.MPI.Request.Testsome([request for _, _, request in self._done]) or ())
+            for index, (peer, buffer, _) in enumerate(self._done):
+                if index in arrived:
+                    self.ended[peer] = int(buffer[0])
+                    if self.ended_by is None:
+                        self.ended_by = peer
+            self._done = [entry for index, entry in enumerate(self._done) if index not in arrived]
         return complete
 
     def _check_open(self, what):
