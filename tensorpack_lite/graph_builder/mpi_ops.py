@@ -221,7 +221,7 @@ def _tell_the_launcher_wrapper():
         try:
             os.write(int(fd), b'aborting\n')
         except (OSError, ValueError):
-            pass
+            pass    # best effort: the abort below must happen even when the wrapper is gone
 
 
 def dead_local_peers(peers, rank):
