@@ -9,9 +9,20 @@ and monitors (``launch_train_with_config``). Each run is timed per epoch; its fi
 is warm-up; a run's rate is the median of the other epochs. The modes run in rounds, in
 alternating order, so that drift hits both alike. Printed: each mode's median rate over the
 rounds, and the ratio of the medians and the median of the per-round ratios. The machine
-is shared and noisy: give it several rounds and read the ratios.
+is shared and noisy: give it several rounds and read the ratios. Every speed run first prints
+one line: the CPU's model name, which of the flags in ``CPU_FLAGS`` /proc/cpuinfo lists and
+which it does not, and TensorFlow's version.
 
     python benchmarks/mixed_precision.py --rounds 5
+
+With ``--bare`` (speed, 'bf16' only): does the library lose anything to a bare loop? Each
+round runs, in alternating order, the library in float32 and in bf16 and a bare loop of the
+same net in both: the graph of the same ModelDesc, its optimizer, the same batches fed by
+``feed_dict`` to ``sess.run(train_op)`` in a session of ``mixed_precision_session_config``
+(the trainer's rewrite), timed like the library's runs. Printed per mode: the library's and
+the bare loop's median rates and library / bare; and bf16 / float32 of each path.
+
+    python benchmarks/mixed_precision.py --bare --rounds 5
 
 With ``--accuracy``: instead of speed, the test accuracy of float32, 'bf16' and 'fp16' runs of
 the same model on real data (scikit-learn's digits made 32x32x3, see ``digits_as_cifar``),
@@ -23,6 +34,7 @@ means and each mean's difference to float32's:
 
 import argparse
 import os
+import platform
 import statistics
 import tempfile
 import time
@@ -32,11 +44,14 @@ import numpy as np
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.callbacks import ClassificationError, InferenceRunner
 from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.tfutils.mixed_precision import mixed_precision_session_config
+from tensorpack_lite.tfutils.tower import TowerContext
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils import fix_rng_seed, logger
 from timing import EpochTimer
 
 BATCH = 64
+CPU_FLAGS = ('avx512f', 'avx512_bf16', 'avx512_fp16', 'amx_tile', 'amx_bf16', 'amx_fp16')
 
 
 class CifarConvNet(ModelDesc):
@@ -65,10 +80,33 @@ class CifarConvNet(ModelDesc):
         return tfv1.train.MomentumOptimizer(0.01, 0.9)
 
 
-def random_batches(num):
+def cpu_description(cpuinfo='/proc/cpuinfo'):
+    """The CPU's model name, the flags of ``CPU_FLAGS`` that ``cpuinfo`` lists and those it does
+    not (the lists are empty when the file cannot be read)."""
+    try:
+        with open(cpuinfo) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return platform.processor() or 'unknown', [], []
+    name, flags = platform.processor() or 'unknown', set()
+    for line in lines:
+        key, _, value = line.partition(':')
+        if key.strip() == 'model name':
+            name = value.strip()
+        elif key.strip() == 'flags':
+            flags.update(value.split())
+    return name, [f for f in CPU_FLAGS if f in flags], [f for f in CPU_FLAGS if f not in flags]
+
+
+def numpy_batches(num):
+    """``num`` random [image, label] batches of BATCH (the same ones on every call)."""
     rng = np.random.RandomState(0)
-    return DataFromList([[rng.rand(BATCH, 32, 32, 3).astype('float32'),
-                          rng.randint(0, 10, BATCH).astype('int32')] for _ in range(num)], shuffle=False)
+    return [[rng.rand(BATCH, 32, 32, 3).astype('float32'), rng.randint(0, 10, BATCH).astype('int32')]
+            for _ in range(num)]
+
+
+def random_batches(num):
+    return DataFromList(numpy_batches(num), shuffle=False)
 
 
 def run(mode, steps, epochs):
@@ -79,6 +117,29 @@ def run(mode, steps, epochs):
                              steps_per_epoch=steps, max_epoch=epochs, mixed_precision=mode)
         launch_train_with_config(config, SimpleTrainer())
     return steps / statistics.median(timer.times[1:])
+
+
+def bare_run(mode, steps, epochs):
+    """Steps per second of the same net and optimizer in a bare ``sess.run(train_op, feed_dict)``
+    loop over ``steps`` fed batches per epoch, timed like :func:`run`."""
+    model = CifarConvNet()
+    with tfv1.Graph().as_default():
+        inputs = [tfv1.placeholder(spec.dtype, spec.shape, spec.name) for spec in model.inputs()]
+        with TowerContext('', is_training=True):
+            cost = model.build_graph(*inputs)
+        train_op = model.optimizer().minimize(cost)
+        init = tfv1.global_variables_initializer()
+        feeds = [dict(zip(inputs, batch)) for batch in numpy_batches(steps)]
+        with tfv1.Session(config=mixed_precision_session_config(mode)) as sess:
+            sess.run(init)
+            sess.graph.finalize()
+            times = []
+            for _ in range(epochs):
+                start = time.perf_counter()
+                for feed in feeds:
+                    sess.run(train_op, feed_dict=feed)
+                times.append(time.perf_counter() - start)
+    return steps / statistics.median(times[1:])
 
 
 def digits_as_cifar(test_size=297):
@@ -139,6 +200,31 @@ def accuracy(args):
             mode or 'float32', " | ".join("{:.2f}%".format(a) for a in results[mode]), mean, mean - base))
 
 
+def bare(args):
+    """``--bare``: rounds of the library and the bare loop in float32 and bf16; prints each mode's
+    median rates and library / bare, and bf16 / float32 of each path."""
+    runs = [('library', None), ('bare', None), ('library', 'bf16'), ('bare', 'bf16')]
+    rates = {key: [] for key in runs}
+    for index in range(args.rounds):
+        for path, mode in (runs if index % 2 == 0 else runs[::-1]):
+            rates[path, mode].append((run if path == 'library' else bare_run)(mode, args.steps, args.epochs))
+        print("round {}: ".format(index + 1) + ", ".join("{} {} {:.2f}".format(
+            path, mode or 'float32', rates[path, mode][-1]) for path, mode in runs) + " steps/s", flush=True)
+
+    def ratios(top, bottom):
+        return (statistics.median(rates[top]) / statistics.median(rates[bottom]),
+                statistics.median(t / b for t, b in zip(rates[top], rates[bottom])))
+
+    for mode in (None, 'bf16'):
+        lib, plain = statistics.median(rates['library', mode]), statistics.median(rates['bare', mode])
+        print("{}: library {:.2f} steps/s, bare {:.2f} steps/s (medians); library / bare {:.3f}x "
+              "(medians), {:.3f}x (median of per-round ratios)".format(
+                  mode or 'float32', lib, plain, *ratios(('library', mode), ('bare', mode))))
+    for path in ('library', 'bare'):
+        print("{} bf16 / float32: {:.3f}x (medians), {:.3f}x (median of per-round ratios)".format(
+            path, *ratios((path, 'bf16'), (path, None))))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[1])
     parser.add_argument('--rounds', type=int, default=3)
@@ -149,10 +235,22 @@ def main():
                         help='instead of speed: test accuracy on digits made CIFAR-size, float32 against '
                              'bf16 and fp16, --epochs epochs per run (use about 15)')
     parser.add_argument('--seeds', type=int, default=3, help='with --accuracy: runs per mode')
+    parser.add_argument('--bare', action='store_true',
+                        help='speed: the library and a bare sess.run(train_op) loop, float32 and bf16')
     args = parser.parse_args()
+    if args.bare and args.accuracy:
+        parser.error('--bare is a speed mode: not with --accuracy')
+    if args.bare and args.mode != 'bf16':
+        parser.error("--bare compares float32 and bf16 only (the bare loop has no loss scaling)")
     logger.set_logger_dir(os.path.join(tempfile.mkdtemp(), 'log'), action='d')
     if args.accuracy:
         accuracy(args)
+        return
+    name, present, absent = cpu_description()
+    print("CPU: {}; flags: {}; absent: {}; TensorFlow {}".format(
+        name, ' '.join(present) or '-', ' '.join(absent) or '-', tf.__version__), flush=True)
+    if args.bare:
+        bare(args)
         return
     modes = [None, args.mode]
     rates = {mode: [] for mode in modes}

@@ -104,6 +104,21 @@ def checkpoint_dtypes(logdir):
 
 # ----- the session rewrite ------------------------------------------------------------------
 
+def test_fp16_on_a_cpu_keeps_the_passes_the_config_turns_on_or_off():
+    rewrite = tfv1.ConfigProto().graph_options.rewrite_options
+    rewrite.constant_folding = 2   # OFF
+    rewrite.arithmetic_optimization = 2   # and with it common_subgraph_elimination
+    rewrite.disable_model_pruning = True
+    passes = mixed_precision_session_config('fp16', tfv1.ConfigProto(
+        graph_options=tfv1.GraphOptions(rewrite_options=rewrite))).graph_options.rewrite_options.optimizers
+    assert list(passes) == ['auto_mixed_precision_cpu', 'function', 'shape', 'layout', 'remap', 'loop',
+                            'dependency']
+    own = tfv1.ConfigProto()
+    own.graph_options.rewrite_options.optimizers.extend(['constfold', 'auto_mixed_precision_cpu', 'remap'])
+    passes = mixed_precision_session_config('fp16', own).graph_options.rewrite_options.optimizers
+    assert list(passes) == ['auto_mixed_precision_cpu', 'constfold', 'remap']
+
+
 def test_session_config_of_each_mode():
     base = tfv1.ConfigProto(inter_op_parallelism_threads=3)
     bf16 = mixed_precision_session_config('bf16', base)
@@ -111,7 +126,10 @@ def test_session_config_of_each_mode():
     assert bf16.inter_op_parallelism_threads == 3
     assert base.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 == 0   # a copy
     fp16 = mixed_precision_session_config('fp16', base).graph_options.rewrite_options
-    assert fp16.auto_mixed_precision_cpu == 1 and fp16.auto_mixed_precision == 0   # no GPU here
+    assert fp16.auto_mixed_precision == 0   # no GPU here: the CPU rewrite, first of the passes
+    assert list(fp16.optimizers) == ['auto_mixed_precision_cpu', 'pruning', 'function',
+                                     'common_subgraph_elimination', 'constfold', 'shape', 'arithmetic',
+                                     'layout', 'remap', 'loop', 'dependency']
     assert mixed_precision_session_config(None, base) == base
     with pytest.raises(ValueError, match="'fp32'"):
         mixed_precision_session_config('fp32')
@@ -127,7 +145,7 @@ def test_variables_and_checkpoint_stay_float32(tmp_path, mode):
     config = trainer.sess._config
     rewrite = config.graph_options.rewrite_options
     assert rewrite.auto_mixed_precision_onednn_bfloat16 == (1 if mode == 'bf16' else 0)
-    assert rewrite.auto_mixed_precision_cpu == (1 if mode == 'fp16' else 0)
+    assert list(rewrite.optimizers[:1]) == (['auto_mixed_precision_cpu'] if mode == 'fp16' else [])
     floats = {v.op.name: v.dtype.base_dtype.name for v in tfv1.global_variables() if v.dtype.is_floating}
     assert 'conv/W/Momentum' in floats and set(floats.values()) == {'float32'}
     saved = checkpoint_dtypes(tmp_path / 'log')

@@ -39,7 +39,8 @@ class HookToCallback(Callback):
         self._hook.after_run(ctx, run_values)
 
     def _after_train(self):
-        self._hook.end(self.trainer.sess)
+        if self.session_usable("the hook's end(session)"):
+            self._hook.end(self.trainer.sess)
 
     def __str__(self):
         return "HookToCallback({})".format(type(self._hook).__name__)

@@ -251,7 +251,8 @@ class ModelSaver(Callback):
 
     def _after_train(self):
         # Not again when this step's checkpoint just failed: training stopped because of it.
-        if self.global_step != self._failed_step:
+        if self.global_step != self._failed_step and self.session_usable(
+                "the checkpoint at the end of training (the newest written is kept)"):
             self._trigger()
 
 

@@ -266,8 +266,13 @@ class _EnqueueingInput(FeedfreeInput):
         logger.info("Starting {} ...".format(self.thread.name))
         self.thread.start()
 
-    def _stop_thread(self, _):
-        """Stop the thread after training; its error (if one ended it) fails the run."""
+    def _stop_thread(self, cb):
+        """Stop the thread after training; its error (if one ended it) fails the run. Not when
+        the session is in an unknown state: stopping it runs ops in the session, and the thread
+        (a daemon) cannot hold up the process's exit."""
+        if not cb.session_usable("stopping {} (of {}) through its queue".format(
+                self.thread.name, type(self).__name__)):
+            return
         if self.thread.is_alive():
             logger.info("Stopping {} ...".format(self.thread.name))
             self.thread.stop()

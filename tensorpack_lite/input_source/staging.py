@@ -102,6 +102,8 @@ class StagingInput(FeedfreeInput):
             return None
 
         def _after_train(self):
+            if not self.session_usable("emptying the staging areas"):
+                return
             try:
                 self.trainer.sess.run(self._clear_ops)
             except Exception as err:

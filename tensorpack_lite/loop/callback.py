@@ -29,6 +29,7 @@ Example::
 
 from ..compat import tf, tfv1
 from ..tfutils.common import get_op_or_tensor_by_name
+from ..utils import logger
 
 __all__ = ['Callback', 'ProxyCallback', 'CallbackFactory', 'name_culprit']
 
@@ -163,6 +164,16 @@ class Callback:
     def local_step(self):
         """The step within the trainer's current epoch (``self.trainer.loop.local_step``)."""
         return self.trainer.loop.local_step
+
+    def session_usable(self, work):
+        """Whether the trainer's session can still run things (``self.trainer.loop.session_usable``);
+        when it cannot, logs that ``work`` (what the caller would have run, e.g. 'the final
+        checkpoint') is skipped. For what runs in the session at the end of training."""
+        if self.trainer.loop.session_usable:
+            return True
+        logger.warn("{}: {} skipped: the session is in an unknown state after {}.".format(
+            self, work, self.trainer.loop.failure.describe()))
+        return False
 
     @property
     def chief_only(self):

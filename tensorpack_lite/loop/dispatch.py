@@ -90,6 +90,9 @@ class Callbacks(Callback):
         self._active = {stage: list(self.cbs) for stage in _STAGES}
         self._find_requesters()
         self.last_epoch_report = None
+        self.after_train_pending = []
+        """During ``after_train``: the members whose ``after_train`` has not finished, the
+        one running first (what was left undone, if it never finishes)."""
 
     def _find_requesters(self):
         """Number the members that act around hooked runs (a member's number keys its fetches
@@ -185,13 +188,16 @@ class Callbacks(Callback):
 
     def _after_train(self):
         first_error = None
-        for cb in self._active['after_train']:
+        self.after_train_pending = list(self._active['after_train'])
+        while self.after_train_pending:
+            cb = self.after_train_pending[0]
             try:
                 cb.after_train()
             except Exception as err:
                 name_culprit(err, cb, 'after_train')
                 logger.exception("Callback {} failed in after_train()".format(cb))
                 first_error = first_error or err
+            self.after_train_pending.pop(0)
         if first_error is not None:
             raise first_error
 

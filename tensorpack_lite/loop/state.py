@@ -11,8 +11,9 @@ it; callbacks read it (``self.trainer.loop``) instead of working the answers out
 import numbers
 
 from ..tfutils.common import get_global_step_value
+from ..tfutils.session_failure import leaves_session_unusable
 
-__all__ = ['Schedule', 'TrainLoop']
+__all__ = ['Schedule', 'TrainLoop', 'RunFailure']
 
 
 def _whole_number(name, value):
@@ -60,6 +61,26 @@ class Schedule:
             self.steps_per_epoch, self.starting_epoch, self.max_epoch)
 
 
+class RunFailure:
+    """Why training ended with an error: the ``error`` and whether the session can still be
+    used (``session_usable``: False when the error left it in an unknown state, see
+    :func:`~tensorpack_lite.tfutils.session_failure.leaves_session_unusable`)."""
+
+    __slots__ = ('error', 'session_usable')
+
+    def __init__(self, error):
+        self.error = error
+        self.session_usable = not leaves_session_unusable(error)
+
+    def describe(self):
+        """The error in one line, ``Type: message``."""
+        text = str(self.error).strip().splitlines()
+        return "{}: {}".format(type(self.error).__name__, text[0] if text else '')
+
+    def __repr__(self):
+        return "RunFailure({}, session_usable={})".format(self.describe(), self.session_usable)
+
+
 class TrainLoop:
     """Where the training loop is, and the questions callbacks ask about it.
 
@@ -69,10 +90,14 @@ class TrainLoop:
     tells the first one apart.
 
     The trainer advances the loop with :meth:`start`, :meth:`epochs`, :meth:`steps` and
-    :meth:`count_run`; nothing else changes it.
+    :meth:`count_run`, and records an error that ends training with :meth:`fail`; nothing else
+    changes it. After such an error, the work done at the end of training asks
+    :attr:`session_usable` before it runs anything in the session.
     """
 
     def __init__(self):
+        self.failure = None
+        """The :class:`RunFailure` that ended training, or None."""
         self._schedule = None
         self._epoch_num = 0
         self._global_step = 0
@@ -112,7 +137,18 @@ class TrainLoop:
         self._global_step += 1
         self._runs_in_step += 1
 
+    def fail(self, error):
+        """Record ``error`` as the end of training; returns its :class:`RunFailure`."""
+        self.failure = RunFailure(error)
+        return self.failure
+
     # ----- read by everyone ---------------------------------------------------------------------
+
+    @property
+    def session_usable(self):
+        """False once training failed with an error that left the session in an unknown state:
+        nothing may run in it any more (every later run could wait for ever)."""
+        return self.failure is None or self.failure.session_usable
 
     @property
     def schedule(self):

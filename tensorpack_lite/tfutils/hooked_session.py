@@ -6,6 +6,7 @@ from tensorflow.core.protobuf import config_pb2
 from ..compat import tf, tfv1
 from ..utils.gpu import num_tensorflow_gpus
 from .common import ops_run_by
+from .session_failure import note_session_error
 
 __all__ = ['HookedSession', 'RunRequests', 'CheckedFeeds']
 
@@ -95,7 +96,11 @@ class _CompiledRun:
         self.in_caller_thread = _runs_in_caller_thread_safely(list(self._tensors) + self._targets)
         if self.in_caller_thread:
             options.run_options.inter_op_thread_pool = -1
-        self._callable = sess._make_callable_from_options(options)
+        try:   # builds the executors: grappler's passes run here
+            self._callable = sess._make_callable_from_options(options)
+        except Exception as err:
+            note_session_error(err)
+            raise
 
     def _flatten(self, fetches):
         if isinstance(fetches, (list, tuple)):
@@ -123,7 +128,12 @@ class _CompiledRun:
                       for spec, (tensor, value) in zip(self._feeds, feeds.items())]
         else:
             arrays = feeds.values()
-        return self._rebuild(self._template, self._callable(*arrays))
+        try:
+            values = self._callable(*arrays)
+        except Exception as err:
+            note_session_error(err)
+            raise
+        return self._rebuild(self._template, values)
 
     @staticmethod
     def _convert(spec, value):
@@ -141,6 +151,15 @@ class _CompiledRun:
             raise ValueError("Cannot feed value of shape {} for Tensor {}, which has shape {}".format(
                 array.shape, tensor.name, tensor.shape))
         return array
+
+
+def _run(sess, fetches, feed_dict, options=None, run_metadata=None):
+    """``sess.run``, its errors marked by :func:`note_session_error`."""
+    try:
+        return sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+    except Exception as err:
+        note_session_error(err)
+        raise
 
 
 class _CallableCache:
@@ -169,14 +188,14 @@ class _CallableCache:
                 raise _NotCacheable()
             key = (_fetch_key(fetches), tuple(feeds))  # a feed key a callable cannot take compiles to None
         except _NotCacheable:
-            return self._sess.run(fetches, feed_dict=feeds or None)
+            return _run(self._sess, fetches, feeds or None)
         compiled = self._compiled.get(key, _NOT_COMPILED)
         if compiled is _NOT_COMPILED:
             if len(self._compiled) >= self.max_entries:
                 self._compiled.clear()
             compiled = self._compiled[key] = self._compile(fetches, feeds)
         if compiled is None:
-            return self._sess.run(fetches, feed_dict=feeds or None)
+            return _run(self._sess, fetches, feeds or None)
         return compiled(feeds, unchecked)
 
     def _compile(self, fetches, feeds):
@@ -280,7 +299,9 @@ class HookedSession:
 
     Any hook may call ``run_context.request_stop()``; :meth:`should_stop` then returns True.
     The plain session (``trainer.sess``) triggers no hook. Runs without run options go
-    through cached ``make_callable``s (see ``_CallableCache``).
+    through cached ``make_callable``s (see ``_CallableCache``). An error raised inside
+    TensorFlow that is not an ``OpError`` is marked as leaving the session unusable
+    (:mod:`~tensorpack_lite.tfutils.session_failure`).
     """
 
     def __init__(self, sess, hooks):
@@ -303,7 +324,7 @@ class HookedSession:
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if not self._hooks:
-            return self._sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+            return _run(self._sess, fetches, feed_dict, options, run_metadata)
         context = _SessionRunContext(original_args=_SessionRunArgs(fetches, feed_dict), session=self._sess)
         requests = RunRequests('Hook', feed_dict, options)
         for index, hook in enumerate(self._hooks):
@@ -313,8 +334,7 @@ class HookedSession:
             run_metadata = tfv1.RunMetadata()
         combined = {'caller': fetches, 'hooks': hook_fetches}
         if options is not None or run_metadata is not None:
-            outputs = self._sess.run(combined, feed_dict=feeds or None, options=options,
-                                     run_metadata=run_metadata)
+            outputs = _run(self._sess, combined, feeds or None, options, run_metadata)
         else:
             outputs = self._cache.run(combined, feeds, requests.unchecked)
         hook_results = outputs['hooks']

@@ -6,7 +6,8 @@ checkpoints) and TensorFlow's grappler rewrite computes its heavy ops in 16 bits
 * ``'fp16'``: ``auto_mixed_precision`` (float16 on GPUs), ``auto_mixed_precision_cpu`` on a
   machine without a GPU (float16 numbers emulated on the CPU: the same overflows as on a
   GPU, no speed-up), and dynamic loss scaling (:class:`DynamicLossScale`,
-  :class:`LossScaleOptimizer`).
+  :class:`LossScaleOptimizer`). The CPU rewrite runs first, before grappler's other passes:
+  see :func:`mixed_precision_session_config`.
 
 A trainer takes a mode through ``trainer.mixed_precision = 'bf16'`` (or
 ``TrainConfig(mixed_precision='bf16')``); any session gets the rewrite from
@@ -19,7 +20,7 @@ from ..utils.gpu import get_num_gpu
 from .common import get_default_sess_config
 from .optimizer import ProxyOptimizer
 
-__all__ = ['MODES', 'MixedPrecision', 'mixed_precision_session_config', 'cpu_bf16_flags',
+__all__ = ['MODES', 'CPU_FP16_REWRITE', 'MixedPrecision', 'mixed_precision_session_config', 'cpu_bf16_flags',
            'missing_hardware', 'DynamicLossScale', 'LossScaleOptimizer']
 
 MODES = ('bf16', 'fp16')
@@ -56,26 +57,76 @@ def missing_hardware(mode):
     return None
 
 
+CPU_FP16_REWRITE = 'auto_mixed_precision_cpu'
+"""Grappler's float16 rewrite for machines without a GPU (float16 emulated on the CPU)."""
+
+_OFF = 2   # RewriterConfig.OFF
+
+# Grappler's default passes, in the order its meta-optimizer runs them, each with the
+# RewriterConfig field that turns it off (TensorFlow 2.18-2.21; names as RewriterConfig.optimizers
+# takes them). The passes that are off unless asked for (debug_stripper, pin_to_host,
+# scoped_allocator...) and the GPU memory optimizer are not listed: on a CPU they do nothing.
+_DEFAULT_PASSES = (('pruning', None), ('function', 'function_optimization'),
+                   ('common_subgraph_elimination', 'common_subgraph_elimination'),
+                   ('constfold', 'constant_folding'), ('shape', 'shape_optimization'),
+                   ('arithmetic', 'arithmetic_optimization'), ('layout', 'layout_optimizer'),
+                   ('remap', 'remapping'), ('loop', 'loop_optimization'),
+                   ('dependency', 'dependency_optimization'))
+
+
 def _rewriter_field(mode):
     if mode == 'bf16':
         return 'auto_mixed_precision_onednn_bfloat16'
     if get_num_gpu() > 0:
         return 'auto_mixed_precision'
     fields = tfv1.ConfigProto().graph_options.rewrite_options.DESCRIPTOR.fields_by_name
-    return 'auto_mixed_precision_cpu' if 'auto_mixed_precision_cpu' in fields else None
+    return CPU_FP16_REWRITE if CPU_FP16_REWRITE in fields else None
+
+
+def _passes_after_cpu_fp16_rewrite(rewrite_options):
+    """The passes of ``rewrite_options`` (a RewriterConfig) that run after the CPU float16
+    rewrite: its own list if it has one, else grappler's default passes it does not turn off."""
+    if rewrite_options.optimizers:
+        return [name for name in rewrite_options.optimizers if name != CPU_FP16_REWRITE]
+    passes = []
+    for name, field in _DEFAULT_PASSES:
+        if field is None:
+            enabled = not rewrite_options.disable_model_pruning
+        else:
+            enabled = getattr(rewrite_options, field) != _OFF
+        if name == 'common_subgraph_elimination':   # grappler runs it only with arithmetic on
+            enabled = enabled and rewrite_options.arithmetic_optimization != _OFF
+        if enabled:
+            passes.append(name)
+    return passes
 
 
 def mixed_precision_session_config(mode, config=None):
     """A copy of ``config`` (default: :func:`get_default_sess_config`) whose grappler rewrite
     computes in ``mode`` ('bf16' or 'fp16'; None: the copy unchanged). For sessions the
     trainers do not make, e.g. ``PredictConfig(session_creator=NewSessionCreator(
-    config=mixed_precision_session_config('bf16')))``."""
+    config=mixed_precision_session_config('bf16')))``.
+
+    'fp16' without a GPU runs grappler's passes as an explicit list with the CPU float16
+    rewrite first, and the other passes (those ``config`` leaves on) after it in their usual
+    order. TensorFlow 2.18-2.21 run that rewrite after pruning and common-subgraph
+    elimination, which leave the graph's nodes out of topological order; the rewrite then
+    looks up a Cast node it has just inserted and fails (``IndexError:
+    absl::container_internal::raw_hash_map<>::at``) on most training graphs, leaving the
+    session unusable. Run first, it sees the session's graph in topological order. See
+    docs/mixed_precision.md.
+    """
     mode = MixedPrecision.of(mode).mode if mode is not None else None
     new = tfv1.ConfigProto()
     new.CopyFrom(config if config is not None else get_default_sess_config())
     field = _rewriter_field(mode) if mode is not None else None
-    if field is not None:
-        setattr(new.graph_options.rewrite_options, field, 1)   # RewriterConfig.ON
+    rewrite = new.graph_options.rewrite_options
+    if field == CPU_FP16_REWRITE:
+        passes = _passes_after_cpu_fp16_rewrite(rewrite)
+        del rewrite.optimizers[:]
+        rewrite.optimizers.extend([CPU_FP16_REWRITE] + passes)
+    elif field is not None:
+        setattr(rewrite, field, 1)   # RewriterConfig.ON
     return new
 
 

@@ -25,6 +25,7 @@ from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.argtools import call_only_once
+from ..utils.concurrency import bound_exit, run_with_timeout
 from ..utils.utils import humanize_time_delta
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 
@@ -65,6 +66,20 @@ class Trainer:
 
     hooked_sess = None
     """The session that also runs the hooks, once :meth:`initialize` created it (None before)."""
+
+    AFTER_FAILURE_TIMEOUT = 20.0
+    """Seconds the callbacks' ``after_train`` may take in all after training failed with an
+    error. Past it, the one still running is abandoned and those after it are not run (a
+    warning names them); then the session is closed and the error raised."""
+
+    CLOSE_TIMEOUT = 5.0
+    """Seconds closing the session may take after training failed; past it, the close goes
+    on in the background and the error is raised."""
+
+    EXIT_TIMEOUT = 10.0
+    """Once something was abandoned after a failure, the most seconds the interpreter's exit
+    may take (then the process ends with status 1; see
+    :func:`~tensorpack_lite.utils.concurrency.bound_exit`)."""
 
     _mixed_precision = None
 
@@ -212,26 +227,34 @@ class Trainer:
     @call_only_once
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
         """Run the epochs. ``after_train`` of every callback runs and the session is closed
-        however the loop ends (finished, StopTraining, an error, Ctrl-C)."""
+        however the loop ends (finished, StopTraining, an error, Ctrl-C). After an error the
+        loop records it (``loop.failure``), and that end is bounded in time
+        (:attr:`AFTER_FAILURE_TIMEOUT`, :attr:`CLOSE_TIMEOUT`); when the error left the session
+        in an unknown state, nothing more runs in it (``loop.session_usable``)."""
         with self.sess.as_default():
             self.loop.start(Schedule(steps_per_epoch, starting_epoch, max_epoch))
-            failed = True
             try:
                 self._run_epochs()
-                failed = False
             except (StopTraining, tf.errors.OutOfRangeError) as err:
-                failed = False
                 logger.info("Training was stopped by {}: {}".format(type(err).__name__, err))
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as err:
+                self.loop.fail(err)
                 logger.info("Detected Ctrl-C and exiting main loop.")
                 raise
             except Exception as err:
-                culprit = getattr(err, 'callback', None)
-                where = " in callback {}".format(culprit) if culprit is not None else ""
-                logger.error("Training failed{}: {}: {}".format(where, type(err).__name__, err))
+                self._report_failure(self.loop.fail(err))
                 raise
             finally:
-                self._end_training(failed)
+                self._end_training(self.loop.failure)
+
+    def _report_failure(self, failure):
+        culprit = getattr(failure.error, 'callback', None)
+        where = " in callback {}".format(culprit) if culprit is not None else ""
+        logger.error("Training failed{}: {}".format(where, failure.describe()))
+        if not failure.session_usable:
+            logger.error("The session is in an unknown state after this error (raised inside TensorFlow, "
+                         "not a TensorFlow OpError): nothing more runs in it. The end of training skips "
+                         "what needs it (no checkpoint is written from it; the last one written stays).")
 
     def _run_epochs(self):
         loop = self.loop
@@ -254,20 +277,46 @@ class Trainer:
             callbacks.trigger_epoch()
         logger.info("Training has finished!")
 
-    def _end_training(self, failed):
+    def _end_training(self, failure):
+        """Run the callbacks' ``after_train`` and close the session; after ``failure`` (a
+        :class:`~tensorpack_lite.loop.state.RunFailure`), each within its bound."""
+        if failure is None:
+            try:
+                self._callbacks.after_train()
+            finally:
+                self._close_session()
+            return
         try:
-            self._callbacks.after_train()
+            finished = run_with_timeout(self._after_train_in_session, self.AFTER_FAILURE_TIMEOUT,
+                                        'after-train')
         except Exception:
-            if not failed:
-                raise
-            # The error that stopped training matters more; this one was logged by Callbacks.
-        finally:
-            self._close_session()
+            finished = True   # logged by Callbacks; the error that stopped training matters more
+        if not finished:
+            stuck, *skipped = self._callbacks.after_train_pending
+            logger.warn("After the failure, {}.after_train() did not finish within {:g} s "
+                        "(AFTER_FAILURE_TIMEOUT): abandoned.{}".format(
+                            stuck, self.AFTER_FAILURE_TIMEOUT,
+                            " Not run: {}.".format(', '.join(map(str, skipped))) if skipped else ""))
+            bound_exit(self.EXIT_TIMEOUT)
+        if not run_with_timeout(self._close_session, self.CLOSE_TIMEOUT, 'close-session'):
+            logger.warn("After the failure, the session did not close within {:g} s (CLOSE_TIMEOUT){}. "
+                        "Moving on without it.".format(self.CLOSE_TIMEOUT, self._close_wait_reason()))
+            bound_exit(self.EXIT_TIMEOUT)
+
+    def _after_train_in_session(self):
+        """The callbacks' ``after_train`` with the session and its graph as defaults (as in the
+        training loop: it runs in a thread of its own after a failure)."""
+        with self.sess.graph.as_default(), self.sess.as_default():
+            self._callbacks.after_train()
 
     def _close_session(self):
-        """Close the session at the end of training (template: a trainer whose session may
-        wait on other processes bounds it)."""
+        """Close the session at the end of training."""
         self.hooked_sess.close()
+
+    def _close_wait_reason(self):
+        """What a session that does not close after a failure may be waiting for, as a clause
+        (template: a distributed trainer names the tasks it lost)."""
+        return ""
 
     def train(self, callbacks, monitors, session_creator, session_init, steps_per_epoch,
               starting_epoch=1, max_epoch=9999999):

@@ -29,7 +29,6 @@ that never starts, or is lost during training, makes the others fail within seco
 import functools
 import os
 import sys
-import threading
 import time
 
 import numpy as np
@@ -115,9 +114,8 @@ class DistributedTrainerBase(_DataParallelTrainer):
     """Seconds between two checks that the other tasks still accept connections."""
 
     CLOSE_TIMEOUT = 2.0
-    """Seconds :meth:`_close_session` waits for the session to close after training failed
-    with a task lost: closing a distributed session talks to every task, and one that is
-    gone can hold it for ever."""
+    """Seconds closing the session may take after training failed: closing a distributed
+    session talks to every task, and one that is gone can hold it for ever."""
 
     LOSS_CONFIRM_TIMEOUT = 30.0
     """After a step fails with a connection error (a peer reset or unavailable), seconds to
@@ -289,26 +287,16 @@ class DistributedTrainerBase(_DataParallelTrainer):
                 raise
             raise explained from err
 
-    def _end_training(self, failed):
-        self.training_failed = failed
+    def _end_training(self, failure):
+        self.training_failed = failure is not None
         self.stop_watching()
-        super()._end_training(failed)
+        super()._end_training(failure)
 
-    def _close_session(self):
-        """Close the session; after a failure with a task lost, give up waiting after
-        :attr:`CLOSE_TIMEOUT` seconds (the close goes on in a daemon thread, and the session
-        is marked closed: nothing tries again, the process can end)."""
-        lost = self._lost_tasks() if self.training_failed else []
+    def _close_wait_reason(self):
+        lost = self._lost_tasks()
         if not lost:
-            super()._close_session()
-            return
-        closing = threading.Thread(target=super()._close_session, name='close-session', daemon=True)
-        closing.start()
-        closing.join(self.CLOSE_TIMEOUT)
-        if closing.is_alive():
-            logger.warn("{}: the session did not close within {:g} s: it waits for the lost {}. Moving on "
-                        "without it.".format(self.cluster.task_name, self.CLOSE_TIMEOUT,
-                                             ', '.join(self.cluster.describe(*t) for t in lost)))
+            return ""
+        return ": it waits for the lost {}".format(', '.join(self.cluster.describe(*t) for t in lost))
 
     def stop_watching(self):
         """Stop watching the other tasks (their end is no longer a loss)."""

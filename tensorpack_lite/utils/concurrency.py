@@ -7,6 +7,7 @@ Nothing here imports TensorFlow at import time; :class:`ShareSessionThread` impo
 import atexit
 import ctypes
 import ctypes.util
+import faulthandler
 import multiprocessing as mp
 import os
 import platform
@@ -22,7 +23,7 @@ from .argtools import log_once
 
 __all__ = ['StoppableThread', 'LoopThread', 'ShareSessionThread', 'DIE',
            'ensure_proc_terminate', 'start_proc_mask_signal', 'mask_sigint',
-           'enable_death_signal', 'subproc_call']
+           'enable_death_signal', 'subproc_call', 'run_with_timeout', 'bound_exit']
 
 
 class DIE(object):
@@ -185,6 +186,44 @@ class ShareSessionThread(threading.Thread):
                 self._th.run()
             else:
                 super(ShareSessionThread, self).run()
+
+
+def run_with_timeout(func, timeout, name):
+    """Run ``func()`` in a daemon thread named ``name`` and wait for it at most ``timeout``
+    seconds. Returns True when it finished (an exception it raised is raised here), False when
+    it is still running: it is then abandoned, goes on in the background, and cannot hold up
+    the process's exit (see :func:`bound_exit`)."""
+    errors = []
+
+    def target():
+        try:
+            func()
+        except BaseException as err:   # handed to the caller
+            errors.append(err)
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    thread.join(max(timeout, 0))
+    if thread.is_alive():
+        return False
+    if errors:
+        raise errors[0]
+    return True
+
+
+_exit_bound = []
+
+
+def bound_exit(seconds):
+    """Make sure the interpreter's exit takes at most ``seconds`` once it begins: after
+    something was abandoned in a thread (e.g. blocked in a session that will never answer),
+    the exit could wait on it. When the bound passes, faulthandler prints every thread's
+    stack and ends the process with status 1. Armed at exit, so a program that goes on
+    running is not affected; later calls only keep the shortest bound."""
+    if not _exit_bound:
+        atexit.register(lambda: faulthandler.dump_traceback_later(_exit_bound[0], exit=True))
+        _exit_bound.append(seconds)
+    _exit_bound[0] = min(_exit_bound[0], seconds)
 
 
 def ensure_proc_terminate(proc):

@@ -220,6 +220,8 @@ def parse_args(argv):
     parser.add_argument('--worker1-holds', type=float,
                         help='worker 1 waits this long after its last step, then creates a marker file')
     parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
+    parser.add_argument('--break-session-at-step', type=int,
+                        help="worker 1's session breaks in this step (helpers.BreakingSession)")
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
     parser.add_argument('--chief-dies-saving', type=int,
@@ -284,6 +286,10 @@ def main(argv):
     if args.die_at_step and trainer.task_index == 1:
         marker = os.path.join(args.out, 'died-once') if args.die_once else None
         callbacks.append(DieAtStep(args.die_at_step, marker))
+    if args.break_session_at_step and trainer.task_index == 1:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from helpers import BreakSessionAt
+        callbacks.insert(0, BreakSessionAt(args.break_session_at_step))
     batch_norm = None if args.batch_norm is None else args.batch_norm.replace('none', '')
     model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm)
     config = AutoResumeTrainConfig(model=model,
