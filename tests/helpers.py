@@ -371,9 +371,11 @@ class BreakingSession(tfv1.Session):
     by :meth:`convert` (its class is swapped; nothing else changes)."""
 
     @classmethod
-    def convert(cls, sess, op, fail_at):
+    def convert(cls, sess, op, fail_at, when_built=False):
+        """With ``when_built``, the ``fail_at``-th build of a callable of ``op`` fails instead
+        (where TensorFlow runs grappler)."""
         sess.__class__ = cls
-        sess.op_name, sess.fail_at, sess.runs_of_op = op.name, fail_at, 0
+        sess.op_name, sess.fail_at, sess.runs_of_op, sess.when_built = op.name, fail_at, 0, when_built
         sess.broken, sess.release = threading.Event(), threading.Event()
         sess.blocked_runs = 0
         return sess
@@ -398,12 +400,15 @@ class BreakingSession(tfv1.Session):
 
     def _make_callable_from_options(self, callable_options):
         self._wait_if_broken()
-        inner = super()._make_callable_from_options(callable_options)
         names = set(callable_options.target) | {t.split(':')[0] for t in callable_options.fetch}
+        if self.when_built:
+            self._count(names)
+        inner = super()._make_callable_from_options(callable_options)
 
         def call(*args, **kwargs):
             self._wait_if_broken()
-            self._count(names)
+            if not self.when_built:
+                self._count(names)
             return inner(*args, **kwargs)
         return call
 

@@ -18,6 +18,8 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import BreakingSession
+
 from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith, Conv2D, Conv2DTranspose,
                              Dropout, FixedUnPooling, FullyConnected, GlobalAvgPooling, InstanceNorm,
                              LayerNorm, LeakyReLU, Maxout, MaxPooling, ModelDesc, PReLU, QueueInput,
@@ -26,7 +28,8 @@ from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.tfutils import mixed_precision
-from tensorpack_lite.tfutils.mixed_precision import MixedPrecision, mixed_precision_session_config
+from tensorpack_lite.tfutils.mixed_precision import (MixedPrecision, MixedPrecisionError,
+                                                     mixed_precision_session_config)
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -155,6 +158,36 @@ def test_fp16_with_the_layers_skips_an_overflowing_step_and_goes_on():
           callbacks=[probe, scale])
     probe.assert_trained('fp16')
     assert scale.values['loss_scale/skipped_steps'] == 1 and scale.values['loss_scale/scale'] == 512
+
+
+class BreakingSessionCreator(NewSessionCreator):
+    """Its session fails the first build of ``trainer.train_op`` inside TensorFlow, as a
+    rewrite that TensorFlow cannot apply does."""
+
+    def __init__(self, trainer):
+        super().__init__()
+        self.trainer = trainer
+        self.session = None
+
+    def create_session(self):
+        self.session = BreakingSession.convert(super().create_session(), self.trainer.train_op, 1,
+                                               when_built=True)
+        return self.session
+
+
+def test_a_rewrite_tensorflow_cannot_apply_is_refused_before_the_first_step():
+    trainer = SimpleTrainer()
+    creator = BreakingSessionCreator(trainer)
+    config = TrainConfig(model=EveryLayer(), dataflow=image_batches(2), max_epoch=1, mixed_precision='fp16',
+                         monitors=[], session_creator=creator)
+    try:
+        with pytest.raises(MixedPrecisionError,
+                           match=r"mixed_precision='fp16'.*IndexError: absl.*Nothing was trained.*'bf16'"):
+            launch_train_with_config(config, trainer)
+        assert trainer.sess._closed
+        assert trainer.loop.schedule is None     # the loop never started: no step ran
+    finally:
+        creator.session.release.set()
 
 
 # ----- the examples' models -------------------------------------------------------------------

@@ -14,13 +14,16 @@ A trainer takes a mode through ``trainer.mixed_precision = 'bf16'`` (or
 :func:`mixed_precision_session_config`. See docs/mixed_precision.md.
 """
 
+from tensorflow.core.protobuf import config_pb2
+
 from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.gpu import get_num_gpu
 from .common import get_default_sess_config
 from .optimizer import ProxyOptimizer
 
-__all__ = ['MODES', 'CPU_FP16_REWRITE', 'MixedPrecision', 'mixed_precision_session_config', 'cpu_bf16_flags',
+__all__ = ['MODES', 'CPU_FP16_REWRITE', 'MixedPrecisionError', 'check_rewrite', 'MixedPrecision',
+           'mixed_precision_session_config', 'cpu_bf16_flags',
            'missing_hardware', 'DynamicLossScale', 'LossScaleOptimizer']
 
 MODES = ('bf16', 'fp16')
@@ -128,6 +131,31 @@ def mixed_precision_session_config(mode, config=None):
     elif field is not None:
         setattr(rewrite, field, 1)   # RewriterConfig.ON
     return new
+
+
+class MixedPrecisionError(RuntimeError):
+    """TensorFlow cannot compute this model's training step in the mode asked for."""
+
+
+def check_rewrite(sess, op, mode):
+    """Build the executors of ``op`` in ``sess`` once (grappler's passes, the mode's rewrite
+    included; nothing runs), so that a rewrite TensorFlow cannot apply to this graph stops
+    training before it starts instead of at its first step. Raises :class:`MixedPrecisionError`
+    naming the cause and what to use instead; ``sess`` is then unusable (close it)."""
+    options = config_pb2.CallableOptions()
+    options.target.append(op.name)
+    try:
+        sess._make_callable_from_options(options)
+    except tf.errors.OpError:
+        raise   # TensorFlow's report of a bad graph: the step would fail with it too
+    except Exception as err:
+        instead = ("'bf16' (bfloat16, fast on CPUs with AVX512-BF16 or AMX) or None" if mode == 'fp16'
+                   else "None")
+        raise MixedPrecisionError(
+            "mixed_precision={!r}: TensorFlow {} cannot apply its rewrite to this model's training step: "
+            "building the step failed inside TensorFlow with {}: {}. Nothing was trained. Use "
+            "mixed_precision={} instead (see docs/mixed_precision.md).".format(
+                mode, tf.__version__, type(err).__name__, err, instead)) from err
 
 
 class MixedPrecision:

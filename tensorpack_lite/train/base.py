@@ -19,7 +19,7 @@ from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
 from ..loop.state import Schedule, TrainLoop
 from ..tfutils.hooked_session import HookedSession
-from ..tfutils.mixed_precision import MixedPrecision
+from ..tfutils.mixed_precision import MixedPrecision, MixedPrecisionError, check_rewrite
 from ..tfutils.model_utils import describe_trainable_vars
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
@@ -200,6 +200,7 @@ class Trainer:
         self._use_mixed_precision(session_creator)
         logger.info("Creating the session ...")
         self.sess = session_creator.create_session()
+        self._check_mixed_precision()
         self.hooked_sess = HookedSession(self.sess, self._trainer_hooks() + self._callbacks.get_hooks())
         if self.is_chief:
             logger.info("Initializing the session ...")
@@ -223,6 +224,20 @@ class Trainer:
         session_creator.config = precision.session_config(session_creator.config)
         precision.warn_if_unsupported()
         logger.info("Mixed precision: {}.".format(precision))
+
+    def _check_mixed_precision(self):
+        """With a mode, build the step's executors once before training (an in-process session
+        with a ``train_op``): a rewrite TensorFlow cannot apply is refused here, the session
+        closed, rather than failing the first step."""
+        precision = self._mixed_precision
+        in_process = isinstance(self.sess, tfv1.Session) and not self.sess.sess_str
+        if precision is None or not hasattr(self, 'train_op') or not in_process:
+            return
+        try:
+            check_rewrite(self.sess, self.train_op, precision.mode)
+        except MixedPrecisionError:
+            self.sess.close()
+            raise
 
     @call_only_once
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
