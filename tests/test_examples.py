@@ -149,8 +149,9 @@ def test_cifar_convnet_fake_smoke(tmp_path):
     logdir = tmp_path / 'log'
     out = run_example('examples/basics/cifar-convnet.py',
                       ['--fake', '--max-epoch', '2', '--steps-per-epoch', '2', '--batch', '32',
-                       '--logdir', str(logdir)], cwd=tmp_path)
+                       '--logdir', str(logdir), '--mixed-precision', 'fp16'], cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Mixed precision: MixedPrecision('fp16'" in out.stdout + out.stderr
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 4
     assert 0 <= stats[-1]['validation_accuracy'] <= 1

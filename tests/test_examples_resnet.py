@@ -118,7 +118,7 @@ def smoke_runs(tmp_path_factory):
     val_lmdb = tiny_lmdb(folder['imagenet lmdb'] / 'ILSVRC-val.lmdb', 5, rng)
     arguments = {
         'cifar10 fake': (CIFAR, ['--fake', '-n', '1', '--batch', '16', '--max-epoch', '2',
-                                 '--steps-per-epoch', '3']),
+                                 '--steps-per-epoch', '3', '--mixed-precision', 'fp16']),
         'imagenet fake': (IMAGENET, ['--fake', '--steps-per-epoch', '3'] + IMAGENET_ARGS),
         'imagenet dir': (IMAGENET, ['--data', str(data), '--meta-dir', str(meta)] + IMAGENET_ARGS),
         'imagenet lmdb': (IMAGENET, ['--lmdb', train_lmdb, '--val-lmdb', val_lmdb] + IMAGENET_ARGS),
@@ -156,6 +156,8 @@ def test_cifar10_resnet_fake_smoke(smoke_runs):
         assert_multiple_of(s['validation_error'], 128)     # every one of the 128 fake test images
         assert np.isfinite(s['validation_cost'])
     assert {'checkpoint', 'model-6.index'} <= set(os.listdir(logdir))
+    assert 'Mixed precision: MixedPrecision(\'fp16\'' in output     # trained with --mixed-precision fp16
+    assert stats[-1]['loss_scale/skipped_steps'] == 0
     printed = final_number(output, 'Final validation error')
     assert printed == pytest.approx(stats[-1]['validation_error'], abs=1e-4)
 

@@ -85,6 +85,9 @@ def test_which_errors_leave_the_session_unusable():
         with pytest.raises(TypeError) as raised:   # raised inside TensorFlow's session module
             sess.run(object())
     assert leaves_session_unusable(raised.value)
+    interrupt = KeyboardInterrupt()
+    interrupt.__traceback__ = raised.value.__traceback__     # as if Ctrl-C came right after a run
+    assert not leaves_session_unusable(interrupt)
 
 
 @pytest.mark.parametrize('source', ['feed', 'queue'])

@@ -142,6 +142,8 @@ def main():
     parser.add_argument('--max-epoch', type=int, default=400, help='number of epochs (default 400)')
     parser.add_argument('--steps-per-epoch', type=int, help='default: one pass over the training set')
     parser.add_argument('--load', help='a checkpoint to start from')
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'],
+                        help='compute in 16 bits (docs/mixed_precision.md; default: float32)')
     parser.add_argument('--logdir', default='train_log/cifar10-resnet',
                         help='where logs, stats.json and checkpoints go (replaced if it exists; '
                              'default %(default)s)')
@@ -168,7 +170,7 @@ def main():
         ],
         steps_per_epoch=args.steps_per_epoch or len(train),
         max_epoch=args.max_epoch,
-        session_init=SmartInit(args.load))
+        session_init=SmartInit(args.load), mixed_precision=args.mixed_precision)
     trainer = SyncMultiGPUTrainerReplicated(num_gpu) if num_gpu > 1 else SimpleTrainer()
     launch_train_with_config(config, trainer)
     logger.info("Final validation error: {:.4f} (log in {})".format(

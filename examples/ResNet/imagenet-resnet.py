@@ -279,7 +279,7 @@ def get_config(model, train, val, args, num_towers):
         callbacks=callbacks,
         steps_per_epoch=args.steps_per_epoch or (100 if args.fake else len(train)),
         max_epoch=args.max_epoch,
-        session_init=SmartInit(args.load))
+        session_init=SmartInit(args.load), mixed_precision=args.mixed_precision)
 
 
 def main():
@@ -300,6 +300,8 @@ def main():
     parser.add_argument('--steps-per-epoch', type=int,
                         help='default: one pass over the training set (100 with --fake)')
     parser.add_argument('--load', help='a checkpoint to start from')
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'],
+                        help='compute in 16 bits (docs/mixed_precision.md; default: float32)')
     parser.add_argument('--logdir', default='train_log/imagenet-resnet',
                         help='where logs, stats.json and checkpoints go (replaced if it exists; '
                              'default %(default)s)')

@@ -134,6 +134,8 @@ def main():
     parser.add_argument('--batch', type=int, default=128, help='batch size (default 128)')
     parser.add_argument('--max-epoch', type=int, default=150, help='number of epochs (default 150)')
     parser.add_argument('--steps-per-epoch', type=int, help='default: one pass over the training set')
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'],
+                        help='compute in 16 bits (docs/mixed_precision.md; default: float32)')
     parser.add_argument('--logdir', default='train_log/cifar-convnet',
                         help='where logs, stats.json and checkpoints go (replaced if it exists; '
                              'default %(default)s)')
@@ -158,7 +160,7 @@ def main():
                                    threshold=0, last_k=10, reverse=True),
         ],
         steps_per_epoch=args.steps_per_epoch or len(train),
-        max_epoch=args.max_epoch)
+        max_epoch=args.max_epoch, mixed_precision=args.mixed_precision)
     trainer = SimpleTrainer()
     launch_train_with_config(config, trainer)
     logger.info("Final validation accuracy: {:.4f} (log in {})".format(

@@ -52,6 +52,8 @@ def main():
     parser.add_argument('--batch', type=int, default=32, help='batch size of each rank (default 32)')
     parser.add_argument('--max-epoch', type=int, default=10, help='number of epochs (default 10)')
     parser.add_argument('--steps-per-epoch', type=int, help="default: one pass over a rank's share")
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'],
+                        help='compute in 16 bits (docs/mixed_precision.md; default: float32)')
     parser.add_argument('--logdir', default='train_log/horovod-digits',
                         help="rank 0's logs, stats.json and checkpoints (replaced if it exists; "
                              "default %(default)s)")
@@ -70,7 +72,8 @@ def main():
         callbacks=[ModelSaver(),
                    InferenceRunner(test, [ScalarStats(['cross_entropy_loss', 'accuracy']),
                                           ClassificationError('incorrect_vector')])],
-        steps_per_epoch=args.steps_per_epoch or len(train), max_epoch=args.max_epoch)
+        steps_per_epoch=args.steps_per_epoch or len(train), max_epoch=args.max_epoch,
+        mixed_precision=args.mixed_precision)
     launch_train_with_config(config, trainer)
     if trainer.is_chief:
         logger.info("{} ranks; final validation accuracy: {:.4f}".format(

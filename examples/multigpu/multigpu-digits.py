@@ -74,6 +74,8 @@ def main():
     parser.add_argument('--batch', type=int, default=32, help='batch size of each tower (default 32)')
     parser.add_argument('--max-epoch', type=int, default=10, help='number of epochs (default 10)')
     parser.add_argument('--steps-per-epoch', type=int, help='default: one pass over the training set')
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'],
+                        help='compute in 16 bits (docs/mixed_precision.md; default: float32)')
     parser.add_argument('--logdir', default='train_log/multigpu-digits',
                         help='where logs, stats.json and checkpoints go (replaced if it exists; '
                              'default %(default)s)')
@@ -95,7 +97,7 @@ def main():
                    InferenceRunner(test, [ScalarStats(['cross_entropy_loss', 'accuracy']),
                                           ClassificationError('incorrect_vector')]),
                    ScheduledHyperParamSetter('learning_rate', [(args.max_epoch * 2 // 3, 2e-4)])],
-        steps_per_epoch=steps_per_epoch, max_epoch=args.max_epoch)
+        steps_per_epoch=steps_per_epoch, max_epoch=args.max_epoch, mixed_precision=args.mixed_precision)
     launch_train_with_config(config, trainer)
     logger.info("Trained {} towers on {}; final validation accuracy: {:.4f}".format(
         len(towers), ', '.join(str(t) for t in towers), 1 - trainer.monitors.get_latest('validation_error')))

@@ -166,13 +166,15 @@ class Callback:
         return self.trainer.loop.local_step
 
     def session_usable(self, work):
-        """Whether the trainer's session can still run things (``self.trainer.loop.session_usable``);
-        when it cannot, logs that ``work`` (what the caller would have run, e.g. 'the final
-        checkpoint') is skipped. For what runs in the session at the end of training."""
-        if self.trainer.loop.session_usable:
+        """Whether the trainer's session can still run things (``self.trainer.loop.session_usable``;
+        True for an owner without a training loop, e.g. a predictor running an InputSource's
+        callbacks); when it cannot, logs that ``work`` (what the caller would have run, e.g.
+        'the final checkpoint') is skipped. For what runs in the session at the end of training."""
+        loop = getattr(self.trainer, 'loop', None)
+        if loop is None or loop.session_usable:
             return True
         logger.warn("{}: {} skipped: the session is in an unknown state after {}.".format(
-            self, work, self.trainer.loop.failure.describe()))
+            self, work, loop.failure.describe()))
         return False
 
     @property

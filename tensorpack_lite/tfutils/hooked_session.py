@@ -6,7 +6,7 @@ from tensorflow.core.protobuf import config_pb2
 from ..compat import tf, tfv1
 from ..utils.gpu import num_tensorflow_gpus
 from .common import ops_run_by
-from .session_failure import note_session_error
+from .session_failure import leaves_session_unusable, note_session_error
 
 __all__ = ['HookedSession', 'RunRequests', 'CheckedFeeds']
 
@@ -206,7 +206,9 @@ class _CallableCache:
             feed_tensors = [graph.as_graph_element(k, allow_tensor=True, allow_operation=False)
                             for k in feeds]
             return _CompiledRun(self._sess, fetches, feed_tensors)
-        except (TypeError, ValueError, KeyError, tf.errors.InvalidArgumentError):
+        except (TypeError, ValueError, KeyError, tf.errors.InvalidArgumentError) as err:
+            if leaves_session_unusable(err):
+                raise   # from inside TensorFlow: sess.run would wait for ever
             return None  # e.g. a fed tensor that is also fetched: allowed by sess.run only
 
 

@@ -46,7 +46,8 @@ def _raised_in(err, filename):
 def leaves_session_unusable(err):
     """Whether the session a step ran in is in an unknown state after ``err``: ``err`` was
     marked by :func:`note_session_error`, or it is not an ``OpError`` and was raised inside
-    TensorFlow's session module (by the C++ runtime or the session's own checks)."""
-    if isinstance(err, tf.errors.OpError):
+    TensorFlow's session module (by the C++ runtime or the session's own checks). Never for
+    Ctrl-C (``KeyboardInterrupt``): Python handles it only once the run's call has returned."""
+    if not isinstance(err, Exception) or isinstance(err, tf.errors.OpError):
         return False
     return bool(getattr(err, _MARK, False)) or _raised_in(err, _session_module_file())
