@@ -230,7 +230,8 @@ def test_horovod_example_with_two_ranks(horovod_python, tmp_path):
 
 
 def test_horovod_example_under_mpiexec_with_two_ranks(tmp_path):
-    """The same example on the MPI engine (mpi4py, the wheel's mpiexec), on this TensorFlow."""
+    """The same example on the MPI engine (mpi4py, the wheel's mpiexec), on this TensorFlow, in
+    fp16 (every rank's session rewritten, one loss scale decided on the all-reduced gradients)."""
     pytest.importorskip('mpi4py', reason='the MPI engine needs mpi4py: pip install "tensorpack_lite[mpi]"')
     mpiexec = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
     if not os.path.exists(mpiexec):
@@ -238,11 +239,14 @@ def test_horovod_example_under_mpiexec_with_two_ranks(tmp_path):
     logdir = tmp_path / 'log'
     command = [mpiexec, '-launcher', 'fork', '-n', '2', sys.executable,
                os.path.join(REPO, 'examples/horovod/horovod-digits.py'),
-               '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir)]
+               '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir),
+               '--mixed-precision', 'fp16']
     code, output = run_bounded(command, 150, env=example_env(), cwd=tmp_path)
     assert code == 0, output[-6000:]
     assert 'using MPI (mpi4py' in output
+    assert output.count("Mixed precision: MixedPrecision('fp16'") == 2    # both ranks
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 10
+    assert stats[-1]['loss_scale/skipped_steps'] == 0
     assert '2 ranks; final validation accuracy' in output
     assert 'model-10.index' in os.listdir(logdir)
