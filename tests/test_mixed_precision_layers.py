@@ -28,8 +28,7 @@ from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.tfutils import mixed_precision
-from tensorpack_lite.tfutils.mixed_precision import (MixedPrecision, MixedPrecisionError,
-                                                     mixed_precision_session_config)
+from tensorpack_lite.tfutils.mixed_precision import MixedPrecision, MixedPrecisionError
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,6 +82,9 @@ class StepGraph(Callback):
 
     def _after_train(self):
         self.after = self.trainer.sess.run(self._vars)
+        names = ('loss_scale/good_steps', 'loss_scale/skipped_steps')
+        counters = [v for v in tfv1.global_variables() if v.op.name in names]
+        self.final_loss_scale = self.trainer.sess.run(sorted(counters, key=lambda v: v.op.name))
 
     def casts(self, mode):
         return [n for n in self.node_names if CAST_NAME[mode] in n]
@@ -258,18 +260,37 @@ def test_multigpu_example_model_on_two_replicated_towers(mode):
     np.testing.assert_array_equal(values['tower1/conv0/W'], values['conv0/W'])   # replicas agree
 
 
-def test_gan_example_model_with_the_fp16_session_rewrite():
-    """The GAN trainers build their graph in __init__ and their own train op: the session
-    rewrite comes through the session creator's config (no loss scaling, see the docs)."""
+def gan_images():
+    return QueueInput(DataFromList([[np.random.RandomState(i).uniform(-1, 1, (4, 8, 8)).astype(np.float32)]
+                                    for i in range(3)], shuffle=False))
+
+
+def test_gan_example_trainer_in_fp16_scales_both_players_losses():
+    """GANTrainer(mixed_precision='fp16'): the session rewrite, both optimizers wrapped in one
+    loss scale, its update after the step."""
     dcgan = load_example('examples/GAN/DCGAN.py')
     gan = sys.modules['GAN']
-    images = [[np.random.RandomState(i).uniform(-1, 1, (4, 8, 8)).astype(np.float32)] for i in range(3)]
-    trainer = gan.GANTrainer(QueueInput(DataFromList(images, shuffle=False)), dcgan.Model(8, 4, 8, nf=8))
+    trainer = gan.GANTrainer(gan_images(), dcgan.Model(8, 4, 8, nf=8), mixed_precision='fp16')
     probe = StepGraph()
-    config = mixed_precision_session_config('fp16')
-    trainer.train_with_defaults(callbacks=[probe], monitors=[], steps_per_epoch=3, max_epoch=1,
-                                session_creator=NewSessionCreator(config=config))
+    trainer.train_with_defaults(callbacks=[probe], monitors=[], steps_per_epoch=3, max_epoch=1)
     probe.assert_trained('fp16')
+    scale = {v.op.name: v for v in tfv1.global_variables() if v.op.name.startswith('loss_scale/')}
+    assert set(scale) == {'loss_scale/scale', 'loss_scale/good_steps', 'loss_scale/skipped_steps'}
+    # the scale's update ran after each of the 3 steps, none skipped
+    assert dict(zip(['good', 'skipped'], probe.final_loss_scale)) == {'good': 3, 'skipped': 0}
+
+
+def test_separate_gan_trainer_refuses_fp16_and_takes_bf16():
+    dcgan = load_example('examples/GAN/DCGAN.py')
+    gan = sys.modules['GAN']
+    with pytest.raises(ValueError, match="SeparateGANTrainer: mixed_precision='fp16'.*GANTrainer.*'bf16'"):
+        gan.SeparateGANTrainer(gan_images(), dcgan.Model(8, 4, 8, nf=8), d_period=3, mixed_precision='fp16')
+    with tfv1.Graph().as_default():
+        trainer = gan.SeparateGANTrainer(gan_images(), dcgan.Model(8, 4, 8, nf=8), d_period=3,
+                                         mixed_precision='bf16')
+        probe = StepGraph()
+        trainer.train_with_defaults(callbacks=[probe], monitors=[], steps_per_epoch=3, max_epoch=1)
+        probe.assert_trained('bf16')
 
 
 def test_the_main_example_trains_in_fp16(tmp_path):

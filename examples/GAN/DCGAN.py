@@ -143,6 +143,8 @@ def get_parser(description, logdir, max_epoch=20):
     parser.add_argument('--logdir', default=logdir,
                         help='where logs, checkpoints and samples.png go (replaced if it exists; '
                              'default %(default)s)')
+    parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'],
+                        help='compute in 16 bits (docs/mixed_precision.md; default: float32)')
     parser.add_argument('--sample', action='store_true', help='only write samples from --load')
     parser.add_argument('--load', help='with --sample: a checkpoint, or a directory of checkpoints')
     parser.add_argument('--out', default='samples.png', help='PNG written by --sample')
@@ -151,7 +153,7 @@ def get_parser(description, logdir, max_epoch=20):
 
 def run(parser, make_model, make_trainer, callbacks, final_stat):
     """Parse the command line, then sample from a checkpoint (--sample) or train with
-    ``make_trainer(input, model)`` and write samples of the last checkpoint."""
+    ``make_trainer(input, model, mixed_precision=...)`` and write samples of the last checkpoint."""
     args = parser.parse_args()
     if args.sample:
         if not args.load:
@@ -159,7 +161,8 @@ def run(parser, make_model, make_trainer, callbacks, final_stat):
         save_samples(make_model(args), SmartInit(args.load), args.out)
         return
     logger.set_logger_dir(args.logdir, action='d')
-    trainer = make_trainer(QueueInput(get_data(args.image_size, args.batch)), make_model(args))
+    trainer = make_trainer(QueueInput(get_data(args.image_size, args.batch)), make_model(args),
+                           mixed_precision=args.mixed_precision)
     trainer.train_with_defaults(callbacks=[ModelSaver()] + callbacks,
                                 steps_per_epoch=args.steps_per_epoch, max_epoch=args.max_epoch)
     logger.info("Final {} (moving average): {:.4f}".format(

@@ -16,6 +16,7 @@ from tensorpack_lite import Callback, FeedfreeInput, ModelDescBase, StagingInput
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.graph_builder import (
     DataParallelBuilder, LeastLoadedDeviceSetter, check_session_devices, interpret_towers, tower_device)
+from tensorpack_lite.tfutils.mixed_precision import DynamicLossScale, LossScaleOptimizer
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.tower import TowerContext, TowerFunc
 from tensorpack_lite.utils.argtools import memoized_method
@@ -103,12 +104,19 @@ def _check_losses(model):
 
 class _GANTrainerBase(TowerTrainer):
     """Sets up the input and ``tower_func`` of a GAN trainer, then builds the graph through
-    :meth:`_build_graph`, which subclasses implement."""
+    :meth:`_build_graph`, which subclasses implement. ``mixed_precision`` ('bf16', 'fp16' or
+    a MixedPrecision) is the trainer's mode, set before the graph is built; with 'fp16' both
+    players' optimizers scale the loss, and one loss scale decides for the whole step."""
 
-    def __init__(self, input, model):
+    def __init__(self, input, model, mixed_precision=None):
         super().__init__()
         if not isinstance(model, GANModelDesc):
             raise TypeError("{} needs a GANModelDesc, got {!r}".format(type(self).__name__, model))
+        self.mixed_precision = mixed_precision
+        self.loss_scale = None
+        if self.mixed_precision is not None and self.mixed_precision.loss_scaling:
+            self.loss_scale = DynamicLossScale(self.mixed_precision.initial_scale,
+                                               self.mixed_precision.growth_interval)
         self.model = model
         input = self._prepare_input(input)
         self.register_callback(input.setup(model.get_input_signature()))
@@ -130,8 +138,17 @@ class _GANTrainerBase(TowerTrainer):
         raise NotImplementedError("{} must implement _build_graph()".format(type(self).__name__))
 
     def _minimize(self, loss, var_list, name):
-        return self.model.get_optimizer().minimize(
-            loss, var_list=var_list, colocate_gradients_with_ops=True, name=name)
+        opt = self.model.get_optimizer()
+        if self.loss_scale is not None:
+            opt = LossScaleOptimizer(opt, self.loss_scale)
+        return opt.minimize(loss, var_list=var_list, colocate_gradients_with_ops=True, name=name)
+
+    def _with_loss_scale_update(self, train_op):
+        """``train_op``, followed by the loss scale's update in 'fp16'."""
+        if self.loss_scale is None:
+            return train_op
+        self.loss_scale.add_summaries()
+        return self.loss_scale.update_after(train_op)
 
 
 class GANTrainer(_GANTrainerBase):
@@ -151,11 +168,11 @@ class GANTrainer(_GANTrainerBase):
             callbacks=[ModelSaver()], steps_per_epoch=300, max_epoch=20)
     """
 
-    def __init__(self, input, model, num_gpu=1):
+    def __init__(self, input, model, num_gpu=1, mixed_precision=None):
         single = isinstance(num_gpu, numbers.Integral) and num_gpu <= 1
         self.devices = [] if single else [
             tower_device(t) for t in interpret_towers(num_gpu, type(self).__name__)]
-        super().__init__(input, model)
+        super().__init__(input, model, mixed_precision)
 
     def _prepare_input(self, input):
         if len(self.devices) <= 1:
@@ -171,7 +188,8 @@ class GANTrainer(_GANTrainerBase):
         with tf.name_scope('optimize'):
             d_min = self._minimize(d_loss, self.model.d_vars, 'd_op')
             with tf.control_dependencies([d_min]):
-                self.train_op = self._minimize(g_loss, self.model.g_vars, 'g_op')
+                g_min = self._minimize(g_loss, self.model.g_vars, 'g_op')
+            self.train_op = self._with_loss_scale_update(g_min)
 
     def _build_losses(self, input):
         """(d_loss, g_loss) of one tower, or averaged over one tower per device (the
@@ -199,8 +217,8 @@ class MultiGPUGANTrainer(GANTrainer):
         model (GANModelDesc): the model.
     """
 
-    def __init__(self, num_gpu, input, model):
-        super().__init__(input, model, num_gpu=num_gpu)
+    def __init__(self, num_gpu, input, model, mixed_precision=None):
+        super().__init__(input, model, num_gpu=num_gpu, mixed_precision=mixed_precision)
 
 
 class _SessionDevicesCheck(Callback):
@@ -229,12 +247,12 @@ class SeparateGANTrainer(_GANTrainerBase):
         d_period, g_period (int): one of them must be 1.
     """
 
-    def __init__(self, input, model, d_period=1, g_period=1):
+    def __init__(self, input, model, d_period=1, g_period=1, mixed_precision=None):
         self._d_period, self._g_period = int(d_period), int(g_period)
         if min(self._d_period, self._g_period) != 1 or max(self._d_period, self._g_period) < 1:
             raise ValueError("SeparateGANTrainer: one of d_period ({}) and g_period ({}) must be 1 and "
                              "the other positive".format(d_period, g_period))
-        super().__init__(input, model)
+        super().__init__(input, model, mixed_precision)
 
     def _build_graph(self, input):
         with TowerContext('', is_training=True):
@@ -242,6 +260,10 @@ class SeparateGANTrainer(_GANTrainerBase):
         if tf.get_collection(tf.GraphKeys.UPDATE_OPS):
             logger.warn("SeparateGANTrainer: the model has UPDATE_OPS (e.g. BatchNorm's moving averages); "
                         "they run with every step, whichever player is updated.")
+        if self.loss_scale is not None:
+            raise ValueError("SeparateGANTrainer: mixed_precision='fp16' needs one loss-scale decision per "
+                             "step, and its two players update in separate runs; use GANTrainer, or "
+                             "mixed_precision='bf16' (no loss scaling).")
         with tf.name_scope('optimize'):
             self.d_min = self._minimize(self.model.d_loss, self.model.d_vars, 'd_min')
             self.g_min = self._minimize(self.model.g_loss, self.model.g_vars, 'g_min')

@@ -57,5 +57,5 @@ class ClipCallback(Callback):
 if __name__ == '__main__':
     DCGAN.run(DCGAN.get_parser(__doc__.split('\n')[1], 'train_log/WGAN'),
               lambda args: Model(args.image_size, args.batch, args.z_dim),
-              lambda input, model: SeparateGANTrainer(input, model, d_period=3),
+              lambda input, model, **kwargs: SeparateGANTrainer(input, model, d_period=3, **kwargs),
               [ClipCallback()], 'GAN_loss/d_loss')
