@@ -17,6 +17,7 @@ import pytest
 
 from helpers import HANG_TIMEOUT, UNIT_ROUNDOFF, kill_process_tree, wait_until
 from tensorpack_lite.compat import tf
+from tensorpack_lite.utils import netns
 from tensorpack_lite.utils.cluster import local_cluster
 from tensorpack_lite.utils.launch import LocalCluster, launch
 
@@ -41,10 +42,10 @@ class Run:
     """One run of train_tiny_multiworker.py as a local cluster, until every process has ended on its
     own: ``code`` and ``output``. ``chief``: the launcher also starts a separate chief task."""
 
-    def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0, chief=None):
+    def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0, chief=None, hosts=None):
         self._output = io.BytesIO()
         self.cluster = LocalCluster(script_command(out_dir, args), num_worker, num_ps, grace=grace,
-                                    env=script_env(), output=self._output, chief=chief)
+                                    env=script_env(), output=self._output, chief=chief, hosts=hosts)
         start = time.monotonic()
         self.cluster.start()
         try:
@@ -419,6 +420,23 @@ def test_a_worker_whose_session_breaks_ends_and_the_other_names_it(tmp_path):
     assert not os.path.exists(str(tmp_path / 'worker1.json'))     # nothing was read from it
     lost = r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): lost worker 1'
     assert re.search(lost, run.output), run.output[-6000:]
+
+
+@pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
+@pytest.mark.parametrize('trainer, num_worker, num_ps', [('collective', 3, 0), ('replicated', 2, 1)])
+def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(tmp_path, trainer, num_worker, num_ps):
+    """Every task in a network namespace of its own (utils/netns.py), its link limited to 200
+    Mbit/s each way, talking over the bridge: the run ends with every process's exit code 0, no
+    lost task, and the weights of one process on the combined batch."""
+    with netns.NetnsCluster(num_worker + num_ps, rate_mbit=200) as net:
+        run = Run(tmp_path, num_worker, num_ps, ['--trainer', trainer, '--epochs', 2, '--hidden', 20000,
+                                                 '--lr', 0.001], hosts=net)
+    codes = [p.returncode for _, _, p in run.cluster.tasks]
+    assert codes == [0] * (num_worker + num_ps), run.output[-6000:]
+    assert not re.search(r'LostTaskError|lost (worker|ps|chief)', run.output)
+    assert '10.213.0.1:2222' in run.output      # the cluster's addresses are the hosts'
+    reference = reference_weights(num_worker, 1, 4, 20000, 3, 2, lr=0.001)
+    assert_workers_end_with(tmp_path, num_worker, 6, reference)
 
 
 @pytest.mark.parametrize('compression, towers', [('fp16', 1), ('bf16', 2)])

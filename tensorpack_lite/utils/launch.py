@@ -64,6 +64,11 @@ class LocalCluster:
         chief (str): None, or ``'chief'`` / ``'master'``: start a separate chief task of that
             name besides the ``num_worker`` workers, as cluster managers do (it is worker 0
             of the trainers; see :mod:`tensorpack_lite.utils.cluster`).
+        hosts: None (every task on this machine, on free ports), or machines to put the tasks
+            on, one each: an object with ``address(k)`` and ``command(k, argv)``, such as a
+            :class:`~tensorpack_lite.utils.netns.NetnsCluster`. The workers go on hosts
+            0..N-1 (the separate chief first), the ps tasks after them; every task listens on
+            port :attr:`HOST_PORT` of its host.
 
     Example::
 
@@ -75,12 +80,16 @@ class LocalCluster:
     KILL_AFTER = 5.0
     """Seconds between SIGTERM and SIGKILL when ending processes."""
 
+    HOST_PORT = 2222
+    """The port every task listens on when each has a host of its own (``hosts``)."""
+
     def __init__(self, command, num_worker, num_ps=0, host='localhost', grace=30.0, env=None, output=None,
-                 chief=None):
+                 chief=None, hosts=None):
         if isinstance(command, str) or not command:
             raise ValueError("LocalCluster: command must be a non-empty list of arguments, got {!r}".format(
                 command))
         self.command = list(command)
+        self._hosts = hosts
         self.config = self._cluster(num_worker, num_ps, host, chief)
         self.grace = float(grace)
         self._env = dict(os.environ if env is None else env)
@@ -90,15 +99,26 @@ class LocalCluster:
         self._failure = None          # (task, exit code) of the first failure
         self._end_by = None           # when the remaining processes are ended
 
-    @staticmethod
-    def _cluster(num_worker, num_ps, host, chief):
-        """The cluster on free ports, seen from its chief."""
+    def _addresses(self, num_worker, num_ps, host):
+        """``{'worker': [...], 'ps': [...]}``: on free ports of ``host``, or one task per host
+        of :attr:`_hosts`."""
+        if self._hosts is None:
+            return local_cluster(num_worker, num_ps, host)
+        addresses = ['{}:{}'.format(self._hosts.address(k), self.HOST_PORT)
+                     for k in range(num_worker + num_ps)]
+        cluster = {'worker': addresses[:num_worker]}
+        if num_ps:
+            cluster['ps'] = addresses[num_worker:]
+        return cluster
+
+    def _cluster(self, num_worker, num_ps, host, chief):
+        """The cluster, seen from its chief."""
         if chief is None:
-            return ClusterConfig(local_cluster(num_worker, num_ps, host), 'worker', 0)
+            return ClusterConfig(self._addresses(num_worker, num_ps, host), 'worker', 0)
         if chief not in CHIEF_JOBS:
             raise ValueError("LocalCluster: chief must be None or one of {}, got {!r}".format(
                 CHIEF_JOBS, chief))
-        cluster = local_cluster(num_worker + 1, num_ps, host)
+        cluster = self._addresses(num_worker + 1, num_ps, host)
         cluster[chief], cluster['worker'] = cluster['worker'][:1], cluster['worker'][1:]
         if not cluster['worker']:
             del cluster['worker']
@@ -139,7 +159,11 @@ class LocalCluster:
         self.say("cluster: {}".format(self.config.cluster))
         for job, index in self.config.tasks('ps') + self.config.tasks('worker'):
             env = dict(self._env, TF_CONFIG=self.config.for_task(job, index).to_tf_config())
-            proc = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            command = self.command
+            if self._hosts is not None:
+                host = index + (self.config.num_worker if job == 'ps' else 0)
+                command = self._hosts.command(host, command)
+            proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             name = '{} {}'.format(*self.config.given_task(job, index))
             prefix = '[{}] '.format(name).encode('utf-8')

@@ -1,0 +1,189 @@
+"""Machines on one box: each host a Linux network namespace with its own address, all on one
+bridge, each behind a link of its own that can be shaped (rate) and cut while its processes
+live. For trying multi-machine training where the network is the limit, and for the tests
+that do (a slow or lost peer never shows on loopback).
+
+    with NetnsCluster(3, rate_mbit=200) as net:
+        proc = subprocess.Popen(net.command(1, ['python', 'train.py']))
+        net.cut(1)        # host 1's link goes down; its processes live on
+        net.restore(1)
+
+Nothing is added to the machine's own network: the bridge lives in a namespace of its own
+(the "switch"), every host in another, joined by veth pairs made directly inside them. The
+hosts' addresses (``10.213.0.<k + 1>``) exist only inside the cluster, so clusters made at
+the same time never collide. Needs root and iproute2 (``ip``, ``tc``); :func:`unavailable`
+says why not when it cannot work. Every namespace is removed by :meth:`NetnsCluster.close`
+(also at interpreter exit), and the next cluster made on the machine removes those that a
+killed process left behind (their names carry the pid of their owner).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import weakref
+
+__all__ = ['NetnsCluster', 'NetnsUnavailable', 'unavailable', 'remove_stale']
+
+_PREFIX = 'tplnet'
+_SUBNET = '10.213.0'
+_DEVICE = 'eth0'
+
+
+class NetnsUnavailable(RuntimeError):
+    """Network namespaces cannot be made here (the message says why)."""
+
+
+def unavailable():
+    """Why network namespaces cannot be made here (a str), or None when they can."""
+    if os.name != 'posix' or not os.path.isdir('/proc/self/ns'):
+        return "network namespaces need Linux"
+    if os.geteuid() != 0:
+        return "making network namespaces needs root (this process runs as uid {})".format(os.geteuid())
+    for tool in ('ip', 'tc'):
+        if shutil.which(tool) is None:
+            return "'{}' not found: install iproute2 (apt-get install iproute2)".format(tool)
+    return None
+
+
+def _ip(*args, check=True):
+    result = subprocess.run(('ip',) + args, capture_output=True, text=True, timeout=30)
+    if check and result.returncode != 0:
+        raise NetnsUnavailable("ip {} failed: {}".format(' '.join(args), result.stderr.strip()))
+    return result
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale():
+    """Remove the namespaces of clusters whose owner process is gone; returns their names."""
+    listed = _ip('netns', 'list', check=False).stdout.split('\n')
+    removed = []
+    for line in listed:
+        name = line.split(' ')[0]
+        match = re.match(r'^{}(\d+)x\d+-'.format(_PREFIX), name)
+        if match and not _pid_alive(int(match.group(1))):
+            _ip('netns', 'del', name, check=False)
+            removed.append(name)
+    return removed
+
+
+class NetnsCluster:
+    """``num_hosts`` hosts (numbered from 0) on one bridge.
+
+    Args:
+        num_hosts (int): hosts to make (at most 250).
+        rate_mbit (float): every host's link rate in Mbit/s, each way (None: unlimited).
+
+    Attributes:
+        namespaces (list[str]): the hosts' namespace names.
+    """
+
+    _count = 0
+
+    def __init__(self, num_hosts, rate_mbit=None):
+        reason = unavailable()
+        if reason:
+            raise NetnsUnavailable(reason)
+        if not 1 <= int(num_hosts) <= 250:
+            raise ValueError("NetnsCluster: num_hosts must be 1..250, got {!r}".format(num_hosts))
+        remove_stale()
+        NetnsCluster._count += 1
+        self._tag = '{}{}x{}'.format(_PREFIX, os.getpid(), NetnsCluster._count)
+        self.switch = self._tag + '-switch'
+        self.namespaces = ['{}-h{}'.format(self._tag, k) for k in range(int(num_hosts))]
+        self._made = []
+        self._finalizer = weakref.finalize(self, _delete_namespaces, self._made)   # also at exit
+        try:
+            self._build()
+            if rate_mbit is not None:
+                for k in range(num_hosts):
+                    self.shape(k, rate_mbit)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_namespace(self, name):
+        _ip('netns', 'add', name)
+        self._made.append(name)
+        _ip('-n', name, 'link', 'set', 'lo', 'up')
+
+    def _build(self):
+        self._add_namespace(self.switch)
+        _ip('-n', self.switch, 'link', 'add', 'br0', 'type', 'bridge')
+        _ip('-n', self.switch, 'link', 'set', 'br0', 'up')
+        for k, name in enumerate(self.namespaces):
+            self._add_namespace(name)
+            port = 'port{}'.format(k)
+            _ip('link', 'add', _DEVICE, 'netns', name, 'type', 'veth',
+                'peer', 'name', port, 'netns', self.switch)
+            _ip('-n', self.switch, 'link', 'set', port, 'master', 'br0')
+            _ip('-n', self.switch, 'link', 'set', port, 'up')
+            _ip('-n', name, 'addr', 'add', '{}/24'.format(self.address(k)), 'dev', _DEVICE)
+            _ip('-n', name, 'link', 'set', _DEVICE, 'up')
+
+    def address(self, host):
+        """Host ``host``'s IP address (a str)."""
+        self._check_host(host)
+        return '{}.{}'.format(_SUBNET, host + 1)
+
+    def _check_host(self, host):
+        if not 0 <= host < len(self.namespaces):
+            raise IndexError("NetnsCluster has hosts 0..{}, got {}".format(len(self.namespaces) - 1, host))
+
+    def command(self, host, argv):
+        """``argv`` run inside host ``host`` (a list for subprocess)."""
+        self._check_host(host)
+        return ['ip', 'netns', 'exec', self.namespaces[host]] + list(argv)
+
+    def shape(self, host, rate_mbit):
+        """Limit host ``host``'s link to ``rate_mbit`` Mbit/s each way (a token bucket on both
+        ends of its veth pair); None removes the limit."""
+        self._check_host(host)
+        ends = [(self.namespaces[host], _DEVICE), (self.switch, 'port{}'.format(host))]
+        for namespace, device in ends:
+            if rate_mbit is None:
+                _ip('netns', 'exec', namespace, 'tc', 'qdisc', 'del', 'dev', device, 'root', check=False)
+                continue
+            burst = max(int(rate_mbit * 1e6 / 8 / 250), 32 * 1024)    # a tick's worth, at least 32 KiB
+            _ip('netns', 'exec', namespace, 'tc', 'qdisc', 'replace', 'dev', device, 'root', 'tbf',
+                'rate', '{}mbit'.format(rate_mbit), 'burst', str(burst), 'latency', '100ms')
+
+    def qdisc(self, host):
+        """``tc qdisc show`` of host ``host``'s own end of its link (a str)."""
+        self._check_host(host)
+        return _ip('netns', 'exec', self.namespaces[host], 'tc', 'qdisc', 'show', 'dev', _DEVICE).stdout
+
+    def cut(self, host):
+        """Take host ``host``'s link down (its processes live on; nothing gets through)."""
+        self._check_host(host)
+        _ip('-n', self.switch, 'link', 'set', 'port{}'.format(host), 'down')
+
+    def restore(self, host):
+        """Bring host ``host``'s link back up."""
+        self._check_host(host)
+        _ip('-n', self.switch, 'link', 'set', 'port{}'.format(host), 'up')
+
+    def close(self):
+        """Remove every namespace of the cluster (its links and bridge go with them)."""
+        self._finalizer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _delete_namespaces(names):
+    for name in reversed(names):
+        _ip('netns', 'del', name, check=False)
+    del names[:]
