@@ -439,6 +439,31 @@ def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(tmp_path,
     assert_workers_end_with(tmp_path, num_worker, 6, reference)
 
 
+@pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
+def test_a_worker_whose_link_is_cut_mid_run_is_named_by_the_other(tmp_path):
+    """2 collective workers on hosts of their own; in epoch 2 worker 1's link is cut (its
+    process lives on). Worker 0 stops on its own with LostTaskError naming worker 1 and its
+    address; worker 1, cut off, names worker 0. Both exit 1."""
+    output = io.BytesIO()
+    command = script_command(tmp_path, ['--trainer', 'collective', '--epochs', 200, '--steps-per-epoch', 20])
+    with netns.NetnsCluster(2) as net:
+        cluster = LocalCluster(command, 2, 0, grace=HANG_TIMEOUT, env=script_env(), output=output, hosts=net)
+        cluster.start()
+        try:
+            procs = {(job, index): proc for job, index, proc in cluster.tasks}
+            assert wait_until(lambda: b'Start Epoch 2 ' in output.getvalue(), timeout=RUN_TIMEOUT), \
+                output.getvalue()[-6000:]
+            net.cut(1)
+            codes = [procs[('worker', k)].wait(HANG_TIMEOUT) for k in range(2)]   # TimeoutExpired: a hang
+        finally:
+            cluster.wait(timeout=1)
+    text = output.getvalue().decode('utf-8', 'replace')
+    assert codes == [1, 1], text[-6000:]
+    assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(10\.213\.0\.1:2222\): lost worker 1 '
+                     r'\(10\.213\.0\.2:2222\)', text), text[-6000:]
+    assert re.search(r'\[worker 1\] .*LostTaskError: worker 1 \(10\.213\.0\.2:2222\): lost worker 0', text)
+
+
 @pytest.mark.parametrize('compression, towers', [('fp16', 1), ('bf16', 2)])
 def test_compressed_collective_workers_end_equal_and_close_to_the_exact_run(tmp_path, compression, towers):
     """2 workers, gradients sent and summed in 16 bits: every replica of every worker ends with

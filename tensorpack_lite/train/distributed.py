@@ -29,6 +29,7 @@ that never starts, or is lost during training, makes the others fail within seco
 import functools
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -207,6 +208,10 @@ class DistributedTrainerBase(_DataParallelTrainer):
         return None
 
     def _on_lost(self, tasks):
+        """The watchdog found ``tasks`` lost: end the step that may be waiting for them. The
+        parameter-server trainers run their abort op; otherwise the session is closed, which
+        cancels the running step (a peer that is gone but was never reset, e.g. behind a cut
+        link, would hold a collective op until the connection times out, minutes later)."""
         logger.error("{}: lost {}.".format(self.cluster.task_name,
                                            ', '.join(self.cluster.describe(*t) for t in tasks)))
         if self._abort_op is not None:
@@ -214,6 +219,8 @@ class DistributedTrainerBase(_DataParallelTrainer):
                 self.sess.run(self._abort_op, options=tfv1.RunOptions(timeout_in_ms=5000))
             except tf.errors.OpError:
                 pass   # e.g. the lost task is a parameter server
+            return
+        threading.Thread(target=self.sess.close, name='cancel-step', daemon=True).start()
 
     def _lost_tasks(self):
         """The other tasks known to be lost (by the watchdog) or not accepting connections now."""
