@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -462,6 +463,39 @@ def test_a_worker_whose_link_is_cut_mid_run_is_named_by_the_other(tmp_path):
     assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(10\.213\.0\.1:2222\): lost worker 1 '
                      r'\(10\.213\.0\.2:2222\)', text), text[-6000:]
     assert re.search(r'\[worker 1\] .*LostTaskError: worker 1 \(10\.213\.0\.2:2222\): lost worker 0', text)
+
+
+@pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
+def test_a_cut_link_restored_resumes_with_max_restarts_as_an_uninterrupted_run(tmp_path):
+    """2 collective workers on hosts of their own, 40 epochs of 20 steps; in epoch 2 worker 1's
+    link is cut. Both stop naming the other, the launcher (--max-restarts 1) starts the cluster
+    again, and the link is restored once it has said so (the new tasks wait for each other in
+    the meantime). The run resumes from the chief's last end-of-epoch checkpoint and ends with
+    every epoch recorded once and the weights of an uninterrupted run."""
+    logdir = tmp_path / 'logs'
+    args = ['--trainer', 'collective', '--lr', 0.05, '--epochs', 40, '--steps-per-epoch', 20,
+            '--logdir', logdir]
+    output = io.BytesIO()
+    with netns.NetnsCluster(2) as net:
+        def partition():
+            if wait_until(lambda: b'Start Epoch 2 ' in output.getvalue(), timeout=RUN_TIMEOUT):
+                net.cut(1)
+                if wait_until(lambda: b'[launch] restart 1 of 1' in output.getvalue(), timeout=RUN_TIMEOUT):
+                    net.restore(1)
+
+        partitioner = threading.Thread(target=partition, daemon=True)
+        partitioner.start()
+        code = launch(script_command(tmp_path, args), 2, grace=60, timeout=2 * RUN_TIMEOUT, max_restarts=1,
+                      restart_delay=0, env=script_env(), output=output, hosts=net)
+        partitioner.join(5)
+    text = output.getvalue().decode('utf-8', 'replace')
+    assert code == 0, text[-6000:]
+    assert '[launch] restart 1 of 1 in 0 s, after: worker' in text, text[-6000:]
+    assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(10\.213\.0\.1:2222\): lost worker 1 '
+                     r'\(10\.213\.0\.2:2222\)', text), text[-6000:]
+    assert 'Resuming from checkpoint' in text
+    assert stats_epochs(logdir) == list(range(1, 41))
+    assert_workers_end_with(tmp_path, 2, 800, reference_weights(2, 1, 4, 5, 20, 40, lr=0.05))
 
 
 @pytest.mark.parametrize('compression, towers', [('fp16', 1), ('bf16', 2)])

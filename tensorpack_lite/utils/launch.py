@@ -230,10 +230,10 @@ class LocalCluster:
 
 
 def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=None, chief=None,
-           max_restarts=0, restart_delay=1.0, env=None, output=None):
+           max_restarts=0, restart_delay=1.0, env=None, output=None, hosts=None):
     """Run ``command`` as a local cluster (see :class:`LocalCluster`) until it is done,
     passing SIGINT and SIGTERM on to the processes (call it from the main thread). Returns
-    the exit code. ``env`` and ``output`` are :class:`LocalCluster`'s.
+    the exit code. ``env``, ``output`` and ``hosts`` are :class:`LocalCluster`'s.
 
     After a failure, every process is ended and the whole cluster is started again (on new
     ports), up to ``max_restarts`` times, ``restart_delay`` seconds later, as torchrun and
@@ -264,7 +264,7 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
         restarts, code = 0, 0
         while not interrupted:   # a signal while waiting to restart: no new start
             cluster = LocalCluster(command, num_worker, num_ps, host=host, grace=grace, env=env,
-                                   output=output, chief=chief)
+                                   output=output, chief=chief, hosts=hosts)
             current.append(cluster)
             cluster.start()
             code = cluster.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
