@@ -16,7 +16,7 @@ from tensorpack_lite import Callback, FeedfreeInput, ModelDescBase, StagingInput
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.graph_builder import (
     DataParallelBuilder, LeastLoadedDeviceSetter, check_session_devices, interpret_towers, tower_device)
-from tensorpack_lite.tfutils.mixed_precision import DynamicLossScale, LossScaleOptimizer
+from tensorpack_lite.tfutils.mixed_precision import LossScaleOptimizer
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.tower import TowerContext, TowerFunc
 from tensorpack_lite.utils.argtools import memoized_method
@@ -113,10 +113,7 @@ class _GANTrainerBase(TowerTrainer):
         if not isinstance(model, GANModelDesc):
             raise TypeError("{} needs a GANModelDesc, got {!r}".format(type(self).__name__, model))
         self.mixed_precision = mixed_precision
-        self.loss_scale = None
-        if self.mixed_precision is not None and self.mixed_precision.loss_scaling:
-            self.loss_scale = DynamicLossScale(self.mixed_precision.initial_scale,
-                                               self.mixed_precision.growth_interval)
+        self.loss_scale = None if self.mixed_precision is None else self.mixed_precision.new_loss_scale()
         self.model = model
         input = self._prepare_input(input)
         self.register_callback(input.setup(model.get_input_signature()))

@@ -193,6 +193,13 @@ class MixedPrecision:
         """Whether the mode scales the loss ('fp16')."""
         return self.mode == 'fp16'
 
+    def new_loss_scale(self, device=None):
+        """A :class:`DynamicLossScale` with this mode's settings (its variables on ``device``
+        when given) when the mode scales the loss ('fp16'), else None."""
+        if not self.loss_scaling:
+            return None
+        return DynamicLossScale(self.initial_scale, self.growth_interval, device=device)
+
     def session_config(self, config):
         """:func:`mixed_precision_session_config` of this mode."""
         return mixed_precision_session_config(self.mode, config)

@@ -11,7 +11,7 @@ from ..input_source.input_source_base import InputSource
 from ..predict.base import OnlinePredictor
 from ..tfutils.gradproc import FilterNoneGrad
 from ..tfutils.inference_tower import build_predict_tower
-from ..tfutils.mixed_precision import DynamicLossScale, LossScaleOptimizer
+from ..tfutils.mixed_precision import LossScaleOptimizer
 from ..tfutils.tower_context import get_current_tower_context
 from ..tfutils.tower_func import TowerFunc
 from ..utils.argtools import call_only_once, memoized, memoized_method
@@ -199,10 +199,10 @@ class SingleCostTrainer(TowerTrainer):
         """``get_opt_fn`` memoized; with ``mixed_precision`` 'fp16', its optimizer wrapped in
         a :class:`LossScaleOptimizer` (the scale's variables are made here, outside towers)."""
         precision = self.mixed_precision
-        if precision is None or not precision.loss_scaling:
+        if precision is not None:
+            self._loss_scale = precision.new_loss_scale(device=self._loss_scale_device())
+        if self._loss_scale is None:
             return memoized(get_opt_fn)
-        self._loss_scale = DynamicLossScale(precision.initial_scale, precision.growth_interval,
-                                            device=self._loss_scale_device())
 
         @memoized
         def get_scaled_opt():

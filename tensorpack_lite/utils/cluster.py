@@ -26,7 +26,8 @@ import socket
 import threading
 import time
 
-__all__ = ['JOBS', 'CHIEF_JOBS', 'ClusterConfig', 'LostTaskError', 'TaskWatchdog', 'local_cluster']
+__all__ = ['JOBS', 'CHIEF_JOBS', 'ClusterConfig', 'LostTaskError', 'TaskWatchdog', 'local_cluster',
+           'cluster_of_addresses']
 
 JOBS = ('worker', 'ps')
 """The jobs of the trainers' cluster: 'worker' (required; task 0 is the chief) and 'ps'."""
@@ -338,10 +339,15 @@ def local_cluster(num_worker, num_ps=0, host='localhost'):
     ports = set()
     while len(ports) < num_worker + num_ps:
         ports.add(_free_port())
-    addresses = ['{}:{}'.format(host, p) for p in sorted(ports)]
-    cluster = {'worker': addresses[:num_worker]}
-    if num_ps:
-        cluster['ps'] = addresses[num_worker:]
+    return cluster_of_addresses(['{}:{}'.format(host, p) for p in sorted(ports)], num_worker)
+
+
+def cluster_of_addresses(addresses, num_worker):
+    """A dict for :class:`ClusterConfig`: the first ``num_worker`` of ``addresses`` are the
+    workers, the others (if any) the ps tasks."""
+    cluster = {'worker': list(addresses[:num_worker])}
+    if len(addresses) > num_worker:
+        cluster['ps'] = list(addresses[num_worker:])
     return cluster
 
 

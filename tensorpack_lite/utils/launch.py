@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from .cluster import CHIEF_JOBS, ClusterConfig, local_cluster
+from .cluster import CHIEF_JOBS, ClusterConfig, cluster_of_addresses, local_cluster
 
 __all__ = ['LocalCluster', 'launch', 'main']
 
@@ -104,12 +104,8 @@ class LocalCluster:
         of :attr:`_hosts`."""
         if self._hosts is None:
             return local_cluster(num_worker, num_ps, host)
-        addresses = ['{}:{}'.format(self._hosts.address(k), self.HOST_PORT)
-                     for k in range(num_worker + num_ps)]
-        cluster = {'worker': addresses[:num_worker]}
-        if num_ps:
-            cluster['ps'] = addresses[num_worker:]
-        return cluster
+        return cluster_of_addresses(['{}:{}'.format(self._hosts.address(k), self.HOST_PORT)
+                                     for k in range(num_worker + num_ps)], num_worker)
 
     def _cluster(self, num_worker, num_ps, host, chief):
         """The cluster, seen from its chief."""
