@@ -108,13 +108,16 @@ class EveryLayer(ModelDesc):
         return [tf.TensorSpec([None, 8, 8, 3], tf.float32, 'image'), tf.TensorSpec([None], tf.int32, 'label')]
 
     def build_graph(self, image, label):
+        tfv1.set_random_seed(7)   # the same initial weights in every run
         x = Conv2D('conv0', image, 8, 3, activation=BNReLU)
         x = Conv2D('conv1', x, 8, 3, split=2, use_bias=False)
         x = BatchNorm('bn', x)
         x = LeakyReLU('leaky', x, 0.1)
         x = LayerNorm('ln', x)
-        x = InstanceNorm('in', x)
+        # not InstanceNorm right after LayerNorm: it would cancel LayerNorm's per-channel scale
+        # and shift, whose gradients would then be zero up to rounding
         x = PReLU('prelu', x)
+        x = InstanceNorm('in', x)
         skip = x
         x = MaxPooling('max', x, 2)
         x = Conv2DTranspose('deconv', x, 8, 3, strides=2, activation=tf.nn.relu)
