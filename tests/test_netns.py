@@ -103,6 +103,57 @@ def test_a_cut_link_lets_nothing_through_until_restored():
             listener.stop()
 
 
+SENDER = """
+import socket, sys
+with socket.create_connection((sys.argv[1], {port}), timeout=10) as conn:
+    conn.sendall(b'x' * int(sys.argv[2]))
+    conn.shutdown(socket.SHUT_WR)
+    print(conn.recv(100).decode())
+""".format(port=PORT)
+SINK = """
+import socket
+server = socket.create_server(('0.0.0.0', {port}))
+server.settimeout(60)
+print('listening', flush=True)
+conn, peer = server.accept()
+received = 0
+while True:
+    data = conn.recv(1 << 16)
+    if not data:
+        break
+    received += len(data)
+conn.sendall(str(received).encode())
+conn.close()
+""".format(port=PORT)
+
+
+def test_counters_count_what_a_host_sends_and_receives():
+    size = 4 * 10 ** 6
+    with netns.NetnsCluster(3, rate_mbit=200) as net:
+        sink = subprocess.Popen(net.command(1, [sys.executable, '-c', SINK]), stdout=subprocess.PIPE,
+                                text=True)
+        try:
+            assert sink.stdout.readline().strip() == 'listening'
+            before = [net.counters(k) for k in range(3)]
+            out = subprocess.run(net.command(0, [sys.executable, '-c', SENDER, net.address(1), str(size)]),
+                                 capture_output=True, text=True, timeout=60)
+            assert out.stdout.strip() == str(size)
+            after = [net.counters(k) for k in range(3)]
+        finally:
+            sink.kill()
+            sink.wait(10)
+        assert sorted(after[0]) == sorted(netns.NetnsCluster.COUNTERS)
+        sent = {k: {name: after[k][name] - before[k][name] for name in after[k]} for k in range(3)}
+        # the payload plus at most 10% of Ethernet/IP/TCP headers, and the ACKs going back
+        assert size <= sent[0]['tx_bytes'] < 1.1 * size
+        assert size <= sent[1]['rx_bytes'] < 1.1 * size
+        assert sent[1]['tx_bytes'] < 0.1 * size and sent[0]['rx_bytes'] < 0.1 * size
+        assert sent[0]['tx_packets'] > 0 and sent[1]['rx_packets'] > 0
+        assert sent[2]['tx_bytes'] < 1000 and sent[2]['rx_bytes'] < 1000     # the bridge does not flood it
+        with pytest.raises(IndexError):
+            net.counters(3)
+
+
 OWNER = """
 import sys, time
 from tensorpack_lite.utils import netns

@@ -17,12 +17,16 @@ Collectives must run in the same order on every rank. Those created inside
 When a rank calls :func:`shutdown`, the collectives it did not take part in fail on the
 other ranks with :class:`PeerShutdownError`'s message instead of waiting forever (one it took
 part in still completes everywhere); :func:`shutdown` then waits until every other rank has
-shut down too. A rank on this machine that dies while the others wait for it (in a collective
-or in :func:`shutdown`) makes them abort the job, naming its rank, pid and host: under
-``mpiexec -disable-auto-cleanup`` with :mod:`tensorpack_lite.utils.mpi_rank` (plain
-``mpiexec`` kills every rank first).
+shut down too. A rank that dies while the others wait for it (in a collective or in
+:func:`shutdown`) makes them abort the job, naming its rank, pid and host: under ``mpiexec
+-disable-auto-cleanup`` with :mod:`tensorpack_lite.utils.mpi_rank` (plain ``mpiexec`` kills
+every rank first). A rank on the same machine is named within a second (its process is gone);
+on any machine, a rank whose heartbeat stops for :data:`PEER_TIMEOUT` seconds (it died, hangs,
+or its link is cut) is named by the next rank in ring order. Heartbeats go through MPI's name
+service, which the launcher serves, never on a connection between ranks.
 """
 
+import atexit
 import contextlib
 import os
 import signal
@@ -39,13 +43,17 @@ from ..utils.mpi_rank import ABORT_FD_VARIABLE
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
            'Average', 'Sum', 'Compression', 'Compressor', 'ordered_collectives', 'engine_name',
-           'PeerShutdownError', 'SHUT_DOWN_MESSAGE', 'dead_local_peers']
+           'PeerShutdownError', 'SHUT_DOWN_MESSAGE', 'dead_local_peers', 'PEER_TIMEOUT']
 
 Sum = 'Sum'
 Average = 'Average'
 
 SHUT_DOWN_MESSAGE = 'MPI engine has been shut down'
 """In the error of a collective that another rank's :func:`shutdown` ended."""
+
+PEER_TIMEOUT = float(os.environ.get('TENSORPACK_MPI_PEER_TIMEOUT', 10))
+"""Seconds without a heartbeat from the previous rank, while this one waits for it, after which
+it is taken for lost (``$TENSORPACK_MPI_PEER_TIMEOUT``, default 10)."""
 
 _DONE_TAG = 8128
 _WATCH_SECONDS = 0.5
@@ -88,6 +96,43 @@ class PeerShutdownError(RuntimeError):
     """Another rank ended (called :func:`shutdown`) while this one waited for it."""
 
 
+class _Heartbeats:
+    """This rank's heartbeat, a count published anew by every :meth:`beat` in MPI's name
+    service (``MPI_Publish_name``; hydra's mpiexec serves it), and the count of the previous
+    rank in ring order, read with ``MPI_Lookup_name``: every rank is watched by another, so any
+    set of lost ranks but all of them is seen. Heartbeats never use a connection between ranks:
+    after a rank on another machine is killed, a send to it can crash MPICH's UCX module."""
+
+    def __init__(self, MPI, rank, size, job):
+        self.MPI = MPI
+        self.previous = (rank - 1) % size
+        self._mine, self._theirs = ['tensorpack_lite-beat-{}-{}'.format(job, r)
+                                    for r in (rank, self.previous)]
+        self._count, self._seen = 0, None
+        MPI.Publish_name(self._mine, '0')
+        self.published = self.heard = time.monotonic()
+
+    def beat(self):
+        """Publish the next count (:attr:`published`: when last done) and read the previous
+        rank's (:attr:`heard`: when it last changed). Blocks while the launcher is out of reach."""
+        self.MPI.Unpublish_name(self._mine, str(self._count))
+        self._count += 1
+        self.MPI.Publish_name(self._mine, str(self._count))
+        self.published = time.monotonic()
+        try:
+            seen = self.MPI.Lookup_name(self._theirs)
+        except self.MPI.Exception:
+            return          # the previous rank is between its unpublish and publish
+        if seen != self._seen:
+            self._seen, self.heard = seen, time.monotonic()
+
+    def stop(self):
+        try:
+            self.MPI.Unpublish_name(self._mine, str(self._count))
+        except self.MPI.Exception:
+            pass
+
+
 class _Engine:
     """The communicators of this process and the waits of its collectives."""
 
@@ -110,9 +155,33 @@ class _Engine:
                 self._done.append((peer, buffer, self.control.Irecv(buffer, source=peer, tag=_DONE_TAG)))
         self._waiting = None
         self._closed = False            # shut down here; the watchdog goes on until _finished
-        self._finished = False
+        self._finished = threading.Event()
+        self.beats = self._start_heartbeats() if self.size > 1 else None
+        self._threads = []
         if self.size > 1:
-            threading.Thread(target=self._watch_local_peers, name='mpi_ops-watchdog', daemon=True).start()
+            self._threads.append(threading.Thread(target=self._watch_peers, name='mpi_ops-watchdog',
+                                                  daemon=True))
+        if self.beats is not None:
+            self._threads.append(threading.Thread(target=self._beat, name='mpi_ops-heartbeat',
+                                                  daemon=True))
+        for thread in self._threads:
+            thread.start()
+        atexit.register(self._stop_threads)     # before mpi4py's MPI_Finalize (registered earlier)
+
+    def _start_heartbeats(self):
+        """:class:`_Heartbeats`, or None (with a warning) when a rank has no name service."""
+        try:
+            beats = _Heartbeats(self.MPI, self.rank, self.size, '{1}-{0}'.format(*self.peers[0]))
+        except self.MPI.Exception as err:
+            beats, reason = None, err
+        if self.world.allreduce(beats is not None, op=self.MPI.LAND):
+            return beats
+        if beats is not None:
+            beats.stop()
+        logger.warn("MPI rank {}: no heartbeats ({}): a rank lost on another machine is not named; "
+                    "the launcher ends the job or it waits.".format(
+                        self.rank, 'another rank has no MPI name service' if beats is not None else reason))
+        return None
 
     # ----- waiting ------------------------------------------------------------------------------
 
@@ -166,37 +235,65 @@ class _Engine:
             raise PeerShutdownError("{}: {} by rank {}, which ended its training; rank {} stops "
                                     "waiting for it".format(what, SHUT_DOWN_MESSAGE, early[0], self.rank))
 
-    def _watch_local_peers(self):
-        """Abort the job when a rank on this machine is gone, without having shut down, while
-        this one waits for a collective or for the others' ends in :meth:`shutdown` (e.g.
-        ``mpiexec -disable-auto-cleanup`` with :mod:`tensorpack_lite.utils.mpi_rank`)."""
+    def _beat(self):
+        while not self._finished.wait(_WATCH_SECONDS):
+            self.beats.beat()
+
+    def _watch_peers(self):
+        """While this rank waits for a collective or for the others' ends in :meth:`shutdown`,
+        abort the job when a rank that did not shut down is lost: a rank on this machine whose
+        process is gone (e.g. ``mpiexec -disable-auto-cleanup`` with
+        :mod:`tensorpack_lite.utils.mpi_rank`), the previous rank, whose heartbeat stopped for
+        :data:`PEER_TIMEOUT` seconds, or this one, whose heartbeat cannot reach the launcher."""
         seen = None
-        while not self._finished:
-            time.sleep(_WATCH_SECONDS)
+        while not self._finished.wait(_WATCH_SECONDS):
             waiting = self._waiting
-            dead = [peer for peer in dead_local_peers(self.peers, self.rank) if peer not in self.ended] \
-                if waiting is not None else []
+            if waiting is None:
+                seen = None
+                continue
+            dead = [peer for peer in dead_local_peers(self.peers, self.rank) if peer not in self.ended]
             if dead and seen == (waiting, dead[0]) and self._waiting is waiting:
                 pid, host = self.peers[dead[0]]
                 logger.error("MPI rank {} (pid {} on {}) died while rank {} waited for it in {}; "
                              "aborting the job.".format(dead[0], pid, host, self.rank, waiting[0]))
                 self._abort()
             seen = (waiting, dead[0]) if dead else None
+            if self.beats is not None and self._waiting is waiting:
+                self._check_heartbeats(waiting[0])
+
+    def _check_heartbeats(self, what):
+        now, previous = time.monotonic(), self.beats.previous
+        if now - self.beats.published > PEER_TIMEOUT:
+            pid, host = self.peers[self.rank]
+            logger.error("MPI rank {} (pid {} on {}) has not reached the launcher for {:.1f} s (its link "
+                         "is cut?) while it waited in {}; aborting the job.".format(
+                             self.rank, pid, host, now - self.beats.published, what))
+            self._abort()
+        elif now - self.beats.heard > PEER_TIMEOUT and previous not in self.ended:
+            pid, host = self.peers[previous]
+            logger.error("MPI rank {} (pid {} on {}) has not been heard from for {:.1f} s (it died, hangs "
+                         "or its link is cut) while rank {} waited for it in {}; aborting the job.".format(
+                             previous, pid, host, now - self.beats.heard, self.rank, what))
+            self._abort()
 
     def _abort(self):
-        """MPI_Abort, which ends every rank. It can deadlock in this process's exit while its
-        other threads run (seen under load: every thread waiting on a lock, none able to run
-        Python): an alarm, delivered by the kernel, ends the process after ``_ABORT_SECONDS``
-        (SIGALRM's default action) if it is still there."""
+        """MPI_Abort on COMM_WORLD, which the launcher turns into the end of every rank (on
+        another communicator, MPICH first messages each member itself, and waits forever for
+        one behind a cut link). It returns when the launcher is out of reach (this rank's link
+        is cut): the process exits then. It can deadlock in this process's exit while its other
+        threads run (seen under load: every thread waiting on a lock, none able to run Python):
+        an alarm, delivered by the kernel, ends the process after ``_ABORT_SECONDS`` (SIGALRM's
+        default action) if it is still there."""
         _tell_the_launcher_wrapper()
         signal.alarm(_ABORT_SECONDS)
-        self.world.Abort(1)
+        self.MPI.COMM_WORLD.Abort(1)
+        os._exit(1)
 
     # ----- end ----------------------------------------------------------------------------------
 
     def shutdown(self):
-        """Tell the other ranks this one ended, then wait until each of them ended too (or,
-        on this machine, died: the watchdog aborts the job then), as MPI_Finalize would."""
+        """Tell the other ranks this one ended, then wait until each of them ended too (or
+        was lost: the watchdog aborts the job then), as MPI_Finalize would."""
         if self._closed:
             return
         with self.lock:
@@ -210,7 +307,16 @@ class _Engine:
                     os.sched_yield()
             finally:
                 self._waiting = None
-                self._finished = True
+                self._stop_threads()
+
+    def _stop_threads(self):
+        """End the watchdog and the heartbeats (MPI must not be called once finalized)."""
+        self._finished.set()
+        for thread in self._threads:
+            thread.join(PEER_TIMEOUT)
+        if self.beats is not None and not any(thread.is_alive() for thread in self._threads):
+            self.beats.stop()
+            self.beats = None
 
 
 def _tell_the_launcher_wrapper():

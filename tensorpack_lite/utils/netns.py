@@ -7,6 +7,9 @@ that do (a slow or lost peer never shows on loopback).
         proc = subprocess.Popen(net.command(1, ['python', 'train.py']))
         net.cut(1)        # host 1's link goes down; its processes live on
         net.restore(1)
+        net.counters(1)   # {'tx_bytes': ..., 'rx_bytes': ...}: what host 1 sent and received
+
+MPI ranks on the hosts: ``net.mpiexec_command(mpiexec, [0, 1], argv)`` (MPICH's hydra).
 
 Nothing is added to the machine's own network: the bridge lives in a namespace of its own
 (the "switch"), every host in another, joined by veth pairs made directly inside them. The
@@ -21,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import weakref
 
 __all__ = ['NetnsCluster', 'NetnsUnavailable', 'unavailable', 'remove_stale']
@@ -28,6 +32,16 @@ __all__ = ['NetnsCluster', 'NetnsUnavailable', 'unavailable', 'remove_stale']
 _PREFIX = 'tplnet'
 _SUBNET = '10.213.0'
 _DEVICE = 'eth0'
+_SSH = 'ssh-into-host'
+_SSH_SCRIPT = r'''#!/bin/sh
+# A stand-in for ssh in MPICH hydra's ssh launcher (written by tensorpack_lite.utils.netns):
+# called as "$0 [-x] HOST COMMAND...", it runs COMMAND (a shell command line) in the network
+# namespace HOST, in a UTS namespace of its own whose hostname is HOST.
+while [ "${1#-}" != "$1" ]; do shift; done
+host=$1
+shift
+exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0" && exec sh -c "exec $1"' "$host" "$*"
+'''
 
 
 class NetnsUnavailable(RuntimeError):
@@ -73,6 +87,10 @@ def remove_stale():
         if match and not _pid_alive(int(match.group(1))):
             _ip('netns', 'del', name, check=False)
             removed.append(name)
+    for name in os.listdir(tempfile.gettempdir()):     # the folders of ssh stand-ins
+        match = re.match(r'^{}(\d+)x\d+$'.format(_PREFIX), name)
+        if match and not _pid_alive(int(match.group(1))):
+            shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
     return removed
 
 
@@ -100,7 +118,7 @@ class NetnsCluster:
         self._tag = '{}{}x{}'.format(_PREFIX, os.getpid(), NetnsCluster._count)
         self.switch = self._tag + '-switch'
         self.namespaces = ['{}-h{}'.format(self._tag, k) for k in range(int(num_hosts))]
-        self._made = []
+        self._made = []         # namespaces, then the folder of the ssh stand-in once written
         self._finalizer = weakref.finalize(self, _delete_namespaces, self._made)   # also at exit
         try:
             self._build()
@@ -144,6 +162,44 @@ class NetnsCluster:
         self._check_host(host)
         return ['ip', 'netns', 'exec', self.namespaces[host]] + list(argv)
 
+    def mpiexec_command(self, mpiexec, hosts, argv, ranks_per_host=1, launch_host=None, options=()):
+        """MPICH's ``mpiexec`` (hydra) running ``ranks_per_host`` ranks of ``argv`` on each of
+        ``hosts`` (host numbers; ranks fill them in order), as a list for subprocess.
+
+        mpiexec runs in host ``launch_host`` (default: the last host; not one of ``hosts``) and
+        starts each host's proxy through a stand-in for ssh, which enters the host's namespace
+        and a UTS namespace with the namespace's name as hostname (a machine of its own). UCX,
+        MPICH's network module, is told to use TCP on the host's link: ranks of different hosts
+        talk over the bridge, not through shared memory. ``options``: more mpiexec options, e.g.
+        ``['-disable-auto-cleanup']``."""
+        if shutil.which('unshare') is None:
+            raise NetnsUnavailable("'unshare' not found: install util-linux")
+        launch_host = len(self.namespaces) - 1 if launch_host is None else launch_host
+        self._check_host(launch_host)
+        for host in hosts:
+            self._check_host(host)
+            if host == launch_host:
+                raise ValueError("NetnsCluster.mpiexec_command: host {} runs mpiexec; give the ranks "
+                                 "other hosts".format(host))
+        ssh = os.path.join(tempfile.gettempdir(), self._tag, _SSH)
+        if not os.path.exists(ssh):
+            os.makedirs(os.path.dirname(ssh), exist_ok=True)
+            self._made.append(os.path.dirname(ssh))
+            with open(ssh, 'w') as f:
+                f.write(_SSH_SCRIPT)
+            os.chmod(ssh, 0o755)
+        placed = ','.join('{}:{}'.format(self.namespaces[host], ranks_per_host) for host in hosts)
+        command = [mpiexec, '-launcher', 'ssh', '-launcher-exec', ssh,
+                   '-localhost', self.address(launch_host), '-hosts', placed,
+                   '-genv', 'UCX_TLS', 'tcp,self', '-genv', 'UCX_NET_DEVICES', _DEVICE]
+        command += list(options) + ['-n', str(len(hosts) * ranks_per_host)] + list(argv)
+        return self.command(launch_host, command)
+
+    def pids(self, host):
+        """The processes that live in host ``host`` (a list of pids)."""
+        self._check_host(host)
+        return [int(pid) for pid in _ip('netns', 'pids', self.namespaces[host]).stdout.split()]
+
     def shape(self, host, rate_mbit):
         """Limit host ``host``'s link to ``rate_mbit`` Mbit/s each way (a token bucket on both
         ends of its veth pair); None removes the limit."""
@@ -161,6 +217,19 @@ class NetnsCluster:
         """``tc qdisc show`` of host ``host``'s own end of its link (a str)."""
         self._check_host(host)
         return _ip('netns', 'exec', self.namespaces[host], 'tc', 'qdisc', 'show', 'dev', _DEVICE).stdout
+
+    COUNTERS = ('tx_bytes', 'tx_packets', 'rx_bytes', 'rx_packets')
+    """The interface counters :meth:`counters` reads."""
+
+    def counters(self, host):
+        """What host ``host`` has sent and received on its link since it was made: a dict of
+        :attr:`COUNTERS` (bytes count whole Ethernet frames, headers included), read from its
+        interface's statistics. A process inside the host reads the same numbers from
+        ``/sys/class/net/eth0/statistics/``."""
+        self._check_host(host)
+        paths = ['/sys/class/net/{}/statistics/{}'.format(_DEVICE, name) for name in self.COUNTERS]
+        values = _ip('netns', 'exec', self.namespaces[host], 'cat', *paths).stdout.split()
+        return dict(zip(self.COUNTERS, (int(v) for v in values)))
 
     def cut(self, host):
         """Take host ``host``'s link down (its processes live on; nothing gets through)."""
@@ -185,5 +254,8 @@ class NetnsCluster:
 
 def _delete_namespaces(names):
     for name in reversed(names):
-        _ip('netns', 'del', name, check=False)
+        if os.path.isabs(name):
+            shutil.rmtree(name, ignore_errors=True)
+        else:
+            _ip('netns', 'del', name, check=False)
     del names[:]
