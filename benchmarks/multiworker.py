@@ -22,7 +22,7 @@
    (d) ``mpi-shm``, ``mpi-tcp``: the MPI engine of HorovodTrainer (graph_builder/mpi_ops.py:
        one fused ``tf.numpy_function`` calling MPI, as training runs it) under the ``mpiexec``
        beside this Python (``pip install "tensorpack_lite[mpi]"``), over shared memory or over
-       loopback TCP (``MPIR_CVAR_NOLOCAL=1``); ``mpi-raw-shm``/``mpi-raw-tcp`` time mpi4py's
+       loopback TCP (``MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self``); ``mpi-raw-shm``/``mpi-raw-tcp`` time mpi4py's
        ``comm.Allreduce`` on numpy buffers alone, what the engine costs on top of MPI.
    Another engine becomes a column by adding a :class:`Variant` to VARIANTS
    (see :func:`register_variant`).
@@ -294,9 +294,10 @@ def run_horovod(args, num_worker):
     return read_result(proc.stdout, 'horovod allreduce')
 
 
-MPI_TRANSPORTS = {'shm': {}, 'tcp': {'MPIR_CVAR_NOLOCAL': '1'}}
-"""Environment of each MPI transport: MPICH's shared memory between local ranks, or (with
-MPIR_CVAR_NOLOCAL) every rank treated as remote, over loopback TCP."""
+MPI_TRANSPORTS = {'shm': {}, 'tcp': {'MPIR_CVAR_NOLOCAL': '1', 'UCX_TLS': 'tcp,self'}}
+"""Environment of each MPI transport: MPICH's shared memory between local ranks, or every
+rank treated as remote (MPIR_CVAR_NOLOCAL) and UCX held to TCP (UCX_TLS; without it UCX still
+takes shared memory), over loopback."""
 
 
 def mpiexec_path():

@@ -236,17 +236,30 @@ def test_parameter_server_trainers_bf16_end_with_float32_checkpoints(tmp_path, t
 
 def test_without_epoch_broadcasts_a_worker_may_end_while_its_peer_is_still_at_its_last_step(tmp_path):
     """No collective broadcast ends the epochs, and worker 1 holds 2 s after its last step
-    (then creates a file): worker 0 ends without waiting for it (a collective step ends on a
-    member once its peers have taken its data, so nothing is left to serve), and neither
-    worker takes the other's end for a loss."""
+    (then creates a file): worker 0's last step ends without it (a collective step ends on a
+    member once its peers have taken its data), and it waits for worker 1 at the finish
+    barrier: its training ends after the hold. Neither takes the other's end for a loss."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 2,
                                '--worker1-holds', 2])
     assert run.code == 0, run.output[-6000:]
     assert run.returncode('worker', 0) == run.returncode('worker', 1) == 0
-    assert not load_worker(tmp_path, 0)['marker_existed']     # worker 0 did not wait for worker 1
-    assert load_worker(tmp_path, 1)['marker_existed']
+    for k in range(2):
+        assert (tmp_path / 'worker{}.ended'.format(k)).read_text() == 'True'
     assert 'lost worker' not in run.output and 'LostTaskError' not in run.output
+    assert re.search(r'\[worker 0\] .*worker 0 \(localhost:\d+\): every worker finished training', run.output)
     assert_workers_end_with(tmp_path, 2, 6, reference_weights(2, 1, 4, 5, 3, 2, lr=0.05))
+
+
+def test_a_worker_that_does_not_finish_in_time_is_named_by_the_chief(tmp_path):
+    """Worker 1 holds 30 s after its last step; the chief waits 1 s at the finish barrier
+    (FINISH_TIMEOUT), then fails naming it. Worker 1, arriving later, finds the chief gone and
+    names it. Both exit 1."""
+    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 1,
+                               '--worker1-holds', 30, '--finish-timeout', 1])
+    assert [run.returncode('worker', k) for k in range(2)] == [1, 1], run.output[-6000:]
+    assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): training ended here, but '
+                     r'worker 1 \(localhost:\d+\) did not finish within 1 s', run.output), run.output[-6000:]
+    assert re.search(r'\[worker 1\] .*LostTaskError: worker 1 \(localhost:\d+\): lost worker 0', run.output)
 
 
 @pytest.mark.parametrize('optimizer', ['adam', 'rmsprop'])
@@ -424,12 +437,15 @@ def test_a_worker_whose_session_breaks_ends_and_the_other_names_it(tmp_path):
 
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
-@pytest.mark.parametrize('trainer, num_worker, num_ps', [('collective', 3, 0), ('replicated', 2, 1)])
-def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(tmp_path, trainer, num_worker, num_ps):
-    """Every task in a network namespace of its own (utils/netns.py), its link limited to 200
-    Mbit/s each way, talking over the bridge: the run ends with every process's exit code 0, no
-    lost task, and the weights of one process on the combined batch."""
-    with netns.NetnsCluster(num_worker + num_ps, rate_mbit=200) as net:
+@pytest.mark.parametrize('trainer, num_worker, num_ps, rate_mbit', [
+    ('collective', 4, 0, 20), ('replicated', 2, 2, 20), ('ps', 3, 1, 200), ('collective', 2, 0, 200)])
+def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(
+        tmp_path, trainer, num_worker, num_ps, rate_mbit):
+    """Every task in a network namespace of its own (utils/netns.py), its link limited to
+    ``rate_mbit`` Mbit/s each way, talking over the bridge: the run ends with every process's
+    exit code 0 (the workers leave together: the finish barrier), no lost task, and the
+    weights of one process on the combined batch."""
+    with netns.NetnsCluster(num_worker + num_ps, rate_mbit=rate_mbit) as net:
         run = Run(tmp_path, num_worker, num_ps, ['--trainer', trainer, '--epochs', 2, '--hidden', 20000,
                                                  '--lr', 0.001], hosts=net)
     codes = [p.returncode for _, _, p in run.cluster.tasks]
@@ -438,6 +454,24 @@ def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(tmp_path,
     assert '10.213.0.1:2222' in run.output      # the cluster's addresses are the hosts'
     reference = reference_weights(num_worker, 1, 4, 20000, 3, 2, lr=0.001)
     assert_workers_end_with(tmp_path, num_worker, 6, reference)
+
+
+NETEM_REASON = netns.unavailable() or netns.netem_unavailable()
+
+
+@pytest.mark.skipif(NETEM_REASON is not None, reason=str(NETEM_REASON))
+@pytest.mark.parametrize('trainer, num_ps', [('collective', 0), ('ps', 1)])
+def test_workers_behind_links_with_delay_and_loss_end_cleanly(tmp_path, trainer, num_ps):
+    """3 workers (and a ps), every host's packets delayed 50 ms and 1 % of them dropped at 20
+    Mbit/s (a far, lossy network; TCP resends what is lost): every process exits 0, no task is
+    taken for lost, and the weights are those of one process on the combined batch."""
+    with netns.NetnsCluster(3 + num_ps, rate_mbit=20, delay_ms=50, loss_percent=1) as net:
+        run = Run(tmp_path, 3, num_ps, ['--trainer', trainer, '--epochs', 2, '--hidden', 2000, '--lr', 0.01],
+                  hosts=net)
+    codes = [p.returncode for _, _, p in run.cluster.tasks]
+    assert codes == [0] * (3 + num_ps), run.output[-6000:]
+    assert not re.search(r'LostTaskError|lost (worker|ps|chief)', run.output)
+    assert_workers_end_with(tmp_path, 3, 6, reference_weights(3, 1, 4, 2000, 3, 2, lr=0.01))
 
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
@@ -463,6 +497,47 @@ def test_a_worker_whose_link_is_cut_mid_run_is_named_by_the_other(tmp_path):
     assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(10\.213\.0\.1:2222\): lost worker 1 '
                      r'\(10\.213\.0\.2:2222\)', text), text[-6000:]
     assert re.search(r'\[worker 1\] .*LostTaskError: worker 1 \(10\.213\.0\.2:2222\): lost worker 0', text)
+
+
+@pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
+@pytest.mark.parametrize('trainer, num_ps', [('replicated', 1), ('collective', 0)])
+def test_a_link_cut_while_the_chief_saves_loses_no_checkpoint(tmp_path, trainer, num_ps):
+    """Every task on a host of its own, 4 epochs of 3 steps, --max-restarts 1. When the chief
+    is about to save epoch 3's checkpoint (model-9), its link is cut, then the save runs (the
+    replicated trainer reads the variables from the ps across the cut link, a call TensorFlow
+    cannot cancel: the chief exits 5 s (EXIT_AFTER_LOSS_TIMEOUT) after it found the others
+    lost). The chief fails naming the lost tasks instead of hanging, the link is restored once
+    the launcher restarts
+    the cluster, and the run resumes from a checkpoint on record and ends as an uninterrupted
+    run, every epoch recorded once."""
+    logdir = tmp_path / 'logs'
+    args = ['--trainer', trainer, '--lr', 0.05, '--epochs', 4, '--logdir', logdir, '--chief-cut-saving', 9,
+            '--exit-after-loss-timeout', 5]
+    output = io.BytesIO()
+    with netns.NetnsCluster(2 + num_ps) as net:
+        def partition():
+            if wait_until(lambda: (tmp_path / 'saving').exists(), timeout=RUN_TIMEOUT):
+                net.cut(0)
+                (tmp_path / 'cut').touch()
+                if wait_until(lambda: b'[launch] restart 1 of 1' in output.getvalue(), timeout=RUN_TIMEOUT):
+                    net.restore(0)
+
+        partitioner = threading.Thread(target=partition, daemon=True)
+        partitioner.start()
+        code = launch(script_command(tmp_path, args), 2, num_ps, grace=60, timeout=2 * RUN_TIMEOUT,
+                      max_restarts=1, restart_delay=0, env=script_env(), output=output, hosts=net)
+        partitioner.join(5)
+    text = output.getvalue().decode('utf-8', 'replace')
+    assert code == 0, text[-6000:]
+    lost = r'\[worker 0\] .*LostTaskError: worker 0 \(10\.213\.0\.1:2222\): lost '
+    assert re.search(lost, text), text[-6000:]
+    if trainer == 'replicated':
+        assert re.search(r"\[worker 0\] .*ERR Training failed: LostTaskError: worker 0 .*did not end within "
+                         r"5 s of the loss .*it exits now with code 1", text), text[-6000:]
+    resumed = re.search(r'Resuming from checkpoint .*model-(\d+) \(end of epoch (\d)\)', text)
+    assert resumed and resumed.groups() in {('6', '2'), ('9', '3')}, text[-6000:]
+    assert stats_epochs(logdir) == [1, 2, 3, 4]
+    assert_workers_end_with(tmp_path, 2, 12, reference_weights(2, 1, 4, 5, 3, 4, lr=0.05))
 
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))

@@ -4,21 +4,22 @@ are in test_distributed.py.) The servers made here live until the test process e
 
 import re
 import socket
+import threading
 
 import numpy as np
 import pytest
 
-from helpers import UNIT_ROUNDOFF, assert_16_bit_sum
+from helpers import UNIT_ROUNDOFF, assert_16_bit_sum, wait_until
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import (CollectiveAllReduceBuilder,
                                                        DistributedParameterServerBuilder,
                                                        DistributedReplicatedBuilder)
-from tensorpack_lite.tfutils.distributed import cluster_of_server, create_server
+from tensorpack_lite.tfutils.distributed import FinishBarrier, cluster_of_server, create_server
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
                                                DistributedTrainerReplicated)
-from tensorpack_lite.utils.cluster import local_cluster
+from tensorpack_lite.utils.cluster import LostTaskError, local_cluster
 
 
 @pytest.fixture(scope='module')
@@ -382,3 +383,96 @@ def test_parameter_server_trainers_share_one_loss_scale_updated_by_the_chief_bef
             assert not scale_updates & upstream
         types = {graph.get_operation_by_name(name).type for name in upstream}
         assert bool(types & {'If', 'StatelessIf'}) == (worker == 0)    # only the chief applies (if finite)
+
+
+# ----- the workers end together (FinishBarrier) ---------------------------------------------------
+
+@pytest.fixture(scope='module')
+def two_workers():
+    cluster = local_cluster(2)
+    return [create_server(cluster, 'worker', k) for k in range(2)]
+
+
+@pytest.fixture(scope='module')
+def two_of_three_workers():
+    """The servers of workers 0 and 1 of a cluster of 3 workers (worker 2's is never started)."""
+    cluster = local_cluster(3)
+    return [create_server(cluster, 'worker', k) for k in range(2)]
+
+
+def test_the_finish_barrier_lets_the_chief_go_only_after_every_worker_left(two_workers):
+    chief, other = FinishBarrier(two_workers[0]), FinishBarrier(two_workers[1])
+    chief.prepare()
+    assert list(chief.state()) == [0, 0]
+    errors = []
+
+    def finish(barrier):
+        try:
+            barrier.finish()
+        except Exception as err:      # reported below
+            errors.append(err)
+
+    chief_thread = threading.Thread(target=finish, args=(chief,), daemon=True)
+    chief_thread.start()
+    assert wait_until(lambda: list(chief.state()) == [FinishBarrier.ARRIVED, 0])
+    assert chief_thread.is_alive()        # it cannot go before worker 1 arrived (timeout: 600 s)
+    finish(other)
+    chief_thread.join(60)
+    assert not errors and not chief_thread.is_alive()
+    assert list(chief.state()) == [FinishBarrier.ARRIVED, FinishBarrier.LEAVING]
+    for barrier in (chief, other):
+        barrier.close()
+
+
+def test_the_finish_barrier_names_the_workers_that_never_arrive_or_are_gone(two_of_three_workers):
+    chief = FinishBarrier(two_of_three_workers[0], timeout=0.5, lost_after=600)
+    chief.prepare()
+    address = [cluster_of_server(two_of_three_workers[0]).address('worker', k) for k in range(3)]
+    expected = r'worker 0 \({}\): training ended here, but worker 1 \({}\), worker 2 \({}\) did not finish ' \
+               r'within 0.5 s'.format(*map(re.escape, address))
+    with pytest.raises(LostTaskError, match=expected):
+        chief.finish()
+    chief.close()
+    chief = FinishBarrier(two_of_three_workers[0], timeout=600, lost_after=0)
+    chief.prepare()
+    with pytest.raises(LostTaskError, match=r'worker 0 \(.*\): lost worker 2 \({}\): no longer accepts '
+                                            r'connections'.format(re.escape(address[2]))):
+        chief.finish()
+    chief.close()
+    with pytest.raises(ValueError, match=r"prepare\(\) is the chief's, not worker 1 \(.*\)'s"):
+        FinishBarrier(two_of_three_workers[1]).prepare()
+
+
+def test_a_worker_that_finishes_before_the_chief_prepared_waits_for_it():
+    cluster = local_cluster(2)
+    servers = [create_server(cluster, 'worker', k) for k in range(2)]
+    chief, other = FinishBarrier(servers[0]), FinishBarrier(servers[1])
+    for barrier in (chief, other):
+        barrier.connect()
+    errors = []
+
+    def finish():
+        try:
+            other.finish()
+        except Exception as err:      # reported below
+            errors.append(err)
+
+    thread = threading.Thread(target=finish, daemon=True)
+    thread.start()
+    thread.join(1.0)
+    assert thread.is_alive() and not errors      # the meeting point is not made yet: worker 1 waits
+    chief.prepare()
+    chief.finish()
+    thread.join(60)
+    assert not thread.is_alive() and not errors
+    assert list(chief.state()) == [FinishBarrier.ARRIVED, FinishBarrier.LEAVING]
+
+
+def test_a_worker_whose_chief_is_gone_is_told_so_instead_of_hanging():
+    """TensorFlow's first run of a session waits for ever for a task that never answers."""
+    cluster = local_cluster(2)
+    server = create_server(cluster, 'worker', 1)      # the chief's server is never started
+    address = cluster_of_server(server).address('worker', 0)
+    lost = r'worker 1 \(.*\): lost worker 0 \({}\)'.format(re.escape(address))
+    with pytest.raises(LostTaskError, match=lost):
+        FinishBarrier(server, lost_after=1).connect()

@@ -476,9 +476,10 @@ DIED = re.compile(r'MPI rank (\d+) \(pid (\d+) on (\S+)\) died while rank (\d+) 
                   r'aborting the job\.')
 
 
-def assert_survivors_name(output, dead, num, waited_in):
+def assert_survivors_name(code, output, dead, num, waited_in):
     """At least one survivor named rank ``dead`` (its pid and host) while waiting in
-    ``waited_in``; nobody named another rank; the launcher wrapper saw the signal."""
+    ``waited_in``; nobody named another rank; the launcher wrapper saw the signal; the job
+    ended with the reporter's abort (mpiexec's exit ``code``)."""
     pid = pid_of_rank(output, dead, num)
     reports = DIED.findall(output)
     assert reports, output[-6000:]
@@ -486,7 +487,13 @@ def assert_survivors_name(output, dead, num, waited_in):
         assert (int(rank), int(named_pid), host, where) == (dead, pid, socket.gethostname(), waited_in)
         assert int(reporter) in set(range(num)) - {dead}
     assert 'mpi_rank: MPI rank {} (pid {}) was ended by signal 9 (SIGKILL)'.format(dead, pid) in output
-    assert 'application called MPI_Abort' in output
+    # The reporter's MPI_Abort(COMM_WORLD, 1) ends the job: mpiexec exits with 1. Its message
+    # ('application called MPI_Abort') is often lost: hydra stops forwarding output as it ends
+    # the ranks. MPI_Abort may also crash in a process whose other threads are in MPI: the
+    # wrapper then says that the reporter died of a signal while aborting the job.
+    crashed = re.findall(r'mpi_rank: MPI rank (\d+) \(pid \d+\) was ended by signal \d+ \(\w+\) '
+                         r'while aborting the job', output)
+    assert code == 1 or (crashed and dead not in map(int, crashed)), (code, output[-6000:])
 
 
 @needs_mpiexec
@@ -495,7 +502,7 @@ def test_a_killed_rank_is_named_by_a_survivor_which_ends_the_job(tmp_path):
     + utils.mpi_rank: a rank waiting for it in the next allreduce names it and aborts."""
     code, output = run_ranks(3, tmp_path, '--die', '1', '2', '--epochs', '50', launch=SUPERVISED)
     assert code != 0
-    assert_survivors_name(output, 1, 3, 'allreduce')
+    assert_survivors_name(code, output, 1, 3, 'allreduce')
     assert not [r for r in range(3) if os.path.exists(str(tmp_path / 'rank{}.json'.format(r)))]
 
 
@@ -507,7 +514,7 @@ def test_a_rank_killed_after_the_last_collective_is_named_at_shutdown(tmp_path):
     code, output = run_ranks(3, tmp_path, '--die', '2', str(STEPS * EPOCHS), '--no-epoch-broadcast',
                              launch=SUPERVISED)
     assert code != 0
-    assert_survivors_name(output, 2, 3, 'shutdown')
+    assert_survivors_name(code, output, 2, 3, 'shutdown')
     assert [load_rank(tmp_path, r)['global_step'] for r in (0, 1)] == [STEPS * EPOCHS] * 2
 
 

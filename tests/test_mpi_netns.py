@@ -192,11 +192,10 @@ def test_a_rank_killed_on_another_host_is_named_by_a_survivor_which_ends_the_job
             net, tmp_path, lambda pid: os.kill(pid, signal.SIGKILL))
     print("killed rank 1: mpiexec ended {:.2f} s later (exit {}); the hosts' processes after {}".format(
         mpiexec_ended, code, {host: round(seconds, 2) for host, seconds in sorted(ended.items())}))
-    assert code != 0
     assert_rank0_names_rank1(output, net)
     pid = mpi_tests.pid_of_rank(output, 1, 2)
     assert 'mpi_rank: MPI rank 1 (pid {}) was ended by signal 9 (SIGKILL)'.format(pid) in output
-    assert 'application called MPI_Abort(MPI_COMM_WORLD, 1) - process 0' in output
+    assert code == 1, output[-6000:]   # rank 0's MPI_Abort(MPI_COMM_WORLD, 1) (its message may be lost)
     assert not [r for r in range(2) if os.path.exists(str(tmp_path / 'rank{}.json'.format(r)))]
 
 
@@ -208,6 +207,5 @@ def test_a_cut_link_is_named_by_the_survivor_and_every_process_ends(tmp_path):
         code, output, mpiexec_ended, ended = run_and_lose_host1(net, tmp_path, lambda pid: net.cut(1))
     print("cut host 1: mpiexec ended {:.2f} s later (exit {}); the hosts' processes after {}".format(
         mpiexec_ended, code, {host: round(seconds, 2) for host, seconds in sorted(ended.items())}))
-    assert code != 0
     assert_rank0_names_rank1(output, net)
-    assert 'application called MPI_Abort(MPI_COMM_WORLD, 1) - process 0' in output
+    assert code == 1, output[-6000:]   # rank 0's MPI_Abort(MPI_COMM_WORLD, 1) (its message may be lost)

@@ -27,9 +27,12 @@ while True:
     conn.close()
 """.format(port=PORT)
 CONNECT = """
-import socket, sys
+import socket, sys, time
 try:
+    start = time.monotonic()
     with socket.create_connection((sys.argv[1], {port}), timeout=2) as conn:
+        if len(sys.argv) > 2:
+            print('{{:.6f}}'.format(time.monotonic() - start))
         print(conn.recv(100).decode())
 except OSError as err:
     print('failed:', type(err).__name__)
@@ -87,6 +90,38 @@ def test_links_are_shaped_and_the_limit_removed():
         assert 'rate 20Mbit' in net.qdisc(1)
         net.shape(1, None)
         assert 'tbf' not in net.qdisc(1)
+
+
+NETEM_REASON = netns.netem_unavailable() if REASON is None else REASON
+
+
+@pytest.mark.skipif(NETEM_REASON is not None, reason=str(NETEM_REASON))
+def test_a_delay_holds_every_packet_of_the_host_and_is_removed():
+    """Host 1's packets are held 200 ms: a connection from host 0 takes at least that (host
+    1's SYN-ACK waits), whatever the load; without the delay the setting is gone."""
+    with netns.NetnsCluster(2, rate_mbit=20) as net:
+        net.shape(1, 20, delay_ms=200, loss_percent=0.5)
+        assert 'netem' in net.qdisc(1) and 'delay 200ms' in net.qdisc(1) and 'loss 0.5%' in net.qdisc(1)
+        assert 'rate 20Mbit' in net.qdisc(1) and 'tbf' in net.qdisc(0)
+        listener = Listener(net, 1)
+        try:
+            out = subprocess.run(net.command(0, [sys.executable, '-c', CONNECT, net.address(1), 'time']),
+                                 capture_output=True, text=True, timeout=60).stdout.split('\n')
+            assert float(out[0]) >= 0.2 and out[1] == 'hello from host1', out
+        finally:
+            listener.stop()
+        net.shape(1, None)
+        assert 'netem' not in net.qdisc(1) and 'tbf' not in net.qdisc(1)
+
+
+def test_without_netem_a_delay_is_refused_naming_the_host_and_what_is_missing():
+    if NETEM_REASON is None:
+        pytest.skip("this kernel has sch_netem: the delay test above runs instead")
+    with netns.NetnsCluster(2) as net:
+        with pytest.raises(netns.NetnsUnavailable, match=r"host 1: tc qdisc netem delay 20ms .*needs the "
+                                                         r"kernel's sch_netem"):
+            net.shape(1, 20, delay_ms=20)
+    assert 'no sch_netem' in NETEM_REASON
 
 
 def test_a_cut_link_lets_nothing_through_until_restored():

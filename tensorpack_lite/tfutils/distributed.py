@@ -11,6 +11,7 @@ Example (every process runs the same script; ``TF_CONFIG`` says which task it is
 import copy
 import os
 import socket
+import threading
 import time
 
 from ..compat import tf, tfv1
@@ -20,7 +21,8 @@ from ..utils.gpu import num_tensorflow_gpus
 from .common import get_default_sess_config
 
 __all__ = ['create_server', 'cluster_of_server', 'DistributedSessionCreator',
-           'get_distributed_session_creator', 'build_worker_done_op', 'serve_until_workers_finish']
+           'get_distributed_session_creator', 'build_worker_done_op', 'serve_until_workers_finish',
+           'FinishBarrier']
 
 COLLECTIVE_GROUP_LEADER = '/job:worker/replica:0/task:0'
 """The task that coordinates collective ops: the chief."""
@@ -29,6 +31,10 @@ COLLECTIVE_GROUP_LEADER = '/job:worker/replica:0/task:0'
 def _check_port_free(cluster):
     host, port = cluster.address(cluster.job_name, cluster.task_index).rsplit(':', 1)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # only a listening socket takes the port: connections of a process that died (in
+        # TIME_WAIT, or unacknowledged behind a cut link) hold it for minutes, and the server
+        # (SO_REUSEADDR too) binds it all the same
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(('', int(port)))
         except OSError as err:
@@ -248,3 +254,166 @@ def serve_until_workers_finish(server, startup_timeout=300.0, lost_after=5.0, in
                 raise LostTaskError("{}: no worker started within {:g} s".format(cluster.task_name,
                                                                                  startup_timeout))
             time.sleep(interval)
+
+
+# ----- the workers end together -------------------------------------------------------------------
+
+class FinishBarrier:
+    """Where the workers meet when training has ended, so that none leaves while another is
+    still training: a peer that leaves early looks lost to one still in its last step (its
+    server stops answering), which would fail a run that finished.
+
+    The meeting point is a vector on the chief, one entry per worker: each worker marks itself
+    arrived, waits until every worker has, then marks itself leaving and may exit. The chief
+    exits last, once every other worker is leaving (or gone), so the others' last reads of the
+    vector always find it.
+
+    Args:
+        server (tf.compat.v1.train.Server): this worker's server.
+        timeout (float): seconds to wait for the other workers to arrive: then a
+            :class:`LostTaskError` names those that did not.
+        lost_after (float): a worker not arrived that has not accepted connections for this
+            many seconds is lost (a :class:`LostTaskError` naming it), without waiting longer.
+        leave_timeout (float): seconds the chief waits for the others to mark themselves leaving
+            (a warning names those that did not; training is done then).
+
+    Example (what the distributed trainers do)::
+
+        barrier = FinishBarrier(server)
+        barrier.connect()        # on every worker, once the cluster is up
+        barrier.prepare()        # on the chief (the others wait for it if they get there first)
+        ...                      # training
+        barrier.finish()         # on every worker that ran the whole schedule
+    """
+
+    ARRIVED, LEAVING = 1, 2
+
+    def __init__(self, server, timeout=600.0, lost_after=5.0, leave_timeout=30.0, interval=0.2):
+        self.cluster = cluster_of_server(server)
+        if self.cluster.job_name != 'worker':
+            raise ValueError("FinishBarrier is for workers, not {}".format(self.cluster.task_name))
+        self.timeout, self.lost_after = float(timeout), float(lost_after)
+        self.leave_timeout, self.interval = float(leave_timeout), float(interval)
+        self._server = server
+        self._graph = tf.Graph()
+        with self._graph.as_default(), tf.device(COLLECTIVE_GROUP_LEADER + '/device:CPU:0'):
+            state = tfv1.Variable(tf.zeros([self.cluster.num_worker], tf.int32), trainable=False,
+                                  collections=[], use_resource=False, name='tensorpack_lite_finish_barrier')
+            self._index = tfv1.placeholder(tf.int32, [], name='index')
+            self._mark = tfv1.placeholder(tf.int32, [], name='mark')
+            self._init = state.initializer
+            self._set = tfv1.scatter_update(state, [self._index], [self._mark]).op
+            self._read = tf.identity(state)
+            self._ping = tf.no_op()
+        self._sess = None
+
+    def connect(self):
+        """Open the session to the chief (every worker, while the cluster is known to be up:
+        TensorFlow's first run of a session waits for ever for a task that is gone, a later
+        run's timeout holds). A chief that does not answer within ``lost_after`` seconds
+        (at least 10) is a :class:`LostTaskError`."""
+        if self._sess is not None:
+            return
+        filters = sorted({self.cluster.task_name, COLLECTIVE_GROUP_LEADER.replace('/replica:0', '')})
+        sess = tfv1.Session(self._server.target, graph=self._graph,
+                            config=_session_config(self._server, filters))
+        failure = []
+
+        def first_run():
+            try:
+                sess.run(self._ping)
+            except tf.errors.OpError as err:
+                failure.append(err)
+
+        thread = threading.Thread(target=first_run, name='FinishBarrier.connect', daemon=True)
+        thread.start()
+        thread.join(max(self.lost_after, 10.0))
+        if thread.is_alive() or failure:    # a thread still waiting for the chief is left behind
+            raise self.cluster.lost_task_error([('worker', 0)], failure[0] if failure else None)
+        self._sess = sess
+
+    def _run(self, fetch, feed_dict=None):
+        """Run ``fetch`` on the chief; a failure to reach it is a LostTaskError naming it. Before
+        the chief has made the meeting point (:meth:`prepare`), wait for it (``timeout``)."""
+        self.connect()
+        options = tfv1.RunOptions(timeout_in_ms=int(max(self.lost_after, 10.0) * 1000))
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self._sess.run(fetch, feed_dict=feed_dict, options=options)
+            except tf.errors.FailedPreconditionError as err:     # not prepared yet
+                if time.monotonic() >= deadline:
+                    raise self.cluster.lost_task_error([('worker', 0)], err) from err
+                time.sleep(self.interval)
+            except tf.errors.OpError as err:
+                raise self.cluster.lost_task_error([('worker', 0)], err) from err
+
+    def prepare(self):
+        """On the chief: make the meeting point (every worker not arrived)."""
+        if not self.cluster.is_chief:
+            raise ValueError("FinishBarrier.prepare() is the chief's, not {}'s".format(
+                self._names([self.cluster.task_index])))
+        self._run(self._init)
+
+    def state(self):
+        """The meeting point now: per worker, 0 (not arrived), :attr:`ARRIVED` or :attr:`LEAVING`."""
+        return self._run(self._read)
+
+    def _mark_self(self, mark):
+        self._run(self._set, {self._index: self.cluster.task_index, self._mark: mark})
+
+    def _wait(self, missing_of, timeout, waiting_to=None):
+        """Poll the vector until ``missing_of(state)`` (worker indices) is empty, ``timeout``
+        seconds have passed or, with ``waiting_to`` (what the missing are waited for, logged
+        once), one of them is lost. Returns (missing, lost): a worker lost has accepted no
+        connection for ``lost_after`` seconds; without ``waiting_to`` it counts as gone and the
+        others are still waited for."""
+        deadline = time.monotonic() + timeout
+        unreachable_since, lost, announced = {}, [], False
+        while True:
+            missing = [i for i in missing_of(self.state()) if i not in lost]
+            now = time.monotonic()
+            if not missing or now >= deadline:
+                return missing, lost
+            if waiting_to is not None and not announced:
+                logger.info("{} waits for {} to {}.".format(self._names([self.cluster.task_index]),
+                                                            self._names(missing),
+                                                            waiting_to))
+                announced = True
+            gone = [i for _, i in self.cluster.unreachable([('worker', i) for i in missing], timeout=1.0)]
+            unreachable_since = {i: unreachable_since.get(i, now) for i in gone}
+            lost += [i for i in gone if now - unreachable_since[i] >= self.lost_after]
+            if lost and waiting_to is not None:
+                return missing, lost
+            time.sleep(self.interval)
+
+    def _names(self, indices):
+        return ', '.join(self.cluster.describe('worker', i) for i in indices)
+
+    def finish(self):
+        """Arrive, wait for every worker to arrive (bounded by ``timeout``), then leave (the chief
+        after every other worker). Raises :class:`LostTaskError` naming the workers that did not
+        arrive."""
+        self._mark_self(self.ARRIVED)
+        missing, lost = self._wait(lambda state: [i for i, s in enumerate(state) if s < self.ARRIVED],
+                                   self.timeout, 'finish training')
+        if lost:
+            raise self.cluster.lost_task_error([('worker', i) for i in lost])
+        if missing:
+            raise LostTaskError("{}: training ended here, but {} did not finish within {:g} s".format(
+                self._names([self.cluster.task_index]), self._names(missing), self.timeout))
+        if not self.cluster.is_chief:
+            self._mark_self(self.LEAVING)
+            return
+        late, _ = self._wait(lambda state: [i for i, s in enumerate(state) if i > 0 and s < self.LEAVING],
+                             self.leave_timeout)
+        if late:
+            logger.warn("{}: {} finished training but did not leave within {:g} s; the chief ends "
+                        "anyway.".format(self._names([0]), self._names(late), self.leave_timeout))
+        logger.info("{}: every worker finished training.".format(self._names([0])))
+
+    def close(self):
+        """Close the session to the chief."""
+        if self._sess is not None:
+            self._sess.close()
+            self._sess = None

@@ -43,8 +43,8 @@ from ..graph_builder.distributed import (CollectiveAllReduceBuilder, Distributed
                                          DistributedReplicatedBuilder, check_exchange)
 from ..tfutils.collective import cluster_group, collective_mean
 from ..tfutils.common import get_global_step_var
-from ..tfutils.distributed import (DistributedSessionCreator, build_worker_done_op, cluster_of_server,
-                                   serve_until_workers_finish)
+from ..tfutils.distributed import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
+                                   cluster_of_server, serve_until_workers_finish)
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
@@ -55,9 +55,11 @@ __all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'Distr
            'CollectiveAllReduceTrainer', 'LostTaskError']
 
 
-class _TellParameterServersDone(Callback):
-    """Registered after the user's callbacks: when training ended without failure, tells the
-    parameter servers that this worker is done (they exit once every worker is)."""
+class _FinishTogether(Callback):
+    """Registered after the user's callbacks. When this worker ran the whole schedule, it meets
+    the other workers at the trainer's :class:`FinishBarrier` (none leaves while another
+    still trains); then, unless training failed, it tells the parameter servers that it is
+    done (they exit once every worker is)."""
 
     _chief_only = False
 
@@ -65,10 +67,15 @@ class _TellParameterServersDone(Callback):
         self._done_op = done_op
 
     def _after_train(self):
-        if self.trainer.training_failed or self._done_op is None:
+        trainer = self.trainer
+        if trainer.training_failed:
+            return
+        if trainer.ran_last_step:
+            trainer.finish_barrier.finish()
+        if self._done_op is None:
             return
         try:
-            self.trainer.sess.run(self._done_op, options=tfv1.RunOptions(timeout_in_ms=10000))
+            trainer.sess.run(self._done_op, options=tfv1.RunOptions(timeout_in_ms=10000))
         except tf.errors.OpError as err:
             logger.warn("Could not tell the parameter servers that this worker finished: {}".format(
                 err.message.splitlines()[0]))
@@ -77,7 +84,8 @@ class _TellParameterServersDone(Callback):
 class _StopWatchingAfterLastStep(tfv1.train.SessionRunHook):
     """Once the last training step has run, the other tasks may end before this one (their
     part of every step is done): the trainer stops watching them, before the callbacks act on
-    that step (which may take a while), so that a peer's normal end is not taken for a loss."""
+    that step (which may take a while), so that a peer's normal end is not taken for a loss,
+    and it notes that it ran the whole schedule (see :class:`_FinishTogether`)."""
 
     def __init__(self, trainer):
         self._trainer = trainer
@@ -86,6 +94,7 @@ class _StopWatchingAfterLastStep(tfv1.train.SessionRunHook):
         loop = self._trainer.loop
         if loop.is_last_epoch and loop.is_last_step_of_epoch:
             self._trainer.stop_watching()
+            self._trainer.ran_last_step = True
 
 
 class DistributedTrainerBase(_DataParallelTrainer):
@@ -118,6 +127,20 @@ class DistributedTrainerBase(_DataParallelTrainer):
     """Seconds closing the session may take after training failed: closing a distributed
     session talks to every task, and one that is gone can hold it for ever."""
 
+    FINISH_TIMEOUT = 600.0
+    """Seconds a worker that ran its last step waits for the others to finish theirs (and their
+    ``after_train``): then a :class:`LostTaskError` names those that did not (see
+    :class:`~tensorpack_lite.tfutils.distributed.FinishBarrier`). A worker that stops accepting
+    connections meanwhile is named within seconds."""
+
+    ABORT_TIMEOUT = 5.0
+    """Seconds the parameter-server trainers' abort op may take when a task is lost; then the
+    session is closed instead (see :meth:`_on_lost`)."""
+
+    EXIT_AFTER_LOSS_TIMEOUT = 30.0
+    """Seconds after a task is found lost within which training must have stopped: then the
+    process exits with code 1 (see :meth:`_exit_stuck`)."""
+
     LOSS_CONFIRM_TIMEOUT = 30.0
     """After a step fails with a connection error (a peer reset or unavailable), seconds to
     keep probing for the task that went away: a process being killed may still hold its
@@ -139,6 +162,9 @@ class DistributedTrainerBase(_DataParallelTrainer):
         self._watchdog = None
         self._abort_op = None
         self.training_failed = None
+        self.ran_last_step = False
+        self._loop_ended = threading.Event()
+        self.finish_barrier = None
 
     def _make_builder(self, towers, server):
         raise NotImplementedError("{} must implement _make_builder()".format(type(self).__name__))
@@ -161,7 +187,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
             super().setup_graph(input_signature, input, get_cost_fn, get_opt_fn)
 
     def _build_train_op(self, grad_list, get_opt_fn):
-        self._tell_done = _TellParameterServersDone(build_worker_done_op(self.cluster))
+        self._finish_together = _FinishTogether(build_worker_done_op(self.cluster))
         return self._build_sync_ops(grad_list, get_opt_fn)
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
@@ -182,7 +208,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
             logger.info("{}: only the chief writes into the logger directory; this worker stops writing "
                         "into {}.".format(self.cluster.task_name, logger.get_logger_dir()))
             logger._detach_file_handler()
-        super().setup_callbacks(list(callbacks) + [self._tell_done], monitors)
+        super().setup_callbacks(list(callbacks) + [self._finish_together], monitors)
 
     # ----- session -----------------------------------------------------------------------------
 
@@ -198,6 +224,10 @@ class DistributedTrainerBase(_DataParallelTrainer):
                                             ready_timeout=self.STARTUP_TIMEOUT,
                                             device_filters=self._session_device_filters())
         super().initialize(creator, session_init)
+        self.finish_barrier = FinishBarrier(self.server, timeout=self.FINISH_TIMEOUT)
+        self.finish_barrier.connect()
+        if self.is_chief:
+            self.finish_barrier.prepare()
         self._watchdog = TaskWatchdog(self.cluster, self.cluster.other_tasks(), self._on_lost,
                                       interval=self.PROBE_INTERVAL)
         self._watchdog.start()
@@ -208,19 +238,53 @@ class DistributedTrainerBase(_DataParallelTrainer):
         return None
 
     def _on_lost(self, tasks):
-        """The watchdog found ``tasks`` lost: end the step that may be waiting for them. The
-        parameter-server trainers run their abort op; otherwise the session is closed, which
-        cancels the running step (a peer that is gone but was never reset, e.g. behind a cut
-        link, would hold a collective op until the connection times out, minutes later)."""
+        """The watchdog found ``tasks`` lost: end what may be waiting for them. The
+        parameter-server trainers run their abort op, which closes the step queues on the
+        parameter servers (the surviving workers' steps end too). When there is none, or it
+        cannot run (a parameter server is lost, or this worker is cut off), the session is
+        closed, which cancels what this worker runs: a step, or a checkpoint save reading the
+        variables from a parameter server (a peer that is gone but was never reset, e.g. behind
+        a cut link, would hold it until the connection times out, minutes later)."""
         logger.error("{}: lost {}.".format(self.cluster.task_name,
                                            ', '.join(self.cluster.describe(*t) for t in tasks)))
-        if self._abort_op is not None:
+        if self._abort_op is None or not self._run_abort_op():
+            threading.Thread(target=self.sess.close, name='cancel-step', daemon=True).start()
+        if not self._loop_ended.wait(self.EXIT_AFTER_LOSS_TIMEOUT):
+            self._exit_stuck(tasks)
+
+    def _exit_stuck(self, tasks):
+        """The last resort when a task is lost: this worker's call into TensorFlow did not end
+        (one to a task behind a cut link, e.g. a checkpoint save reading from a parameter
+        server, is cancelled neither by the session's close nor by its own timeout). Say why
+        and exit with code 1 at once: what is on disk was written atomically, so nothing is
+        lost that a restart from the last checkpoint would need."""
+        error = self.cluster.lost_task_error(tasks)
+        logger.error("Training failed: {}: {}. This worker's call into TensorFlow did not end within {:g} s "
+                     "of the loss (EXIT_AFTER_LOSS_TIMEOUT; TensorFlow cannot cancel a call to a task "
+                     "behind a cut link): it exits now with code 1.".format(
+                         type(error).__name__, error, self.EXIT_AFTER_LOSS_TIMEOUT))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    def _run_abort_op(self):
+        """Run the abort op; whether it ran within ``ABORT_TIMEOUT``. Its first run registers
+        it with the parameter servers, which no run timeout bounds (behind a cut link it waits
+        for ever): it runs in a thread of its own, left behind if it does not return."""
+        done = []
+
+        def abort():
             try:
-                self.sess.run(self._abort_op, options=tfv1.RunOptions(timeout_in_ms=5000))
+                options = tfv1.RunOptions(timeout_in_ms=int(self.ABORT_TIMEOUT * 1000))
+                self.sess.run(self._abort_op, options=options)
+                done.append(True)
             except tf.errors.OpError:
-                pass   # e.g. the lost task is a parameter server
-            return
-        threading.Thread(target=self.sess.close, name='cancel-step', daemon=True).start()
+                pass      # the queues are out of reach (a parameter server is lost, or this worker)
+
+        thread = threading.Thread(target=abort, name='abort-step', daemon=True)
+        thread.start()
+        thread.join(self.ABORT_TIMEOUT)
+        return bool(done)
 
     def _lost_tasks(self):
         """The other tasks known to be lost (by the watchdog) or not accepting connections now."""
@@ -295,9 +359,14 @@ class DistributedTrainerBase(_DataParallelTrainer):
             raise explained from err
 
     def _end_training(self, failure):
+        self._loop_ended.set()
         self.training_failed = failure is not None
         self.stop_watching()
-        super()._end_training(failure)
+        try:
+            super()._end_training(failure)
+        finally:
+            if self.finish_barrier is not None:
+                self.finish_barrier.close()
 
     def _close_wait_reason(self):
         lost = self._lost_tasks()

@@ -5,6 +5,7 @@ that do (a slow or lost peer never shows on loopback).
 
     with NetnsCluster(3, rate_mbit=200) as net:
         proc = subprocess.Popen(net.command(1, ['python', 'train.py']))
+        net.shape(2, 200, delay_ms=20, loss_percent=1)   # needs sch_netem: netem_unavailable()
         net.cut(1)        # host 1's link goes down; its processes live on
         net.restore(1)
         net.counters(1)   # {'tx_bytes': ..., 'rx_bytes': ...}: what host 1 sent and received
@@ -27,7 +28,7 @@ import subprocess
 import tempfile
 import weakref
 
-__all__ = ['NetnsCluster', 'NetnsUnavailable', 'unavailable', 'remove_stale']
+__all__ = ['NetnsCluster', 'NetnsUnavailable', 'unavailable', 'netem_unavailable', 'remove_stale']
 
 _PREFIX = 'tplnet'
 _SUBNET = '10.213.0'
@@ -58,6 +59,26 @@ def unavailable():
         if shutil.which(tool) is None:
             return "'{}' not found: install iproute2 (apt-get install iproute2)".format(tool)
     return None
+
+
+_NETEM_REASON = []
+
+
+def netem_unavailable():
+    """Why links cannot get a delay or a loss here (a str), or None when they can: that takes
+    the kernel's ``sch_netem`` (``tc qdisc ... netem``), which some kernels (containers, slim
+    VMs) lack. Tried once per process, on a host made for it."""
+    if not _NETEM_REASON:
+        reason = unavailable()
+        if reason is None:
+            with NetnsCluster(1) as probe:
+                tried = _ip('netns', 'exec', probe.namespaces[0], 'tc', 'qdisc', 'replace', 'dev', _DEVICE,
+                            'root', 'netem', 'delay', '1ms', check=False)
+            if tried.returncode != 0:
+                reason = "this kernel has no sch_netem, so links get a rate but no delay or loss " \
+                         "(tc: {})".format(tried.stderr.strip())
+        _NETEM_REASON.append(reason)
+    return _NETEM_REASON[0]
 
 
 def _ip(*args, check=True):
@@ -100,6 +121,8 @@ class NetnsCluster:
     Args:
         num_hosts (int): hosts to make (at most 250).
         rate_mbit (float): every host's link rate in Mbit/s, each way (None: unlimited).
+        delay_ms, loss_percent (float): every host's packets delayed this long, and this
+            share of them dropped (see :meth:`shape`; None: none).
 
     Attributes:
         namespaces (list[str]): the hosts' namespace names.
@@ -107,7 +130,7 @@ class NetnsCluster:
 
     _count = 0
 
-    def __init__(self, num_hosts, rate_mbit=None):
+    def __init__(self, num_hosts, rate_mbit=None, delay_ms=None, loss_percent=None):
         reason = unavailable()
         if reason:
             raise NetnsUnavailable(reason)
@@ -122,9 +145,9 @@ class NetnsCluster:
         self._finalizer = weakref.finalize(self, _delete_namespaces, self._made)   # also at exit
         try:
             self._build()
-            if rate_mbit is not None:
+            if (rate_mbit, delay_ms, loss_percent) != (None, None, None):
                 for k in range(num_hosts):
-                    self.shape(k, rate_mbit)
+                    self.shape(k, rate_mbit, delay_ms, loss_percent)
         except BaseException:
             self.close()
             raise
@@ -200,18 +223,33 @@ class NetnsCluster:
         self._check_host(host)
         return [int(pid) for pid in _ip('netns', 'pids', self.namespaces[host]).stdout.split()]
 
-    def shape(self, host, rate_mbit):
+    def shape(self, host, rate_mbit, delay_ms=None, loss_percent=None):
         """Limit host ``host``'s link to ``rate_mbit`` Mbit/s each way (a token bucket on both
-        ends of its veth pair); None removes the limit."""
+        ends of its veth pair; None: no limit). ``delay_ms`` delays every packet the host
+        sends, ``loss_percent`` drops that share of them (both with ``netem`` on the host's
+        end, which then also applies the rate; see :func:`netem_unavailable`). ``shape(host,
+        None)`` removes every limit."""
         self._check_host(host)
         ends = [(self.namespaces[host], _DEVICE), (self.switch, 'port{}'.format(host))]
+        impaired = delay_ms is not None or loss_percent is not None
         for namespace, device in ends:
-            if rate_mbit is None:
+            if impaired and namespace == self.namespaces[host]:
+                rule = ['netem'] + (['delay', '{:g}ms'.format(delay_ms)] if delay_ms is not None else []) \
+                    + (['loss', '{:g}%'.format(loss_percent)] if loss_percent is not None else []) \
+                    + (['rate', '{:g}mbit'.format(rate_mbit)] if rate_mbit is not None else []) \
+                    + ['limit', '10000']
+            elif rate_mbit is not None:
+                burst = max(int(rate_mbit * 1e6 / 8 / 250), 32 * 1024)    # a tick's worth, at least 32 KiB
+                rule = ['tbf', 'rate', '{:g}mbit'.format(rate_mbit), 'burst', str(burst), 'latency', '100ms']
+            else:
                 _ip('netns', 'exec', namespace, 'tc', 'qdisc', 'del', 'dev', device, 'root', check=False)
                 continue
-            burst = max(int(rate_mbit * 1e6 / 8 / 250), 32 * 1024)    # a tick's worth, at least 32 KiB
-            _ip('netns', 'exec', namespace, 'tc', 'qdisc', 'replace', 'dev', device, 'root', 'tbf',
-                'rate', '{}mbit'.format(rate_mbit), 'burst', str(burst), 'latency', '100ms')
+            tried = _ip('netns', 'exec', namespace, 'tc', 'qdisc', 'replace', 'dev', device, 'root', *rule,
+                        check=False)
+            if tried.returncode != 0:
+                raise NetnsUnavailable("host {}: tc qdisc {} failed: {}{}".format(
+                    host, ' '.join(rule), tried.stderr.strip(),
+                    " (a delay or loss needs the kernel's sch_netem)" if rule[0] == 'netem' else ''))
 
     def qdisc(self, host):
         """``tc qdisc show`` of host ``host``'s own end of its link (a str)."""

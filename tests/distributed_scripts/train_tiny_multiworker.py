@@ -158,6 +158,25 @@ class ChiefDiesSaving(ModelSaver):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class ChiefCutWhileSaving(ModelSaver):
+    """The chief's ModelSaver; at global step ``step`` it creates the file ``OUT/saving`` and
+    waits (up to 120 s) for the file ``OUT/cut`` (the test cuts the chief's link, then creates
+    it) before it saves: the checkpoint is written with the link cut. Once (``OUT/saving``)."""
+
+    def __init__(self, step, out):
+        super().__init__()
+        self.step, self.out = step, out
+
+    def _trigger(self):
+        saving = os.path.join(self.out, 'saving')
+        if self.global_step == self.step and not os.path.exists(saving):
+            open(saving, 'w').close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(os.path.join(self.out, 'cut')) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return super()._trigger()
+
+
 class ChiefLosesData(Callback):
     """At global step ``step + 1``, after epoch ``step``'s checkpoint was listed and its end
     recorded: cuts that checkpoint's data file to half (a crash that lost writes not yet on
@@ -224,6 +243,9 @@ def parse_args(argv):
                         help="worker 1's session breaks in this step (helpers.BreakingSession)")
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
+    parser.add_argument('--chief-cut-saving', type=int,
+                        help="the chief saves global step N's checkpoint once its link is cut (see "
+                             "ChiefCutWhileSaving)")
     parser.add_argument('--chief-dies-saving', type=int,
                         help='the chief is SIGKILLed (once) while it writes the checkpoint of this step')
     parser.add_argument('--chief-loses-data', type=int,
@@ -234,6 +256,8 @@ def parse_args(argv):
                         help="worker 1's first datapoint of this step (1-based, in every epoch) gets "
                              "y = OVERFLOW_Y: with 'fp16' its scaled gradients overflow float16")
     parser.add_argument('--startup-timeout', type=float, default=120)
+    parser.add_argument('--finish-timeout', type=float, help="the trainer's FINISH_TIMEOUT")
+    parser.add_argument('--exit-after-loss-timeout', type=float, help="the trainer's EXIT_AFTER_LOSS_TIMEOUT")
     return parser.parse_args(argv)
 
 
@@ -250,6 +274,10 @@ def make_trainer(args, server):
     else:
         trainer = DistributedTrainerReplicated(towers, server)
     trainer.STARTUP_TIMEOUT = args.startup_timeout
+    if args.finish_timeout is not None:
+        trainer.FINISH_TIMEOUT = args.finish_timeout
+    if args.exit_after_loss_timeout is not None:
+        trainer.EXIT_AFTER_LOSS_TIMEOUT = args.exit_after_loss_timeout
     if args.no_epoch_broadcast:
         trainer.BROADCAST_EVERY_EPOCH = False
     return trainer
@@ -277,7 +305,9 @@ def main(argv):
     if held and trainer.task_index == 1:
         callbacks.append(HoldAfterLastStep(args.worker1_holds, held))
     marker = os.path.join(args.out, 'chief-died')
-    if logger.get_logger_dir() and args.chief_dies_saving and trainer.is_chief:
+    if logger.get_logger_dir() and args.chief_cut_saving and trainer.is_chief:
+        callbacks.append(ChiefCutWhileSaving(args.chief_cut_saving, args.out))
+    elif logger.get_logger_dir() and args.chief_dies_saving and trainer.is_chief:
         callbacks.append(ChiefDiesSaving(args.chief_dies_saving, marker))
     elif logger.get_logger_dir():
         callbacks.append(ModelSaver())   # chief-only: skipped on the other workers
@@ -297,6 +327,9 @@ def main(argv):
                                    steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,
                                    mixed_precision=args.mixed_precision)
     launch_train_with_config(config, trainer)
+    if held:     # whether worker 1 was done holding when this worker's training ended
+        with open(os.path.join(args.out, 'worker{}.ended'.format(trainer.task_index)), 'w') as f:
+            f.write(str(os.path.exists(held)))
 
 
 if __name__ == '__main__':
