@@ -12,6 +12,7 @@ import glob
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,10 +77,11 @@ DRIVER = textwrap.dedent('''
         return [[rng.randn(8).astype('float32'), np.int32(rng.randint(3))] for _ in range(n)]
 
     class Interrupt(Callback):
-        """Stops the attempt per its spec '<how>:<where>:<n>': how is kill (SIGKILL), fail (an
-        exception) or fill (fill the disk, training goes on); where is step (after global step
-        n), epoch (at epoch n's end, after the savers, before the monitors) or write (inside
-        the n-th write of stats.json, after the temporary file, before its rename)."""
+        """Stops the attempt per its spec '<how>:<where>:<n>': how is kill (SIGKILL), term
+        (SIGTERM, a preemption notice), fail (an exception) or fill (fill the disk, training
+        goes on); where is step (after global step n), epoch (at epoch n's end, after the
+        savers, before the monitors) or write (inside the n-th write of stats.json, after the
+        temporary file, before its rename)."""
 
         def __init__(self, spec):
             self.how, self.where, number = spec.split(':')
@@ -108,6 +110,8 @@ DRIVER = textwrap.dedent('''
         def _stop(self):
             if self.how == 'kill':
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.how == 'term':
+                os.kill(os.getpid(), signal.SIGTERM)
             if self.how == 'fail':
                 raise RuntimeError('simulated failure at global step {}'.format(self.global_step))
             if self.how == 'fill':
@@ -146,6 +150,8 @@ DRIVER = textwrap.dedent('''
                 signal.alarm(120)   # a stuck attempt ends
                 train(logdir, spec)
                 code = 0
+            except SystemExit as err:    # Preempted: the exit status it carries
+                code = err.code
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -219,6 +225,8 @@ def runs(tmp_path_factory):
     add_attempt('reference', '')
     for spec in KILLS + ['']:
         add_attempt('killed', spec)
+    add_attempt('preempted', 'term:step:10')
+    add_attempt('preempted', '')
     mount_point = str(root / 'disk')
     skip_disk = _mount_tmpfs(mount_point, '4m')
     try:
@@ -284,6 +292,20 @@ def test_random_kills_with_mid_epoch_validation_resume_every_time(runs):
     assert not [name for name in killed['files'] if name.endswith('.tmp')]
     # The mid-epoch records of the failed attempt were set aside in a backup, not lost.
     assert any(name.startswith('stats.json.') for name in killed['files'])
+
+
+def test_sigterm_ends_the_step_saves_a_checkpoint_exits_143_and_the_rerun_ends_as_uninterrupted(runs):
+    """SIGTERM (a preemption notice) mid-epoch 3, at global step 10: training stops before the
+    next step, ModelSaver writes model-10, the process exits with 128 + SIGTERM; the rerun
+    resumes from epoch 2's end and ends as the uninterrupted run."""
+    snapshots, exits, _ = runs
+    assert exits['preempted'] == [128 + signal.SIGTERM, 0]
+    preempted, resumed = snapshots['preempted']['outputs']
+    assert 'Received SIGTERM (preemption): training stops after the current step.' in preempted
+    assert 'Training was preempted (SIGTERM) after global step 10' in preempted, preempted[-3000:]
+    assert re.search(r'Model saved to .*model-10\.', preempted), preempted[-3000:]
+    assert 'Setting starting_epoch to 3' in resumed
+    _assert_same_run(snapshots['preempted'], snapshots['reference'])
 
 
 def test_disk_full_stops_with_the_checkpoint_named_and_resumes_after_space_is_freed(runs):

@@ -43,7 +43,8 @@ from ..utils.mpi_rank import ABORT_FD_VARIABLE
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
            'Average', 'Sum', 'Compression', 'Compressor', 'ordered_collectives', 'engine_name',
-           'PeerShutdownError', 'SHUT_DOWN_MESSAGE', 'dead_local_peers', 'PEER_TIMEOUT']
+           'PeerShutdownError', 'SHUT_DOWN_MESSAGE', 'dead_local_peers', 'PEER_TIMEOUT',
+           'check_launched_size', 'LAUNCHER_SIZES']
 
 Sum = 'Sum'
 Average = 'Average'
@@ -367,10 +368,36 @@ def init():
     except ImportError as err:
         raise ImportError("tensorpack_lite's MPI engine needs mpi4py and an MPI: "
                           "pip install \"tensorpack_lite[mpi]\" ({})".format(err)) from err
+    check_launched_size(MPI.COMM_WORLD.Get_size())
     _engine = _Engine(MPI)
     if _engine.size > 1:
         logger.info("MPI rank {} of {} (local rank {} of {}) is pid {} on {}.".format(
             _engine.rank, _engine.size, _engine.local_rank, _engine.local_size, *_engine.peers[_engine.rank]))
+
+
+_OTHER_MPI = "this mpi4py is built against another MPI; use that MPI's mpiexec"
+LAUNCHER_SIZES = (
+    ('SLURM_STEP_NUM_TASKS', "Slurm started {n} tasks in this step, but its MPI support is off "
+                             "(MpiDefault=none, the default): start it with 'srun --mpi=pmi2' (or "
+                             "--mpi=pmix), or set MpiDefault=pmi2 in slurm.conf"),
+    ('OMPI_COMM_WORLD_SIZE', "Open MPI's launcher started {n} processes: " + _OTHER_MPI),
+    ('PMI_SIZE', "a PMI launcher (mpiexec) started {n} processes: " + _OTHER_MPI),
+    ('MV2_COMM_WORLD_SIZE', "MVAPICH's launcher started {n} processes: " + _OTHER_MPI),
+)
+"""(environment variable, what it means) of the launchers that tell their task count."""
+
+
+def check_launched_size(size, environ=None):
+    """Refuse an MPI world of ``size`` 1 when a launcher says it started more tasks: each
+    would be a singleton and train alone on its shard, a silent wrong result."""
+    environ = os.environ if environ is None else environ
+    if size != 1:
+        return
+    for variable, meaning in LAUNCHER_SIZES:
+        value = environ.get(variable, '')
+        if value.isdigit() and int(value) > 1:
+            raise RuntimeError("MPI sees 1 rank, but {}={}: {}. Each task would train alone.".format(
+                variable, value, meaning.format(n=value)))
 
 
 def shutdown():

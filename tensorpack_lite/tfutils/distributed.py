@@ -18,6 +18,7 @@ from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.cluster import ClusterConfig, LostTaskError
 from ..utils.gpu import num_tensorflow_gpus
+from ..utils.slurm import cluster_from_environment
 from .common import get_default_sess_config
 
 __all__ = ['create_server', 'cluster_of_server', 'DistributedSessionCreator',
@@ -61,7 +62,8 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None):
     Args:
         cluster (dict or ClusterConfig): job name -> list of ``'host:port'`` (jobs
             ``'worker'`` and ``'ps'``). None: read the cluster and the task from the
-            ``TF_CONFIG`` environment variable.
+            ``TF_CONFIG`` environment variable, or else from Slurm's when this is a task of
+            a job step (``srun``; see :mod:`tensorpack_lite.utils.slurm`).
         job_name (str): this task's job, with an explicit ``cluster`` dict.
         task_index (int): this task's index, with an explicit ``cluster`` dict.
         config (tf.compat.v1.ConfigProto): the server's session config, which also sets its
@@ -78,8 +80,8 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None):
     if cluster is None:
         if job_name is not None or task_index is not None:
             raise ValueError("create_server: give job_name and task_index with an explicit cluster; without "
-                             "one, TF_CONFIG tells them")
-        cluster = ClusterConfig.from_tf_config()
+                             "one, TF_CONFIG (or Slurm) tells them")
+        cluster = cluster_from_environment()
     elif not isinstance(cluster, ClusterConfig):
         cluster = ClusterConfig(cluster, job_name, task_index)
     config = copy.deepcopy(config) if config is not None else get_default_sess_config()

@@ -26,6 +26,7 @@ from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.argtools import call_only_once
 from ..utils.concurrency import bound_exit, run_with_timeout
+from ..utils.preemption import Preempted, PreemptionNotice
 from ..utils.utils import humanize_time_delta
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 
@@ -88,6 +89,7 @@ class Trainer:
         self._callbacks = []
         self.loop = TrainLoop()
         """The :class:`TrainLoop`: the run's schedule and position, advanced by the trainer only."""
+        self._preemption = PreemptionNotice()    # takes SIGTERM while main_loop runs
 
     # The loop's state, as attributes of the trainer.
     epoch_num = property(lambda self: self.loop.epoch_num)
@@ -246,12 +248,18 @@ class Trainer:
         loop records it (``loop.failure``), and that end is bounded in time
         (:attr:`AFTER_FAILURE_TIMEOUT`, :attr:`CLOSE_TIMEOUT`); when the error left the session
         in an unknown state, nothing more runs in it (``loop.session_usable``)."""
-        with self.sess.as_default():
+        with self.sess.as_default(), PreemptionNotice() as self._preemption:
             self.loop.start(Schedule(steps_per_epoch, starting_epoch, max_epoch))
             try:
                 self._run_epochs()
             except (StopTraining, tf.errors.OutOfRangeError) as err:
                 logger.info("Training was stopped by {}: {}".format(type(err).__name__, err))
+            except Preempted as err:
+                self.loop.fail(err)
+                logger.warn("Training was preempted (SIGTERM) after global step {}: ending training as after "
+                            "Ctrl-C (ModelSaver writes a checkpoint), then exiting with status {}.".format(
+                                self.loop.global_step, err.code))
+                raise
             except KeyboardInterrupt as err:
                 self.loop.fail(err)
                 logger.info("Detected Ctrl-C and exiting main loop.")
@@ -284,6 +292,7 @@ class Trainer:
                 if self.hooked_sess.should_stop():
                     logger.info("A hook requested to stop training.")
                     return
+                self._preemption.check()
                 self.run_step()
                 callbacks.trigger_step()
             callbacks.after_epoch()

@@ -158,6 +158,26 @@ class ChiefDiesSaving(ModelSaver):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class PauseAtStep(Callback):
+    """After global step ``step`` (once: while ``OUT/go`` does not exist), creates ``OUT/paused``
+    and waits up to 120 s for the test to create ``OUT/go`` (e.g. once it has seen a signal
+    arrive)."""
+
+    _chief_only = False
+
+    def __init__(self, step, out):
+        self.step, self.out = step, out
+
+    def _trigger_step(self):
+        go = os.path.join(self.out, 'go')
+        if self.global_step != self.step or os.path.exists(go):
+            return
+        open(os.path.join(self.out, 'paused'), 'w').close()
+        deadline = time.monotonic() + 120
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 class ChiefCutWhileSaving(ModelSaver):
     """The chief's ModelSaver; at global step ``step`` it creates the file ``OUT/saving`` and
     waits (up to 120 s) for the file ``OUT/cut`` (the test cuts the chief's link, then creates
@@ -243,6 +263,7 @@ def parse_args(argv):
                         help="worker 1's session breaks in this step (helpers.BreakingSession)")
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
+    parser.add_argument('--pause-at-step', type=int, help='see PauseAtStep')
     parser.add_argument('--chief-cut-saving', type=int,
                         help="the chief saves global step N's checkpoint once its link is cut (see "
                              "ChiefCutWhileSaving)")
@@ -305,6 +326,8 @@ def main(argv):
     if held and trainer.task_index == 1:
         callbacks.append(HoldAfterLastStep(args.worker1_holds, held))
     marker = os.path.join(args.out, 'chief-died')
+    if args.pause_at_step:
+        callbacks.append(PauseAtStep(args.pause_at_step, args.out))
     if logger.get_logger_dir() and args.chief_cut_saving and trainer.is_chief:
         callbacks.append(ChiefCutWhileSaving(args.chief_cut_saving, args.out))
     elif logger.get_logger_dir() and args.chief_dies_saving and trainer.is_chief:

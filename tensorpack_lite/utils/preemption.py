@@ -1,0 +1,71 @@
+"""SIGTERM as a preemption notice: Slurm (``scancel``, a preempting job, the time limit),
+Kubernetes and spot machines send SIGTERM, then SIGKILL a grace period later (Slurm's
+``KillWait``, 30 s by default). While training runs, :class:`PreemptionNotice` takes the
+signal instead of letting it end the process at once: the trainer ends the step it is in,
+ends training as after Ctrl-C (the callbacks' ``after_train``: ``ModelSaver`` writes a
+checkpoint) and exits with :data:`PREEMPTED_EXIT_CODE`.
+
+Example (what ``Trainer.main_loop`` does)::
+
+    with PreemptionNotice() as notice:
+        for step in steps:
+            notice.check()      # raises Preempted once SIGTERM came
+            run_step()
+"""
+
+import signal
+import threading
+
+from . import logger
+
+__all__ = ['Preempted', 'PreemptionNotice', 'PREEMPTED_EXIT_CODE']
+
+PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
+"""The exit status of a preempted training process: 143, as a process that SIGTERM ended."""
+
+
+class Preempted(SystemExit):
+    """Training stopped because the process received SIGTERM. A ``SystemExit`` with
+    :data:`PREEMPTED_EXIT_CODE`: the program exits with that status (no traceback), and
+    ``except Exception`` in user code does not swallow it."""
+
+    def __init__(self, message):
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+class PreemptionNotice:
+    """Within the block, SIGTERM is recorded (:attr:`received`) instead of ending the process,
+    and :meth:`check` raises :class:`Preempted`. Only in the main thread (elsewhere a signal
+    handler cannot be set: the block does nothing then), and only when SIGTERM has its
+    default action (a handler the program set itself is left alone). The block should hold
+    the end of training too: a second SIGTERM while it ends changes nothing (the grace
+    period's SIGKILL is the bound). On leaving it, SIGTERM's action is restored."""
+
+    def __init__(self):
+        self.received = False
+        self._previous = None
+
+    def _on_sigterm(self, signum, frame):
+        if not self.received:
+            logger.warn("Received SIGTERM (preemption): training stops after the current step.")
+        self.received = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def check(self):
+        """Raise :class:`Preempted` if SIGTERM came."""
+        if self.received:
+            raise Preempted("preempted: the process received SIGTERM")
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None

@@ -1,0 +1,151 @@
+"""Training started by a real Slurm (a one-node cluster of Debian's slurm-wlm on this machine,
+tests/slurm_node.py): ``srun -n N python train.py`` with no TF_CONFIG builds the cluster from
+Slurm's environment (utils/slurm.py), and the collective trainer (2 and 3 tasks) and a
+parameter-server trainer train like one process on the combined batch; HorovodTrainer's MPI
+engine under ``srun --mpi=pmi2`` does too, and without Slurm's MPI support it is refused
+instead of training each task alone. Skipped, saying why, where Slurm cannot start (not root,
+not installed). Every daemon and job is stopped at the end."""
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import slurm_node
+from helpers import kill_process_tree, wait_until
+
+REASON = slurm_node.unavailable()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+
+import test_distributed as dist_tests  # noqa: E402  (train_tiny_multiworker.py and its reference)
+import test_mpi as mpi_tests  # noqa: E402
+
+RUN_TIMEOUT = 300
+
+
+@pytest.fixture(scope='module')
+def node():
+    with slurm_node.SlurmNode() as started:
+        yield started
+
+
+ENV = dict(PYTHONPATH=mpi_tests.REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+
+
+def srun(node, tasks, argv, options=(), **env):
+    command = ['srun', '--kill-on-bad-exit=1', '-n', str(tasks)] + list(options) + argv
+    code, output = node.run(command, RUN_TIMEOUT, **dict(ENV, **env))
+    assert 'TF_CONFIG' not in output
+    return code, output
+
+
+def sbatch(node, tasks, argv, out_dir):
+    """``sbatch --wait`` of a batch script that runs ``srun argv`` (the job's tasks); returns
+    (exit code, the job's output)."""
+    script = out_dir / 'job.sh'
+    script.write_text('#!/bin/sh\nexec srun --kill-on-bad-exit=1 {}\n'.format(
+        ' '.join(map(shlex.quote, argv))))
+    command = ['sbatch', '--wait', '-n', str(tasks), '-o', str(out_dir / 'job.out'), str(script)]
+    code, output = node.run(command, RUN_TIMEOUT, **ENV)
+    return code, output + (out_dir / 'job.out').read_text()
+
+
+@pytest.mark.parametrize('tasks, launcher', [(2, 'srun'), (3, 'sbatch')])
+def test_slurm_starts_collective_workers_without_tf_config(node, tmp_path, tasks, launcher):
+    """``srun -n 2 python train.py``, or a batch script of ``srun python train.py`` given
+    to ``sbatch -n 3``: the tasks make the cluster from Slurm's environment."""
+    argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--epochs', 2])
+    code, output = srun(node, tasks, argv) if launcher == 'srun' else sbatch(node, tasks, argv, tmp_path)
+    assert code == 0, output[-6000:] + node.logs()
+    # the cluster of the step: worker k is Slurm task k, on this node, ports of the job's block
+    cluster = r"Distributed training on cluster \{'worker': \['\w+:\d+'(, '\w+:\d+'){%d}\]\}" % (tasks - 1)
+    assert re.search(cluster, output), output[-6000:]
+    reference = dist_tests.reference_weights(tasks, 1, 4, 5, 3, 2, lr=0.05)
+    workers = dist_tests.assert_workers_end_with(tmp_path, tasks, 6, reference)
+    for other in workers[1:]:
+        for name, value in workers[0]['weights'].items():
+            np.testing.assert_array_equal(other['weights'][name], value, err_msg=name)   # bit-identical
+
+
+def test_srun_starts_a_parameter_server_trainer_with_the_last_task_as_ps(node, tmp_path):
+    argv = dist_tests.script_command(tmp_path, ['--trainer', 'ps', '--epochs', 2])
+    code, output = srun(node, 3, argv, TENSORPACK_SLURM_NUM_PS='1')
+    assert code == 0, output[-6000:] + node.logs()
+    assert re.search(r"this is ps 0 \(\w+:\d+\)", output), output[-6000:]
+    reference = dist_tests.reference_weights(2, 1, 4, 5, 3, 2, lr=0.05)
+    dist_tests.assert_workers_end_with(tmp_path, 2, 6, reference)
+
+
+@mpi_tests.needs_mpiexec
+def test_horovod_trainer_under_srun_mpi_pmi2_trains_as_one_process(node, tmp_path):
+    argv = [sys.executable, mpi_tests.SCRIPT] + mpi_args(tmp_path)
+    code, output = srun(node, 2, argv, options=['--mpi=pmi2'])
+    assert code == 0, output[-6000:] + node.logs()
+    ranks = [mpi_tests.load_rank(tmp_path, r) for r in range(2)]
+    mpi_tests.assert_bit_identical(ranks)
+    reference = mpi_tests.reference_weights(2, mpi_tests.LR)
+    mpi_tests.assert_close(ranks[0]['weights'], reference, rtol=1e-4, atol=1e-5)
+
+
+@mpi_tests.needs_mpiexec
+def test_horovod_trainer_under_srun_without_mpi_support_is_refused(node, tmp_path):
+    """Slurm's default MpiDefault=none: each task would be an MPI singleton training alone."""
+    code, output = srun(node, 2, [sys.executable, mpi_tests.SCRIPT] + mpi_args(tmp_path))
+    assert code != 0
+    refused = (r"MPI sees 1 rank, but SLURM_STEP_NUM_TASKS=2: Slurm started 2 tasks in this step, but its "
+               r"MPI support is off .*'srun --mpi=pmi2'")
+    assert re.search(refused, output), output[-6000:]
+    assert not list(tmp_path.glob('rank*.json'))
+
+
+def mpi_args(out_dir):
+    return ['--out', str(out_dir), '--batch', str(mpi_tests.BATCH), '--steps-per-epoch', str(mpi_tests.STEPS),
+            '--epochs', str(mpi_tests.EPOCHS), '--lr', str(mpi_tests.LR)]
+
+
+def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrupted(node, tmp_path):
+    """``scancel --signal=TERM`` at global step 250 of 800 (one task, the collective trainer,
+    held there until the signal has come): the task ends its step, writes a checkpoint
+    (model-250) and exits with 143 within Slurm's KillWait (30 s); the
+    same command again resumes from epoch 1's end and ends with every epoch recorded once and
+    the weights of an uninterrupted run."""
+    logdir = tmp_path / 'logs'
+    argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
+                                                '--steps-per-epoch', 200, '--logdir', logdir,
+                                                '--pause-at-step', 250])
+    log = open(str(tmp_path / 'first.out'), 'w+')
+    proc = subprocess.Popen(['srun', '-n', '1', '-J', 'preempted'] + argv, stdout=log,
+                            stderr=subprocess.STDOUT, env=node.env(**ENV), start_new_session=True)
+    try:
+        assert wait_until(lambda: (tmp_path / 'paused').exists(), timeout=RUN_TIMEOUT), log_of(tmp_path)
+        subprocess.run(['scancel', '--signal=TERM', '--name', 'preempted'], env=node.env(), check=True,
+                       timeout=30)
+        signalled = time.monotonic()
+        assert wait_until(lambda: 'Received SIGTERM (preemption)' in log_of(tmp_path), timeout=RUN_TIMEOUT)
+        (tmp_path / 'go').touch()
+        proc.wait(slurm_node.KILL_WAIT)     # TimeoutExpired: not within Slurm's grace
+        ended_after = time.monotonic() - signalled
+    finally:
+        kill_process_tree(proc)
+        log.close()
+    first = log_of(tmp_path)
+    print("SIGTERM to the task: srun ended {:.2f} s later, exit {}".format(ended_after, proc.returncode))
+    assert re.search(r'Training was preempted \(SIGTERM\) after global step 250: .*exiting with status 143',
+                     first), first[-6000:]
+    assert re.search(r'Model saved to .*model-250\.', first), first[-6000:]
+    assert proc.returncode == 143, first[-6000:]
+    code, output = srun(node, 1, argv)
+    assert code == 0, output[-6000:]
+    resumed = 'Resuming from checkpoint {} (end of epoch 1).'.format(logdir / 'model-200')
+    assert resumed in output, output[-6000:]
+    assert dist_tests.stats_epochs(logdir) == [1, 2, 3, 4]
+    reference = dist_tests.reference_weights(1, 1, 4, 5, 200, 4, lr=0.05)
+    dist_tests.assert_workers_end_with(tmp_path, 1, 800, reference)
+
+
+def log_of(out_dir):
+    return (out_dir / 'first.out').read_text()
