@@ -242,9 +242,10 @@ class DistributedTrainerBase(_DataParallelTrainer):
         parameter-server trainers run their abort op, which closes the step queues on the
         parameter servers (the surviving workers' steps end too). When there is none, or it
         cannot run (a parameter server is lost, or this worker is cut off), the session is
-        closed, which cancels what this worker runs: a step, or a checkpoint save reading the
-        variables from a parameter server (a peer that is gone but was never reset, e.g. behind
-        a cut link, would hold it until the connection times out, minutes later)."""
+        closed, which cancels the running step (a peer that is gone but was never reset, e.g.
+        behind a cut link, would hold a collective op until the connection times out, minutes
+        later). What closing does not cancel (a checkpoint save reading the variables from a
+        parameter server behind a cut link) ends with the process: :meth:`_exit_stuck`."""
         logger.error("{}: lost {}.".format(self.cluster.task_name,
                                            ', '.join(self.cluster.describe(*t) for t in tasks)))
         if self._abort_op is None or not self._run_abort_op():
