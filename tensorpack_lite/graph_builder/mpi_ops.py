@@ -254,9 +254,8 @@ class _Engine:
                 continue
             dead = [peer for peer in dead_local_peers(self.peers, self.rank) if peer not in self.ended]
             if dead and seen == (waiting, dead[0]) and self._waiting is waiting:
-                pid, host = self.peers[dead[0]]
-                logger.error("MPI rank {} (pid {} on {}) died while rank {} waited for it in {}; "
-                             "aborting the job.".format(dead[0], pid, host, self.rank, waiting[0]))
+                logger.error("{} died while rank {} waited for it in {}; aborting the job.".format(
+                    self._describe(dead[0]), self.rank, waiting[0]))
                 self._abort()
             seen = (waiting, dead[0]) if dead else None
             if self.beats is not None and self._waiting is waiting:
@@ -265,17 +264,19 @@ class _Engine:
     def _check_heartbeats(self, what):
         now, previous = time.monotonic(), self.beats.previous
         if now - self.beats.published > PEER_TIMEOUT:
-            pid, host = self.peers[self.rank]
-            logger.error("MPI rank {} (pid {} on {}) has not reached the launcher for {:.1f} s (its link "
-                         "is cut?) while it waited in {}; aborting the job.".format(
-                             self.rank, pid, host, now - self.beats.published, what))
+            logger.error("{} has not reached the launcher for {:.1f} s (its link is cut?) while it waited "
+                         "in {}; aborting the job.".format(
+                             self._describe(self.rank), now - self.beats.published, what))
             self._abort()
         elif now - self.beats.heard > PEER_TIMEOUT and previous not in self.ended:
-            pid, host = self.peers[previous]
-            logger.error("MPI rank {} (pid {} on {}) has not been heard from for {:.1f} s (it died, hangs "
-                         "or its link is cut) while rank {} waited for it in {}; aborting the job.".format(
-                             previous, pid, host, now - self.beats.heard, self.rank, what))
+            logger.error("{} has not been heard from for {:.1f} s (it died, hangs or its link is cut) while "
+                         "rank {} waited for it in {}; aborting the job.".format(
+                             self._describe(previous), now - self.beats.heard, self.rank, what))
             self._abort()
+
+    def _describe(self, rank):
+        """``MPI rank r (pid p on host)``: a rank named for messages."""
+        return "MPI rank {} (pid {} on {})".format(rank, *self.peers[rank])
 
     def _abort(self):
         """MPI_Abort on COMM_WORLD, which the launcher turns into the end of every rank (on
