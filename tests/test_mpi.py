@@ -476,12 +476,19 @@ DIED = re.compile(r'MPI rank (\d+) \(pid (\d+) on (\S+)\) died while rank (\d+) 
                   r'aborting the job\.')
 
 
-def assert_survivors_name(code, output, dead, num, waited_in):
+def rank_logs(out_dir, num):
+    """The ranks' own log files (train_tiny.py writes them): what a rank logged right before
+    it aborted the job is there even when mpiexec's output lost it."""
+    paths = [os.path.join(str(out_dir), 'rank{}.log'.format(r)) for r in range(num)]
+    return ''.join(open(path).read() for path in paths if os.path.exists(path))
+
+
+def assert_survivors_name(code, output, out_dir, dead, num, waited_in):
     """At least one survivor named rank ``dead`` (its pid and host) while waiting in
-    ``waited_in``; nobody named another rank; the launcher wrapper saw the signal; the job
-    ended with the reporter's abort (mpiexec's exit ``code``)."""
+    ``waited_in`` (in its log); nobody named another rank; the launcher wrapper saw the signal;
+    the job ended with the reporter's abort (mpiexec's exit ``code``)."""
     pid = pid_of_rank(output, dead, num)
-    reports = DIED.findall(output)
+    reports = DIED.findall(rank_logs(out_dir, num))
     assert reports, output[-6000:]
     for rank, named_pid, host, reporter, where in reports:
         assert (int(rank), int(named_pid), host, where) == (dead, pid, socket.gethostname(), waited_in)
@@ -502,7 +509,7 @@ def test_a_killed_rank_is_named_by_a_survivor_which_ends_the_job(tmp_path):
     + utils.mpi_rank: a rank waiting for it in the next allreduce names it and aborts."""
     code, output = run_ranks(3, tmp_path, '--die', '1', '2', '--epochs', '50', launch=SUPERVISED)
     assert code != 0
-    assert_survivors_name(code, output, 1, 3, 'allreduce')
+    assert_survivors_name(code, output, tmp_path, 1, 3, 'allreduce')
     assert not [r for r in range(3) if os.path.exists(str(tmp_path / 'rank{}.json'.format(r)))]
 
 
@@ -514,7 +521,7 @@ def test_a_rank_killed_after_the_last_collective_is_named_at_shutdown(tmp_path):
     code, output = run_ranks(3, tmp_path, '--die', '2', str(STEPS * EPOCHS), '--no-epoch-broadcast',
                              launch=SUPERVISED)
     assert code != 0
-    assert_survivors_name(code, output, 2, 3, 'shutdown')
+    assert_survivors_name(code, output, tmp_path, 2, 3, 'shutdown')
     assert [load_rank(tmp_path, r)['global_step'] for r in (0, 1)] == [STEPS * EPOCHS] * 2
 
 

@@ -95,7 +95,7 @@ class Job:
     """mpiexec (a NetnsCluster's command) in a session of its own, its output read as it comes."""
 
     def __init__(self, command, cwd):
-        self.lines = []
+        self.lines, self.cwd = [], cwd
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=mpi_tests.rank_env(), cwd=str(cwd),
                                      start_new_session=True)
@@ -123,7 +123,8 @@ class Job:
         try:
             code = self.proc.wait(timeout=RUN_TIMEOUT)
         except subprocess.TimeoutExpired:
-            pytest.fail("mpiexec did not end in {} s:\n{}".format(RUN_TIMEOUT, self.output[-6000:]))
+            pytest.fail("mpiexec did not end in {} s:\n{}\nThe ranks' logs:\n{}".format(
+                RUN_TIMEOUT, self.output[-6000:], mpi_tests.rank_logs(self.cwd, 2)[-6000:]))
         self._reader.join(RUN_TIMEOUT)
         return code
 
@@ -173,10 +174,11 @@ def run_and_lose_host1(net, tmp_path, lose):
         kill_hosts(net)
 
 
-def assert_rank0_names_rank1(output, net):
-    """Rank 0 (host 0), waiting for rank 1 in training, named it with its pid and host."""
+def assert_rank0_names_rank1(output, net, out_dir):
+    """Rank 0 (host 0), waiting for rank 1 in training, named it with its pid and host (in
+    its log: mpiexec's output may have lost it)."""
     pid = mpi_tests.pid_of_rank(output, 1, 2)
-    reports = [report for report in LOST.findall(output) if report[3] == '0']
+    reports = [report for report in LOST.findall(mpi_tests.rank_logs(out_dir, 2)) if report[3] == '0']
     assert reports, output[-6000:]
     assert {report[:3] for report in reports} == {('1', str(pid), net.namespaces[1])}, output[-6000:]
     assert reports[0][4] == 'allreduce'
@@ -192,7 +194,7 @@ def test_a_rank_killed_on_another_host_is_named_by_a_survivor_which_ends_the_job
             net, tmp_path, lambda pid: os.kill(pid, signal.SIGKILL))
     print("killed rank 1: mpiexec ended {:.2f} s later (exit {}); the hosts' processes after {}".format(
         mpiexec_ended, code, {host: round(seconds, 2) for host, seconds in sorted(ended.items())}))
-    assert_rank0_names_rank1(output, net)
+    assert_rank0_names_rank1(output, net, tmp_path)
     pid = mpi_tests.pid_of_rank(output, 1, 2)
     assert 'mpi_rank: MPI rank 1 (pid {}) was ended by signal 9 (SIGKILL)'.format(pid) in output
     assert code == 1, output[-6000:]   # rank 0's MPI_Abort(MPI_COMM_WORLD, 1) (its message may be lost)
@@ -207,5 +209,5 @@ def test_a_cut_link_is_named_by_the_survivor_and_every_process_ends(tmp_path):
         code, output, mpiexec_ended, ended = run_and_lose_host1(net, tmp_path, lambda pid: net.cut(1))
     print("cut host 1: mpiexec ended {:.2f} s later (exit {}); the hosts' processes after {}".format(
         mpiexec_ended, code, {host: round(seconds, 2) for host, seconds in sorted(ended.items())}))
-    assert_rank0_names_rank1(output, net)
+    assert_rank0_names_rank1(output, net, tmp_path)
     assert code == 1, output[-6000:]   # rank 0's MPI_Abort(MPI_COMM_WORLD, 1) (its message may be lost)

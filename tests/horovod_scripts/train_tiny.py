@@ -14,6 +14,7 @@ prove that rank 0's were broadcast. The test trains the same model on one proces
 import argparse
 import hashlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -200,6 +201,10 @@ def main(argv):
                              compression=hvd.Compression.fp16 if args.fp16 else None, gpus=gpus)
     if args.no_epoch_broadcast:
         trainer.BROADCAST_EVERY_EPOCH = False
+    # Every rank's messages go to OUT/rank<r>.log too: what a rank logs right before MPI_Abort
+    # can be missing from mpiexec's output (hydra stops forwarding as it ends the job).
+    logging.getLogger('tensorpack_lite').addHandler(
+        logging.FileHandler(os.path.join(args.out, 'rank{}.log'.format(trainer.rank))))
     if args.logdir:   # on every rank: HorovodTrainer keeps ranks > 0 from writing there
         logdir = args.logdir
         if args.per_rank_logdir:
