@@ -81,6 +81,7 @@ def test_the_last_tasks_are_parameter_servers_when_asked():
      "distribution 'plane=2' .* not supported"),
     (step_env(1, 2, '127.0.0.[1-2]', '1(x2)', SLURM_LOCALID='1'), 'task 1 is local task 1 of its node'),
     (step_env(0, 3, '127.0.0.[1-2]', '1(x2)'), 'the step has 3 tasks but its tasks per node add up to 2'),
+    (step_env(0, 3, '127.0.0.[1-2]', '1(x2)', SLURM_DISTRIBUTION='cyclic'), 'add up to 2'),
     (step_env(0, 2, '127.0.0.[1-3]', '2'), 'does not match the 3 nodes'),
     ({'SLURM_PROCID': '0', 'SLURM_NTASKS': '2'}, 'start it with srun'),
 ])

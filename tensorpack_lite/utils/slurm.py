@@ -112,6 +112,9 @@ def step_base_port(job_id, step_id, environ=None):
 
 def _task_nodes(num_tasks, tasks_per_node, distribution):
     """The node index of every task (by Slurm task id)."""
+    if sum(tasks_per_node) != num_tasks:
+        raise ValueError("Slurm: the step has {} tasks but its tasks per node add up to {}".format(
+            num_tasks, sum(tasks_per_node)))
     if distribution == 'block':
         nodes = [node for node, count in enumerate(tasks_per_node) for _ in range(count)]
     else:   # cyclic: one task per node in turn, skipping the nodes that have all theirs
@@ -121,9 +124,6 @@ def _task_nodes(num_tasks, tasks_per_node, distribution):
                 if count:
                     nodes.append(node)
                     left[node] -= 1
-    if len(nodes) != num_tasks:
-        raise ValueError("Slurm: the step has {} tasks but its tasks per node add up to {}".format(
-            num_tasks, len(nodes)))
     return nodes
 
 
