@@ -13,6 +13,7 @@ Example (what ``Trainer.main_loop`` does)::
             run_step()
 """
 
+import os
 import signal
 import threading
 
@@ -43,13 +44,20 @@ class PreemptionNotice:
     handler cannot be set: the block does nothing then), and only when SIGTERM has its
     default action (a handler the program set itself is left alone). The block should hold
     the end of training too: a second SIGTERM while it ends changes nothing (the grace
-    period's SIGKILL is the bound). On leaving it, SIGTERM's action is restored."""
+    period's SIGKILL is the bound). On leaving it, SIGTERM's action is restored. A process
+    forked inside the block (a DataFlow worker, ``StartProcOrThread``) inherits the handler,
+    which then ends it as SIGTERM's default action would."""
 
     def __init__(self):
         self.received = False
         self._previous = None
+        self._pid = None
 
     def _on_sigterm(self, signum, frame):
+        if os.getpid() != self._pid:    # a process forked while training runs: SIGTERM ends it
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         if not self.received:
             logger.warn("Received SIGTERM (preemption): training stops after the current step.")
         self.received = True
@@ -57,6 +65,7 @@ class PreemptionNotice:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread() and \
                 signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            self._pid = os.getpid()
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         return self
 
