@@ -251,11 +251,11 @@ def test_without_epoch_broadcasts_a_worker_may_end_while_its_peer_is_still_at_it
 
 
 def test_a_worker_that_does_not_finish_in_time_is_named_by_the_chief(tmp_path):
-    """Worker 1 holds 30 s after its last step; the chief waits 1 s at the finish barrier
+    """Worker 1 holds 12 s after its last step; the chief waits 1 s at the finish barrier
     (FINISH_TIMEOUT), then fails naming it. Worker 1, arriving later, finds the chief gone and
     names it. Both exit 1."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 1,
-                               '--worker1-holds', 30, '--finish-timeout', 1])
+                               '--worker1-holds', 12, '--finish-timeout', 1])
     assert [run.returncode('worker', k) for k in range(2)] == [1, 1], run.output[-6000:]
     assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): training ended here, but '
                      r'worker 1 \(localhost:\d+\) did not finish within 1 s', run.output), run.output[-6000:]
@@ -438,8 +438,7 @@ def test_a_worker_whose_session_breaks_ends_and_the_other_names_it(tmp_path):
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
 @pytest.mark.parametrize('trainer, num_worker, num_ps, rate_mbit', [
-    ('collective', 4, 0, 20), ('collective', 3, 0, 20), ('replicated', 2, 2, 20), ('ps', 3, 1, 200),
-    ('collective', 2, 0, 200)])
+    ('collective', 4, 0, 20), ('collective', 3, 0, 20), ('replicated', 2, 2, 20), ('ps', 3, 1, 200)])
 def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(
         tmp_path, trainer, num_worker, num_ps, rate_mbit):
     """Every task in a network namespace of its own (utils/netns.py), its link limited to
@@ -501,7 +500,7 @@ def test_a_worker_whose_link_is_cut_mid_run_is_named_by_the_other(tmp_path):
 
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
-@pytest.mark.parametrize('trainer, num_ps', [('replicated', 1), ('collective', 0)])
+@pytest.mark.parametrize('trainer, num_ps', [('replicated', 1)])
 def test_a_link_cut_while_the_chief_saves_loses_no_checkpoint(tmp_path, trainer, num_ps):
     """Every task on a host of its own, 4 epochs of 3 steps, --max-restarts 1. When the chief
     is about to save epoch 3's checkpoint (model-9), its link is cut, then the save runs (the
