@@ -11,12 +11,12 @@ Example (every process runs the same script; ``TF_CONFIG`` says which task it is
 import copy
 import os
 import socket
-import threading
 import time
 
 from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.cluster import ClusterConfig, LostTaskError
+from ..utils.concurrency import run_with_timeout
 from ..utils.gpu import num_tensorflow_gpus
 from ..utils.slurm import cluster_from_environment
 from .common import get_default_sess_config
@@ -296,6 +296,7 @@ class FinishBarrier:
             raise ValueError("FinishBarrier is for workers, not {}".format(self.cluster.task_name))
         self.timeout, self.lost_after = float(timeout), float(lost_after)
         self.leave_timeout, self.interval = float(leave_timeout), float(interval)
+        self._chief_timeout = max(self.lost_after, 10.0)    # for one call to the chief
         self._server = server
         self._graph = tf.Graph()
         with self._graph.as_default(), tf.device(COLLECTIVE_GROUP_LEADER + '/device:CPU:0'):
@@ -319,26 +320,20 @@ class FinishBarrier:
         filters = sorted({self.cluster.task_name, COLLECTIVE_GROUP_LEADER.replace('/replica:0', '')})
         sess = tfv1.Session(self._server.target, graph=self._graph,
                             config=_session_config(self._server, filters))
-        failure = []
-
-        def first_run():
-            try:
-                sess.run(self._ping)
-            except tf.errors.OpError as err:
-                failure.append(err)
-
-        thread = threading.Thread(target=first_run, name='FinishBarrier.connect', daemon=True)
-        thread.start()
-        thread.join(max(self.lost_after, 10.0))
-        if thread.is_alive() or failure:    # a thread still waiting for the chief is left behind
-            raise self.cluster.lost_task_error([('worker', 0)], failure[0] if failure else None)
+        try:    # a run still waiting for the chief is left behind
+            answered = run_with_timeout(lambda: sess.run(self._ping), self._chief_timeout,
+                                        'FinishBarrier.connect')
+        except tf.errors.OpError as err:
+            raise self.cluster.lost_task_error([('worker', 0)], err) from err
+        if not answered:
+            raise self.cluster.lost_task_error([('worker', 0)])
         self._sess = sess
 
     def _run(self, fetch, feed_dict=None):
         """Run ``fetch`` on the chief; a failure to reach it is a LostTaskError naming it. Before
         the chief has made the meeting point (:meth:`prepare`), wait for it (``timeout``)."""
         self.connect()
-        options = tfv1.RunOptions(timeout_in_ms=int(max(self.lost_after, 10.0) * 1000))
+        options = tfv1.RunOptions(timeout_in_ms=int(self._chief_timeout * 1000))
         deadline = time.monotonic() + self.timeout
         while True:
             try:

@@ -49,6 +49,7 @@ from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.cluster import LostTaskError, TaskWatchdog
+from ..utils.concurrency import run_with_timeout
 from .trainers import _DataParallelTrainer
 
 __all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'DistributedTrainerReplicated',
@@ -272,20 +273,12 @@ class DistributedTrainerBase(_DataParallelTrainer):
         """Run the abort op; whether it ran within ``ABORT_TIMEOUT``. Its first run registers
         it with the parameter servers, which no run timeout bounds (behind a cut link it waits
         for ever): it runs in a thread of its own, left behind if it does not return."""
-        done = []
-
-        def abort():
-            try:
-                options = tfv1.RunOptions(timeout_in_ms=int(self.ABORT_TIMEOUT * 1000))
-                self.sess.run(self._abort_op, options=options)
-                done.append(True)
-            except tf.errors.OpError:
-                pass      # the queues are out of reach (a parameter server is lost, or this worker)
-
-        thread = threading.Thread(target=abort, name='abort-step', daemon=True)
-        thread.start()
-        thread.join(self.ABORT_TIMEOUT)
-        return bool(done)
+        options = tfv1.RunOptions(timeout_in_ms=int(self.ABORT_TIMEOUT * 1000))
+        try:
+            return run_with_timeout(lambda: self.sess.run(self._abort_op, options=options),
+                                    self.ABORT_TIMEOUT, 'abort-step')
+        except tf.errors.OpError:
+            return False      # the queues are out of reach (a parameter server is lost, or this worker)
 
     def _lost_tasks(self):
         """The other tasks known to be lost (by the watchdog) or not accepting connections now."""
