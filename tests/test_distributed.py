@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -41,9 +42,11 @@ def script_env():
 
 class Run:
     """One run of train_tiny_multiworker.py as a local cluster, until every process has ended on its
-    own: ``code`` and ``output``. ``chief``: the launcher also starts a separate chief task."""
+    own: ``code`` and ``output``. ``chief``: the launcher also starts a separate chief task.
+    ``while_running(run)`` is called every 50 ms until then."""
 
-    def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0, chief=None, hosts=None):
+    def __init__(self, out_dir, num_worker, num_ps, args, grace=20.0, chief=None, hosts=None,
+                 while_running=None):
         self._output = io.BytesIO()
         self.cluster = LocalCluster(script_command(out_dir, args), num_worker, num_ps, grace=grace,
                                     env=script_env(), output=self._output, chief=chief, hosts=hosts)
@@ -52,6 +55,8 @@ class Run:
         try:
             while (any(proc.poll() is None for _, _, proc in self.cluster.tasks)
                    and time.monotonic() - start <= RUN_TIMEOUT):
+                if while_running is not None:
+                    while_running(self)
                 time.sleep(0.05)
         finally:
             self.code = self.cluster.wait(timeout=1)   # ends what is left
@@ -59,7 +64,14 @@ class Run:
         assert time.monotonic() - start <= RUN_TIMEOUT, "the run took too long:\n" + self.output[-6000:]
 
     def returncode(self, job, index):
-        return {(j, i): p.returncode for j, i, p in self.cluster.tasks}[(job, index)]
+        return self.process(job, index).returncode
+
+    def process(self, job, index):
+        return {(j, i): p for j, i, p in self.cluster.tasks}[(job, index)]
+
+    @property
+    def output_so_far(self):
+        return self._output.getvalue().decode('utf-8', 'replace')
 
 
 class HandRun:
@@ -333,6 +345,56 @@ def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, traine
     schedule = "/job:worker/task:1 follows the chief's schedule: 3 steps per epoch, epochs 3..4."
     assert schedule in resumed.output
     assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 2, 4, 700, 3, 4, lr=0.01))
+
+
+@pytest.mark.parametrize('trainer, num_ps, preempted_tasks',
+                         [('collective', 0, 'worker 1'), ('ps', 1, 'every task')])
+def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(tmp_path, trainer, num_ps,
+                                                                              preempted_tasks):
+    """SIGTERM to worker 1 alone (its machine is preempted), or to every task (the job is, as
+    the launcher and Slurm pass it on), while the workers are held after global step 5 of 4
+    epochs of 3. A preempted worker proposes to stop after step 7 and every worker does: the
+    chief writes model-7, both workers end at step 7 with the same weights and exit with 143;
+    a parameter server serves until they are done, then ends (143 when it got the signal
+    too). The same command again resumes from epoch 2's end and ends as an uninterrupted run."""
+    logdir = tmp_path / 'logs'
+    args = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 4, '--logdir', logdir,
+            '--per-worker-logdir']
+    signalled = []
+
+    def preempt(run):
+        if not signalled and (tmp_path / 'paused').exists():
+            for job, index, proc in run.cluster.tasks:
+                if preempted_tasks == 'every task' or (job, index) == ('worker', 1):
+                    os.kill(proc.pid, signal.SIGTERM)
+                    signalled.append((job, index))
+        if signalled and not (tmp_path / 'go').exists() and \
+                run.output_so_far.count('Received SIGTERM (preemption)') == len(signalled):
+            (tmp_path / 'go').touch()
+
+    preempted = Run(tmp_path, 2, num_ps, args + ['--pause-at-step', 5], while_running=preempt)
+    output = preempted.output
+    assert signalled, output[-6000:]
+    assert [preempted.returncode('worker', k) for k in range(2)] == [143, 143], output[-6000:]
+    if num_ps:
+        assert preempted.returncode('ps', 0) == (143 if ('ps', 0) in signalled else 0), output[-6000:]
+    proposed = r'\[worker 1\] .*proposed that every worker stop after global step 7\.'
+    assert re.search(proposed, output), output[-6000:]
+    chief_heard = 'this worker' if ('worker', 0) in signalled else 'another worker'
+    assert re.search(r'\[worker 0\] .*Training was preempted \(SIGTERM\) after global step 7 \(preempted: {} '
+                     r'received SIGTERM; every worker stops after global step 7\)'.format(chief_heard),
+                     output), output[-6000:]
+    assert re.search(r'\[worker 0\] .*Model saved to .*model-7\.', output), output[-6000:]
+    stopped = [load_worker(tmp_path, k) for k in range(2)]
+    assert [w['global_step'] for w in stopped] == [7, 7]
+    assert_replicas_match(stopped[1]['weights'], stopped[0]['weights'], atol=0)
+    assert stats_epochs(logdir / 'worker0') == [1, 2]
+
+    resumed = Run(tmp_path, 2, num_ps, args)
+    assert resumed.code == 0, resumed.output[-6000:]
+    resumed_from = 'Resuming from checkpoint {} (end of epoch 2).'.format(logdir / 'worker0' / 'model-6')
+    assert resumed_from in resumed.output
+    assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 1, 4, 50, 3, 4, lr=0.01))
 
 
 @pytest.mark.parametrize('dies', ['once', 'always'])

@@ -427,6 +427,24 @@ def test_the_finish_barrier_lets_the_chief_go_only_after_every_worker_left(two_w
         barrier.close()
 
 
+def test_the_smallest_proposed_stop_step_stands_and_every_worker_reads_it(two_workers):
+    """Each worker proposes from its own session; the chief's number is the minimum, and a
+    new prepare() (a new run of training) forgets it."""
+    chief, other = FinishBarrier(two_workers[0]), FinishBarrier(two_workers[1])
+    chief.prepare()
+    assert chief.stop_step() == other.stop_step() == FinishBarrier.NEVER
+    other.propose_stop(9)
+    assert chief.stop_step() == other.stop_step() == 9
+    chief.propose_stop(12)       # later than the standing one: no change
+    assert other.stop_step() == 9
+    chief.propose_stop(8)
+    assert other.stop_step() == 8
+    chief.prepare()
+    assert other.stop_step() == FinishBarrier.NEVER
+    for barrier in (chief, other):
+        barrier.close()
+
+
 def test_the_finish_barrier_names_the_workers_that_never_arrive_or_are_gone(two_of_three_workers):
     chief = FinishBarrier(two_of_three_workers[0], timeout=0.5, lost_after=600)
     chief.prepare()

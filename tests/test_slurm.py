@@ -108,24 +108,25 @@ def mpi_args(out_dir):
 
 
 def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrupted(node, tmp_path):
-    """``scancel --signal=TERM`` at global step 250 of 800 (one task, the collective trainer,
-    held there until the signal has come): the task ends its step, writes a checkpoint
-    (model-250) and exits with 143 within Slurm's KillWait (30 s); the
-    same command again resumes from epoch 1's end and ends with every epoch recorded once and
-    the weights of an uninterrupted run."""
+    """``scancel --signal=TERM`` to a job of 2 tasks (the collective trainer), held after
+    global step 250 of 800 until the signal has come: the workers agree to stop after step 252
+    (see train/distributed.py), the chief writes model-252, every task exits with 143 within
+    Slurm's KillWait (30 s); the same command again resumes from epoch 1's end and ends with
+    every epoch recorded once and the weights of an uninterrupted run."""
     logdir = tmp_path / 'logs'
     argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
                                                 '--steps-per-epoch', 200, '--logdir', logdir,
                                                 '--pause-at-step', 250])
     log = open(str(tmp_path / 'first.out'), 'w+')
-    proc = subprocess.Popen(['srun', '-n', '1', '-J', 'preempted'] + argv, stdout=log,
+    proc = subprocess.Popen(['srun', '-n', '2', '-J', 'preempted'] + argv, stdout=log,
                             stderr=subprocess.STDOUT, env=node.env(**ENV), start_new_session=True)
     try:
         assert wait_until(lambda: (tmp_path / 'paused').exists(), timeout=RUN_TIMEOUT), log_of(tmp_path)
         subprocess.run(['scancel', '--signal=TERM', '--name', 'preempted'], env=node.env(), check=True,
                        timeout=30)
         signalled = time.monotonic()
-        assert wait_until(lambda: 'Received SIGTERM (preemption)' in log_of(tmp_path), timeout=RUN_TIMEOUT)
+        assert wait_until(lambda: log_of(tmp_path).count('Received SIGTERM (preemption)') == 2,
+                          timeout=RUN_TIMEOUT), log_of(tmp_path)
         (tmp_path / 'go').touch()
         proc.wait(slurm_node.KILL_WAIT)     # TimeoutExpired: not within Slurm's grace
         ended_after = time.monotonic() - signalled
@@ -133,18 +134,24 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
         kill_process_tree(proc)
         log.close()
     first = log_of(tmp_path)
-    print("SIGTERM to the task: srun ended {:.2f} s later, exit {}".format(ended_after, proc.returncode))
-    assert re.search(r'Training was preempted \(SIGTERM\) after global step 250: .*exiting with status 143',
-                     first), first[-6000:]
-    assert re.search(r'Model saved to .*model-250\.', first), first[-6000:]
+    print("SIGTERM to the job's 2 tasks: srun ended {:.2f} s later, exit {}".format(
+        ended_after, proc.returncode))
+    stops = re.findall(r'Training was preempted \(SIGTERM\) after global step (\d+) \(preempted: this '
+                       r'worker received SIGTERM; every worker stops after global step 252\).*exiting with '
+                       r'status 143', first)
+    assert stops == ['252', '252'], first[-6000:]
+    assert re.search(r'Model saved to .*model-252\.', first), first[-6000:]
     assert proc.returncode == 143, first[-6000:]
-    code, output = srun(node, 1, argv)
+    stopped = [dist_tests.load_worker(tmp_path, k) for k in range(2)]
+    assert [w['global_step'] for w in stopped] == [252, 252]
+    dist_tests.assert_replicas_match(stopped[1]['weights'], stopped[0]['weights'], atol=0)
+    code, output = srun(node, 2, argv)
     assert code == 0, output[-6000:]
     resumed = 'Resuming from checkpoint {} (end of epoch 1).'.format(logdir / 'model-200')
     assert resumed in output, output[-6000:]
     assert dist_tests.stats_epochs(logdir) == [1, 2, 3, 4]
-    reference = dist_tests.reference_weights(1, 1, 4, 5, 200, 4, lr=0.05)
-    dist_tests.assert_workers_end_with(tmp_path, 1, 800, reference)
+    reference = dist_tests.reference_weights(2, 1, 4, 5, 200, 4, lr=0.05)
+    dist_tests.assert_workers_end_with(tmp_path, 2, 800, reference)
 
 
 def log_of(out_dir):

@@ -13,6 +13,8 @@ import os
 import socket
 import time
 
+import numpy as np
+
 from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.cluster import ClusterConfig, LostTaskError
@@ -261,14 +263,22 @@ def serve_until_workers_finish(server, startup_timeout=300.0, lost_after=5.0, in
 # ----- the workers end together -------------------------------------------------------------------
 
 class FinishBarrier:
-    """Where the workers meet when training has ended, so that none leaves while another is
-    still training: a peer that leaves early looks lost to one still in its last step (its
-    server stops answering), which would fail a run that finished.
+    """Where the workers agree on the step after which they stop early, and meet when training
+    has ended, so that none leaves while another is still training: a peer that leaves early
+    looks lost to one still in its last step (its server stops answering), which would fail a
+    run that finished.
 
     The meeting point is a vector on the chief, one entry per worker: each worker marks itself
     arrived, waits until every worker has, then marks itself leaving and may exit. The chief
     exits last, once every other worker is leaving (or gone), so the others' last reads of the
     vector always find it.
+
+    The stop step is a number on the chief, first "never": a worker that must stop early (it
+    received SIGTERM) proposes one (:meth:`propose_stop`) and the smallest proposal stands. The
+    workers of a synchronous trainer run their steps in lock-step (no worker finishes step
+    ``k + 1`` before every worker has begun it), so a worker that proposes, after its step
+    ``k``, to stop after step ``k + 2`` is heard by every other worker in time: each reads the
+    stop step (:meth:`stop_step`) after each step and stops once it has run that many steps.
 
     Args:
         server (tf.compat.v1.train.Server): this worker's server.
@@ -284,11 +294,13 @@ class FinishBarrier:
         barrier = FinishBarrier(server)
         barrier.connect()        # on every worker, once the cluster is up
         barrier.prepare()        # on the chief (the others wait for it if they get there first)
-        ...                      # training
-        barrier.finish()         # on every worker that ran the whole schedule
+        ...                      # training; on SIGTERM: barrier.propose_stop(global_step + 2)
+        barrier.finish()         # on every worker that ran the whole schedule or stopped early together
     """
 
     ARRIVED, LEAVING = 1, 2
+    NEVER = np.iinfo(np.int64).max
+    """The stop step while no worker proposed one."""
 
     def __init__(self, server, timeout=600.0, lost_after=5.0, leave_timeout=30.0, interval=0.2):
         self.cluster = cluster_of_server(server)
@@ -302,11 +314,16 @@ class FinishBarrier:
         with self._graph.as_default(), tf.device(COLLECTIVE_GROUP_LEADER + '/device:CPU:0'):
             state = tfv1.Variable(tf.zeros([self.cluster.num_worker], tf.int32), trainable=False,
                                   collections=[], use_resource=False, name='tensorpack_lite_finish_barrier')
+            stop = tfv1.Variable(tf.constant([self.NEVER], tf.int64), trainable=False, collections=[],
+                                 use_resource=False, name='tensorpack_lite_stop_step')
             self._index = tfv1.placeholder(tf.int32, [], name='index')
             self._mark = tfv1.placeholder(tf.int32, [], name='mark')
-            self._init = state.initializer
+            self._proposal = tfv1.placeholder(tf.int64, [], name='proposal')
+            self._init = tf.group(state.initializer, stop.initializer)
             self._set = tfv1.scatter_update(state, [self._index], [self._mark]).op
+            self._propose = tfv1.scatter_min(stop, [0], [self._proposal], use_locking=True).op
             self._read = tf.identity(state)
+            self._read_stop = tf.identity(stop)[0]
             self._ping = tf.no_op()
         self._sess = None
 
@@ -355,6 +372,15 @@ class FinishBarrier:
     def state(self):
         """The meeting point now: per worker, 0 (not arrived), :attr:`ARRIVED` or :attr:`LEAVING`."""
         return self._run(self._read)
+
+    def propose_stop(self, step):
+        """Propose that every worker stop once it has run ``step`` steps (global step); the
+        smallest proposal stands. A worker proposes ``k + 2`` after its step ``k``."""
+        self._run(self._propose, {self._proposal: int(step)})
+
+    def stop_step(self):
+        """The global step after which every worker stops, :attr:`NEVER` while none was proposed."""
+        return int(self._run(self._read_stop))
 
     def _mark_self(self, mark):
         self._run(self._set, {self._index: self.cluster.task_index, self._mark: mark})

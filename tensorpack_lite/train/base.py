@@ -256,9 +256,9 @@ class Trainer:
                 logger.info("Training was stopped by {}: {}".format(type(err).__name__, err))
             except Preempted as err:
                 self.loop.fail(err)
-                logger.warn("Training was preempted (SIGTERM) after global step {}: ending training as after "
-                            "Ctrl-C (ModelSaver writes a checkpoint), then exiting with status {}.".format(
-                                self.loop.global_step, err.code))
+                logger.warn("Training was preempted (SIGTERM) after global step {} ({}): ending training "
+                            "as after Ctrl-C (ModelSaver writes a checkpoint), then exiting with status "
+                            "{}.".format(self.loop.global_step, err, err.code))
                 raise
             except KeyboardInterrupt as err:
                 self.loop.fail(err)
@@ -292,7 +292,7 @@ class Trainer:
                 if self.hooked_sess.should_stop():
                     logger.info("A hook requested to stop training.")
                     return
-                self._preemption.check()
+                self._check_preemption()
                 self.run_step()
                 callbacks.trigger_step()
             callbacks.after_epoch()
@@ -300,6 +300,12 @@ class Trainer:
                 epoch, loop.global_step, humanize_time_delta(time.time() - start)))
             callbacks.trigger_epoch()
         logger.info("Training has finished!")
+
+    def _check_preemption(self):
+        """Before each step: raise :class:`~tensorpack_lite.utils.preemption.Preempted` when
+        training must stop because of SIGTERM (template: the distributed trainers stop every
+        worker after the same step)."""
+        self._preemption.check()
 
     def _end_training(self, failure):
         """Run the callbacks' ``after_train`` and close the session; after ``failure`` (a

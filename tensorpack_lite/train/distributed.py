@@ -26,6 +26,7 @@ that never starts, or is lost during training, makes the others fail within seco
 :class:`LostTaskError` naming it; no step waits longer than :attr:`STEP_TIMEOUT`.
 """
 
+import concurrent.futures
 import functools
 import os
 import sys
@@ -50,6 +51,7 @@ from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.cluster import LostTaskError, TaskWatchdog
 from ..utils.concurrency import run_with_timeout
+from ..utils.preemption import Preempted, PreemptionNotice
 from .trainers import _DataParallelTrainer
 
 __all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'DistributedTrainerReplicated',
@@ -57,10 +59,11 @@ __all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'Distr
 
 
 class _FinishTogether(Callback):
-    """Registered after the user's callbacks. When this worker ran the whole schedule, it meets
-    the other workers at the trainer's :class:`FinishBarrier` (none leaves while another
-    still trains); then, unless training failed, it tells the parameter servers that it is
-    done (they exit once every worker is)."""
+    """Registered after the user's callbacks. When this worker ended where every worker ends
+    (it ran the whole schedule, or stopped after the step the workers agreed on when one was
+    preempted), it meets the other workers at the trainer's :class:`FinishBarrier` (none
+    leaves while another still trains or saves); then, unless training failed, it tells the
+    parameter servers that it is done (they exit once every worker is)."""
 
     _chief_only = False
 
@@ -71,7 +74,7 @@ class _FinishTogether(Callback):
         trainer = self.trainer
         if trainer.training_failed:
             return
-        if trainer.ran_last_step:
+        if trainer.ended_together:
             trainer.finish_barrier.finish()
         if self._done_op is None:
             return
@@ -95,7 +98,43 @@ class _StopWatchingAfterLastStep(tfv1.train.SessionRunHook):
         loop = self._trainer.loop
         if loop.is_last_epoch and loop.is_last_step_of_epoch:
             self._trainer.stop_watching()
-            self._trainer.ran_last_step = True
+            self._trainer.ended_together = True
+
+
+class _AgreedStop:
+    """When one worker is preempted (SIGTERM), every worker stops after the same step: the
+    preempted worker proposes, after its step ``k``, to stop after step ``k + 2`` at the
+    :class:`FinishBarrier` on the chief (see there why every worker hears of it in time).
+
+    Each worker reads the agreed stop step after every step, in a thread of its own so that no
+    step waits for the chief: the read started after step ``k`` is looked at after step
+    ``k + 1``, which is still in time for a proposal made after step ``k - 1`` or earlier.
+    """
+
+    MARGIN = 2
+    """Steps between the proposal and the stop (see above: the read lags one step)."""
+
+    def __init__(self, barrier):
+        self._barrier = barrier
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='stop-step')
+        self._pending = None
+        self.proposed = None
+
+    def due(self, global_step, sigterm_received):
+        """Called before each step, ``global_step`` steps done: propose a stop if SIGTERM came;
+        return the agreed stop step once it is reached, else None."""
+        if sigterm_received and self.proposed is None:
+            self.proposed = global_step + self.MARGIN
+            self._barrier.propose_stop(self.proposed)
+            logger.info("{} proposed that every worker stop after global step {}.".format(
+                self._barrier.cluster.task_name, self.proposed))
+        agreed = self._pending.result() if self._pending is not None else FinishBarrier.NEVER
+        self._pending = self._executor.submit(self._barrier.stop_step)
+        return agreed if agreed <= global_step else None
+
+    def close(self):
+        """Stop reading (a read still running is left to end on its own)."""
+        self._executor.shutdown(wait=False)
 
 
 class DistributedTrainerBase(_DataParallelTrainer):
@@ -163,9 +202,10 @@ class DistributedTrainerBase(_DataParallelTrainer):
         self._watchdog = None
         self._abort_op = None
         self.training_failed = None
-        self.ran_last_step = False
+        self.ended_together = False
         self._loop_ended = threading.Event()
         self.finish_barrier = None
+        self._agreed_stop = None
 
     def _make_builder(self, towers, server):
         raise NotImplementedError("{} must implement _make_builder()".format(type(self).__name__))
@@ -175,7 +215,11 @@ class DistributedTrainerBase(_DataParallelTrainer):
         exit the process (code 0; an error when the workers were lost)."""
         logger.info("{} serves; end it with `kill {}` if needed.".format(self.cluster.task_name,
                                                                          os.getpid()))
-        serve_until_workers_finish(self.server, startup_timeout=self.STARTUP_TIMEOUT)
+        with PreemptionNotice("serving until the workers have stopped and saved") as notice:
+            serve_until_workers_finish(self.server, startup_timeout=self.STARTUP_TIMEOUT)
+        if notice.received:
+            raise Preempted("preempted: {} received SIGTERM and served until the workers finished".format(
+                self.cluster.task_name))
         sys.exit(0)
 
     # ----- graph -------------------------------------------------------------------------------
@@ -229,6 +273,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
         self.finish_barrier.connect()
         if self.is_chief:
             self.finish_barrier.prepare()
+        self._agreed_stop = _AgreedStop(self.finish_barrier)
         self._watchdog = TaskWatchdog(self.cluster, self.cluster.other_tasks(), self._on_lost,
                                       interval=self.PROBE_INTERVAL)
         self._watchdog.start()
@@ -336,6 +381,18 @@ class DistributedTrainerBase(_DataParallelTrainer):
     def run_step(self):
         self.hooked_sess.run(self.train_op, options=self._step_options)
 
+    def _check_preemption(self):
+        """SIGTERM on any worker stops every worker after the same step (:class:`_AgreedStop`):
+        the chief writes that step's checkpoint, every worker exits with status 143."""
+        stop_step = self._agreed_stop.due(self.loop.global_step, self._preemption.received)
+        if stop_step is None:
+            return
+        self.stop_watching()       # the others end now too: that is no loss
+        self.ended_together = True
+        cause = "this worker" if self._preemption.received else "another worker"
+        raise Preempted("preempted: {} received SIGTERM; every worker stops after global step {}".format(
+            cause, stop_step))
+
     def _trainer_hooks(self):
         return super()._trainer_hooks() + [_StopWatchingAfterLastStep(self)]
 
@@ -354,11 +411,14 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     def _end_training(self, failure):
         self._loop_ended.set()
-        self.training_failed = failure is not None
+        preempted = failure is not None and isinstance(failure.error, Preempted)
+        self.training_failed = failure is not None and not (preempted and self.ended_together)
         self.stop_watching()
         try:
             super()._end_training(failure)
         finally:
+            if self._agreed_stop is not None:
+                self._agreed_stop.close()
             if self.finish_barrier is not None:
                 self.finish_barrier.close()
 

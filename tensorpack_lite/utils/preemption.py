@@ -46,9 +46,14 @@ class PreemptionNotice:
     the end of training too: a second SIGTERM while it ends changes nothing (the grace
     period's SIGKILL is the bound). On leaving it, SIGTERM's action is restored. A process
     forked inside the block (a DataFlow worker, ``StartProcOrThread``) inherits the handler,
-    which then ends it as SIGTERM's default action would."""
+    which then ends it as SIGTERM's default action would.
 
-    def __init__(self):
+    Args:
+        reaction (str): what the process does about the signal, for the warning it logs.
+    """
+
+    def __init__(self, reaction="training stops after the current step"):
+        self.reaction = reaction
         self.received = False
         self._previous = None
         self._pid = None
@@ -59,7 +64,7 @@ class PreemptionNotice:
             os.kill(os.getpid(), signal.SIGTERM)
             return
         if not self.received:
-            logger.warn("Received SIGTERM (preemption): training stops after the current step.")
+            logger.warn("Received SIGTERM (preemption): {}.".format(self.reaction))
         self.received = True
 
     def __enter__(self):
