@@ -4,6 +4,7 @@ TensorFlow); the one-process reference runs here, in the main environment."""
 
 import json
 import os
+import re
 import sys
 import time
 
@@ -149,6 +150,26 @@ def test_rank0_stopping_ends_every_rank_with_fp16_gradients(horovod_python, tmp_
     assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
     reference = reference_weights(LR, steps_per_epoch=2, max_epoch=1)
     assert_same_weights(rank0['weights'], reference, rtol=1e-2, atol=1e-3)   # float16 gradients
+
+
+def test_sigterm_to_one_rank_stops_both_after_the_same_step(horovod_python, tmp_path):
+    """Rank 1 gets SIGTERM after global step 4: its vote travels with step 5's gradients, both
+    ranks stop after step 5 with the same weights, rank 0 writes model-5, both exit with 143."""
+    code, output, _ = run_two_ranks(horovod_python, tmp_path, '--sigterm', '1', '4', '--epochs', '3',
+                                    '--logdir', str(tmp_path / 'logs'))
+    assert code != 0, output[-6000:]
+    logs = [read_text(tmp_path / 'rank{}.log'.format(r)) for r in range(2)]
+    assert 'Rank 1 voted that every rank stop after the next step.' in logs[1]
+    for rank, log in enumerate(logs):
+        cause = 'this rank' if rank == 1 else 'another rank'
+        assert re.search(r'Training was preempted \(SIGTERM\) after global step 5 \(preempted: {} received '
+                         r'SIGTERM; every rank stops after global step 5\)'.format(cause), log), log[-3000:]
+    assert re.search(r'Model saved to .*model-5\.', logs[0]), logs[0][-3000:]
+    for rank in range(2):     # horovodrun itself exits with 1 when a process did not with 0
+        assert 'Process {} exit with status code 143.'.format(rank) in output, output[-6000:]
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert rank0['global_step'] == rank1['global_step'] == 5
+    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=0)
 
 
 def test_ranks_with_different_variables_fail_with_a_clear_error(horovod_python, tmp_path):

@@ -429,6 +429,26 @@ def test_rank0_stopping_ends_every_rank_with_fp16_gradients(tmp_path):
 
 
 @needs_mpiexec
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path):
+    """Rank 1 of 3 gets SIGTERM after global step 4 of 3 epochs of 3: its vote travels with
+    step 5's gradients, every rank stops after step 5 with the same weights, rank 0 writes
+    model-5, every rank exits with 143."""
+    code, output = run_ranks(3, tmp_path, '--sigterm', '1', '4', '--epochs', '3',
+                             '--logdir', str(tmp_path / 'logs'))
+    assert code == 143, output[-6000:]
+    logs = [(tmp_path / 'rank{}.log'.format(r)).read_text() for r in range(3)]
+    assert 'Rank 1 voted that every rank stop after the next step.' in logs[1]
+    for rank, log in enumerate(logs):
+        cause = 'this rank' if rank == 1 else 'another rank'
+        assert re.search(r'Training was preempted \(SIGTERM\) after global step 5 \(preempted: {} received '
+                         r'SIGTERM; every rank stops after global step 5\)'.format(cause), log), log[-3000:]
+    assert re.search(r'Model saved to .*model-5\.', logs[0]), logs[0][-3000:]
+    ranks = [load_rank(tmp_path, r) for r in range(3)]
+    assert [r['global_step'] for r in ranks] == [5, 5, 5]
+    assert_bit_identical(ranks)
+
+
+@needs_mpiexec
 def test_ranks_with_different_variables_fail_with_a_clear_error(tmp_path):
     code, output = run_ranks(2, tmp_path, '--chief-only-variable')
     assert code != 0

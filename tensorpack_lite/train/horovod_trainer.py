@@ -38,6 +38,7 @@ from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from ..utils.gpu import get_num_gpu
+from ..utils.preemption import Preempted
 from .base import StopTraining
 from .tower import SingleCostTrainer
 
@@ -129,6 +130,52 @@ class _BroadcastEveryEpoch(Callback):
         self.trainer.broadcast_variables()
 
 
+class _PreemptionVote(tfv1.train.SessionRunHook):
+    """SIGTERM on any rank stops every rank after the same step. A rank's vote (0, then 1 once
+    it received SIGTERM) travels with the gradients in each step's all-reduce, so every rank
+    sees the same total in the same step: a rank that votes before step ``k`` makes every rank
+    stop after step ``k``, at no cost in messages.
+
+    Example (what :class:`HorovodTrainer` does)::
+
+        reduced = allreduce(vote.with_vote(gradients))    # in the graph
+        gradients = vote.take_total(reduced)
+        ...
+        vote.cast(sess)                                   # once SIGTERM came
+        if vote.total > 0: stop
+    """
+
+    def __init__(self):
+        self._variable = tfv1.Variable(0., trainable=False, collections=[tfv1.GraphKeys.LOCAL_VARIABLES],
+                                       name='preemption_vote')
+        self._cast_op = self._variable.assign(1.).op
+        self._reduced = None
+        self.cast_already = False
+        self.total = 0.0
+        """The votes of every rank in the last step (0: nobody received SIGTERM)."""
+
+    def with_vote(self, tensors):
+        """``tensors`` and this rank's vote, to be reduced together."""
+        return list(tensors) + [tf.identity(self._variable)]
+
+    def take_total(self, reduced):
+        """The reduced ``tensors`` without the vote, which is now fetched by every step."""
+        *reduced, self._reduced = reduced
+        return reduced
+
+    def cast(self, sess):
+        """Vote to stop (once)."""
+        if not self.cast_already:
+            sess.run(self._cast_op)
+            self.cast_already = True
+
+    def before_run(self, run_context):
+        return tfv1.train.SessionRunArgs(self._reduced)
+
+    def after_run(self, run_context, run_values):
+        self.total = float(run_values.results)
+
+
 class HorovodTrainer(SingleCostTrainer):
     """Data-parallel training with one process per device, synchronised by Horovod or MPI.
 
@@ -204,6 +251,7 @@ class HorovodTrainer(SingleCostTrainer):
         self.is_chief = self._rank == 0
         self._broadcast_op = None
         self._builder = self._post_init_op = None
+        self._vote = None
         super().__init__()
         towers = '' if self.devices is None else 'towers on {}, '.format(
             ', '.join(tower_device(t) for t in self.devices))
@@ -254,13 +302,18 @@ class HorovodTrainer(SingleCostTrainer):
         return list(zip(reduced, [v for _, v in grads]))
 
     def _allreduce_tensors(self, tensors):
+        """The step's all-reduce of ``tensors`` (the gradients), with the preemption vote."""
+        self._vote = _PreemptionVote()
+        tensors = self._vote.with_vote(tensors)
         if self._size == 1:
-            return list(tensors)
+            return self._vote.take_total(tensors)
         op = self.hvd.Average if self._average else self.hvd.Sum
         with tf.name_scope('AllReduce'):
             if self.hvd is mpi_ops:   # one fused buffer, one MPI call per step
-                return mpi_ops.grouped_allreduce(tensors, op=op, compression=self._compression)
-            return [self.hvd.allreduce(t, op=op, compression=self._compression) for t in tensors]
+                reduced = mpi_ops.grouped_allreduce(tensors, op=op, compression=self._compression)
+            else:
+                reduced = [self.hvd.allreduce(t, op=op, compression=self._compression) for t in tensors]
+        return self._vote.take_total(reduced)
 
     def _ordered(self):
         """Collectives built inside run in creation order (the MPI engine needs it; Horovod
@@ -354,6 +407,22 @@ class HorovodTrainer(SingleCostTrainer):
             self.sess.run(self._post_init_op)
 
     # ----- end of training ---------------------------------------------------------------------
+
+    def _trainer_hooks(self):
+        return super()._trainer_hooks() + ([self._vote] if self._vote is not None else [])
+
+    def _check_preemption(self):
+        """SIGTERM on any rank stops every rank after the same step (:class:`_PreemptionVote`):
+        rank 0 writes that step's checkpoint, every rank exits with status 143."""
+        if self._vote is None:     # no all-reduce of this trainer's in the step
+            return super()._check_preemption()
+        if self._preemption.received and not self._vote.cast_already:
+            self._vote.cast(self.sess)
+            logger.info("Rank {} voted that every rank stop after the next step.".format(self._rank))
+        if self._vote.total > 0:
+            cause = "this rank" if self._preemption.received else "another rank"
+            raise Preempted("preempted: {} received SIGTERM; every rank stops after global step {}".format(
+                cause, self.loop.global_step))
 
     def _run_epochs(self):
         try:

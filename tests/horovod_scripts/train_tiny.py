@@ -126,6 +126,20 @@ class DieAtStep(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class SigtermAtStep(Callback):
+    """Runs on every rank; after global step ``step``, rank ``rank`` sends itself SIGTERM (its
+    machine is preempted)."""
+
+    _chief_only = False
+
+    def __init__(self, step, rank):
+        self.step, self.rank = step, rank
+
+    def _trigger_step(self):
+        if self.trainer.rank == self.rank and self.trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class ChiefOnlyVariable(Callback):
     """Chief-only and creates a variable: makes rank 0's graph differ from the others'."""
 
@@ -178,6 +192,8 @@ def parse_args(argv):
                         help='rank RANK kills itself (SIGKILL) at step STEP')
     parser.add_argument('--sync-batch-norm', action='store_true',
                         help="a BatchNorm(sync_statistics='horovod') in the model")
+    parser.add_argument('--sigterm', type=int, nargs=2, metavar=('RANK', 'STEP'),
+                        help='rank RANK receives SIGTERM after global step STEP')
     parser.add_argument('--fail', type=int, nargs=2, metavar=('RANK', 'STEP'),
                         help='rank RANK raises an error at step STEP')
     parser.add_argument('--towers', type=int,
@@ -224,6 +240,8 @@ def main(argv):
         callbacks.append(DieAtStep(args.die[1], args.die[0]))
     if args.fail:
         callbacks.append(DieAtStep(args.fail[1], args.fail[0], fail=True))
+    if args.sigterm:
+        callbacks.append(SigtermAtStep(args.sigterm[1], args.sigterm[0]))
     model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
     session_config = None if args.towers is None else tfv1.ConfigProto(device_count={'CPU': args.towers})
     config = TrainConfig(model=model, dataflow=df, callbacks=callbacks, session_config=session_config,
