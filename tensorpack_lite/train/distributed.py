@@ -212,7 +212,9 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     def join(self):
         """What a ps task does: serve the variables until every worker has finished, then
-        exit the process (code 0; an error when the workers were lost)."""
+        exit the process (code 0; an error when the workers were lost; 143 after SIGTERM,
+        which does not stop the serving: the workers still need the variables to stop
+        together and save)."""
         logger.info("{} serves; end it with `kill {}` if needed.".format(self.cluster.task_name,
                                                                          os.getpid()))
         with PreemptionNotice("serving until the workers have stopped and saved") as notice:

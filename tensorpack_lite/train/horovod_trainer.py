@@ -155,8 +155,11 @@ class _PreemptionVote(tfv1.train.SessionRunHook):
         """The votes of every rank in the last step (0: nobody received SIGTERM)."""
 
     def with_vote(self, tensors):
-        """``tensors`` and this rank's vote, to be reduced together."""
-        return list(tensors) + [tf.identity(self._variable)]
+        """``tensors`` and this rank's vote, to be reduced together (the vote in the first
+        tensor's dtype: the MPI engine packs one buffer per dtype)."""
+        tensors = list(tensors)
+        dtype = tensors[0].dtype if tensors and tensors[0].dtype.is_floating else tf.float32
+        return tensors + [tf.cast(self._variable, dtype)]
 
     def take_total(self, reduced):
         """The reduced ``tensors`` without the vote, which is now fetched by every step."""
@@ -173,7 +176,7 @@ class _PreemptionVote(tfv1.train.SessionRunHook):
         return tfv1.train.SessionRunArgs(self._reduced)
 
     def after_run(self, run_context, run_values):
-        self.total = float(run_values.results)
+        self.total = float(run_values.results)   # > 0 after any vote: a mean of 1/size is exact enough
 
 
 class HorovodTrainer(SingleCostTrainer):
