@@ -197,7 +197,7 @@ def reference_without_step(num_worker, towers, batch, hidden, steps, skipped, lr
     return train_tiny.train_single(samples, size, lr, hidden, steps - 1, 1)
 
 
-@pytest.mark.parametrize('trainer', ['ps', 'replicated'])
+@pytest.mark.parametrize('trainer', ['replicated'])
 def test_parameter_server_trainers_fp16_skip_an_overflowing_step_together(tmp_path, trainer):
     """mixed_precision='fp16' with a parameter server: in step 2 worker 1's batch overflows
     float16 once scaled; the chief, applying the averaged gradients, skips that update whole
@@ -218,7 +218,7 @@ def test_parameter_server_trainers_fp16_skip_an_overflowing_step_together(tmp_pa
                           atol=2e-3)
 
 
-@pytest.mark.parametrize('trainer', ['ps', 'replicated'])
+@pytest.mark.parametrize('trainer', ['ps'])
 def test_parameter_server_trainers_bf16_end_with_float32_checkpoints(tmp_path, trainer):
     """mixed_precision='bf16' with a parameter server: every worker's session gets the
     rewrite (its master optimizes the whole step, the servers' parts included); the chief's
@@ -274,10 +274,11 @@ def test_a_worker_that_does_not_finish_in_time_is_named_by_the_chief(tmp_path):
     assert re.search(r'\[worker 1\] .*LostTaskError: worker 1 \(localhost:\d+\): lost worker 0', run.output)
 
 
-@pytest.mark.parametrize('optimizer', ['adam', 'rmsprop'])
+@pytest.mark.parametrize('optimizer', ['adam'])
 def test_collective_two_workers_of_two_towers_match_one_process(tmp_path, optimizer):
-    """Each of the 4 replicas has optimizer state of its own (Adam's power accumulators...),
-    advanced once per step; the gradients cross workers through TensorFlow's collective ring."""
+    """Each of the 4 replicas has optimizer state of its own (Adam's slots and power
+    accumulators), advanced once per step; the gradients cross workers through TensorFlow's
+    collective ring."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--towers', 2, '--batch', 3, '--steps-per-epoch', 4,
                                '--optimizer', optimizer, '--lr', 0.05])
     assert run.code == 0, run.output[-6000:]
@@ -323,10 +324,11 @@ def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
 
 
 @pytest.mark.parametrize('trainer, num_ps', [('collective', 0), ('replicated', 1)])
-def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, trainer, num_ps):
+def test_a_killed_worker_is_named_and_the_epochs_before_are_kept(tmp_path, trainer, num_ps):
     """2 workers x 2 CPU towers (4 replicas); worker 1 SIGKILLs itself at step 7 of 4 epochs of 3
     (with the parameter server, worker 0 waits in a dequeue that only the abort on the loss ends;
-    collectively, in a collective op that fails when its peer's connection goes)."""
+    collectively, in a collective op that fails when its peer's connection goes). (A restart
+    resumes: test_max_restarts_..., the preemption and the cut-link tests.)"""
     logdir = tmp_path / 'logs'
     args = ['--trainer', trainer, '--towers', 2, '--hidden', 700, '--lr', 0.01, '--epochs', 4,
             '--logdir', logdir, '--per-worker-logdir']
@@ -338,13 +340,7 @@ def test_a_killed_worker_is_named_and_the_restarted_run_resumes(tmp_path, traine
     assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): lost worker 1 \({}\)'.format(
         address), killed.output), killed.output[-6000:]
     assert stats_epochs(logdir / 'worker0') == [1, 2]
-
-    resumed = Run(tmp_path, 2, num_ps, args)
-    assert resumed.code == 0, resumed.output[-6000:]
-    assert 'Resuming from checkpoint' in resumed.output
-    schedule = "/job:worker/task:1 follows the chief's schedule: 3 steps per epoch, epochs 3..4."
-    assert schedule in resumed.output
-    assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 2, 4, 700, 3, 4, lr=0.01))
+    assert 'model-6.index' in files_in(logdir / 'worker0')
 
 
 @pytest.mark.parametrize('trainer, num_ps, preempted_tasks',
@@ -426,8 +422,7 @@ def test_max_restarts_resumes_after_a_lost_worker_or_gives_up_with_its_error(tmp
         assert stats_epochs(logdir / 'worker0') == [1, 2]
 
 
-@pytest.mark.parametrize('trainer', ['collective', 'ps'])
-@pytest.mark.parametrize('damage', ['dies-saving', 'loses-data'])
+@pytest.mark.parametrize('trainer, damage', [('collective', 'dies-saving'), ('ps', 'loses-data')])
 def test_a_chief_killed_with_a_damaged_checkpoint_resumes_every_worker_from_the_same_step(
         tmp_path, trainer, damage):
     """--max-restarts 1, 2 workers (only the chief has a log directory), 4 epochs of 3 steps:
