@@ -343,16 +343,18 @@ def test_a_killed_worker_is_named_and_the_epochs_before_are_kept(tmp_path, train
     assert 'model-6.index' in files_in(logdir / 'worker0')
 
 
-@pytest.mark.parametrize('trainer, num_ps, preempted_tasks',
-                         [('collective', 0, 'worker 1'), ('ps', 1, 'every task')])
-def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(tmp_path, trainer, num_ps,
-                                                                              preempted_tasks):
+@pytest.mark.parametrize('trainer, num_ps, preempted_tasks, held_at, stop_at',
+                         [('collective', 0, 'worker 1', 4, 5), ('ps', 1, 'every task', 5, 7)])
+def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
+        tmp_path, trainer, num_ps, preempted_tasks, held_at, stop_at):
     """SIGTERM to worker 1 alone (its machine is preempted), or to every task (the job is, as
-    the launcher and Slurm pass it on), while the workers are held after global step 5 of 4
-    epochs of 3. A preempted worker proposes to stop after step 7 and every worker does: the
-    chief writes model-7, both workers end at step 7 with the same weights and exit with 143;
-    a parameter server serves until they are done, then ends (143 when it got the signal
-    too). The same command again resumes from epoch 2's end and ends as an uninterrupted run."""
+    the launcher and Slurm pass it on), while the workers are held after global step
+    ``held_at`` of 4 epochs of 3. Every worker stops after the same step, mid-epoch: the
+    collective trainer's vote travels with the next step's gradients (step 5), a parameter-server
+    trainer's worker proposes step + 2 at the chief (step 7). The chief writes that step's
+    checkpoint, both workers end there with the same weights and exit with 143; a parameter
+    server serves until they are done, then ends (143 when it got the signal too). The same
+    command again resumes from the last epoch's end and ends as an uninterrupted run."""
     logdir = tmp_path / 'logs'
     args = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 4, '--logdir', logdir,
             '--per-worker-logdir']
@@ -368,27 +370,33 @@ def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(tm
                 run.output_so_far.count('Received SIGTERM (preemption)') == len(signalled):
             (tmp_path / 'go').touch()
 
-    preempted = Run(tmp_path, 2, num_ps, args + ['--pause-at-step', 5], while_running=preempt)
+    preempted = Run(tmp_path, 2, num_ps, args + ['--pause-at-step', held_at], while_running=preempt)
     output = preempted.output
     assert signalled, output[-6000:]
     assert [preempted.returncode('worker', k) for k in range(2)] == [143, 143], output[-6000:]
     if num_ps:
         assert preempted.returncode('ps', 0) == (143 if ('ps', 0) in signalled else 0), output[-6000:]
-    proposed = r'\[worker 1\] .*proposed that every worker stop after global step 7\.'
-    assert re.search(proposed, output), output[-6000:]
+    if num_ps:
+        agreed = r'\[worker 1\] .*proposed that every worker stop after global step {}\.'.format(stop_at)
+    else:
+        agreed = r'\[worker 1\] .*/job:worker/task:1 voted to stop: every process stops after the next step\.'
+    assert re.search(agreed, output), output[-6000:]
     chief_heard = 'this worker' if ('worker', 0) in signalled else 'another worker'
-    assert re.search(r'\[worker 0\] .*Training was preempted \(SIGTERM\) after global step 7 \(preempted: {} '
-                     r'received SIGTERM; every worker stops after global step 7\)'.format(chief_heard),
-                     output), output[-6000:]
-    assert re.search(r'\[worker 0\] .*Model saved to .*model-7\.', output), output[-6000:]
+    stopped_at = (r'\[worker 0\] .*Training was preempted \(SIGTERM\) after global step {0} \(preempted: '
+                  r'{1} received SIGTERM; every worker stops after global step {0}\)')
+    stopped_at = stopped_at.format(stop_at, chief_heard)
+    assert re.search(stopped_at, output), output[-6000:]
+    assert re.search(r'\[worker 0\] .*Model saved to .*model-{}\.'.format(stop_at), output), output[-6000:]
     stopped = [load_worker(tmp_path, k) for k in range(2)]
-    assert [w['global_step'] for w in stopped] == [7, 7]
+    assert [w['global_step'] for w in stopped] == [stop_at, stop_at]
     assert_replicas_match(stopped[1]['weights'], stopped[0]['weights'], atol=0)
-    assert stats_epochs(logdir / 'worker0') == [1, 2]
+    last_epoch = stop_at // 3
+    assert stats_epochs(logdir / 'worker0') == list(range(1, last_epoch + 1))
 
     resumed = Run(tmp_path, 2, num_ps, args)
     assert resumed.code == 0, resumed.output[-6000:]
-    resumed_from = 'Resuming from checkpoint {} (end of epoch 2).'.format(logdir / 'worker0' / 'model-6')
+    resumed_from = 'Resuming from checkpoint {} (end of epoch {}).'.format(
+        logdir / 'worker0' / 'model-{}'.format(3 * last_epoch), last_epoch)
     assert resumed_from in resumed.output
     assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 1, 4, 50, 3, 4, lr=0.01))
 

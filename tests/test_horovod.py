@@ -159,7 +159,7 @@ def test_sigterm_to_one_rank_stops_both_after_the_same_step(horovod_python, tmp_
                                     '--logdir', str(tmp_path / 'logs'))
     assert code != 0, output[-6000:]
     logs = [read_text(tmp_path / 'rank{}.log'.format(r)) for r in range(2)]
-    assert 'Rank 1 voted that every rank stop after the next step.' in logs[1]
+    assert 'Rank 1 voted to stop: every process stops after the next step.' in logs[1]
     for rank, log in enumerate(logs):
         cause = 'this rank' if rank == 1 else 'another rank'
         assert re.search(r'Training was preempted \(SIGTERM\) after global step 5 \(preempted: {} received '

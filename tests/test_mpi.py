@@ -437,7 +437,7 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path):
                              '--logdir', str(tmp_path / 'logs'))
     assert code == 143, output[-6000:]
     logs = [(tmp_path / 'rank{}.log'.format(r)).read_text() for r in range(3)]
-    assert 'Rank 1 voted that every rank stop after the next step.' in logs[1]
+    assert 'Rank 1 voted to stop: every process stops after the next step.' in logs[1]
     for rank, log in enumerate(logs):
         cause = 'this rank' if rank == 1 else 'another rank'
         assert re.search(r'Training was preempted \(SIGTERM\) after global step 5 \(preempted: {} received '

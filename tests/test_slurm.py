@@ -109,10 +109,11 @@ def mpi_args(out_dir):
 
 def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrupted(node, tmp_path):
     """``scancel --signal=TERM`` to a job of 2 tasks (the collective trainer), held after
-    global step 250 of 800 until the signal has come: the workers agree to stop after step 252
-    (see train/distributed.py), the chief writes model-252, every task exits with 143 within
-    Slurm's KillWait (30 s); the same command again resumes from epoch 1's end and ends with
-    every epoch recorded once and the weights of an uninterrupted run."""
+    global step 250 of 800 until the signal has come: each votes to stop in step 251's
+    all-reduce (tfutils/preemption_vote.py), so both stop after it, the chief writes
+    model-251, every task exits with 143 within Slurm's KillWait (30 s); the same command
+    again resumes from epoch 1's end and ends with every epoch recorded once and the weights
+    of an uninterrupted run."""
     logdir = tmp_path / 'logs'
     argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
                                                 '--steps-per-epoch', 200, '--logdir', logdir,
@@ -137,13 +138,13 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
     print("SIGTERM to the job's 2 tasks: srun ended {:.2f} s later, exit {}".format(
         ended_after, proc.returncode))
     stops = re.findall(r'Training was preempted \(SIGTERM\) after global step (\d+) \(preempted: this '
-                       r'worker received SIGTERM; every worker stops after global step 252\).*exiting with '
+                       r'worker received SIGTERM; every worker stops after global step 251\).*exiting with '
                        r'status 143', first)
-    assert stops == ['252', '252'], first[-6000:]
-    assert re.search(r'Model saved to .*model-252\.', first), first[-6000:]
+    assert stops == ['251', '251'], first[-6000:]
+    assert re.search(r'Model saved to .*model-251\.', first), first[-6000:]
     assert proc.returncode == 143, first[-6000:]
     stopped = [dist_tests.load_worker(tmp_path, k) for k in range(2)]
-    assert [w['global_step'] for w in stopped] == [252, 252]
+    assert [w['global_step'] for w in stopped] == [251, 251]
     dist_tests.assert_replicas_match(stopped[1]['weights'], stopped[0]['weights'], atol=0)
     code, output = srun(node, 2, argv)
     assert code == 0, output[-6000:]

@@ -416,6 +416,8 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         self.cpu_device = self.cluster.task_name + '/device:CPU:0'
         self.compression = compression
         self.exchange = exchange
+        self._reduce_along = None
+        self.reduced_along = None
         self._compressor = GradientCompression(compression) if compression else None
         self._gradient_keys = iter(range(self._FIRST_GRADIENT_KEY, self._FIRST_BROADCAST_KEY))
         if compression:
@@ -427,11 +429,24 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         their peers through the group leader)."""
         return [self.cluster.task_name]
 
+    def build(self, grad_list, get_opt_fn, reduce_along=None):
+        """As :meth:`SyncMultiGPUReplicatedBuilder.build`. ``reduce_along``: one scalar per
+        tower, reduced in the same all-reduce as the gradients (no collective of its own,
+        e.g. a :class:`~tensorpack_lite.tfutils.preemption_vote.PreemptionVote`); the reduction
+        is then :attr:`reduced_along` (tower 0's)."""
+        self._reduce_along = reduce_along
+        return super().build(grad_list, get_opt_fn)
+
     def _allreduce(self, grad_list):
         all_grads, _ = split_grad_list(grad_list)
-        if self.group_size == 1:
-            return all_grads
-        return self.all_reduce(all_grads)
+        along = self._reduce_along
+        if along is not None:
+            all_grads = [grads + [extra] for grads, extra in zip(all_grads, along)]
+        reduced = all_grads if self.group_size == 1 else self.all_reduce(all_grads)
+        if along is None:
+            return reduced
+        self.reduced_along = reduced[0][-1]
+        return [tensors[:-1] for tensors in reduced]
 
     def all_reduce(self, all_tensors):
         """K lists of N tensors (one list per tower of this worker) -> their sums (or means)

@@ -46,6 +46,7 @@ from ..tfutils.collective import cluster_group, collective_mean
 from ..tfutils.common import get_global_step_var
 from ..tfutils.distributed import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
                                    cluster_of_server, serve_until_workers_finish)
+from ..tfutils.preemption_vote import PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
@@ -104,7 +105,9 @@ class _StopWatchingAfterLastStep(tfv1.train.SessionRunHook):
 class _AgreedStop:
     """When one worker is preempted (SIGTERM), every worker stops after the same step: the
     preempted worker proposes, after its step ``k``, to stop after step ``k + 2`` at the
-    :class:`FinishBarrier` on the chief (see there why every worker hears of it in time).
+    :class:`FinishBarrier` on the chief (see there why every worker hears of it in time). What
+    the parameter-server trainers do; :class:`CollectiveAllReduceTrainer` has a cheaper way,
+    a vote in its all-reduce (:class:`PreemptionVote`).
 
     Each worker reads the agreed stop step after every step, in a thread of its own so that no
     step waits for the chief: the read started after step ``k`` is looked at after step
@@ -275,7 +278,6 @@ class DistributedTrainerBase(_DataParallelTrainer):
         self.finish_barrier.connect()
         if self.is_chief:
             self.finish_barrier.prepare()
-        self._agreed_stop = _AgreedStop(self.finish_barrier)
         self._watchdog = TaskWatchdog(self.cluster, self.cluster.other_tasks(), self._on_lost,
                                       interval=self.PROBE_INTERVAL)
         self._watchdog.start()
@@ -386,9 +388,14 @@ class DistributedTrainerBase(_DataParallelTrainer):
     def _check_preemption(self):
         """SIGTERM on any worker stops every worker after the same step (:class:`_AgreedStop`):
         the chief writes that step's checkpoint, every worker exits with status 143."""
+        if self._agreed_stop is None:
+            self._agreed_stop = _AgreedStop(self.finish_barrier)
         stop_step = self._agreed_stop.due(self.loop.global_step, self._preemption.received)
-        if stop_step is None:
-            return
+        if stop_step is not None:
+            self._stop_together(stop_step)
+
+    def _stop_together(self, stop_step):
+        """Every worker stops now, after ``stop_step``, because one was preempted."""
         self.stop_watching()       # the others end now too: that is no loss
         self.ended_together = True
         cause = "this worker" if self._preemption.received else "another worker"
@@ -600,8 +607,26 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         return CollectiveAllReduceBuilder(towers, server, self._average, self._compression, self._exchange)
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
-        self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
+        self._vote = PreemptionVote()
+        dtype = grad_list[0][0][0].dtype if grad_list[0] else tf.float32
+        votes = []
+        for device in self._builder.raw_devices:
+            with tf.device(device):
+                votes.append(self._vote.tensor(dtype))
+        self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn, reduce_along=votes)
+        self._vote.set_total(self._builder.reduced_along)
         return [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
+
+    def _trainer_hooks(self):
+        return super()._trainer_hooks() + [self._vote]
+
+    def _check_preemption(self):
+        """SIGTERM on any worker stops every worker after the same step: its vote travels with
+        the next step's gradients (:class:`PreemptionVote`), so every worker sees it in the same
+        step and stops after it; the chief writes that step's checkpoint, every worker exits with
+        status 143."""
+        if self._vote.due(self.sess, self._preemption.received, self.cluster.task_name):
+            self._stop_together(self.loop.global_step)
 
     def _session_device_filters(self):
         return self._builder.session_device_filters()

@@ -33,6 +33,7 @@ from ..graph_builder.devices import check_session_devices, interpret_towers, tow
 from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
 from ..input_source.input_source_base import FeedfreeInput
 from ..loop.callback import Callback
+from ..tfutils.preemption_vote import PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..tfutils.tower_context import TrainTowerContext
@@ -128,55 +129,6 @@ class _BroadcastEveryEpoch(Callback):
 
     def _trigger(self):
         self.trainer.broadcast_variables()
-
-
-class _PreemptionVote(tfv1.train.SessionRunHook):
-    """SIGTERM on any rank stops every rank after the same step. A rank's vote (0, then 1 once
-    it received SIGTERM) travels with the gradients in each step's all-reduce, so every rank
-    sees the same total in the same step: a rank that votes before step ``k`` makes every rank
-    stop after step ``k``, at no cost in messages.
-
-    Example (what :class:`HorovodTrainer` does)::
-
-        reduced = allreduce(vote.with_vote(gradients))    # in the graph
-        gradients = vote.take_total(reduced)
-        ...
-        vote.cast(sess)                                   # once SIGTERM came
-        if vote.total > 0: stop
-    """
-
-    def __init__(self):
-        self._variable = tfv1.Variable(0., trainable=False, collections=[tfv1.GraphKeys.LOCAL_VARIABLES],
-                                       name='preemption_vote')
-        self._cast_op = self._variable.assign(1.).op
-        self._reduced = None
-        self.cast_already = False
-        self.total = 0.0
-        """The votes of every rank in the last step (0: nobody received SIGTERM)."""
-
-    def with_vote(self, tensors):
-        """``tensors`` and this rank's vote, to be reduced together (the vote in the first
-        tensor's dtype: the MPI engine packs one buffer per dtype)."""
-        tensors = list(tensors)
-        dtype = tensors[0].dtype if tensors and tensors[0].dtype.is_floating else tf.float32
-        return tensors + [tf.cast(self._variable, dtype)]
-
-    def take_total(self, reduced):
-        """The reduced ``tensors`` without the vote, which is now fetched by every step."""
-        *reduced, self._reduced = reduced
-        return reduced
-
-    def cast(self, sess):
-        """Vote to stop (once)."""
-        if not self.cast_already:
-            sess.run(self._cast_op)
-            self.cast_already = True
-
-    def before_run(self, run_context):
-        return tfv1.train.SessionRunArgs(self._reduced)
-
-    def after_run(self, run_context, run_values):
-        self.total = float(run_values.results)   # > 0 after any vote: a mean of 1/size is exact enough
 
 
 class HorovodTrainer(SingleCostTrainer):
@@ -306,17 +258,18 @@ class HorovodTrainer(SingleCostTrainer):
 
     def _allreduce_tensors(self, tensors):
         """The step's all-reduce of ``tensors`` (the gradients), with the preemption vote."""
-        self._vote = _PreemptionVote()
-        tensors = self._vote.with_vote(tensors)
-        if self._size == 1:
-            return self._vote.take_total(tensors)
-        op = self.hvd.Average if self._average else self.hvd.Sum
-        with tf.name_scope('AllReduce'):
-            if self.hvd is mpi_ops:   # one fused buffer, one MPI call per step
-                reduced = mpi_ops.grouped_allreduce(tensors, op=op, compression=self._compression)
-            else:
-                reduced = [self.hvd.allreduce(t, op=op, compression=self._compression) for t in tensors]
-        return self._vote.take_total(reduced)
+        self._vote = PreemptionVote()
+        tensors = list(tensors)
+        tensors.append(self._vote.tensor(tensors[0].dtype if tensors else tf.float32))
+        if self._size > 1:
+            op = self.hvd.Average if self._average else self.hvd.Sum
+            with tf.name_scope('AllReduce'):
+                if self.hvd is mpi_ops:   # one fused buffer, one MPI call per step
+                    tensors = mpi_ops.grouped_allreduce(tensors, op=op, compression=self._compression)
+                else:
+                    tensors = [self.hvd.allreduce(t, op=op, compression=self._compression) for t in tensors]
+        self._vote.set_total(tensors.pop())
+        return tensors
 
     def _ordered(self):
         """Collectives built inside run in creation order (the MPI engine needs it; Horovod
@@ -415,14 +368,11 @@ class HorovodTrainer(SingleCostTrainer):
         return super()._trainer_hooks() + ([self._vote] if self._vote is not None else [])
 
     def _check_preemption(self):
-        """SIGTERM on any rank stops every rank after the same step (:class:`_PreemptionVote`):
+        """SIGTERM on any rank stops every rank after the same step (:class:`PreemptionVote`):
         rank 0 writes that step's checkpoint, every rank exits with status 143."""
         if self._vote is None:     # no all-reduce of this trainer's in the step
             return super()._check_preemption()
-        if self._preemption.received and not self._vote.cast_already:
-            self._vote.cast(self.sess)
-            logger.info("Rank {} voted that every rank stop after the next step.".format(self._rank))
-        if self._vote.total > 0:
+        if self._vote.due(self.sess, self._preemption.received, 'Rank {}'.format(self._rank)):
             cause = "this rank" if self._preemption.received else "another rank"
             raise Preempted("preempted: {} received SIGTERM; every rank stops after global step {}".format(
                 cause, self.loop.global_step))
