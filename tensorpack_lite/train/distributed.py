@@ -595,6 +595,7 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         self._average = bool(average)
         self._compression = check_compression(compression, type(self).__name__)
         self._exchange = check_exchange(exchange, type(self).__name__)
+        self._vote = None
         super().__init__(gpus, server)
 
     def _setup_graph(self, input, get_cost_fn, get_opt_fn):
