@@ -26,7 +26,6 @@ that never starts, or is lost during training, makes the others fail within seco
 :class:`LostTaskError` naming it; no step waits longer than :attr:`STEP_TIMEOUT`.
 """
 
-import concurrent.futures
 import functools
 import os
 import sys
@@ -51,7 +50,7 @@ from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.cluster import LostTaskError, TaskWatchdog
-from ..utils.concurrency import run_with_timeout
+from ..utils.concurrency import bound_exit, run_with_timeout
 from ..utils.preemption import Preempted, PreemptionNotice
 from .trainers import _DataParallelTrainer
 
@@ -112,15 +111,19 @@ class _AgreedStop:
     Each worker reads the agreed stop step after every step, in a thread of its own so that no
     step waits for the chief: the read started after step ``k`` is looked at after step
     ``k + 1``, which is still in time for a proposal made after step ``k - 1`` or earlier.
+    The thread is a daemon: a read left waiting for a chief behind a cut link never holds up
+    the process's exit for long (see :meth:`close`).
     """
 
     MARGIN = 2
     """Steps between the proposal and the stop (see above: the read lags one step)."""
 
+    EXIT_TIMEOUT = 10.0
+    """Seconds the interpreter's exit may take when a read was left waiting (then status 1)."""
+
     def __init__(self, barrier):
         self._barrier = barrier
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='stop-step')
-        self._pending = None
+        self._pending = None      # (thread, {'step': ...} or {'error': ...})
         self.proposed = None
 
     def due(self, global_step, sigterm_received):
@@ -131,13 +134,36 @@ class _AgreedStop:
             self._barrier.propose_stop(self.proposed)
             logger.info("{} proposed that every worker stop after global step {}.".format(
                 self._barrier.cluster.task_name, self.proposed))
-        agreed = self._pending.result() if self._pending is not None else FinishBarrier.NEVER
-        self._pending = self._executor.submit(self._barrier.stop_step)
+        agreed = self._last_read() if self._pending is not None else FinishBarrier.NEVER
+        self._pending = self._start_read()
         return agreed if agreed <= global_step else None
 
+    def _start_read(self):
+        box = {}
+
+        def read():
+            try:
+                box['step'] = self._barrier.stop_step()
+            except BaseException as err:    # raised in the training loop by _last_read
+                box['error'] = err
+
+        thread = threading.Thread(target=read, name='stop-step', daemon=True)
+        thread.start()
+        return thread, box
+
+    def _last_read(self):
+        thread, box = self._pending
+        thread.join()     # bounded by the barrier's call timeout (a loss ends the loop anyway)
+        if 'error' in box:
+            raise box['error']
+        return box['step']
+
     def close(self):
-        """Stop reading (a read still running is left to end on its own)."""
-        self._executor.shutdown(wait=False)
+        """Stop reading. A read still running is left to end on its own; the exit then waits
+        for it at most :attr:`EXIT_TIMEOUT` seconds."""
+        if self._pending is not None and self._pending[0].is_alive():
+            bound_exit(self.EXIT_TIMEOUT)
+        self._pending = None
 
 
 class DistributedTrainerBase(_DataParallelTrainer):
