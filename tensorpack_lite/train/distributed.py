@@ -455,7 +455,16 @@ class DistributedTrainerBase(_DataParallelTrainer):
             if self._agreed_stop is not None:
                 self._agreed_stop.close()
             if self.finish_barrier is not None:
-                self.finish_barrier.close()
+                self._close_finish_barrier()
+
+    def _close_finish_barrier(self):
+        """Close the barrier's session to the chief within ``CLOSE_TIMEOUT``: a session that ran
+        on a chief that is gone waits for it when it closes (then it is left behind)."""
+        if not run_with_timeout(self.finish_barrier.close, self.CLOSE_TIMEOUT, 'close-finish-barrier'):
+            logger.warn("The session to the chief's finish barrier did not close within {:g} s "
+                        "(CLOSE_TIMEOUT){}. Moving on without it.".format(
+                            self.CLOSE_TIMEOUT, self._close_wait_reason()))
+            bound_exit(self.EXIT_TIMEOUT)
 
     def _close_wait_reason(self):
         lost = self._lost_tasks()
