@@ -279,6 +279,7 @@ def parse_args(argv):
     parser.add_argument('--startup-timeout', type=float, default=120)
     parser.add_argument('--finish-timeout', type=float, help="the trainer's FINISH_TIMEOUT")
     parser.add_argument('--exit-after-loss-timeout', type=float, help="the trainer's EXIT_AFTER_LOSS_TIMEOUT")
+    parser.add_argument('--after-failure-timeout', type=float, help="the trainer's AFTER_FAILURE_TIMEOUT")
     return parser.parse_args(argv)
 
 
@@ -299,6 +300,8 @@ def make_trainer(args, server):
         trainer.FINISH_TIMEOUT = args.finish_timeout
     if args.exit_after_loss_timeout is not None:
         trainer.EXIT_AFTER_LOSS_TIMEOUT = args.exit_after_loss_timeout
+    if args.after_failure_timeout is not None:
+        trainer.AFTER_FAILURE_TIMEOUT = args.after_failure_timeout
     if args.no_epoch_broadcast:
         trainer.BROADCAST_EVERY_EPOCH = False
     return trainer
