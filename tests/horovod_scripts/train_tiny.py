@@ -147,6 +147,21 @@ class ChiefOnlyVariable(Callback):
         tfv1.get_variable('only_on_chief', initializer=1.0)
 
 
+def assert_stopped_together(out_dir, num, preempted, step):
+    """For the tests: rank ``preempted`` voted, every rank of ``num`` logged its stop after global
+    step ``step`` (in OUT/rank<r>.log) and rank 0 saved model-<step>."""
+    import re
+    logs = [open(os.path.join(str(out_dir), 'rank{}.log'.format(r))).read() for r in range(num)]
+    voted = 'Rank {} voted to stop: every process stops after the next step.'.format(preempted)
+    assert voted in logs[preempted], logs[preempted][-3000:]
+    for rank, log in enumerate(logs):
+        cause = 'this rank' if rank == preempted else 'another rank'
+        stopped = (r'Training was preempted \(SIGTERM\) after global step {0} \(preempted: {1} received '
+                   r'SIGTERM; every rank stops after global step {0}\)').format(step, cause)
+        assert re.search(stopped, log), log[-3000:]
+    assert re.search(r'Model saved to .*model-{}\.'.format(step), logs[0]), logs[0][-3000:]
+
+
 def _weights_and_statistics():
     """The trainable variables, then the model variables that are not (BatchNorm's moving averages)."""
     trainable = tfv1.trainable_variables()
