@@ -167,6 +167,8 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     assert 'checkpoint' in chief_files and 'model-6.index' in chief_files
     assert any(f.startswith('events.out.tfevents') for f in chief_files)
     assert stats_epochs(logdir / 'worker0') == [1, 2]
+    with open(str(logdir / 'worker0' / 'stats.json')) as f:
+        assert [record['world_size'] for record in json.load(f)] == [2, 2]     # replicas: 2 workers
     assert other_files == ['log.log'], other_files
     other_log = (logdir / 'worker1' / 'log.log').read_text()
     assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
@@ -230,6 +232,8 @@ def test_parameter_server_trainers_bf16_end_with_float32_checkpoints(tmp_path, t
         assert "[worker {}]".format(k) in run.output
     assert run.output.count("Mixed precision: MixedPrecision('bf16'") == 2
     workers = [load_worker(tmp_path, k) for k in range(2)]
+    with open(str(logdir / 'stats.json')) as f:
+        assert [record['world_size'] for record in json.load(f)] == [2]     # 2 workers (and a ps)
     reader = tf.train.load_checkpoint(str(logdir / 'model-3'))
     dtypes = reader.get_variable_to_dtype_map()
     for name in ('fc0/W', 'fc0/b', 'fc1/W', 'fc0/W/Momentum'):

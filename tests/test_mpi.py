@@ -409,6 +409,8 @@ def test_two_ranks_sum_and_only_rank0_writes(tmp_path):
     assert_close(rank0['weights'], reference_weights(2, 2 * LR), rtol=1e-4, atol=1e-5)
     chief = sorted(os.listdir(str(logdir / 'rank0')))
     assert {'checkpoint', 'model-{}.index'.format(STEPS * EPOCHS), 'stats.json'} <= set(chief)
+    with open(str(logdir / 'rank0' / 'stats.json')) as f:
+        assert [record['world_size'] for record in json.load(f)] == [2] * EPOCHS     # 2 ranks
     assert any(f.startswith('events.out.tfevents') for f in chief)
     other = sorted(os.listdir(str(logdir / 'rank1')))
     written = [f for f in other if f.startswith(('checkpoint', 'model-', 'stats', 'events', 'graph-'))]

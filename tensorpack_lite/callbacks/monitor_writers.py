@@ -138,7 +138,8 @@ class TFEventWriter(MonitorBase):
 
 class JSONWriter(MonitorBase):
     """Keeps the scalars in ``stats.json`` in the logger directory: a list of dicts holding the
-    scalars put since the previous one plus ``epoch_num`` and ``global_step``.
+    scalars put since the previous one plus ``epoch_num`` and ``global_step`` (and, at an epoch's
+    end, the trainer's ``world_size``: the replicas that trained it).
 
     A record is made at each epoch's end (even without scalars: the record says the epoch
     finished), and after a step when scalars were put during it (except the last step of an
@@ -275,6 +276,8 @@ class JSONWriter(MonitorBase):
             return
         self._stat_now['epoch_num'] = self.epoch_num
         self._stat_now['global_step'] = self.global_step
+        if epoch_end:
+            self._stat_now['world_size'] = self.trainer.world_size
         self._stats.append(self._stat_now)
         self._stat_now = {}
         self._unwritten = True

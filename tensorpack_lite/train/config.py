@@ -100,6 +100,9 @@ class TrainConfig:
         self.monitors = _check_list_of(monitors, MonitorBase, 'monitors')
         self.session_creator = session_creator or NewSessionCreator(config=session_config)
         self.session_init = session_init
+        self.resumed_world_size = None
+        """The ``world_size`` of the run this config resumes, as ``stats.json`` recorded it (set
+        by :class:`AutoResumeTrainConfig`; None: not resuming, or not recorded)."""
         self.mixed_precision = MixedPrecision.of(mixed_precision)
         if steps_per_epoch is None:
             steps_per_epoch = self._input_size()
@@ -173,6 +176,7 @@ class AutoResumeTrainConfig(TrainConfig):
         if search.point is None:
             return
         path, last_epoch = search.point
+        self.resumed_world_size = search.world_size
         if always_resume or kwargs.get('session_init') is None:
             logger.info("Resuming from checkpoint {} (end of epoch {}).".format(path, last_epoch))
             self.session_init = SaverRestore(path)
@@ -206,6 +210,7 @@ class _ResumeSearch:
     def __init__(self, directory, steps_per_epoch):
         self.directory = os.path.abspath(directory) if directory else None
         self.point, self.passed_over, self.broken, self.moved = None, [], [], {}
+        self.world_size = None      # of the resume point's epoch, when stats.json recorded it
         if directory:
             self._search(steps_per_epoch)
 
@@ -264,11 +269,18 @@ class _ResumeSearch:
                     os.path.basename(steps[step]), str(err).rstrip('.')))
                 continue
             self.point = steps[step], step // steps_per_epoch
+            self.world_size = self._world_size_of(records, self.point[1])
             later = sorted(s for s in steps if s > step and steps[s] not in self.broken)
             if later:
                 logger.info("Checkpoints after step {} (at steps {}) are passed over: stats.json does not "
                             "record their epoch's end.".format(step, later))
             return
+
+    @staticmethod
+    def _world_size_of(records, epoch):
+        """The ``world_size`` of epoch ``epoch``'s end record, None when not recorded."""
+        sizes = [r['world_size'] for r in records or [] if r.get('epoch_num') == epoch and 'world_size' in r]
+        return sizes[-1] if sizes else None
 
     def set_broken_aside(self):
         """Rename the files of the checkpoints that did not read back to ``<prefix>.damaged``

@@ -236,6 +236,11 @@ class DistributedTrainerBase(_DataParallelTrainer):
         self.finish_barrier = None
         self._agreed_stop = None
 
+    @property
+    def world_size(self):
+        """One replica per tower of every worker."""
+        return self.num_worker * len(self.devices)
+
     def _make_builder(self, towers, server):
         raise NotImplementedError("{} must implement _make_builder()".format(type(self).__name__))
 

@@ -219,6 +219,8 @@ class HorovodTrainer(SingleCostTrainer):
     size = property(lambda self: self._size, doc="The number of ranks.")
     local_rank = property(lambda self: self._local_rank, doc="This process's rank on its machine.")
     local_size = property(lambda self: self._local_size, doc="The number of ranks on this machine.")
+    world_size = property(lambda self: self._size * (1 if self.devices is None else len(self.devices)),
+                          doc="One replica per rank, or per tower of every rank with ``gpus``.")
 
     # ----- graph -------------------------------------------------------------------------------
 

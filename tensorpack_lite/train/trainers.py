@@ -75,6 +75,11 @@ class _DataParallelTrainer(SingleCostTrainer):
         self.devices = interpret_towers(gpus, type(self).__name__)
         super().__init__()
 
+    @property
+    def world_size(self):
+        """One replica per tower."""
+        return len(self.devices)
+
     def _setup_graph(self, input, get_cost_fn, get_opt_fn):
         if len(self.devices) > 1 and not isinstance(input, FeedfreeInput):
             raise TypeError("{} with {} towers needs a feed-free InputSource (e.g. QueueInput), so that "
