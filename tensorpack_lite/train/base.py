@@ -59,13 +59,13 @@ class Trainer:
     """
 
     is_chief = True
+    """Whether this process is the chief worker; only the chief runs chief-only callbacks
+    and initializes variables from ``session_init``."""
 
     world_size = 1
     """The number of model replicas whose batches make one training step (towers times
     processes). ``JSONWriter`` records it at each epoch's end; a run resumed with another number
     is reported (see :class:`~tensorpack_lite.train.config.AutoResumeTrainConfig`)."""
-    """Whether this process is the chief worker; only the chief runs chief-only callbacks
-    and initializes variables from ``session_init``."""
 
     sess = None
     """The session, once :meth:`initialize` created it (None before)."""
