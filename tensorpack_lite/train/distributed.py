@@ -429,9 +429,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
         """Every worker stops now, after ``stop_step``, because one was preempted."""
         self.stop_watching()       # the others end now too: that is no loss
         self.ended_together = True
-        cause = "this worker" if self._preemption.received else "another worker"
-        raise Preempted("preempted: {} received SIGTERM; every worker stops after global step {}".format(
-            cause, stop_step))
+        raise Preempted.together(self._preemption.received, 'worker', stop_step)
 
     def _trainer_hooks(self):
         return super()._trainer_hooks() + [_StopWatchingAfterLastStep(self)]

@@ -375,9 +375,7 @@ class HorovodTrainer(SingleCostTrainer):
         if self._vote is None:     # no all-reduce of this trainer's in the step
             return super()._check_preemption()
         if self._vote.due(self.sess, self._preemption.received, 'Rank {}'.format(self._rank)):
-            cause = "this rank" if self._preemption.received else "another rank"
-            raise Preempted("preempted: {} received SIGTERM; every rank stops after global step {}".format(
-                cause, self.loop.global_step))
+            raise Preempted.together(self._preemption.received, 'rank', self.loop.global_step)
 
     def _run_epochs(self):
         try:

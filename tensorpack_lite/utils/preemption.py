@@ -37,6 +37,14 @@ class Preempted(SystemExit):
     def __str__(self):
         return self.message
 
+    @classmethod
+    def together(cls, received_here, peer, step):
+        """Every ``peer`` of a job (``'worker'``, ``'rank'``) stops after global step ``step``
+        because one received SIGTERM: this one (``received_here``) or another."""
+        cause = "{} {}".format('this' if received_here else 'another', peer)
+        return cls("preempted: {} received SIGTERM; every {} stops after global step {}".format(
+            cause, peer, step))
+
 
 class PreemptionNotice:
     """Within the block, SIGTERM is recorded (:attr:`received`) instead of ending the process,
