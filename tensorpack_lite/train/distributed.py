@@ -50,7 +50,7 @@ from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.cluster import LostTaskError, TaskWatchdog
-from ..utils.concurrency import bound_exit, run_with_timeout
+from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
 from ..utils.preemption import Preempted, PreemptionNotice
 from .trainers import _DataParallelTrainer
 
@@ -123,7 +123,7 @@ class _AgreedStop:
 
     def __init__(self, barrier):
         self._barrier = barrier
-        self._pending = None      # (thread, {'step': ...} or {'error': ...})
+        self._pending = None      # the DaemonCall of the read started after the last step
         self.proposed = None
 
     def due(self, global_step, sigterm_received):
@@ -134,34 +134,15 @@ class _AgreedStop:
             self._barrier.propose_stop(self.proposed)
             logger.info("{} proposed that every worker stop after global step {}.".format(
                 self._barrier.cluster.task_name, self.proposed))
-        agreed = self._last_read() if self._pending is not None else FinishBarrier.NEVER
-        self._pending = self._start_read()
+        # the wait is bounded by the barrier's call timeout (and a loss ends the loop anyway)
+        agreed = self._pending.result() if self._pending is not None else FinishBarrier.NEVER
+        self._pending = DaemonCall(self._barrier.stop_step, 'stop-step')
         return agreed if agreed <= global_step else None
-
-    def _start_read(self):
-        box = {}
-
-        def read():
-            try:
-                box['step'] = self._barrier.stop_step()
-            except BaseException as err:    # raised in the training loop by _last_read
-                box['error'] = err
-
-        thread = threading.Thread(target=read, name='stop-step', daemon=True)
-        thread.start()
-        return thread, box
-
-    def _last_read(self):
-        thread, box = self._pending
-        thread.join()     # bounded by the barrier's call timeout (a loss ends the loop anyway)
-        if 'error' in box:
-            raise box['error']
-        return box['step']
 
     def close(self):
         """Stop reading. A read still running is left to end on its own; the exit then waits
         for it at most :attr:`EXIT_TIMEOUT` seconds."""
-        if self._pending is not None and self._pending[0].is_alive():
+        if self._pending is not None and self._pending.running:
             bound_exit(self.EXIT_TIMEOUT)
         self._pending = None
 

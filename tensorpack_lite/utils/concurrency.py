@@ -23,7 +23,7 @@ from .argtools import log_once
 
 __all__ = ['StoppableThread', 'LoopThread', 'ShareSessionThread', 'DIE',
            'ensure_proc_terminate', 'start_proc_mask_signal', 'mask_sigint',
-           'enable_death_signal', 'subproc_call', 'run_with_timeout', 'bound_exit']
+           'enable_death_signal', 'subproc_call', 'DaemonCall', 'run_with_timeout', 'bound_exit']
 
 
 class DIE(object):
@@ -188,26 +188,56 @@ class ShareSessionThread(threading.Thread):
                 super(ShareSessionThread, self).run()
 
 
+class DaemonCall:
+    """``func()``, started at once in a daemon thread named ``name``; its result is taken
+    later. A call left running never holds up the process's exit by itself (see
+    :func:`bound_exit` for what it may be waiting on inside a library).
+
+    Example::
+
+        call = DaemonCall(read_remote_value, 'read')
+        ...                       # other work meanwhile
+        value = call.result()     # waits; an exception the call raised is raised here
+    """
+
+    def __init__(self, func, name):
+        self._outcome = {}
+
+        def target():
+            try:
+                self._outcome['value'] = func()
+            except BaseException as err:   # handed to the caller by result()
+                self._outcome['error'] = err
+
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self):
+        return self._thread.is_alive()
+
+    def wait(self, timeout=None):
+        """Wait at most ``timeout`` seconds (None: until it ends); whether it ended."""
+        self._thread.join(None if timeout is None else max(timeout, 0))
+        return not self._thread.is_alive()
+
+    def result(self):
+        """Wait until it ends; what it returned (what it raised is raised here)."""
+        self._thread.join()
+        if 'error' in self._outcome:
+            raise self._outcome['error']
+        return self._outcome['value']
+
+
 def run_with_timeout(func, timeout, name):
     """Run ``func()`` in a daemon thread named ``name`` and wait for it at most ``timeout``
     seconds. Returns True when it finished (an exception it raised is raised here), False when
     it is still running: it is then abandoned, goes on in the background, and cannot hold up
     the process's exit (see :func:`bound_exit`)."""
-    errors = []
-
-    def target():
-        try:
-            func()
-        except BaseException as err:   # handed to the caller
-            errors.append(err)
-
-    thread = threading.Thread(target=target, name=name, daemon=True)
-    thread.start()
-    thread.join(max(timeout, 0))
-    if thread.is_alive():
+    call = DaemonCall(func, name)
+    if not call.wait(timeout):
         return False
-    if errors:
-        raise errors[0]
+    call.result()
     return True
 
 
