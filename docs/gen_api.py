@@ -18,6 +18,7 @@ import sys
 # The modules of the public contract (../shared/API.md), in reading order.
 MODULES = [
     'tensorpack_lite.train',
+    'tensorpack_lite.train.elastic',
     'tensorpack_lite.callbacks',
     'tensorpack_lite.input_source',
     'tensorpack_lite.graph_builder',

@@ -254,6 +254,61 @@ def test_max_restarts_starts_every_task_again_after_a_failure(tmp_path, once):
                              "exit code 3\n")
 
 
+@pytest.mark.parametrize('failing, minimum', [('worker:2:3', 2), ('worker:2:3', 3), ('ps:0:4', 2)])
+def test_workers_min_max_drops_a_worker_that_fails_in_a_row_down_to_the_minimum(tmp_path, failing, minimum):
+    """``--workers MIN:3 --drop-after 2``: worker 2 failing with the same code twice is dropped
+    (then 2 workers finish), unless the cluster is at its minimum; a failing ps is never dropped.
+    Without --max-restarts there are drop_after x (MAX - MIN + 1) restarts."""
+    output = io.BytesIO()
+    command = [sys.executable, CHILD, str(tmp_path), '--fail', failing]
+    code = launch(command, 3, 1, grace=HANG_TIMEOUT, restart_delay=0, output=output, timeout=HANG_TIMEOUT,
+                  min_workers=minimum, drop_after=2, max_restarts=None)
+    text = output.getvalue().decode()
+    starts = sorted((tmp_path / 'starts.txt').read_text().split())
+    dropping = ("[launch] worker 2 failed 2 times in a row with exit code 3: dropping it; the cluster goes "
+                "on with 2 workers (at least 2)\n")
+    if failing == 'worker:2:3' and minimum == 2:
+        assert code == 0, text
+        assert starts == ['ps0'] * 3 + ['worker0'] * 3 + ['worker1'] * 3 + ['worker2'] * 2
+        assert text.count(dropping) == 1 and "restart 2 of 4 in 0 s" in text and 'restart 3' not in text
+    elif failing == 'worker:2:3':
+        assert code == 3, text
+        assert starts == ['ps0'] * 3 + ['worker0'] * 3 + ['worker1'] * 3 + ['worker2'] * 3
+        assert ("[launch] worker 2 failed 2 times in a row with exit code 3; the cluster is at its minimum "
+                "of 3 workers, so it is not dropped\n") in text
+        assert text.endswith("giving up after 3 attempts; the last failure: worker 2 failed with exit code "
+                             "3\n")
+    else:
+        assert code == 4, text
+        assert starts == ['ps0'] * 5 + ['worker0'] * 5 + ['worker1'] * 5 + ['worker2'] * 5
+        assert 'dropping' not in text and 'giving up after 5 attempts' in text
+
+
+class FakeHosts:
+    """Hosts 10.0.0.1, .2, ...; the task on host ``bad`` gets ``--fail-here 3``."""
+
+    def __init__(self, bad):
+        self.bad = bad
+
+    def address(self, k):
+        return '10.0.0.{}'.format(k + 1)
+
+    def command(self, k, argv):
+        return list(argv) + (['--fail-here', '3'] if k == self.bad else [])
+
+
+def test_a_dropped_worker_takes_its_host_out_of_the_cluster(tmp_path):
+    """With hosts, the worker on host 1 fails twice: host 1 is dropped and the two workers left
+    run on hosts 0 and 2."""
+    output = io.BytesIO()
+    code = launch([sys.executable, CHILD, str(tmp_path)], 3, grace=HANG_TIMEOUT, restart_delay=0,
+                  output=output, timeout=HANG_TIMEOUT, hosts=FakeHosts(bad=1), min_workers=2, drop_after=2)
+    assert code == 0, output.getvalue()
+    assert b'[launch] worker 1 failed 2 times in a row with exit code 3: dropping it' in output.getvalue()
+    cluster = json.loads((tmp_path / 'worker1.json').read_text())['tf_config']['cluster']
+    assert cluster == {'worker': ['10.0.0.1:2222', '10.0.0.3:2222']}
+
+
 def test_a_signal_while_waiting_to_restart_ends_the_launcher_without_a_new_start(tmp_path):
     output = io.BytesIO()
 
@@ -310,7 +365,14 @@ def test_the_timeout_ends_everything(tmp_path):
 def test_a_bad_command_line_is_refused(capsys):
     with pytest.raises(SystemExit) as info:
         launch_main(['-n', '0', '--', 'python', 'train.py'])
-    assert info.value.code == 2 and 'num_worker must be an integer >= 1' in capsys.readouterr().err
+    assert info.value.code == 2 and "--workers: expected N >= 1, or MIN:MAX" in capsys.readouterr().err
+    for bad in ['3:2', '0:2', 'two', '2:', '2:x']:
+        with pytest.raises(SystemExit) as info:
+            launch_main(['--workers', bad, '--', 'true'])
+        assert info.value.code == 2 and "--workers: expected N" in capsys.readouterr().err, bad
+    with pytest.raises(SystemExit) as info:
+        launch_main(['--workers', '2:3', '--drop-after', '0', '--', 'true'])
+    assert info.value.code == 2 and "--drop-after >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         launch_main(['-n', '2'])
     assert 'give the command to run after --' in capsys.readouterr().err

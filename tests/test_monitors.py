@@ -68,8 +68,10 @@ def test_stats_json_and_event_files(logdir):
     _train([PutEpochStats()], [TFEventWriter(), JSONWriter()], max_epoch=2)
 
     assert _load_stats(logdir) == [
-        {'metric': 1.5, 'summ': 10.0, 'epoch_num': 1, 'global_step': 3, 'world_size': 1},
-        {'metric': 3.0, 'summ': 20.0, 'epoch_num': 2, 'global_step': 6, 'world_size': 1},
+        {'metric': 1.5, 'summ': 10.0, 'epoch_num': 1, 'global_step': 3, 'world_size': 1,
+         'steps_per_epoch': 3},
+        {'metric': 3.0, 'summ': 20.0, 'epoch_num': 2, 'global_step': 6, 'world_size': 1,
+         'steps_per_epoch': 3},
     ]
     assert JSONWriter.load_existing_epoch_number(logdir) == 2
     assert JSONWriter.load_existing_json() == _load_stats(logdir)  # defaults to the logger dir
@@ -162,9 +164,11 @@ def test_json_crash_while_writing_keeps_previous_file(logdir, monkeypatch):
     monkeypatch.undo()
 
     assert calls == [0, 1, 2, 2]
-    epoch1 = {'metric': 1.5, 'summ': 10.0, 'epoch_num': 1, 'global_step': 3, 'world_size': 1}
+    epoch1 = {'metric': 1.5, 'summ': 10.0, 'epoch_num': 1, 'global_step': 3, 'world_size': 1,
+              'steps_per_epoch': 3}
     assert on_disk_after_crash == [[epoch1]]   # the half-written file never replaced it
-    epoch2 = {'metric': 3.0, 'summ': 20.0, 'epoch_num': 2, 'global_step': 6, 'world_size': 1}
+    epoch2 = {'metric': 3.0, 'summ': 20.0, 'epoch_num': 2, 'global_step': 6, 'world_size': 1,
+              'steps_per_epoch': 3}
     assert _load_stats(logdir) == [epoch1, epoch2]
     assert glob.glob(os.path.join(logdir, '*.tmp')) == []
 
@@ -234,7 +238,8 @@ def test_json_new_run_writes_an_empty_list_before_training(logdir):
     _train([look], [JSONWriter()], max_epoch=1)
     assert look.seen == []   # the run exists and has finished no epoch yet
     # An epoch without any scalar is still recorded: the record says that it finished.
-    assert _load_stats(logdir) == [{'epoch_num': 1, 'global_step': 3, 'world_size': 1}]
+    assert _load_stats(logdir) == [{'epoch_num': 1, 'global_step': 3, 'world_size': 1,
+                                    'steps_per_epoch': 3}]
 
 
 def test_json_failure_writes_the_waiting_records(logdir):
@@ -279,7 +284,8 @@ def test_json_resume_moves_records_of_later_epochs_to_a_backup(logdir, log_recor
     _train([PutEpochStats()], [JSONWriter()], starting_epoch=3, max_epoch=3)
 
     assert _load_stats(logdir) == earlier + [
-        {'metric': 4.5, 'summ': 30.0, 'epoch_num': 3, 'global_step': 3, 'world_size': 1}]
+        {'metric': 4.5, 'summ': 30.0, 'epoch_num': 3, 'global_step': 3, 'world_size': 1,
+         'steps_per_epoch': 3}]
     backups = glob.glob(os.path.join(logdir, 'stats.json.*'))
     assert len(backups) == 1 and re.search(r'stats\.json\.\d{4}-\d{6}$', backups[0])
     with open(backups[0]) as f:

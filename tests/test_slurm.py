@@ -4,7 +4,8 @@ Slurm's environment (utils/slurm.py), and the collective trainer (2 and 3 tasks)
 parameter-server trainer train like one process on the combined batch; HorovodTrainer's MPI
 engine under ``srun --mpi=pmi2`` does too, and without Slurm's MPI support it is refused
 instead of training each task alone. Skipped, saying why, where Slurm cannot start (not root,
-not installed). Every daemon and job is stopped at the end."""
+not installed). A preempted job resubmitted with fewer tasks resumes with the global batch kept
+(train/elastic.py). Every daemon and job is stopped at the end."""
 
 import re
 import shlex
@@ -118,22 +119,7 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
     argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
                                                 '--steps-per-epoch', 200, '--logdir', logdir,
                                                 '--pause-at-step', 250])
-    log = open(str(tmp_path / 'first.out'), 'w+')
-    proc = subprocess.Popen(['srun', '-n', '2', '-J', 'preempted'] + argv, stdout=log,
-                            stderr=subprocess.STDOUT, env=node.env(**ENV), start_new_session=True)
-    try:
-        assert wait_until(lambda: (tmp_path / 'paused').exists(), timeout=RUN_TIMEOUT), log_of(tmp_path)
-        subprocess.run(['scancel', '--signal=TERM', '--name', 'preempted'], env=node.env(), check=True,
-                       timeout=30)
-        signalled = time.monotonic()
-        assert wait_until(lambda: log_of(tmp_path).count('Received SIGTERM (preemption)') == 2,
-                          timeout=RUN_TIMEOUT), log_of(tmp_path)
-        (tmp_path / 'go').touch()
-        proc.wait(slurm_node.KILL_WAIT)     # TimeoutExpired: not within Slurm's grace
-        ended_after = time.monotonic() - signalled
-    finally:
-        kill_process_tree(proc)
-        log.close()
+    proc, ended_after = preempt_when_paused(node, tmp_path, 2, argv)
     first = log_of(tmp_path)
     print("SIGTERM to the job's 2 tasks: srun ended {:.2f} s later, exit {}".format(
         ended_after, proc.returncode))
@@ -153,6 +139,53 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
     assert dist_tests.stats_epochs(logdir) == [1, 2, 3, 4]
     reference = dist_tests.reference_weights(2, 1, 4, 5, 200, 4, lr=0.05)
     dist_tests.assert_workers_end_with(tmp_path, 2, 800, reference)
+
+
+def preempt_when_paused(node, tmp_path, tasks, argv):
+    """``srun -n tasks argv`` (with ``--pause-at-step``), sent ``scancel --signal=TERM`` once
+    paused and let go once every task received it; returns the srun process, ended, and the
+    seconds from the signal to its end (output in ``first.out``)."""
+    log = open(str(tmp_path / 'first.out'), 'w+')
+    proc = subprocess.Popen(['srun', '-n', str(tasks), '-J', 'preempted'] + argv, stdout=log,
+                            stderr=subprocess.STDOUT, env=node.env(**ENV), start_new_session=True)
+    try:
+        assert wait_until(lambda: (tmp_path / 'paused').exists(), timeout=RUN_TIMEOUT), log_of(tmp_path)
+        subprocess.run(['scancel', '--signal=TERM', '--name', 'preempted'], env=node.env(), check=True,
+                       timeout=30)
+        signalled = time.monotonic()
+        assert wait_until(lambda: log_of(tmp_path).count('Received SIGTERM (preemption)') == tasks,
+                          timeout=RUN_TIMEOUT), log_of(tmp_path)
+        (tmp_path / 'go').touch()
+        proc.wait(slurm_node.KILL_WAIT)     # TimeoutExpired: not within Slurm's grace
+        return proc, time.monotonic() - signalled
+    finally:
+        kill_process_tree(proc)
+        log.close()
+
+
+def test_a_preempted_job_resubmitted_with_fewer_tasks_keeps_the_global_batch(node, tmp_path):
+    """Elastic training under Slurm: ``srun -n 3`` (collective, ``KeepGlobalBatch(12)``: 4 per
+    task), preempted by ``scancel --signal=TERM`` in epoch 3, then the job again as ``sbatch -n
+    2`` (what the cluster had free): it resumes from epoch 2's end saying that the world size
+    went from 3 to 2 and each task now takes 6, and ends with the weights of one process on
+    batches of 12."""
+    logdir = tmp_path / 'logs'
+    argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
+                                                '--steps-per-epoch', 3, '--logdir', logdir,
+                                                '--elastic', 'keep:12', '--pause-at-step', 7])
+    proc, _ = preempt_when_paused(node, tmp_path, 3, argv)
+    assert proc.returncode == 143, log_of(tmp_path)[-6000:]
+    code, output = sbatch(node, 2, argv, tmp_path)
+    assert code == 0, output[-6000:]
+    assert 'Resuming from checkpoint {} (end of epoch 2).'.format(logdir / 'model-6') in output
+    line = ("Resuming at epoch 3 with 2 model replicas (towers x processes), where epoch 2 ended with 3: "
+            "KeepGlobalBatch(12) keeps the global batch at 12 (6 per replica, was 4 per replica); an epoch "
+            "stays 3 steps and the learning rate is unchanged.")
+    assert output.count(line) == 1, output[-6000:]     # the chief, which resumes the logger directory
+    assert dist_tests.stats_epochs(logdir) == [1, 2, 3, 4]
+    samples = dist_tests.train_tiny.make_samples(3 * 12)
+    reference = dist_tests.train_tiny.train_single(samples, 12, 0.05, 5, 3, 4)
+    dist_tests.assert_workers_end_with(tmp_path, 2, 12, reference)
 
 
 def log_of(out_dir):

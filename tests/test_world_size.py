@@ -50,7 +50,8 @@ def test_stats_record_the_replicas_and_a_resume_with_another_number_says_so(logd
     assert resume_warnings(log_records) == [
         "Resuming at epoch 2 with 1 model replicas (towers x processes), where epoch 1 ended with 2: each "
         "replica keeps its batch, so a step now takes 1/2 times the data (the global batch changed from "
-        "2 x B to 1 x B), with the same learning rate and steps per epoch. Nothing is adjusted for it."]
+        "2 x B to 1 x B), with the same learning rate and steps per epoch. Nothing is adjusted for it "
+        "(TrainConfig(elastic=KeepGlobalBatch(...) or ScaleLearningRate(...)) would)."]
     train(SimpleTrainer(), max_epoch=3)            # the same number again: nothing to say
     assert len(resume_warnings(log_records)) == 1
     with open(os.path.join(logdir, 'stats.json')) as f:

@@ -138,8 +138,10 @@ class TFEventWriter(MonitorBase):
 
 class JSONWriter(MonitorBase):
     """Keeps the scalars in ``stats.json`` in the logger directory: a list of dicts holding the
-    scalars put since the previous one plus ``epoch_num`` and ``global_step`` (and, at an epoch's
-    end, the trainer's ``world_size``: the replicas that trained it).
+    scalars put since the previous one plus ``epoch_num`` and ``global_step``; at an epoch's end
+    also the size of the run that trained it: the trainer's ``world_size`` (model replicas),
+    ``steps_per_epoch`` and ``global_batch`` (when measured). The ``steps_per_epoch`` key marks
+    the record as an epoch's end (see :mod:`~tensorpack_lite.utils.stats_json`).
 
     A record is made at each epoch's end (even without scalars: the record says the epoch
     finished), and after a step when scalars were put during it (except the last step of an
@@ -277,10 +279,18 @@ class JSONWriter(MonitorBase):
         self._stat_now['epoch_num'] = self.epoch_num
         self._stat_now['global_step'] = self.global_step
         if epoch_end:
-            self._stat_now['world_size'] = self.trainer.world_size
+            self._stat_now.update(self._run_shape())
         self._stats.append(self._stat_now)
         self._stat_now = {}
         self._unwritten = True
+
+    def _run_shape(self):
+        """What an epoch-end record says of the run: ``world_size``, ``steps_per_epoch`` and,
+        when the trainer measured it, ``global_batch``."""
+        shape = {'world_size': self.trainer.world_size, 'steps_per_epoch': self.trainer.steps_per_epoch}
+        if self.trainer.global_batch is not None:
+            shape['global_batch'] = self.trainer.global_batch
+        return shape
 
     def _write(self):
         try:

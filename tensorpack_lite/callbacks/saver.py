@@ -108,8 +108,9 @@ class ModelSaver(Callback):
     * The ``checkpoint`` state file always names complete checkpoints: the files are written
       first, then the state file is replaced in one rename, and only then are checkpoints
       beyond ``max_to_keep`` deleted.
-    * The two newest checkpoints taken at the end of an epoch (a global step that is a multiple
-      of ``steps_per_epoch``) are never deleted, whatever ``max_to_keep`` says: they are what
+    * The two newest checkpoints taken at the end of an epoch (saved at an epoch's last step,
+      the step a resumed run started from, or a global step that is a multiple of
+      ``steps_per_epoch``) are never deleted, whatever ``max_to_keep`` says: they are what
       :class:`AutoResumeTrainConfig` resumes from, and checkpoints saved mid-epoch (for
       instance when training ends by an error) must not push them out.
 
@@ -149,6 +150,7 @@ class ModelSaver(Callback):
         self._last_saved_step = None
         self._failed_step = None   # a step whose checkpoint could not be written
         self._kept = []            # [(global_step, path)], oldest first
+        self._epoch_ends = set()   # global steps known to end an epoch (see _to_delete)
         self._last_preserved = time.time()
 
     @property
@@ -174,6 +176,8 @@ class ModelSaver(Callback):
 
     def _before_train(self):
         self._kept = self._earlier_checkpoints()
+        if self.trainer.loop.starting_epoch > 1:   # resumed: it starts where an epoch ended
+            self._epoch_ends.add(self.global_step)
         # The graph is complete now.
         time_str = datetime.now().strftime('%m%d-%H%M%S')
         self.saver.export_meta_graph(
@@ -209,6 +213,8 @@ class ModelSaver(Callback):
             path = self.saver.save(self.trainer.sess, self.path, global_step=step,
                                    write_meta_graph=False, write_state=False)
             self._kept = [(s, p) for s, p in self._kept if s != step] + [(step, path)]
+            if self.trainer.loop.is_last_step_of_epoch:
+                self._epoch_ends.add(step)
             self._rotate()
         except (OSError, tf.errors.OpError) as err:
             if earlier is None or _file_identity(target + '.index') != earlier:
@@ -229,7 +235,7 @@ class ModelSaver(Callback):
         if not self._max_to_keep:
             return []
         steps_per_epoch = self.trainer.steps_per_epoch
-        epoch_ends = [s for s, _ in self._kept if s % steps_per_epoch == 0]
+        epoch_ends = [s for s, _ in self._kept if s in self._epoch_ends or s % steps_per_epoch == 0]
         protected = set(epoch_ends[-self.RESUME_POINTS_KEPT:])
         others = [(s, p) for s, p in self._kept if s not in protected]
         room = max(self._max_to_keep - len(protected), 0)

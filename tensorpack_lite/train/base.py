@@ -67,6 +67,10 @@ class Trainer:
     processes). ``JSONWriter`` records it at each epoch's end; a run resumed with another number
     is reported (see :class:`~tensorpack_lite.train.config.AutoResumeTrainConfig`)."""
 
+    global_batch = None
+    """The datapoints of one training step, all replicas together, once the trainer measured
+    it (:class:`SingleCostTrainer` does in each epoch's first step); None when not known."""
+
     sess = None
     """The session, once :meth:`initialize` created it (None before)."""
 

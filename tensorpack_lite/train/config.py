@@ -18,6 +18,7 @@ from ..tfutils import varmanip
 from ..tfutils.sessinit import SaverRestore, SessionInit
 from ..utils import logger, stats_json
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
+from .elastic import ElasticPolicy, NoAdjustment, RunShape
 
 __all__ = ['DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'TrainConfig', 'AutoResumeTrainConfig']
 
@@ -63,6 +64,9 @@ class TrainConfig:
         max_epoch (int): the number of the last epoch.
         mixed_precision (str or MixedPrecision): None (float32), 'bf16' or 'fp16': set on the
             trainer by :func:`launch_train_with_config` (see docs/mixed_precision.md).
+        elastic (ElasticPolicy): what a run resumed with another world size changes
+            (:mod:`~tensorpack_lite.train.elastic`): :class:`NoAdjustment` (the default),
+            :class:`KeepGlobalBatch` or :class:`ScaleLearningRate`.
 
     Example::
 
@@ -73,7 +77,8 @@ class TrainConfig:
 
     def __init__(self, dataflow=None, data=None, model=None, callbacks=None, extra_callbacks=None,
                  monitors=None, session_creator=None, session_config=None, session_init=None,
-                 starting_epoch=1, steps_per_epoch=None, max_epoch=99999, mixed_precision=None):
+                 starting_epoch=1, steps_per_epoch=None, max_epoch=99999, mixed_precision=None,
+                 elastic=None):
         if dataflow is not None and data is not None:
             raise ValueError("TrainConfig takes either dataflow= or data=, not both")
         if dataflow is not None and not isinstance(dataflow, DataFlow):
@@ -100,9 +105,14 @@ class TrainConfig:
         self.monitors = _check_list_of(monitors, MonitorBase, 'monitors')
         self.session_creator = session_creator or NewSessionCreator(config=session_config)
         self.session_init = session_init
-        self.resumed_world_size = None
-        """The ``world_size`` of the run this config resumes, as ``stats.json`` recorded it (set
-        by :class:`AutoResumeTrainConfig`; None: not resuming, or not recorded)."""
+        if elastic is not None and not isinstance(elastic, ElasticPolicy):
+            raise TypeError("TrainConfig(elastic=...) must be an ElasticPolicy (NoAdjustment(), "
+                            "KeepGlobalBatch(global_batch), ScaleLearningRate(reference_world_size)), "
+                            "got {!r}".format(elastic))
+        self.elastic = elastic if elastic is not None else NoAdjustment()
+        self.resumed_run = None
+        """The :class:`RunShape` of the epoch this config resumes from, as ``stats.json``
+        recorded it (set by :class:`AutoResumeTrainConfig`; None: not resuming)."""
         self.mixed_precision = MixedPrecision.of(mixed_precision)
         if steps_per_epoch is None:
             steps_per_epoch = self._input_size()
@@ -176,7 +186,7 @@ class AutoResumeTrainConfig(TrainConfig):
         if search.point is None:
             return
         path, last_epoch = search.point
-        self.resumed_world_size = search.world_size
+        self.resumed_run = search.shape
         if always_resume or kwargs.get('session_init') is None:
             logger.info("Resuming from checkpoint {} (end of epoch {}).".format(path, last_epoch))
             self.session_init = SaverRestore(path)
@@ -210,7 +220,7 @@ class _ResumeSearch:
     def __init__(self, directory, steps_per_epoch):
         self.directory = os.path.abspath(directory) if directory else None
         self.point, self.passed_over, self.broken, self.moved = None, [], [], {}
-        self.world_size = None      # of the resume point's epoch, when stats.json recorded it
+        self.shape = None      # the RunShape of the resume point's epoch
         if directory:
             self._search(steps_per_epoch)
 
@@ -242,17 +252,17 @@ class _ResumeSearch:
         if not steps:
             self.passed_over = []   # nothing to resume: nothing worth a warning
             return
-        epoch_ends = sorted(step for step in steps if step > 0 and step % steps_per_epoch == 0)
         records = stats_json.load_records(self.directory)
         if records is None:  # a run without JSONWriter: trust the newest whole-epoch checkpoint
-            if not epoch_ends:
+            usable = {step: step // steps_per_epoch for step in steps
+                      if step > 0 and step % steps_per_epoch == 0}
+            if not usable:
                 raise ValueError("Checkpoints in {} are at steps {}, none at the end of an epoch of {} "
                                  "steps, and there is no stats.json to tell the epoch.".format(
                                      self.directory, sorted(steps), steps_per_epoch))
-            usable = epoch_ends
         else:
             described = stats_json.finished_epochs(records, steps_per_epoch)
-            usable = [step for step in epoch_ends if step // steps_per_epoch in described]
+            usable = {step: epoch for epoch, step in described.items() if step in steps}
             if not usable:
                 self.passed_over.append(
                     "{} describes no finished epoch that has a checkpoint (finished epochs: {}; "
@@ -260,7 +270,7 @@ class _ResumeSearch:
                         stats_json.stats_path(self.directory), sorted(described), sorted(steps),
                         steps_per_epoch))
                 return
-        for step in reversed(usable):
+        for step in sorted(usable, reverse=True):
             try:
                 varmanip.verify_checkpoint(steps[step])
             except (OSError, ValueError) as err:
@@ -268,8 +278,8 @@ class _ResumeSearch:
                 self.passed_over.append("skipped {}: {}".format(
                     os.path.basename(steps[step]), str(err).rstrip('.')))
                 continue
-            self.point = steps[step], step // steps_per_epoch
-            self.world_size = self._world_size_of(records, self.point[1])
+            self.point = steps[step], usable[step]
+            self.shape = self._shape_of(records, usable[step], step)
             later = sorted(s for s in steps if s > step and steps[s] not in self.broken)
             if later:
                 logger.info("Checkpoints after step {} (at steps {}) are passed over: stats.json does not "
@@ -277,10 +287,11 @@ class _ResumeSearch:
             return
 
     @staticmethod
-    def _world_size_of(records, epoch):
-        """The ``world_size`` of epoch ``epoch``'s end record, None when not recorded."""
-        sizes = [r['world_size'] for r in records or [] if r.get('epoch_num') == epoch and 'world_size' in r]
-        return sizes[-1] if sizes else None
+    def _shape_of(records, epoch, step):
+        """The :class:`RunShape` of epoch ``epoch``'s end record (at ``step``); without a
+        record, an empty one."""
+        ends = [r for r in records or [] if stats_json.epoch_of(r) == epoch and r.get('global_step') == step]
+        return RunShape.of_record(ends[-1]) if ends else RunShape()
 
     def set_broken_aside(self):
         """Rename the files of the checkpoints that did not read back to ``<prefix>.damaged``

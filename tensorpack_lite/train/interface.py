@@ -28,19 +28,6 @@ def apply_default_prefetch(input_source_or_dataflow, trainer):
     return source
 
 
-def _report_world_size_change(before, now, starting_epoch):
-    """Log one line when a resumed run has another number of replicas (``world_size``) than
-    the epoch it resumes from (``before``; None: unknown, nothing to say). Nothing is adjusted:
-    each replica keeps its batch, so the global batch changes with the number of replicas."""
-    if before is None or before == now:
-        return
-    logger.warn("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended "
-                "with {}: each replica keeps its batch, so a step now takes {}/{} times the data (the global "
-                "batch changed from {} x B to {} x B), with the same learning rate and steps per epoch. "
-                "Nothing is adjusted for it.".format(starting_epoch, now, starting_epoch - 1, before, now,
-                                                     before, before, now))
-
-
 def launch_train_with_config(config, trainer):
     """Build ``config.model`` on ``trainer`` with ``config``'s input, then train with the
     rest of ``config``.
@@ -62,11 +49,12 @@ def launch_train_with_config(config, trainer):
     model = config.model
     if config.mixed_precision is not None:
         trainer.mixed_precision = config.mixed_precision
-    _report_world_size_change(config.resumed_world_size, trainer.world_size, config.starting_epoch)
+    config.elastic.apply(config, trainer)
     source = apply_default_prefetch(config.data if config.data is not None else config.dataflow, trainer)
-    trainer.setup_graph(model.get_input_signature(), source, model.build_graph, model.get_optimizer)
+    trainer.setup_graph(model.get_input_signature(), source, model.build_graph,
+                        config.elastic.optimizer_func(model.get_optimizer, trainer))
     trainer.train_with_defaults(
-        callbacks=config.callbacks, monitors=config.monitors,
+        callbacks=(config.callbacks or []) + config.elastic.callbacks(trainer), monitors=config.monitors,
         session_creator=config.session_creator, session_init=config.session_init,
         steps_per_epoch=config.steps_per_epoch, starting_epoch=config.starting_epoch,
         max_epoch=config.max_epoch, extra_callbacks=config.extra_callbacks)

@@ -8,6 +8,7 @@ optimizer function and an :class:`InputSource`; its subclasses decide where the 
 
 from ..compat import tf, tfv1
 from ..input_source.input_source_base import InputSource
+from ..loop.callback import Callback
 from ..predict.base import OnlinePredictor
 from ..tfutils.gradproc import FilterNoneGrad
 from ..tfutils.inference_tower import build_predict_tower
@@ -18,6 +19,34 @@ from ..utils.argtools import call_only_once, memoized, memoized_method
 from .base import Trainer
 
 __all__ = ['TowerTrainer', 'SingleCostTrainer']
+
+
+def _batch_size_of(inputs):
+    """The batch dimension of the first input that has one (a scalar tensor), or None."""
+    for tensor in inputs:
+        if isinstance(tensor, tf.Tensor) and tensor.shape.ndims != 0:
+            return tf.shape(tensor, name='replica_batch_size')[0]
+    return None
+
+
+class _ReplicaBatchProbe(Callback):
+    """Reads the batch of the first training tower in the first step of every epoch (an
+    extra fetch of one scalar): ``value``, None before the first step."""
+
+    _chief_only = False
+
+    def __init__(self, batch_size):
+        self._batch_size = batch_size
+        self.value = None
+
+    def _before_run(self, ctx):
+        if self.trainer.loop.local_step == 0 and self.trainer.loop.is_first_run_of_step:
+            return [self._batch_size]
+        return None
+
+    def _after_run(self, run_context, run_values):
+        if run_values.results:
+            self.value = int(run_values.results[0])
 
 
 class TowerTrainer(Trainer):
@@ -136,6 +165,16 @@ class SingleCostTrainer(TowerTrainer):
     _COST_CHECK_MARK = 'is not finite'
 
     _loss_scale = None
+    _replica_batch = None     # the batch size tensor of the first training tower
+    _batch_probe = None
+
+    @property
+    def global_batch(self):
+        """The datapoints of one step, all replicas together: the first training tower's batch
+        (read in the first step of each epoch) times :attr:`world_size`; None before."""
+        if self._batch_probe is None or self._batch_probe.value is None:
+            return None
+        return self._batch_probe.value * self.world_size
 
     def _graph_set_up(self):
         return self._tower_func is not None
@@ -193,6 +232,9 @@ class SingleCostTrainer(TowerTrainer):
         if self._loss_scale is not None:
             self.train_op = self._with_loss_scale_update(self.train_op)
             self._loss_scale.add_summaries()
+        if self._replica_batch is not None:
+            self._batch_probe = _ReplicaBatchProbe(self._replica_batch)
+            train_callbacks = list(train_callbacks) + [self._batch_probe]
         self.register_callback(input_callbacks + list(train_callbacks))
 
     def _with_loss_scaling(self, get_opt_fn):
@@ -251,6 +293,8 @@ class SingleCostTrainer(TowerTrainer):
 
         def get_grad_fn():
             inputs = input.get_input_tensors()
+            if self._replica_batch is None:
+                self._replica_batch = _batch_size_of(inputs)
             if not self.XLA_COMPILE:
                 return compute_grads(*inputs)
             variables = []

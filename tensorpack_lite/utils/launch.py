@@ -10,13 +10,19 @@ In the script, ``create_server()`` (:mod:`tensorpack_lite.tfutils.distributed`) 
 process fails, the others get ``grace`` seconds to stop on their own (the distributed
 trainers stop with an error naming the lost task), then they are ended; SIGINT and SIGTERM
 are passed on to every process (a second one ends them at once). With ``--max-restarts N``
-a failed cluster is started again, whole, up to N times. The exit code is 0 when every
-worker succeeded, else the code of the first failure (128 + n for signal n).
+a failed cluster is started again, whole, up to N times. With ``--workers MIN:MAX`` it starts
+MAX workers, and a worker that fails ``--drop-after`` times in a row with the same exit code
+is dropped: the cluster restarts with one worker fewer, down to MIN (elastic training: the
+script resumes from its last checkpoint and the world size changes). The exit code is 0 when
+every worker succeeded, else the code of the first failure (128 + n for signal n).
+
+    python -m tensorpack_lite.utils.launch --workers 2:4 -- python train.py   # 4, down to 2
 
 No TensorFlow is imported here.
 """
 
 import argparse
+import collections
 import os
 import signal
 import subprocess
@@ -26,7 +32,13 @@ import time
 
 from .cluster import CHIEF_JOBS, ClusterConfig, cluster_of_addresses, local_cluster
 
-__all__ = ['LocalCluster', 'launch', 'main']
+__all__ = ['Failure', 'LocalCluster', 'launch', 'main']
+
+
+Failure = collections.namedtuple('Failure', ['name', 'job', 'index', 'exit_code'])
+"""A failed task: its ``name`` as its TF_CONFIG says (``'chief 0'``), ``job`` and ``index`` as
+the trainers count (the chief is worker 0; on a host of its own, worker ``k`` runs on host
+``k``), and its shell exit code."""
 
 
 def _exit_code(returncode):
@@ -131,6 +143,14 @@ class LocalCluster:
         self._write(b'[launch] ' + text.encode('utf-8') + b'\n')
 
     @property
+    def failed_task(self):
+        """The :class:`Failure` of the first task that failed; None without one."""
+        if self._failure is None:
+            return None
+        task, code = self._failure
+        return Failure(task.name, task.job, task.index, _exit_code(code))
+
+    @property
     def failure_cause(self):
         """The first failure, e.g. ``'worker 1 failed with exit code 137'``; None without one."""
         if self._failure is None:
@@ -225,21 +245,86 @@ class LocalCluster:
             self.terminate()
 
 
+class _HostSubset:
+    """The hosts of a cluster that are still used: host ``k`` is ``hosts``'s ``kept[k]``."""
+
+    def __init__(self, hosts, kept):
+        self._hosts, self.kept = hosts, list(kept)
+
+    def address(self, k):
+        return self._hosts.address(self.kept[k])
+
+    def command(self, k, argv):
+        return self._hosts.command(self.kept[k], argv)
+
+    def without(self, k):
+        return _HostSubset(self._hosts, self.kept[:k] + self.kept[k + 1:])
+
+
+class _FailureStreak:
+    """Counts how many times in a row the same task failed with the same exit code."""
+
+    def __init__(self):
+        self.failure, self.count = None, 0
+
+    def add(self, failure):
+        key = (failure.name, failure.exit_code)
+        self.count = self.count + 1 if key == self.failure else 1
+        self.failure = key
+        return self.count
+
+    def reset(self):
+        self.failure, self.count = None, 0
+
+
+def _worker_to_drop(cluster, streak, num_worker, min_workers, drop_after):
+    """The index of the worker to drop after ``cluster``'s failure (None: keep the size)."""
+    failure = cluster.failed_task
+    if failure is None or min_workers is None:
+        return None
+    count = streak.add(failure)
+    if count < drop_after or failure.job != 'worker':
+        return None
+    if num_worker - 1 < min_workers:
+        cluster.say("{} failed {} times in a row with exit code {}; the cluster is at its minimum of {} "
+                    "workers, so it is not dropped".format(failure.name, count, failure.exit_code,
+                                                           min_workers))
+        return None
+    streak.reset()
+    return failure.index
+
+
 def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=None, chief=None,
-           max_restarts=0, restart_delay=1.0, env=None, output=None, hosts=None):
+           max_restarts=None, restart_delay=1.0, env=None, output=None, hosts=None, min_workers=None,
+           drop_after=3):
     """Run ``command`` as a local cluster (see :class:`LocalCluster`) until it is done,
     passing SIGINT and SIGTERM on to the processes (call it from the main thread). Returns
     the exit code. ``env``, ``output`` and ``hosts`` are :class:`LocalCluster`'s.
 
     After a failure, every process is ended and the whole cluster is started again (on new
-    ports), up to ``max_restarts`` times, ``restart_delay`` seconds later, as torchrun and
+    ports), up to ``max_restarts`` times (None: 0), ``restart_delay`` seconds later, as torchrun and
     Kubernetes restart a job: a script with :class:`AutoResumeTrainConfig` then goes on from
     its last epoch. Each restart is logged with its cause; the exit code is that of the last
     attempt. A signal or ``timeout`` ends the run without restart (``timeout`` counts from the
-    first start)."""
+    first start).
+
+    With ``min_workers`` (< ``num_worker``), the cluster is elastic: a worker that fails
+    ``drop_after`` times in a row with the same exit code is dropped (with ``hosts``, its
+    host too) and the next start has one worker fewer, down to ``min_workers``; ``max_restarts``
+    None then allows ``drop_after`` restarts per worker that may be dropped, and one more."""
+    if min_workers is not None and not 1 <= min_workers <= num_worker:
+        raise ValueError("launch: min_workers must be between 1 and num_worker={}, got {}".format(
+            num_worker, min_workers))
+    if drop_after < 1:
+        raise ValueError("launch: drop_after must be at least 1, got {}".format(drop_after))
+    if max_restarts is None:
+        max_restarts = 0 if min_workers is None else drop_after * (num_worker - min_workers + 1)
     deadline = None if timeout is None else time.monotonic() + timeout
     interrupted = []
     current = []
+    streak = _FailureStreak()
+    if hosts is not None:
+        hosts = _HostSubset(hosts, range(num_worker + 1 + num_ps if chief else num_worker + num_ps))
 
     signalled = threading.Event()   # ends the wait before a restart at once
 
@@ -272,6 +357,15 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
                         restarts + 1, cluster.failure_cause))
                 break
             restarts += 1
+            dropped = _worker_to_drop(cluster, streak, num_worker, min_workers, drop_after)
+            if dropped is not None:
+                failure = cluster.failed_task
+                cluster.say("{} failed {} times in a row with exit code {}: dropping it; the cluster goes "
+                            "on with {} workers (at least {})".format(
+                                failure.name, drop_after, failure.exit_code, num_worker - 1, min_workers))
+                num_worker -= 1
+                if hosts is not None:
+                    hosts = hosts.without(dropped)
             cluster.say("restart {} of {} in {:g} s, after: {}".format(
                 restarts, max_restarts, restart_delay, cluster.failure_cause))
             signalled.wait(restart_delay)
@@ -281,12 +375,27 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
     return 128 + interrupted[0] if interrupted and code == 0 else code
 
 
+def _worker_range(text):
+    """``'4'`` -> (4, 4); ``'2:4'`` -> (2, 4) (``--workers``)."""
+    low, colon, high = text.partition(':')
+    try:
+        low, high = int(low), int(high if colon else low)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected N or MIN:MAX, got {!r}".format(text)) from None
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError("expected N >= 1, or MIN:MAX with 1 <= MIN <= MAX, got {!r}".format(
+            text))
+    return low, high
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog='python -m tensorpack_lite.utils.launch',
         description="Run a command as N worker (and M ps) processes of a cluster on this machine, each "
                     "with the TF_CONFIG of its task.")
-    parser.add_argument('-n', '--workers', type=int, required=True, help='number of worker processes')
+    parser.add_argument('-n', '--workers', type=_worker_range, required=True, metavar='N or MIN:MAX',
+                        help='number of worker processes; MIN:MAX starts MAX and drops a worker that '
+                             'fails --drop-after times in a row, down to MIN')
     parser.add_argument('--ps', type=int, default=0, help='number of parameter-server processes')
     parser.add_argument('--chief', nargs='?', const='chief', choices=CHIEF_JOBS,
                         help="also start a separate chief task (named 'chief', or 'master' if given), as "
@@ -295,8 +404,12 @@ def main(argv=None):
     parser.add_argument('--grace', type=float, default=30.0,
                         help='seconds the others get to stop after one fails (default 30)')
     parser.add_argument('--timeout', type=float, help='end everything after this many seconds')
-    parser.add_argument('--max-restarts', type=int, default=0,
-                        help='after a failure, end every task and start them all again, up to N times')
+    parser.add_argument('--max-restarts', type=int,
+                        help='after a failure, end every task and start them all again, up to N times '
+                             '(default 0; with MIN:MAX, --drop-after x (MAX - MIN + 1))')
+    parser.add_argument('--drop-after', type=int, default=3,
+                        help='with --workers MIN:MAX: failures in a row (same task, same exit code) '
+                             'after which a worker is dropped (default 3)')
     parser.add_argument('--restart-delay', type=float, default=1.0,
                         help='seconds before a restart (default 1)')
     parser.add_argument('command', nargs=argparse.REMAINDER, help='the command, after --')
@@ -305,10 +418,13 @@ def main(argv=None):
     if not command:
         parser.error("give the command to run after --, e.g. -- python train.py")
     try:
-        if args.max_restarts < 0 or args.restart_delay < 0:
-            parser.error("--max-restarts and --restart-delay must be >= 0")
-        return launch(command, args.workers, args.ps, host=args.host, grace=args.grace, timeout=args.timeout,
-                      chief=args.chief, max_restarts=args.max_restarts, restart_delay=args.restart_delay)
+        if (args.max_restarts or 0) < 0 or args.restart_delay < 0 or args.drop_after < 1:
+            parser.error("--max-restarts and --restart-delay must be >= 0, --drop-after >= 1")
+        min_workers, num_worker = args.workers
+        return launch(command, num_worker, args.ps, host=args.host, grace=args.grace, timeout=args.timeout,
+                      chief=args.chief, max_restarts=args.max_restarts, restart_delay=args.restart_delay,
+                      min_workers=min_workers if min_workers < num_worker else None,
+                      drop_after=args.drop_after)
     except ValueError as err:
         parser.error(str(err))
 

@@ -2,9 +2,13 @@
 of its records mark the end of an epoch.
 
 The file holds a JSON list of records made by :class:`JSONWriter`: the scalars put since the
-previous record, plus ``epoch_num`` and ``global_step``. A record made at the end of epoch
-``k`` has ``global_step == k * steps_per_epoch`` (the global step counts training steps);
-records made in the middle of an epoch (a validation every N steps) have a smaller step.
+previous record, plus ``epoch_num`` and ``global_step``. A record made at the end of an epoch also holds the
+size of the run that trained it (``world_size``, ``steps_per_epoch``, ``global_batch``):
+``steps_per_epoch`` marks it as an epoch's end, so the epochs' ends are known even when a
+resumed run changed the steps per epoch (elastic training). In files written before that key,
+a record made at the end of epoch ``k`` is the one with ``global_step == k * steps_per_epoch``
+(the global step counts training steps); records made in the middle of an epoch (a
+validation every N steps) have a smaller step.
 JSONWriter writes the file, :class:`AutoResumeTrainConfig` finds its resume point in it and
 ``utils.plot`` draws it.
 
@@ -71,9 +75,10 @@ def last_epoch(records):
 
 
 def finished_epochs(records, steps_per_epoch):
-    """``{epoch: global_step}`` of the epochs that ``records`` saw finish: those with a record
-    whose ``global_step`` is ``epoch * steps_per_epoch``. Records made mid-epoch (a smaller
-    step) and records without both numbers do not count.
+    """``{epoch: global_step}`` of the epochs that ``records`` saw finish: those with an
+    epoch-end record (one holding ``steps_per_epoch``), and, for records without that key, a
+    record whose ``global_step`` is ``epoch * steps_per_epoch``. Records made mid-epoch and
+    records without both numbers do not count.
 
     Example::
 
@@ -87,7 +92,9 @@ def finished_epochs(records, steps_per_epoch):
             step = int(record['global_step'])
         except (TypeError, KeyError, ValueError):
             continue
-        if epoch is not None and epoch > 0 and step == epoch * steps_per_epoch:
+        if epoch is None or epoch <= 0:
+            continue
+        if 'steps_per_epoch' in record or step == epoch * steps_per_epoch:
             finished[epoch] = step
     return finished
 

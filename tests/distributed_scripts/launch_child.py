@@ -1,11 +1,12 @@
 """A process for the launcher tests (no TensorFlow): records its TF_CONFIG in
 ``OUT/<job><index>.json``, prints a line naming its task, then does what it is told:
 
-    python launch_child.py OUT [--fail JOB:INDEX:CODE [--once]] [--wait]
+    python launch_child.py OUT [--fail JOB:INDEX:CODE [--once]] [--fail-here CODE] [--wait]
 
 Every start is a line of ``OUT/starts.txt``. ``--fail`` makes that task exit with CODE once every
 task of the cluster has started (so that each has its SIGTERM handler, however slow its start);
-with ``--once`` only if it has not failed before (marker ``OUT/failed-once``). ``--wait`` makes
+with ``--once`` only if it has not failed before (marker ``OUT/failed-once``). ``--fail-here``
+makes this task do so whatever its index (a launcher test adds it to one host's command). ``--wait`` makes
 every other task wait (up to 600 s) until a SIGTERM, which it records in
 ``OUT/<job><index>.sigterm`` before exiting with code 0.
 """
@@ -44,6 +45,9 @@ def main(argv):
     print('task {} {} of {} workers'.format(job, index, len(config['cluster']['worker'])), flush=True)
     with open(os.path.join(out, 'starts.txt'), 'a') as f:
         f.write(name + '\n')
+    if '--fail-here' in argv:
+        wait_for_every_task(out, config['cluster'])
+        sys.exit(int(argv[argv.index('--fail-here') + 1]))
     if '--fail' in argv:
         fail_job, fail_index, code = argv[argv.index('--fail') + 1].split(':')
         once = os.path.join(out, 'failed-once')

@@ -26,6 +26,7 @@ from tensorpack_lite.models import BatchNorm
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import AutoResumeTrainConfig, ModelDesc, TrainConfig, launch_train_with_config
+from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, ScaleLearningRate
 from tensorpack_lite.utils import logger
 
 INIT_SEED = 100
@@ -44,9 +45,10 @@ class TinyModel(ModelDesc):
     """6 -> hidden (tanh) -> 1, mean squared error, one of :data:`OPTIMIZERS` (by default SGD
     with momentum: slots are synced too)."""
 
-    def __init__(self, init_seed, lr, hidden, optimizer='momentum', batch_norm=None):
+    def __init__(self, init_seed, lr, hidden, optimizer='momentum', batch_norm=None, lr_variable=False):
         self.init_seed, self.lr, self.hidden, self.optimizer_name = init_seed, lr, hidden, optimizer
         self.batch_norm = batch_norm     # None, or BatchNorm's sync_statistics ('' for none)
+        self.lr_variable = lr_variable   # the rate in a variable 'learning_rate' (ScaleLearningRate)
 
     def inputs(self):
         return [tf.TensorSpec([None, FEATURES], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
@@ -67,7 +69,10 @@ class TinyModel(ModelDesc):
         return cost
 
     def optimizer(self):
-        return OPTIMIZERS[self.optimizer_name](self.lr)
+        lr = self.lr
+        if self.lr_variable:
+            lr = tfv1.get_variable('learning_rate', initializer=float(lr), trainable=False)
+        return OPTIMIZERS[self.optimizer_name](lr)
 
 
 def make_samples(num):
@@ -259,6 +264,9 @@ def parse_args(argv):
     parser.add_argument('--worker1-holds', type=float,
                         help='worker 1 waits this long after its last step, then creates a marker file')
     parser.add_argument('--die-at-step', type=int, help='worker 1 SIGKILLs itself at this global step')
+    parser.add_argument('--die-task', type=int, default=1, help='with --die-at-step: the worker that dies')
+    parser.add_argument('--elastic', help="TrainConfig(elastic=): 'keep:GLOBAL_BATCH' (KeepGlobalBatch, "
+                                          "which sets the batch), 'scale:REFERENCE_SIZE' or 'none'")
     parser.add_argument('--break-session-at-step', type=int,
                         help="worker 1's session breaks in this step (helpers.BreakingSession)")
     parser.add_argument('--die-once', action='store_true',
@@ -281,6 +289,16 @@ def parse_args(argv):
     parser.add_argument('--exit-after-loss-timeout', type=float, help="the trainer's EXIT_AFTER_LOSS_TIMEOUT")
     parser.add_argument('--after-failure-timeout', type=float, help="the trainer's AFTER_FAILURE_TIMEOUT")
     return parser.parse_args(argv)
+
+
+def elastic_policy(text):
+    """The ElasticPolicy that ``--elastic`` names (None without it)."""
+    if text is None:
+        return None
+    kind, _, number = text.partition(':')
+    if kind == 'none':
+        return NoAdjustment()
+    return {'keep': KeepGlobalBatch, 'scale': ScaleLearningRate}[kind](int(number))
 
 
 def make_trainer(args, server):
@@ -318,6 +336,9 @@ def main(argv):
         logdir = os.path.join(logdir, 'worker{}'.format(trainer.task_index))
     if logdir and (trainer.is_chief or args.per_worker_logdir):
         logger.set_logger_dir(logdir, action='k')
+    policy = elastic_policy(args.elastic)
+    if isinstance(policy, KeepGlobalBatch):
+        args.batch = policy.per_replica_batch(trainer)
     num = args.steps_per_epoch * args.towers * args.batch * trainer.num_worker
     samples = make_samples(num)
     if args.overflow_step:
@@ -339,7 +360,7 @@ def main(argv):
         callbacks.append(ModelSaver())   # chief-only: skipped on the other workers
     if args.chief_loses_data and trainer.is_chief:
         callbacks.append(ChiefLosesData(args.chief_loses_data, marker))
-    if args.die_at_step and trainer.task_index == 1:
+    if args.die_at_step and trainer.task_index == args.die_task:
         marker = os.path.join(args.out, 'died-once') if args.die_once else None
         callbacks.append(DieAtStep(args.die_at_step, marker))
     if args.break_session_at_step and trainer.task_index == 1:
@@ -347,11 +368,12 @@ def main(argv):
         from helpers import BreakSessionAt
         callbacks.insert(0, BreakSessionAt(args.break_session_at_step))
     batch_norm = None if args.batch_norm is None else args.batch_norm.replace('none', '')
-    model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm)
+    model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm,
+                      lr_variable=isinstance(policy, ScaleLearningRate))
     config = AutoResumeTrainConfig(model=model,
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
                                    steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,
-                                   mixed_precision=args.mixed_precision)
+                                   mixed_precision=args.mixed_precision, elastic=policy)
     launch_train_with_config(config, trainer)
     if held:     # whether worker 1 was done holding when this worker's training ended
         with open(os.path.join(args.out, 'worker{}.ended'.format(trainer.task_index)), 'w') as f:

@@ -1,0 +1,275 @@
+"""Elastic training: what a run does when it resumes with another number of model replicas
+(``trainer.world_size``: towers times processes) than the epoch it resumes from.
+
+A requeued job gets whatever is free: ``sbatch --nodes=2-4``, a Kubernetes job scaled down,
+``mpiexec -n`` with fewer ranks. ``stats.json`` records, at each epoch's end, the world size,
+the global batch and the steps per epoch that trained it (:class:`RunShape`);
+:class:`~tensorpack_lite.train.config.AutoResumeTrainConfig` reads them back and the policy
+given as ``TrainConfig(elastic=...)`` decides what changes:
+
+- :class:`NoAdjustment` (the default): nothing; each replica keeps its batch, so the global
+  batch changes with the world size. Said in one warning.
+- :class:`KeepGlobalBatch`: the global batch stays, each replica takes ``global / N`` (the
+  script builds its DataFlow with :meth:`KeepGlobalBatch.per_replica_batch`); a size that
+  does not divide it is refused. Steps per epoch and the learning rate stay; with the same
+  data, the updates are the ones the original world size would have made.
+- :class:`ScaleLearningRate`: each replica keeps its batch, the optimizer's learning rate is
+  scaled by ``N / reference_world_size`` (Goyal et al., 2017) and an epoch keeps its amount of
+  data (the steps per epoch scale by ``old / new``).
+
+Example::
+
+    policy = KeepGlobalBatch(256)
+    trainer = CollectiveAllReduceTrainer(['/gpu:0'], create_server())
+    df = BatchData(RankShardData(dataset, trainer.task_index, trainer.num_worker),
+                   policy.per_replica_batch(trainer))
+    launch_train_with_config(AutoResumeTrainConfig(model=Model(), dataflow=df, elastic=policy,
+                                                   callbacks=[ModelSaver()], max_epoch=90), trainer)
+"""
+
+from fractions import Fraction
+
+from ..compat import tf, tfv1
+from ..loop.callback import Callback
+from ..utils import logger
+
+__all__ = ['RunShape', 'ElasticPolicy', 'NoAdjustment', 'KeepGlobalBatch', 'ScaleLearningRate']
+
+
+def _whole(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError("{} must be an integer >= {}, got {!r}".format(name, minimum, value))
+    return value
+
+
+class RunShape:
+    """The size of the run that trained an epoch, as ``stats.json`` recorded it at the
+    epoch's end: ``world_size`` (model replicas), ``global_batch`` (datapoints per step, all
+    replicas together) and ``steps_per_epoch``; each None when not recorded."""
+
+    KEYS = ('world_size', 'global_batch', 'steps_per_epoch')
+
+    def __init__(self, world_size=None, global_batch=None, steps_per_epoch=None):
+        self.world_size, self.global_batch, self.steps_per_epoch = world_size, global_batch, steps_per_epoch
+
+    @classmethod
+    def of_record(cls, record):
+        """The shape an epoch-end record of ``stats.json`` holds (None for what it lacks)."""
+        values = [record.get(key) for key in cls.KEYS]
+        return cls(*[int(v) if isinstance(v, (int, float)) else None for v in values])
+
+    def __repr__(self):
+        return 'RunShape(world_size={}, global_batch={}, steps_per_epoch={})'.format(
+            self.world_size, self.global_batch, self.steps_per_epoch)
+
+
+class ElasticPolicy:
+    """What a resumed run changes when its world size differs from that of the epoch it
+    resumes from. :func:`launch_train_with_config` calls :meth:`apply` before the graph is
+    built, :meth:`optimizer_func` on the model's optimizer function and registers
+    :meth:`callbacks`.
+
+    Subclasses implement :meth:`_adjust`, and may override :meth:`_check`,
+    :meth:`optimizer_func` and :meth:`callbacks`."""
+
+    def apply(self, config, trainer):
+        """Check the policy against ``trainer`` and, when ``config`` resumes a run of another
+        world size, log what changes and set ``config.steps_per_epoch``."""
+        self._check(trainer.world_size)
+        before = config.resumed_run
+        if before is None or before.world_size is None or before.world_size == trainer.world_size:
+            return
+        steps_per_epoch, what = self._adjust(before, trainer.world_size, config.steps_per_epoch)
+        logger.warn("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended "
+                    "with {}: {}".format(config.starting_epoch, trainer.world_size, config.starting_epoch - 1,
+                                         before.world_size, what))
+        config.steps_per_epoch = steps_per_epoch
+
+    def _check(self, world_size):
+        """Raise a ValueError when the policy cannot train with ``world_size`` replicas."""
+
+    def _adjust(self, before, world_size, steps_per_epoch):
+        """``(steps_per_epoch, text)``: the steps per epoch of the resumed run and what the
+        policy does, for the log line (``before``: the :class:`RunShape` resumed from)."""
+        raise NotImplementedError("{} must implement _adjust()".format(type(self).__name__))
+
+    def optimizer_func(self, get_opt_fn, trainer):
+        """The optimizer function the trainer gets in place of ``get_opt_fn``."""
+        return get_opt_fn
+
+    def callbacks(self, trainer):
+        """Callbacks the policy adds to the run."""
+        return []
+
+    def __repr__(self):
+        return '{}()'.format(type(self).__name__)
+
+
+class NoAdjustment(ElasticPolicy):
+    """Changes nothing (tensorpack's behaviour): each replica keeps its batch, so the global
+    batch, and with it what a step and an epoch mean, follows the world size. A resize is
+    reported in one warning."""
+
+    def _adjust(self, before, world_size, steps_per_epoch):
+        return steps_per_epoch, (
+            "each replica keeps its batch, so a step now takes {}/{} times the data (the global batch "
+            "changed from {} x B to {} x B), with the same learning rate and steps per epoch. Nothing is "
+            "adjusted for it (TrainConfig(elastic=KeepGlobalBatch(...) or ScaleLearningRate(...)) "
+            "would).".format(world_size, before.world_size, before.world_size, world_size))
+
+
+def _multiples_around(number, divisor):
+    """The multiples of ``divisor`` nearest to ``number`` (below, if positive, and above)."""
+    below = number - number % divisor
+    return [b for b in (below, below + divisor) if b > 0]
+
+
+def _epoch_steps(data_per_epoch, per_step, what):
+    """``data_per_epoch / per_step`` as a whole number of steps, or a ValueError."""
+    steps = Fraction(data_per_epoch, per_step)
+    if steps.denominator != 1:
+        raise ValueError("{}: an epoch of {} would be {:.4g} steps of {}, not a whole number. Resume with a "
+                         "world size that divides it, or give TrainConfig(elastic=NoAdjustment()).".format(
+                             what, data_per_epoch, float(steps), per_step))
+    return int(steps)
+
+
+class KeepGlobalBatch(ElasticPolicy):
+    """Keep ``global_batch`` datapoints per step whatever the world size: each of ``N``
+    replicas takes ``global_batch / N`` (build the DataFlow with :meth:`per_replica_batch`).
+    A world size that does not divide ``global_batch`` is refused before anything is built;
+    the first step checks that the input gave that many (``trainer.global_batch``). Steps per
+    epoch and the learning rate stay as they were.
+
+    Example::
+
+        policy = KeepGlobalBatch(240)     # divides among 1..6, 8, 10, 12... replicas
+        df = BatchData(RankShardData(ds, rank, size), policy.per_replica_batch(trainer))
+    """
+
+    def __init__(self, global_batch):
+        self.global_batch = _whole('KeepGlobalBatch(global_batch)', global_batch)
+
+    def per_replica_batch(self, trainer_or_world_size):
+        """The batch of each replica: ``global_batch / world_size`` (of a trainer, or a number)."""
+        world_size = getattr(trainer_or_world_size, 'world_size', trainer_or_world_size)
+        self._check(world_size)
+        return self.global_batch // world_size
+
+    def _check(self, world_size):
+        if self.global_batch % world_size:
+            raise ValueError(
+                "{!r}: a global batch of {} does not divide among {} model replicas (towers x processes). "
+                "Choose a global batch that every world size you run with divides ({} replicas divide {}), "
+                "or TrainConfig(elastic=ScaleLearningRate(...)) to keep the per-replica batch.".format(
+                    self, self.global_batch, world_size, world_size, ' and '.join(
+                        str(b) for b in _multiples_around(self.global_batch, world_size))))
+
+    def _adjust(self, before, world_size, steps_per_epoch):
+        steps = steps_per_epoch
+        if before.global_batch is not None and before.steps_per_epoch is not None:
+            steps = _epoch_steps(before.global_batch * before.steps_per_epoch, self.global_batch, repr(self))
+        was = '' if before.global_batch is None else ', was {} per replica'.format(
+            before.global_batch // before.world_size)
+        return steps, ("{!r} keeps the global batch at {} ({} per replica{}); an epoch stays {} steps and "
+                       "the learning rate is unchanged.".format(
+                           self, self.global_batch, self.global_batch // world_size, was, steps))
+
+    def callbacks(self, trainer):
+        return [_CheckGlobalBatch(self)]
+
+    def __repr__(self):
+        return 'KeepGlobalBatch({})'.format(self.global_batch)
+
+
+class _CheckGlobalBatch(Callback):
+    """After the run's first step: the trainer's measured global batch must be the policy's."""
+
+    _chief_only = False
+
+    def __init__(self, policy):
+        self._policy = policy
+        self._checked = False
+
+    def _trigger_step(self):
+        if self._checked:
+            return
+        self._checked = True
+        measured = self.trainer.global_batch
+        if measured is not None and measured != self._policy.global_batch:
+            raise ValueError(
+                "{!r}: the first step took {} datapoints ({} model replicas x {}), not {}. Build the "
+                "DataFlow's batch with policy.per_replica_batch(trainer) ({}).".format(
+                    self._policy, measured, self.trainer.world_size, measured // self.trainer.world_size,
+                    self._policy.global_batch, self._policy.per_replica_batch(self.trainer)))
+
+
+class ScaleLearningRate(ElasticPolicy):
+    """Keep the per-replica batch and scale the learning rate linearly with the world size
+    (Goyal et al., 2017): the optimizer uses the variable ``variable`` times
+    ``world_size / reference_world_size``. The variable itself (what hyper-parameter setters
+    set and log, and what checkpoints hold) keeps the reference rate. An epoch keeps its
+    amount of data: resumed with another world size, the steps per epoch become
+    ``old_steps * old_size / new_size`` (a ValueError when that is not whole).
+
+    The model's ``optimizer()`` must create the rate with ``tf.compat.v1.get_variable``, as
+    tensorpack's examples do::
+
+        lr = tf.compat.v1.get_variable('learning_rate', initializer=0.1, trainable=False)
+        return tf.compat.v1.train.MomentumOptimizer(lr, 0.9)
+
+    Args:
+        reference_world_size (int): the number of replicas the model's learning rate (and its
+            schedule) is meant for.
+        variable (str): the name of the learning-rate variable.
+    """
+
+    def __init__(self, reference_world_size, variable='learning_rate'):
+        self.reference_world_size = _whole('ScaleLearningRate(reference_world_size)', reference_world_size)
+        self.variable = variable
+
+    def factor(self, world_size):
+        """The learning rate's multiplier with ``world_size`` replicas."""
+        return Fraction(world_size, self.reference_world_size)
+
+    def _adjust(self, before, world_size, steps_per_epoch):
+        steps = steps_per_epoch
+        if before.steps_per_epoch is not None:
+            steps = _epoch_steps(before.steps_per_epoch * before.world_size, world_size, repr(self))
+        return steps, ("{!r} keeps each replica's batch; the learning rate is '{}' x {} (was x {}) and an "
+                       "epoch is {} steps (was {}), the same data.".format(
+                           self, self.variable, self.factor(world_size), self.factor(before.world_size),
+                           steps, before.steps_per_epoch))
+
+    def optimizer_func(self, get_opt_fn, trainer):
+        factor = self.factor(trainer.world_size)
+        variable = self.variable
+        policy = self
+
+        def scaled_rate(getter, name, *args, **kwargs):
+            var = getter(name, *args, **kwargs)
+            if name != variable and not name.endswith('/' + variable):
+                return var
+            found.append(var)
+            return var if factor == 1 else tf.multiply(var, float(factor), name=variable + '_scaled')
+
+        found = []
+
+        def get_opt():
+            with tfv1.variable_scope(tfv1.get_variable_scope(), custom_getter=scaled_rate):
+                opt = get_opt_fn()
+            if not found:
+                raise ValueError(
+                    "{!r}: the model's optimizer() created no variable '{}' with "
+                    "tf.compat.v1.get_variable(), so there is no learning rate to scale. Create it so: "
+                    "lr = tf.compat.v1.get_variable('{}', initializer=0.1, trainable=False).".format(
+                        policy, variable, variable))
+            return opt
+
+        if factor != 1:
+            logger.info("{!r}: {} model replicas, so the optimizer's learning rate is '{}' x {}.".format(
+                self, trainer.world_size, variable, factor))
+        return get_opt
+
+    def __repr__(self):
+        return 'ScaleLearningRate({})'.format(self.reference_world_size)

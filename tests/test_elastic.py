@@ -1,0 +1,199 @@
+"""Elastic policies (``TrainConfig(elastic=...)``, tensorpack_lite/train/elastic.py) in one
+process, where a change of world size is a change of towers (virtual CPU devices): keeping the
+global batch over 4, 3, 2, then 4 towers ends at the weights of an uninterrupted run; scaling
+the learning rate makes the updates of the scaled rate and keeps an epoch's data, and the resume
+finds epochs whose steps per epoch changed; bad sizes and inputs are refused naming the numbers.
+(Real processes: test_elastic_cluster.py.)"""
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from tensorpack_lite.callbacks import ModelSaver
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer,
+                                   SyncMultiGPUTrainerParameterServer, TrainConfig, launch_train_with_config)
+from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, RunShape, ScaleLearningRate
+from tensorpack_lite.utils import stats_json
+
+W0 = np.linspace(-1, 1, 4).reshape(4, 1).astype('float32')
+
+
+class Linear(ModelDesc):
+    """y ~ x @ w, mean squared error; the rate in a variable 'learning_rate' (or a float)."""
+
+    def __init__(self, lr=0.05, momentum=0.9, rate_variable=True):
+        self.lr, self.momentum, self.rate_variable = lr, momentum, rate_variable
+
+    def inputs(self):
+        return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
+
+    def build_graph(self, x, y):
+        w = tfv1.get_variable('w', initializer=W0)
+        return tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
+
+    def optimizer(self):
+        lr = self.lr
+        if self.rate_variable:
+            lr = tfv1.get_variable('learning_rate', initializer=lr, trainable=False)
+        if self.momentum:
+            return tfv1.train.MomentumOptimizer(lr, self.momentum)
+        return tfv1.train.GradientDescentOptimizer(lr)
+
+
+def samples(num):
+    rng = np.random.RandomState(0)
+    x = rng.randn(num, 4).astype('float32')
+    y = (x @ rng.randn(4)).astype('float32')
+    return x, y
+
+
+def train(towers, batch, max_epoch, policy, steps_per_epoch, num=48, model=None):
+    """Resume (or start) the run in the logger directory with ``towers`` towers of ``batch``
+    datapoints each; returns the weights of the newest checkpoint."""
+    x, y = samples(num)
+    with tfv1.Graph().as_default():
+        trainer = (SyncMultiGPUTrainerParameterServer(['/cpu:{}'.format(i) for i in range(towers)])
+                   if towers > 1 else SimpleTrainer())
+        config = AutoResumeTrainConfig(
+            model=model or Linear(), dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), batch),
+            callbacks=[ModelSaver()], monitors=None, steps_per_epoch=steps_per_epoch, max_epoch=max_epoch,
+            elastic=policy, session_config=tfv1.ConfigProto(device_count={'CPU': towers}))
+        launch_train_with_config(config, trainer)
+        return config
+
+
+def newest_weights(logdir):
+    return tfv1.train.load_variable(tfv1.train.latest_checkpoint(logdir), 'w')
+
+
+def stats(logdir):
+    with open(os.path.join(logdir, 'stats.json')) as f:
+        return [(r['epoch_num'], r['global_step'], r['world_size'], r['global_batch'], r['steps_per_epoch'])
+                for r in json.load(f)]
+
+
+def resize_warnings(log_records):
+    return [m for m in log_records.messages_at(logging.WARNING) if m.startswith('Resuming at epoch')]
+
+
+def test_keeping_the_global_batch_over_4_3_2_4_towers_ends_at_the_uninterrupted_weights(
+        logdir, tmp_path, log_records):
+    policy = KeepGlobalBatch(12)
+    for epochs, towers in enumerate([4, 3, 2, 4], start=1):
+        train(towers, policy.per_replica_batch(towers), epochs, policy, steps_per_epoch=4)
+    elastic = newest_weights(logdir)
+    assert stats(logdir) == [(1, 4, 4, 12, 4), (2, 8, 3, 12, 4), (3, 12, 2, 12, 4), (4, 16, 4, 12, 4)]
+    assert resize_warnings(log_records) == [
+        "Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended with {}: "
+        "KeepGlobalBatch(12) keeps the global batch at 12 ({} per replica, was {} per replica); an epoch "
+        "stays 4 steps and the learning rate is unchanged.".format(e, n, e - 1, m, 12 // n, 12 // m)
+        for e, n, m in [(2, 3, 4), (3, 2, 3), (4, 4, 2)]]
+
+    from tensorpack_lite.utils import logger
+    logger.set_logger_dir(str(tmp_path / 'whole'), action='d')
+    train(4, 3, 4, policy, steps_per_epoch=4)
+    whole = newest_weights(str(tmp_path / 'whole'))
+    assert np.abs(whole - W0).max() > 0.1       # it trained
+    np.testing.assert_allclose(elastic, whole, rtol=0, atol=1e-5)
+
+
+def sgd(w, x, y, lr, batch, steps):
+    """``steps`` plain gradient steps of the mean squared error on consecutive batches."""
+    for k in range(steps):
+        xb, yb = x[k * batch:(k + 1) * batch].astype('float64'), y[k * batch:(k + 1) * batch]
+        grad = 2.0 / batch * xb.T @ (xb @ w - yb[:, None])
+        w = w - lr * grad
+    return w
+
+
+def test_scaling_the_learning_rate_2_1_2_towers_makes_the_scaled_updates_and_keeps_an_epochs_data(
+        logdir, log_records):
+    """SGD at 0.1 meant for 2 replicas of 4 datapoints; 16 datapoints an epoch. Epoch 1 on 2
+    towers (2 steps), epoch 2 on 1 tower (4 steps at 0.05), epoch 3 on 2 towers again: the
+    epoch-2 checkpoint (global step 6) is found as the end of epoch 2 although 6 is 3 epochs of
+    2 steps."""
+    policy = ScaleLearningRate(2)
+    x, y = samples(16)
+    train(2, 4, 1, policy, steps_per_epoch=2, num=16, model=Linear(lr=0.1, momentum=0))
+    w1 = newest_weights(logdir)
+    np.testing.assert_allclose(w1, sgd(W0.astype('float64'), x, y, 0.1, 8, 2), rtol=0, atol=1e-5)
+    config = train(1, 4, 2, policy, steps_per_epoch=2, num=16, model=Linear(lr=0.1, momentum=0))
+    assert config.steps_per_epoch == 4
+    w2 = newest_weights(logdir)
+    np.testing.assert_allclose(w2, sgd(w1.astype('float64'), x, y, 0.05, 4, 4), rtol=0, atol=1e-5)
+    rate = tfv1.train.load_variable(tfv1.train.latest_checkpoint(logdir), 'learning_rate')
+    assert rate == pytest.approx(0.1)      # the variable keeps the reference rate
+    config = train(2, 4, 3, policy, steps_per_epoch=4, num=16, model=Linear(lr=0.1, momentum=0))
+    assert config.steps_per_epoch == 2
+    np.testing.assert_allclose(newest_weights(logdir), sgd(w2.astype('float64'), x, y, 0.1, 8, 2), rtol=0,
+                               atol=1e-5)
+    assert stats(logdir) == [(1, 2, 2, 8, 2), (2, 6, 1, 4, 4), (3, 8, 2, 8, 2)]
+    assert "Resuming from checkpoint {} (end of epoch 2).".format(os.path.join(logdir, 'model-6')) in \
+        log_records.messages_at(logging.INFO)
+    assert resize_warnings(log_records) == [
+        "Resuming at epoch 2 with 1 model replicas (towers x processes), where epoch 1 ended with 2: "
+        "ScaleLearningRate(2) keeps each replica's batch; the learning rate is 'learning_rate' x 1/2 "
+        "(was x 1) and an epoch is 4 steps (was 2), the same data.",
+        "Resuming at epoch 3 with 2 model replicas (towers x processes), where epoch 2 ended with 1: "
+        "ScaleLearningRate(2) keeps each replica's batch; the learning rate is 'learning_rate' x 1 "
+        "(was x 1/2) and an epoch is 2 steps (was 4), the same data."]
+
+
+def test_no_adjustment_keeps_the_steps_and_says_so(logdir, log_records):
+    train(2, 4, 1, NoAdjustment(), steps_per_epoch=3)
+    config = train(1, 4, 2, NoAdjustment(), steps_per_epoch=3)
+    assert config.steps_per_epoch == 3
+    assert stats(logdir) == [(1, 3, 2, 8, 3), (2, 6, 1, 4, 3)]
+    assert len(resize_warnings(log_records)) == 1
+    assert "global batch changed from 2 x B to 1 x B" in resize_warnings(log_records)[0]
+
+
+def test_a_global_batch_that_does_not_divide_is_refused_before_anything_is_built():
+    policy = KeepGlobalBatch(10)
+    with pytest.raises(ValueError, match=r"KeepGlobalBatch\(10\): a global batch of 10 does not divide "
+                                         r"among 4 model replicas .* \(4 replicas divide 8 and 12\)"):
+        policy.per_replica_batch(4)
+    trainer = SyncMultiGPUTrainerParameterServer(['/cpu:0', '/cpu:1', '/cpu:2'])
+    with pytest.raises(ValueError, match="does not divide among 3"):
+        launch_train_with_config(TrainConfig(model=Linear(), dataflow=BatchData(DataFromList([[0]] * 9), 3),
+                                             elastic=policy), trainer)
+    assert trainer.tower_func is None            # nothing was built
+    for bad in [0, 2.5, True]:
+        with pytest.raises(ValueError, match=r"KeepGlobalBatch\(global_batch\) must be an integer >= 1"):
+            KeepGlobalBatch(bad)
+    with pytest.raises(TypeError, match=r"TrainConfig\(elastic=...\) must be an ElasticPolicy"):
+        TrainConfig(model=Linear(), dataflow=BatchData(DataFromList([[0]] * 9), 3), elastic='keep')
+
+
+def test_an_input_that_does_not_give_the_global_batch_fails_at_the_first_step(logdir):
+    with pytest.raises(ValueError, match=r"KeepGlobalBatch\(12\): the first step took 8 datapoints \(2 model "
+                                         r"replicas x 4\), not 12\. .*per_replica_batch\(trainer\) \(6\)"):
+        train(2, 4, 1, KeepGlobalBatch(12), steps_per_epoch=3)
+    assert tfv1.train.latest_checkpoint(logdir) is None or stats_json.finished_epochs(
+        stats_json.load_records(logdir), 3) == {}
+
+
+def test_scaling_needs_a_rate_variable_and_a_whole_number_of_steps(logdir):
+    with pytest.raises(ValueError, match=r"ScaleLearningRate\(2\): the model's optimizer\(\) created no "
+                                         r"variable 'learning_rate' with tf.compat.v1.get_variable\(\)"):
+        train(1, 4, 1, ScaleLearningRate(2), steps_per_epoch=3, model=Linear(rate_variable=False))
+    train(2, 4, 1, ScaleLearningRate(2), steps_per_epoch=3)
+    with pytest.raises(ValueError, match=r"ScaleLearningRate\(2\): an epoch of 6 would be 1.5 steps of 4, "
+                                         r"not a whole number"):
+        train(4, 4, 2, ScaleLearningRate(2), steps_per_epoch=3)
+
+
+def test_epoch_ends_are_found_by_their_marker_whatever_the_steps_per_epoch():
+    records = [{'epoch_num': 1, 'global_step': 4},                              # before the marker
+               {'epoch_num': 2, 'global_step': 6, 'steps_per_epoch': 2},
+               {'epoch_num': 3, 'global_step': 7, 'val': 1.0},                  # mid-epoch
+               {'epoch_num': 3, 'global_step': 9, 'steps_per_epoch': 3, 'world_size': 2, 'global_batch': 8}]
+    assert stats_json.finished_epochs(records, 4) == {1: 4, 2: 6, 3: 9}
+    shape = RunShape.of_record(records[-1])
+    assert (shape.world_size, shape.global_batch, shape.steps_per_epoch) == (2, 8, 3)
+    assert RunShape.of_record(records[0]).world_size is None

@@ -1,0 +1,102 @@
+"""Elastic training with real processes (distributed_scripts/train_tiny_multiworker.py, the
+collective trainer on free ports, every run bounded in time): a job resumed from its checkpoints
+with 4, then 3, then 2, then 4 workers and ``KeepGlobalBatch`` ends at the weights of an
+uninterrupted 4-worker run, every resize is reported, and the launcher's ``--workers MIN:MAX``
+drops a worker that keeps failing. (The policies in one process: test_elastic.py.)"""
+
+import io
+import json
+import os
+import re
+
+from test_distributed import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker, script_command,
+                              script_env, train_tiny)
+from tensorpack_lite.utils.launch import launch
+
+STEPS = 3            # per epoch
+GLOBAL_BATCH = 12    # divides among 4, 3 and 2 workers
+LR = 0.05
+
+
+def stats(logdir):
+    with open(os.path.join(str(logdir), 'stats.json')) as f:
+        return [(r['epoch_num'], r['global_step'], r['world_size'], r['global_batch'], r['steps_per_epoch'])
+                for r in json.load(f)]
+
+
+def run_epochs(tmp_path, out, num_worker, epochs, logdir):
+    """One run of ``num_worker`` workers up to epoch ``epochs``, resuming ``logdir``; returns its output."""
+    args = ['--trainer', 'collective', '--lr', LR, '--steps-per-epoch', STEPS, '--epochs', epochs,
+            '--logdir', logdir, '--elastic', 'keep:{}'.format(GLOBAL_BATCH)]
+    out.mkdir(exist_ok=True)
+    run = Run(out, num_worker, 0, args)
+    assert run.code == 0, run.output[-6000:]
+    return run.output
+
+
+def resize_lines(output):
+    """The resize lines, once each (every worker logs its own; the chief's are kept)."""
+    return re.findall(r'\[worker 0\] .*WRN (Resuming at epoch .*)', output)
+
+
+def keep_line(epoch, now, before):
+    return ("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended with {}: "
+            "KeepGlobalBatch(12) keeps the global batch at 12 ({} per replica, was {} per replica); an epoch "
+            "stays 3 steps and the learning rate is unchanged.".format(
+                epoch, now, epoch - 1, before, 12 // now, 12 // before))
+
+
+def test_4_3_2_4_workers_keeping_the_global_batch_end_at_the_uninterrupted_runs_weights(tmp_path):
+    """Four runs (max_epoch 1, 2, 3, 4) with 4, 3, 2 and 4 workers, each resuming the last epoch's
+    checkpoint, against one uninterrupted run of 4 workers for 4 epochs: the same weights (1e-5)."""
+    logdir = tmp_path / 'elastic-logs'
+    lines = []
+    for epochs, num_worker in enumerate([4, 3, 2, 4], start=1):
+        out = tmp_path / 'run{}'.format(epochs)
+        lines += resize_lines(run_epochs(tmp_path, out, num_worker, epochs, logdir))
+    assert lines == [keep_line(2, 3, 4), keep_line(3, 2, 3), keep_line(4, 4, 2)]
+    assert stats(logdir) == [(1, 3, 4, 12, 3), (2, 6, 3, 12, 3), (3, 9, 2, 12, 3), (4, 12, 4, 12, 3)]
+
+    whole = tmp_path / 'whole-logs'
+    assert resize_lines(run_epochs(tmp_path, tmp_path / 'whole', 4, 4, whole)) == []
+    assert stats(whole) == [(epoch, 3 * epoch, 4, 12, 3) for epoch in (1, 2, 3, 4)]
+    reference = load_worker(tmp_path / 'whole', 0)
+    assert reference['global_step'] == 12
+    for k in range(4):
+        worker = load_worker(tmp_path / 'run4', k)
+        assert worker['global_step'] == 12
+        assert_replicas_match(worker['weights'], reference['weights'], atol=1e-5)
+        print("worker {}: max |w - uninterrupted| = {:.3g}".format(k, max(
+            float(abs(value - reference['weights'][name]).max())
+            for name, value in worker['weights'].items())))
+
+
+def test_launcher_drops_a_worker_that_keeps_failing_and_the_job_resumes_with_fewer(tmp_path):
+    """``--workers 3:4 --drop-after 2``: worker 3 SIGKILLs itself at global step 5 (in epoch 2 of
+    3 steps) whenever it exists. Twice with 4 workers (the second resumed from epoch 1), then the
+    launcher drops it and 3 workers resume from epoch 1 and finish: the global batch kept, the
+    weights are those of one process on the same batches."""
+    logdir = tmp_path / 'logs'
+    args = ['--trainer', 'collective', '--lr', LR, '--steps-per-epoch', STEPS, '--epochs', 3,
+            '--logdir', logdir, '--elastic', 'keep:{}'.format(GLOBAL_BATCH), '--die-at-step', 5,
+            '--die-task', 3]
+    output = io.BytesIO()
+    code = launch(script_command(tmp_path, args), 4, grace=60, timeout=3 * RUN_TIMEOUT, restart_delay=0,
+                  env=script_env(), output=output, min_workers=3, drop_after=2, max_restarts=None)
+    text = output.getvalue().decode('utf-8', 'replace')
+    assert code == 0, text[-6000:]
+    launcher = re.findall(r'^\[launch\] (.*)$', text, re.M)
+    assert [line for line in launcher if not line.startswith('cluster:')] == [
+        "worker 3 failed with exit code 137; ending the other processes within 60 s",
+        "restart 1 of 4 in 0 s, after: worker 3 failed with exit code 137",
+        "worker 3 failed with exit code 137; ending the other processes within 60 s",
+        "worker 3 failed 2 times in a row with exit code 137: dropping it; the cluster goes on with 3 "
+        "workers (at least 3)",
+        "restart 2 of 4 in 0 s, after: worker 3 failed with exit code 137",
+        "every worker finished; ending the other processes within 60 s"]
+    assert resize_lines(text) == [keep_line(2, 3, 4)]
+    assert [r[:3] for r in stats(logdir)] == [(1, 3, 4), (2, 6, 3), (3, 9, 3)]
+    samples = train_tiny.make_samples(STEPS * GLOBAL_BATCH)
+    reference = train_tiny.train_single(samples, GLOBAL_BATCH, LR, 5, STEPS, 3)
+    for k in range(3):
+        assert_replicas_match(load_worker(tmp_path, k)['weights'], reference)
