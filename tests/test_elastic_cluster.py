@@ -9,6 +9,8 @@ import json
 import os
 import re
 
+import numpy as np
+
 from test_distributed import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker, script_command,
                               script_env, train_tiny)
 from tensorpack_lite.utils.launch import launch
@@ -24,10 +26,10 @@ def stats(logdir):
                 for r in json.load(f)]
 
 
-def run_epochs(tmp_path, out, num_worker, epochs, logdir):
+def run_epochs(tmp_path, out, num_worker, epochs, logdir, elastic='keep:12', extra=()):
     """One run of ``num_worker`` workers up to epoch ``epochs``, resuming ``logdir``; returns its output."""
     args = ['--trainer', 'collective', '--lr', LR, '--steps-per-epoch', STEPS, '--epochs', epochs,
-            '--logdir', logdir, '--elastic', 'keep:{}'.format(GLOBAL_BATCH)]
+            '--logdir', logdir, '--elastic', elastic] + list(extra)
     out.mkdir(exist_ok=True)
     run = Run(out, num_worker, 0, args)
     assert run.code == 0, run.output[-6000:]
@@ -69,6 +71,68 @@ def test_4_3_2_4_workers_keeping_the_global_batch_end_at_the_uninterrupted_runs_
         print("worker {}: max |w - uninterrupted| = {:.3g}".format(k, max(
             float(abs(value - reference['weights'][name]).max())
             for name, value in worker['weights'].items())))
+
+
+def tiny_model_steps(weights, x, y, lr, batch, steps, accumulators, momentum=0.9):
+    """``steps`` momentum-SGD steps of train_tiny.TinyModel (6 -> tanh -> 1, mean squared error) on
+    consecutive batches, in float64; ``weights`` and ``accumulators`` are updated in place."""
+    for k in range(steps):
+        xb, yb = x[k * batch:(k + 1) * batch], y[k * batch:(k + 1) * batch]
+        hidden = np.tanh(xb @ weights['fc0/W'] + weights['fc0/b'])
+        diff = 2.0 / batch * ((hidden @ weights['fc1/W'])[:, 0] - yb)
+        back = diff[:, None] * weights['fc1/W'][:, 0] * (1 - hidden ** 2)
+        grads = {'fc0/W': xb.T @ back, 'fc0/b': back.sum(0), 'fc1/W': hidden.T @ diff[:, None]}
+        for name, grad in grads.items():
+            accumulators[name] = momentum * accumulators[name] + grad
+            weights[name] = weights[name] - lr * accumulators[name]
+
+
+def test_4_3_2_4_workers_scaling_the_learning_rate_keep_an_epochs_data_and_make_the_scaled_updates(tmp_path):
+    """``ScaleLearningRate(4)``, 4 datapoints per worker, 48 an epoch: 3, 4, 6, then 3 steps per epoch
+    at 0.05 x 4/4, 3/4, 2/4, 4/4; the weights are those of momentum SGD with those rates on
+    batches of 16, 12, 8, 16 (computed here in float64)."""
+    logdir = tmp_path / 'logs'
+    lines = []
+    for epochs, num_worker in enumerate([4, 3, 2, 4], start=1):
+        out = tmp_path / 'run{}'.format(epochs)
+        lines += resize_lines(run_epochs(tmp_path, out, num_worker, epochs, logdir, elastic='scale:4',
+                                         extra=['--samples', 48]))
+    scale = ("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended with "
+             "{}: ScaleLearningRate(4) keeps each replica's batch; the learning rate is 'learning_rate' x {} "
+             "(was x {}) and an epoch is {} steps (was {}), the same data.")
+    assert lines == [scale.format(2, 3, 1, 4, '3/4', 1, 4, 3), scale.format(3, 2, 2, 3, '1/2', '3/4', 6, 4),
+                     scale.format(4, 4, 3, 2, 1, '1/2', 3, 6)]
+    assert stats(logdir) == [(1, 3, 4, 16, 3), (2, 7, 3, 12, 4), (3, 13, 2, 8, 6), (4, 16, 4, 16, 3)]
+
+    samples = train_tiny.make_samples(48)
+    x = np.array([a for a, _ in samples], np.float64)
+    y = np.array([b for _, b in samples], np.float64)
+    rng = np.random.RandomState(train_tiny.INIT_SEED)       # the chief's initial weights
+    weights = {'fc0/W': rng.randn(6, 5), 'fc0/b': rng.randn(5) * 0.1}
+    weights['fc1/W'] = rng.randn(5, 1) / np.sqrt(5)
+    accumulators = {name: np.zeros_like(value) for name, value in weights.items()}
+    for num_worker in [4, 3, 2, 4]:
+        tiny_model_steps(weights, x, y, LR * num_worker / 4, 4 * num_worker, 12 // num_worker, accumulators)
+    for k in range(4):
+        worker = load_worker(tmp_path / 'run4', k)
+        assert worker['global_step'] == 16
+        assert_replicas_match(worker['weights'], weights, atol=1e-5)
+
+
+def test_4_3_2_4_workers_without_adjustment_are_reported_and_keep_their_steps(tmp_path):
+    """``NoAdjustment()``: each worker keeps 4 datapoints and 3 steps per epoch; every resize is
+    one warning saying how the global batch changed."""
+    logdir = tmp_path / 'logs'
+    lines = []
+    for epochs, num_worker in enumerate([4, 3, 2, 4], start=1):
+        out = tmp_path / 'run{}'.format(epochs)
+        lines += resize_lines(run_epochs(tmp_path, out, num_worker, epochs, logdir, elastic='none'))
+    changes = [re.search(r'global batch changed from (\d) x B to (\d) x B', line).groups() for line in lines]
+    assert changes == [('4', '3'), ('3', '2'), ('2', '4')]
+    assert stats(logdir) == [(1, 3, 4, 16, 3), (2, 6, 3, 12, 3), (3, 9, 2, 8, 3), (4, 12, 4, 16, 3)]
+    workers = [load_worker(tmp_path / 'run4', k) for k in range(4)]
+    for worker in workers[1:]:
+        assert_replicas_match(worker['weights'], workers[0]['weights'], atol=0)
 
 
 def test_launcher_drops_a_worker_that_keeps_failing_and_the_job_resumes_with_fewer(tmp_path):

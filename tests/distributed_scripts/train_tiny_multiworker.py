@@ -249,6 +249,8 @@ def parse_args(argv):
     parser.add_argument('--towers', type=int, default=1, help='CPU devices (towers) per worker')
     parser.add_argument('--batch', type=int, default=4, help='per tower')
     parser.add_argument('--hidden', type=int, default=5)
+    parser.add_argument('--samples', type=int,
+                        help='datapoints in all (default: steps per epoch x the global batch)')
     parser.add_argument('--steps-per-epoch', type=int, default=3)
     parser.add_argument('--epochs', type=int, default=1)
     parser.add_argument('--lr', type=float, default=0.05)
@@ -339,7 +341,7 @@ def main(argv):
     policy = elastic_policy(args.elastic)
     if isinstance(policy, KeepGlobalBatch):
         args.batch = policy.per_replica_batch(trainer)
-    num = args.steps_per_epoch * args.towers * args.batch * trainer.num_worker
+    num = args.samples or args.steps_per_epoch * args.towers * args.batch * trainer.num_worker
     samples = make_samples(num)
     if args.overflow_step:
         step_size = args.towers * args.batch * trainer.num_worker
