@@ -145,12 +145,13 @@ def test_trainer_gives_layers_the_mean_over_ranks(monkeypatch):
                                          callbacks=[], monitors=[]), trainer)
     calls = [op for op in seen[0].graph.get_operations() if op.type == 'PyFunc']
     # the mean, its gradient (chained to it); (one rank: no gradient allreduce); the check of the
-    # variable names (two allgathers, chained) and the broadcast of the variables
+    # variable names (two allgathers, chained), the broadcast of the variables and of rank 0's schedule
     assert [op.name for op in calls] == [
         'MPIAllreduce', 'gradients/IdentityN_grad/MPIAllreduce', 'HorovodTrainer/variable_names',
-        'HorovodTrainer/variable_names_size', 'HorovodTrainer/MPIBroadcastVariables']
+        'HorovodTrainer/variable_names_size', 'HorovodTrainer/MPIBroadcastVariables',
+        'HorovodTrainer/schedule']
     assert calls[1].control_inputs == [calls[0]] and calls[3].control_inputs == [calls[2]]
-    assert calls[2].control_inputs == [] and calls[4].control_inputs == []   # run at other times
+    assert calls[2].control_inputs == [] and calls[4].control_inputs == [] and calls[5].control_inputs == []
     assert seen[0].op.type == 'IdentityN'   # the custom gradient's output
     assert not mpi_ops.is_initialized()   # shut down at the end
 
@@ -212,12 +213,12 @@ def test_towers_inside_a_rank_are_placed_on_their_devices_and_train_like_one_pro
     assert replicas['tower1/fc0/W'].device == '/device:CPU:1'
     assert graph.get_operation_by_name('fc0/W').device == '/device:CPU:0'
     # the only collectives across ranks: tower 0's mean of the statistics and its gradient (one rank:
-    # no allreduce of the gradients), the variable check and the broadcast
+    # no allreduce of the gradients), the variable check, the broadcasts of the variables and schedule
     crossing = [op.name for op in graph.get_operations() if op.type == 'PyFunc']
     assert crossing == ['tower0/bn/towers_and_ranks_mean/MPIAllreduce',
                         'tower0/gradients/tower0/bn/towers_and_ranks_mean/IdentityN_grad/MPIAllreduce',
                         'HorovodTrainer/variable_names', 'HorovodTrainer/variable_names_size',
-                        'HorovodTrainer/MPIBroadcastVariables']
+                        'HorovodTrainer/MPIBroadcastVariables', 'HorovodTrainer/schedule']
     with tfv1.Graph().as_default():
         reference = reference_weights(2, LR, batch_norm='')
     final = predict.weights
@@ -415,6 +416,31 @@ def test_two_ranks_sum_and_only_rank0_writes(tmp_path):
     other = sorted(os.listdir(str(logdir / 'rank1')))
     written = [f for f in other if f.startswith(('checkpoint', 'model-', 'stats', 'events', 'graph-'))]
     assert not written, other
+
+
+@needs_mpiexec
+def test_ranks_2_1_2_keeping_the_global_batch_train_like_one_process(tmp_path):
+    """Elastic training with the MPI engine: ``KeepGlobalBatch(8)`` on 2 ranks (4 each) for epoch
+    1, ``mpiexec -n 1`` (8) for epoch 2, 2 ranks again for epoch 3, each run resuming rank 0's
+    logger directory (rank 1, with a directory of its own, follows rank 0's schedule): each
+    resize is reported by rank 0 and the weights are one process's on batches of 8."""
+    logdir = tmp_path / 'logs'
+    outputs = []
+    for epochs, num in enumerate([2, 1, 2], start=1):
+        code, output = run_ranks(num, tmp_path, '--logdir', str(logdir), '--per-rank-logdir',
+                                 '--keep-global-batch', '8', '--epochs', str(epochs))
+        assert code == 0, output[-6000:]
+        outputs.append(output)
+    for output, now, before in [(outputs[1], 1, 2), (outputs[2], 2, 1)]:
+        assert output.count("with {} model replicas (towers x processes), where epoch".format(now)) == 1
+        assert "KeepGlobalBatch(8) keeps the global batch at 8 ({} per replica, was {} per replica)".format(
+            8 // now, 8 // before) in output
+    assert "Rank 1 follows rank 0's schedule: 3 steps per epoch, epochs 3..3." in outputs[2]
+    with open(str(logdir / 'rank0' / 'stats.json')) as f:
+        assert [(r['world_size'], r['global_batch']) for r in json.load(f)] == [(2, 8), (1, 8), (2, 8)]
+    reference = reference_weights(2, LR, max_epoch=3)
+    for rank in range(2):
+        assert_close(load_rank(tmp_path, rank)['weights'], reference, rtol=0, atol=1e-5)
 
 
 @needs_mpiexec

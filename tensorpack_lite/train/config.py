@@ -143,9 +143,10 @@ class AutoResumeTrainConfig(TrainConfig):
     """A TrainConfig that continues the run found in the logger directory, if any.
 
     It resumes from the newest checkpoint that ``stats.json`` describes: a checkpoint saved
-    by :class:`ModelSaver` at the end of an epoch ``k`` (global step ``k * steps_per_epoch``)
-    whose end is recorded in ``stats.json`` (a record of epoch ``k`` at that step, see
-    :func:`~tensorpack_lite.utils.stats_json.finished_epochs`). The global step, the epoch
+    by :class:`ModelSaver` at the end of an epoch ``k`` whose end is recorded in ``stats.json``
+    (an epoch-end record of epoch ``k`` at that global step, see
+    :func:`~tensorpack_lite.utils.stats_json.finished_epochs`; the record also says the size of
+    the run, ``resumed_run``, which ``TrainConfig(elastic=...)`` acts on). The global step, the epoch
     number, the hyper-parameter setters (which set their value for the starting epoch) and
     the statistics history continue, and no epoch runs twice.
 

@@ -309,6 +309,8 @@ class HorovodTrainer(SingleCostTrainer):
             with self._ordered():   # run together: in the same order on every rank
                 gather_names = self._build_variable_names_gather(variables)
             self._broadcast_op = self.hvd.broadcast_variables(variables, root_rank=0)
+            self._schedule_in = tfv1.placeholder(tf.int64, [3], name='schedule_in')
+            self._schedule_of_rank0 = self.hvd.broadcast(self._schedule_in, root_rank=0, name='schedule')
         super().initialize(session_creator, session_init)
         if self._builder is not None:
             check_session_devices(self.sess, self._builder.raw_devices, type(self).__name__)
@@ -388,11 +390,18 @@ class HorovodTrainer(SingleCostTrainer):
                 self._rank, 'rank ' + ended.group(1) if ended else 'another rank', self.engine)) from err
 
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
-        """Run the epochs, then shut Horovod down, whatever ended the loop. A rank whose
+        """Take rank 0's schedule (steps per epoch, first and last epoch: a resumed run needs
+        the resume point, and with it the logger directory, on rank 0 only), run the epochs,
+        then shut Horovod down, whatever ended the loop. A rank whose
         collective operations fail because another rank shut down stops as if a callback
         raised :class:`StopTraining`; one that failed makes ``horovodrun`` exit non-zero."""
         try:
-            super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
+            schedule = [steps_per_epoch, starting_epoch, max_epoch]
+            chosen = [int(x) for x in self.sess.run(self._schedule_of_rank0, {self._schedule_in: schedule})]
+            if chosen != schedule:
+                logger.info("Rank {} follows rank 0's schedule: {} steps per epoch, epochs {}..{}.".format(
+                    self._rank, *chosen))
+            super().main_loop(*chosen)
         finally:
             logger.info("Rank {}: shutting {} down.".format(self._rank, self.engine))
             self.hvd.shutdown()

@@ -25,7 +25,9 @@ from tensorpack_lite.callbacks import Callback, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.tfutils.summary import add_moving_summary
-from tensorpack_lite.train import ModelDesc, StopTraining, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, StopTraining, TrainConfig,
+                                   launch_train_with_config)
+from tensorpack_lite.train.elastic import KeepGlobalBatch
 from tensorpack_lite.utils import logger
 
 INIT_SEED = 100
@@ -216,6 +218,8 @@ def parse_args(argv):
                              "each tower takes --batch datapoints")
     parser.add_argument('--rank-towers', type=int, nargs=2, metavar=('RANK', 'TOWERS'),
                         help='rank RANK builds TOWERS towers instead of --towers')
+    parser.add_argument('--keep-global-batch', type=int, metavar='BATCH',
+                        help='AutoResumeTrainConfig(elastic=KeepGlobalBatch(BATCH)), which sets --batch')
     return parser.parse_args(argv)
 
 
@@ -241,6 +245,10 @@ def main(argv):
         if args.per_rank_logdir:
             logdir = os.path.join(logdir, 'rank{}'.format(trainer.rank))
         logger.set_logger_dir(logdir, action='k')
+    policy = None
+    if args.keep_global_batch:
+        policy = KeepGlobalBatch(args.keep_global_batch)
+        args.batch = policy.per_replica_batch(trainer)
     num = args.steps_per_epoch * args.batch * trainer.size * (args.towers or 1)
     df = BatchData(RankShardData(DataFromList(make_samples(num), shuffle=False), trainer.rank, trainer.size),
                    args.batch)
@@ -259,9 +267,10 @@ def main(argv):
         callbacks.append(SigtermAtStep(args.sigterm[1], args.sigterm[0]))
     model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
     session_config = None if args.towers is None else tfv1.ConfigProto(device_count={'CPU': args.towers})
-    config = TrainConfig(model=model, dataflow=df, callbacks=callbacks, session_config=session_config,
-                         steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,
-                         mixed_precision=args.mixed_precision)
+    config = (TrainConfig if policy is None else AutoResumeTrainConfig)(
+        model=model, dataflow=df, callbacks=callbacks, session_config=session_config,
+        steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs, mixed_precision=args.mixed_precision,
+        elastic=policy)
     launch_train_with_config(config, trainer)
 
 
