@@ -496,6 +496,19 @@ def test_a_failing_rank_ends_the_others_which_name_it(tmp_path):
         assert load_rank(tmp_path, rank)['global_step'] <= 3   # stopped, not 150 steps later
 
 
+@needs_mpiexec
+def test_a_rank_failing_before_training_aborts_the_job_instead_of_leaving_the_others_waiting(tmp_path):
+    """Rank 1 raises after the engine started, before any collective of training: the others
+    wait in the trainer's first collective, so the uncaught exception aborts the job (before,
+    rank 1 waited in MPI_Finalize and rank 0 in its allgather until killed)."""
+    code, output = run_ranks(3, tmp_path, '--raise-before-training', '1')
+    assert code != 0
+    assert 'RuntimeError: rank 1 fails before training' in output, output[-6000:]
+    assert re.search(r'MPI rank 1 \(pid \d+ on [^)]+\) ended with an uncaught RuntimeError before shutting '
+                     r'MPI down: aborting the job', output), output[-6000:]
+    assert not os.path.exists(os.path.join(str(tmp_path), 'rank0.json'))     # nobody trained
+
+
 def pid_of_rank(output, rank, num):
     found = re.findall(r'MPI rank {} of {} \(local rank \d+ of \d+\) is pid (\d+)'.format(rank, num), output)
     assert len(found) == 1, output[-6000:]

@@ -31,6 +31,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -291,6 +292,21 @@ class _Engine:
         self.MPI.COMM_WORLD.Abort(1)
         os._exit(1)
 
+    def abort_on_uncaught_exceptions(self):
+        """Make an exception that ends this rank's program before :meth:`shutdown` abort the
+        job (as ``python -m mpi4py`` does): the other ranks may be waiting in a collective this
+        rank will never join, and MPI_Finalize would wait for them."""
+        previous = sys.excepthook
+
+        def abort_after(kind, value, traceback):
+            previous(kind, value, traceback)
+            if not self._closed:
+                logger.error("{} ended with an uncaught {} before shutting MPI down: aborting the job "
+                             "(every rank ends).".format(self._describe(self.rank), kind.__name__))
+                self._abort()
+
+        sys.excepthook = abort_after
+
     # ----- end ----------------------------------------------------------------------------------
 
     def shutdown(self):
@@ -372,6 +388,7 @@ def init():
     check_launched_size(MPI.COMM_WORLD.Get_size())
     _engine = _Engine(MPI)
     if _engine.size > 1:
+        _engine.abort_on_uncaught_exceptions()
         logger.info("MPI rank {} of {} (local rank {} of {}) is pid {} on {}.".format(
             _engine.rank, _engine.size, _engine.local_rank, _engine.local_size, *_engine.peers[_engine.rank]))
 

@@ -314,7 +314,11 @@ class HorovodTrainer(SingleCostTrainer):
         super().initialize(session_creator, session_init)
         if self._builder is not None:
             check_session_devices(self.sess, self._builder.raw_devices, type(self).__name__)
-        self._check_same_variables(*self.sess.run(gather_names))
+        try:
+            self._check_same_variables(*self.sess.run(gather_names))
+        except RuntimeError:
+            self.hvd.shutdown()     # raised on every rank: they end together, with no abort
+            raise
         if self.is_chief:
             logger.info("Broadcasting {} global variables to {} ranks ...".format(
                 len(variables), self._size))

@@ -218,6 +218,8 @@ def parse_args(argv):
                              "each tower takes --batch datapoints")
     parser.add_argument('--rank-towers', type=int, nargs=2, metavar=('RANK', 'TOWERS'),
                         help='rank RANK builds TOWERS towers instead of --towers')
+    parser.add_argument('--raise-before-training', type=int, metavar='RANK',
+                        help='rank RANK raises an exception after the engine started, before training')
     parser.add_argument('--keep-global-batch', type=int, metavar='BATCH',
                         help='AutoResumeTrainConfig(elastic=KeepGlobalBatch(BATCH)), which sets --batch')
     return parser.parse_args(argv)
@@ -240,6 +242,8 @@ def main(argv):
     # can be missing from mpiexec's output (hydra stops forwarding as it ends the job).
     logging.getLogger('tensorpack_lite').addHandler(
         logging.FileHandler(os.path.join(args.out, 'rank{}.log'.format(trainer.rank))))
+    if args.raise_before_training == trainer.rank:
+        raise RuntimeError("rank {} fails before training (--raise-before-training)".format(trainer.rank))
     if args.logdir:   # on every rank: HorovodTrainer keeps ranks > 0 from writing there
         logdir = args.logdir
         if args.per_rank_logdir:
