@@ -144,6 +144,19 @@ def test_scaling_the_learning_rate_2_1_2_towers_makes_the_scaled_updates_and_kee
         "(was x 1/2) and an epoch is 2 steps (was 4), the same data."]
 
 
+def test_a_later_resume_with_the_same_size_keeps_the_scaled_steps_per_epoch(logdir, log_records):
+    """After 2 -> 1 towers (2 -> 4 steps an epoch), a resume with 1 tower again keeps 4 steps
+    although the config says 2 (the steps of the reference size)."""
+    for towers, epochs in [(2, 1), (1, 2), (1, 3)]:
+        config = train(towers, 4, epochs, ScaleLearningRate(2), steps_per_epoch=2, num=16,
+                       model=Linear(lr=0.1, momentum=0))
+    assert config.steps_per_epoch == 4
+    assert [record[4] for record in stats(logdir)] == [2, 4, 4]
+    assert len(resize_warnings(log_records)) == 1
+    assert "ScaleLearningRate(2): an epoch stays 4 steps, as the epoch resumed from (the config says 2)." in \
+        log_records.messages_at(logging.INFO)
+
+
 def test_no_adjustment_keeps_the_steps_and_says_so(logdir, log_records):
     train(2, 4, 1, NoAdjustment(), steps_per_epoch=3)
     config = train(1, 4, 2, NoAdjustment(), steps_per_epoch=3)
@@ -183,8 +196,8 @@ def test_scaling_needs_a_rate_variable_and_a_whole_number_of_steps(logdir):
                                          r"variable 'learning_rate' with tf.compat.v1.get_variable\(\)"):
         train(1, 4, 1, ScaleLearningRate(2), steps_per_epoch=3, model=Linear(rate_variable=False))
     train(2, 4, 1, ScaleLearningRate(2), steps_per_epoch=3)
-    with pytest.raises(ValueError, match=r"ScaleLearningRate\(2\): an epoch of 6 would be 1.5 steps of 4, "
-                                         r"not a whole number"):
+    with pytest.raises(ValueError, match=r"ScaleLearningRate\(2\): an epoch of 6 replica batches would be "
+                                         r"1.5 steps of 4, not a whole number"):
         train(4, 4, 2, ScaleLearningRate(2), steps_per_epoch=3)
 
 

@@ -65,24 +65,29 @@ class RunShape:
 
 class ElasticPolicy:
     """What a resumed run changes when its world size differs from that of the epoch it
-    resumes from. :func:`launch_train_with_config` calls :meth:`apply` before the graph is
-    built, :meth:`optimizer_func` on the model's optimizer function and registers
-    :meth:`callbacks`.
+    resumes from (and, with the same world size, keeps: that epoch's steps per epoch).
+    :func:`launch_train_with_config` calls :meth:`apply` before the graph is built,
+    :meth:`optimizer_func` on the model's optimizer function and registers :meth:`callbacks`.
 
     Subclasses implement :meth:`_adjust`, and may override :meth:`_check`,
     :meth:`optimizer_func` and :meth:`callbacks`."""
 
     def apply(self, config, trainer):
-        """Check the policy against ``trainer`` and, when ``config`` resumes a run of another
-        world size, log what changes and set ``config.steps_per_epoch``."""
+        """Check the policy against ``trainer`` and, when ``config`` resumes a run, set
+        ``config.steps_per_epoch`` as the policy says; when the world size changed, log what
+        changes."""
         self._check(trainer.world_size)
         before = config.resumed_run
-        if before is None or before.world_size is None or before.world_size == trainer.world_size:
+        if before is None or before.world_size is None:
             return
         steps_per_epoch, what = self._adjust(before, trainer.world_size, config.steps_per_epoch)
-        logger.warn("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended "
-                    "with {}: {}".format(config.starting_epoch, trainer.world_size, config.starting_epoch - 1,
-                                         before.world_size, what))
+        if before.world_size != trainer.world_size:
+            logger.warn("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} "
+                        "ended with {}: {}".format(config.starting_epoch, trainer.world_size,
+                                                   config.starting_epoch - 1, before.world_size, what))
+        elif steps_per_epoch != config.steps_per_epoch:
+            logger.info("{!r}: an epoch stays {} steps, as the epoch resumed from (the config says "
+                        "{}).".format(self, steps_per_epoch, config.steps_per_epoch))
         config.steps_per_epoch = steps_per_epoch
 
     def _check(self, world_size):
@@ -124,13 +129,13 @@ def _multiples_around(number, divisor):
     return [b for b in (below, below + divisor) if b > 0]
 
 
-def _epoch_steps(data_per_epoch, per_step, what):
-    """``data_per_epoch / per_step`` as a whole number of steps, or a ValueError."""
+def _epoch_steps(data_per_epoch, per_step, unit, what):
+    """``data_per_epoch / per_step`` (both in ``unit``) as a whole number of steps, or a ValueError."""
     steps = Fraction(data_per_epoch, per_step)
     if steps.denominator != 1:
-        raise ValueError("{}: an epoch of {} would be {:.4g} steps of {}, not a whole number. Resume with a "
-                         "world size that divides it, or give TrainConfig(elastic=NoAdjustment()).".format(
-                             what, data_per_epoch, float(steps), per_step))
+        raise ValueError("{}: an epoch of {} {} would be {:.4g} steps of {}, not a whole number. Resume with "
+                         "a world size that divides it, or give TrainConfig(elastic=NoAdjustment()).".format(
+                             what, data_per_epoch, unit, float(steps), per_step))
     return int(steps)
 
 
@@ -168,7 +173,8 @@ class KeepGlobalBatch(ElasticPolicy):
     def _adjust(self, before, world_size, steps_per_epoch):
         steps = steps_per_epoch
         if before.global_batch is not None and before.steps_per_epoch is not None:
-            steps = _epoch_steps(before.global_batch * before.steps_per_epoch, self.global_batch, repr(self))
+            steps = _epoch_steps(before.global_batch * before.steps_per_epoch, self.global_batch,
+                                 'datapoints', repr(self))
         was = '' if before.global_batch is None else ', was {} per replica'.format(
             before.global_batch // before.world_size)
         return steps, ("{!r} keeps the global batch at {} ({} per replica{}); an epoch stays {} steps and "
@@ -235,7 +241,8 @@ class ScaleLearningRate(ElasticPolicy):
     def _adjust(self, before, world_size, steps_per_epoch):
         steps = steps_per_epoch
         if before.steps_per_epoch is not None:
-            steps = _epoch_steps(before.steps_per_epoch * before.world_size, world_size, repr(self))
+            steps = _epoch_steps(before.steps_per_epoch * before.world_size, world_size, 'replica batches',
+                                 repr(self))
         return steps, ("{!r} keeps each replica's batch; the learning rate is '{}' x {} (was x {}) and an "
                        "epoch is {} steps (was {}), the same data.".format(
                            self, self.variable, self.factor(world_size), self.factor(before.world_size),
