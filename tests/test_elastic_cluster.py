@@ -1,8 +1,9 @@
-"""Elastic training with real processes (distributed_scripts/train_tiny_multiworker.py, the
-collective trainer on free ports, every run bounded in time): a job resumed from its checkpoints
-with 4, then 3, then 2, then 4 workers and ``KeepGlobalBatch`` ends at the weights of an
-uninterrupted 4-worker run, every resize is reported, and the launcher's ``--workers MIN:MAX``
-drops a worker that keeps failing. (The policies in one process: test_elastic.py.)"""
+"""Elastic training with real processes (distributed_scripts/train_tiny_multiworker.py on free
+ports, every run bounded in time): a collective job resumed from its checkpoints with 4, then 3,
+then 2, then 4 workers ends at the weights of an uninterrupted 4-worker run with
+``KeepGlobalBatch`` and at momentum SGD with the scaled rates with ``ScaleLearningRate``; the
+parameter-server trainer reports a resize with ``NoAdjustment``; the launcher's ``--workers
+MIN:MAX`` drops a worker that keeps failing. (The policies in one process: test_elastic.py.)"""
 
 import io
 import json
@@ -119,20 +120,28 @@ def test_4_3_2_4_workers_scaling_the_learning_rate_keep_an_epochs_data_and_make_
         assert_replicas_match(worker['weights'], weights, atol=1e-5)
 
 
-def test_4_3_2_4_workers_without_adjustment_are_reported_and_keep_their_steps(tmp_path):
-    """``NoAdjustment()``: each worker keeps 4 datapoints and 3 steps per epoch; every resize is
-    one warning saying how the global batch changed."""
+def test_parameter_server_workers_3_then_2_without_adjustment_are_reported_and_keep_their_steps(tmp_path):
+    """``NoAdjustment()`` with the parameter-server trainer (1 ps): each worker keeps 4 datapoints
+    and 3 steps per epoch; the resize is one warning saying how the global batch changed. (Its
+    4 -> 3 -> 2 -> 4 runs in one process, in test_elastic.py's tests of the same code.)"""
     logdir = tmp_path / 'logs'
     lines = []
-    for epochs, num_worker in enumerate([4, 3, 2, 4], start=1):
+    for epochs, num_worker in enumerate([3, 2], start=1):
         out = tmp_path / 'run{}'.format(epochs)
-        lines += resize_lines(run_epochs(tmp_path, out, num_worker, epochs, logdir, elastic='none'))
-    changes = [re.search(r'global batch changed from (\d) x B to (\d) x B', line).groups() for line in lines]
-    assert changes == [('4', '3'), ('3', '2'), ('2', '4')]
-    assert stats(logdir) == [(1, 3, 4, 16, 3), (2, 6, 3, 12, 3), (3, 9, 2, 8, 3), (4, 12, 4, 16, 3)]
-    workers = [load_worker(tmp_path / 'run4', k) for k in range(4)]
-    for worker in workers[1:]:
-        assert_replicas_match(worker['weights'], workers[0]['weights'], atol=0)
+        out.mkdir()
+        args = ['--trainer', 'ps', '--lr', LR, '--steps-per-epoch', STEPS, '--epochs', epochs,
+                '--logdir', logdir, '--elastic', 'none']
+        run = Run(out, num_worker, 1, args)
+        assert run.code == 0, run.output[-6000:]
+        lines += resize_lines(run.output)
+    assert lines == [
+        "Resuming at epoch 2 with 2 model replicas (towers x processes), where epoch 1 ended with 3: each "
+        "replica keeps its batch, so a step now takes 2/3 times the data (the global batch changed from 3 "
+        "x B to 2 x B), with the same learning rate and steps per epoch. Nothing is adjusted for it "
+        "(TrainConfig(elastic=KeepGlobalBatch(...) or ScaleLearningRate(...)) would)."]
+    assert stats(logdir) == [(1, 3, 3, 12, 3), (2, 6, 2, 8, 3)]
+    workers = [load_worker(tmp_path / 'run2', k) for k in range(2)]
+    assert_replicas_match(workers[1]['weights'], workers[0]['weights'], atol=0)
 
 
 def test_launcher_drops_a_worker_that_keeps_failing_and_the_job_resumes_with_fewer(tmp_path):
