@@ -52,7 +52,7 @@ def samples(num):
     return x, y
 
 
-def train(towers, batch, max_epoch, policy, steps_per_epoch, num=48, model=None):
+def train(towers, batch, max_epoch, policy, steps_per_epoch, num=48, model=None, saver=None):
     """Resume (or start) the run in the logger directory with ``towers`` towers of ``batch``
     datapoints each; returns the weights of the newest checkpoint."""
     x, y = samples(num)
@@ -61,8 +61,9 @@ def train(towers, batch, max_epoch, policy, steps_per_epoch, num=48, model=None)
                    if towers > 1 else SimpleTrainer())
         config = AutoResumeTrainConfig(
             model=model or Linear(), dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), batch),
-            callbacks=[ModelSaver()], monitors=None, steps_per_epoch=steps_per_epoch, max_epoch=max_epoch,
-            elastic=policy, session_config=tfv1.ConfigProto(device_count={'CPU': towers}))
+            callbacks=[saver or ModelSaver()], monitors=None, steps_per_epoch=steps_per_epoch,
+            max_epoch=max_epoch, elastic=policy,
+            session_config=tfv1.ConfigProto(device_count={'CPU': towers}))
         launch_train_with_config(config, trainer)
         return config
 
@@ -155,6 +156,19 @@ def test_a_later_resume_with_the_same_size_keeps_the_scaled_steps_per_epoch(logd
     assert len(resize_warnings(log_records)) == 1
     assert "ScaleLearningRate(2): an epoch stays 4 steps, as the epoch resumed from (the config says 2)." in \
         log_records.messages_at(logging.INFO)
+
+
+def test_the_saver_keeps_epoch_ends_that_are_not_multiples_of_the_new_steps_per_epoch(logdir):
+    """After 2 -> 1 towers with ScaleLearningRate the epochs end at steps 2 and 6, neither a
+    multiple of the new 4 steps per epoch: ModelSaver(max_to_keep=1) still keeps both (the
+    resume point it started from and the epoch end it saved), which AutoResumeTrainConfig
+    needs."""
+    for towers, epochs in [(2, 1), (1, 2)]:
+        train(towers, 4, epochs, ScaleLearningRate(2), steps_per_epoch=2, num=16,
+              model=Linear(lr=0.1, momentum=0), saver=ModelSaver(max_to_keep=1))
+    assert [record[1] for record in stats(logdir)] == [2, 6]
+    for step in (2, 6):
+        assert os.path.exists(os.path.join(logdir, 'model-{}.index'.format(step))), os.listdir(logdir)
 
 
 def test_no_adjustment_keeps_the_steps_and_says_so(logdir, log_records):
