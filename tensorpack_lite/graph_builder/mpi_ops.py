@@ -301,8 +301,8 @@ class _Engine:
         def abort_after(kind, value, traceback):
             previous(kind, value, traceback)
             if not self._closed:
-                logger.error("{} ended with an uncaught {} before shutting MPI down: aborting the job "
-                             "(every rank ends).".format(self._describe(self.rank), kind.__name__))
+                logger.error("{} ended with an uncaught {} ({}) before shutting MPI down: aborting the job "
+                             "(every rank ends).".format(self._describe(self.rank), kind.__name__, value))
                 self._abort()
 
         sys.excepthook = abort_after
