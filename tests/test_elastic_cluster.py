@@ -27,12 +27,14 @@ def stats(logdir):
                 for r in json.load(f)]
 
 
-def run_epochs(tmp_path, out, num_worker, epochs, logdir, elastic='keep:12', extra=()):
-    """One run of ``num_worker`` workers up to epoch ``epochs``, resuming ``logdir``; returns its output."""
-    args = ['--trainer', 'collective', '--lr', LR, '--steps-per-epoch', STEPS, '--epochs', epochs,
+def run_epochs(out, num_worker, epochs, logdir, elastic='keep:{}'.format(GLOBAL_BATCH), extra=(),
+               trainer='collective', num_ps=0):
+    """One run of ``num_worker`` workers (and ``num_ps`` ps) up to epoch ``epochs``, resuming
+    ``logdir``; returns its output."""
+    args = ['--trainer', trainer, '--lr', LR, '--steps-per-epoch', STEPS, '--epochs', epochs,
             '--logdir', logdir, '--elastic', elastic] + list(extra)
     out.mkdir(exist_ok=True)
-    run = Run(out, num_worker, 0, args)
+    run = Run(out, num_worker, num_ps, args)
     assert run.code == 0, run.output[-6000:]
     return run.output
 
@@ -56,12 +58,12 @@ def test_4_3_2_4_workers_keeping_the_global_batch_end_at_the_uninterrupted_runs_
     lines = []
     for epochs, num_worker in enumerate([4, 3, 2, 4], start=1):
         out = tmp_path / 'run{}'.format(epochs)
-        lines += resize_lines(run_epochs(tmp_path, out, num_worker, epochs, logdir))
+        lines += resize_lines(run_epochs(out, num_worker, epochs, logdir))
     assert lines == [keep_line(2, 3, 4), keep_line(3, 2, 3), keep_line(4, 4, 2)]
     assert stats(logdir) == [(1, 3, 4, 12, 3), (2, 6, 3, 12, 3), (3, 9, 2, 12, 3), (4, 12, 4, 12, 3)]
 
     whole = tmp_path / 'whole-logs'
-    assert resize_lines(run_epochs(tmp_path, tmp_path / 'whole', 4, 4, whole)) == []
+    assert resize_lines(run_epochs(tmp_path / 'whole', 4, 4, whole)) == []
     assert stats(whole) == [(epoch, 3 * epoch, 4, 12, 3) for epoch in (1, 2, 3, 4)]
     reference = load_worker(tmp_path / 'whole', 0)
     assert reference['global_step'] == 12
@@ -96,7 +98,7 @@ def test_4_3_2_4_workers_scaling_the_learning_rate_keep_an_epochs_data_and_make_
     lines = []
     for epochs, num_worker in enumerate([4, 3, 2, 4], start=1):
         out = tmp_path / 'run{}'.format(epochs)
-        lines += resize_lines(run_epochs(tmp_path, out, num_worker, epochs, logdir, elastic='scale:4',
+        lines += resize_lines(run_epochs(out, num_worker, epochs, logdir, elastic='scale:4',
                                          extra=['--samples', 48]))
     scale = ("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended with "
              "{}: ScaleLearningRate(4) keeps each replica's batch; the learning rate is 'learning_rate' x {} "
@@ -128,12 +130,8 @@ def test_parameter_server_workers_3_then_2_without_adjustment_are_reported_and_k
     lines = []
     for epochs, num_worker in enumerate([3, 2], start=1):
         out = tmp_path / 'run{}'.format(epochs)
-        out.mkdir()
-        args = ['--trainer', 'ps', '--lr', LR, '--steps-per-epoch', STEPS, '--epochs', epochs,
-                '--logdir', logdir, '--elastic', 'none']
-        run = Run(out, num_worker, 1, args)
-        assert run.code == 0, run.output[-6000:]
-        lines += resize_lines(run.output)
+        lines += resize_lines(run_epochs(out, num_worker, epochs, logdir, elastic='none', trainer='ps',
+                                         num_ps=1))
     assert lines == [
         "Resuming at epoch 2 with 2 model replicas (towers x processes), where epoch 1 ended with 3: each "
         "replica keeps its batch, so a step now takes 2/3 times the data (the global batch changed from 3 "

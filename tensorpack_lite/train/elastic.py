@@ -251,7 +251,7 @@ class ScaleLearningRate(ElasticPolicy):
     def optimizer_func(self, get_opt_fn, trainer):
         factor = self.factor(trainer.world_size)
         variable = self.variable
-        policy = self
+        found = []      # the rate variables the optimizer function created
 
         def scaled_rate(getter, name, *args, **kwargs):
             var = getter(name, *args, **kwargs)
@@ -259,8 +259,6 @@ class ScaleLearningRate(ElasticPolicy):
                 return var
             found.append(var)
             return var if factor == 1 else tf.multiply(var, float(factor), name=variable + '_scaled')
-
-        found = []
 
         def get_opt():
             with tfv1.variable_scope(tfv1.get_variable_scope(), custom_getter=scaled_rate):
@@ -270,7 +268,7 @@ class ScaleLearningRate(ElasticPolicy):
                     "{!r}: the model's optimizer() created no variable '{}' with "
                     "tf.compat.v1.get_variable(), so there is no learning rate to scale. Create it so: "
                     "lr = tf.compat.v1.get_variable('{}', initializer=0.1, trainable=False).".format(
-                        policy, variable, variable))
+                        self, variable, variable))
             return opt
 
         if factor != 1:

@@ -278,7 +278,8 @@ class _FailureStreak:
 
 
 def _worker_to_drop(cluster, streak, num_worker, min_workers, drop_after):
-    """The index of the worker to drop after ``cluster``'s failure (None: keep the size)."""
+    """The index of the worker to drop after ``cluster``'s failure (None: keep the size), said
+    in the cluster's output either way once the worker failed ``drop_after`` times in a row."""
     failure = cluster.failed_task
     if failure is None or min_workers is None:
         return None
@@ -291,6 +292,9 @@ def _worker_to_drop(cluster, streak, num_worker, min_workers, drop_after):
                                                            min_workers))
         return None
     streak.reset()
+    cluster.say("{} failed {} times in a row with exit code {}: dropping it; the cluster goes on with {} "
+                "workers (at least {})".format(failure.name, count, failure.exit_code, num_worker - 1,
+                                               min_workers))
     return failure.index
 
 
@@ -359,10 +363,6 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
             restarts += 1
             dropped = _worker_to_drop(cluster, streak, num_worker, min_workers, drop_after)
             if dropped is not None:
-                failure = cluster.failed_task
-                cluster.say("{} failed {} times in a row with exit code {}: dropping it; the cluster goes "
-                            "on with {} workers (at least {})".format(
-                                failure.name, drop_after, failure.exit_code, num_worker - 1, min_workers))
                 num_worker -= 1
                 if hosts is not None:
                     hosts = hosts.without(dropped)
