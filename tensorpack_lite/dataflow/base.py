@@ -29,6 +29,7 @@ import threading
 from abc import ABCMeta, abstractmethod
 
 from ..utils.utils import get_rng
+from .state import DataFlowStateUnsupported
 
 __all__ = ['DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
            'DataFlowReentrantGuard', 'DataFlowMeta']
@@ -160,6 +161,23 @@ class DataFlow(object, metaclass=DataFlowMeta):
         It runs in the process that will iterate (e.g. after a fork), so it is the place
         to create RNGs, open files or start workers.  The base implementation does nothing.
         """
+
+    def get_state(self):
+        """The position of the iteration in progress (or of the next one), to be given to
+        :meth:`set_state`, maybe in another process. Optional: see
+        :mod:`tensorpack_lite.dataflow.state` for the protocol. The base implementation raises
+        :class:`~tensorpack_lite.dataflow.state.DataFlowStateUnsupported`."""
+        raise DataFlowStateUnsupported(
+            "{} cannot save the position of its iteration (it does not implement get_state(); see "
+            "tensorpack_lite.dataflow.state).".format(type(self).__name__))
+
+    def set_state(self, state):
+        """Go back to a position :meth:`get_state` gave: the next ``iter()`` produces the rest of
+        that iteration. Called after :meth:`reset_state`. The base implementation raises
+        :class:`~tensorpack_lite.dataflow.state.DataFlowStateUnsupported`."""
+        raise DataFlowStateUnsupported(
+            "{} cannot restore the position of an iteration (it does not implement set_state(); see "
+            "tensorpack_lite.dataflow.state).".format(type(self).__name__))
 
 
 class RNGDataFlow(DataFlow):

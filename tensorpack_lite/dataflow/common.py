@@ -13,6 +13,7 @@ from ..utils import logger
 from ..utils.utils import get_rng, get_tqdm
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from .epochs import repeat_epochs
+from .state import get_dataflow_state, set_dataflow_state
 
 __all__ = ['TestDataSpeed', 'PrintData', 'BatchData', 'BatchDataByShape', 'FixedSizeData',
            'MapData', 'MapDataComponent', 'RepeatedData', 'RepeatedDataPoint', 'RandomChooseData',
@@ -141,6 +142,8 @@ class BatchData(ProxyDataFlow):
                     "no batch would ever be produced.".format(self.batch_size, ds_len))
         self.remainder = remainder
         self.use_list = use_list
+        self._holder = []
+        self._resume_holder = None
 
     def __len__(self):
         ds_len = len(self.ds)
@@ -150,14 +153,24 @@ class BatchData(ProxyDataFlow):
         return div
 
     def __iter__(self):
-        holder = []
+        self._holder, self._resume_holder = list(self._resume_holder or []), None
         for dp in self.ds:
-            holder.append(dp)
-            if len(holder) == self.batch_size:
-                yield BatchData.aggregate_batch(holder, self.use_list)
-                holder = []
-        if self.remainder and holder:
-            yield BatchData.aggregate_batch(holder, self.use_list)
+            self._holder.append(dp)
+            if len(self._holder) == self.batch_size:
+                batch, self._holder = self._holder, []
+                yield BatchData.aggregate_batch(batch, self.use_list)
+        if self.remainder and self._holder:
+            batch, self._holder = self._holder, []
+            yield BatchData.aggregate_batch(batch, self.use_list)
+
+    def get_state(self):
+        """The wrapped DataFlow's state and the datapoints of an unfinished batch (none
+        between two batches)."""
+        return {'ds': get_dataflow_state(self.ds), 'holder': list(self._holder)}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['ds'])
+        self._resume_holder = list(state['holder'])
 
     @staticmethod
     def _batch_numpy(values, key):
@@ -373,6 +386,14 @@ class MapData(ProxyDataFlow):
             if ret is not None:
                 yield ret
 
+    def get_state(self):
+        """The wrapped DataFlow's state: ``func`` is taken to draw no random numbers of its
+        own (subclasses whose function does, such as the augmenting ones, add them)."""
+        return {'ds': get_dataflow_state(self.ds)}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['ds'])
+
 
 class MapDataComponent(MapData):
     """Apply ``func`` to one component of every datapoint; a ``None`` result drops the datapoint.
@@ -431,11 +452,24 @@ class RepeatedData(ProxyDataFlow):
         return len(self.ds) * self.num
 
     def __iter__(self):
-        if self.num != -1:
-            for _ in range(self.num):
-                yield from self.ds
+        if self.num == -1:
+            self._resume_pass = None
+            yield from repeat_epochs(self.ds, 'RepeatedData(num=-1)')
             return
-        yield from repeat_epochs(self.ds, 'RepeatedData(num=-1)')
+        first, self._resume_pass = self._resume_pass or 0, None
+        for self._pass in range(first, self.num):
+            yield from self.ds
+        self._pass = None
+
+    _pass = None            # the pass over ``ds`` in progress (finite ``num``)
+    _resume_pass = None
+
+    def get_state(self):
+        return {'ds': get_dataflow_state(self.ds), 'pass': self._pass}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['ds'])
+        self._resume_pass = state['pass']
 
 
 class RepeatedDataPoint(ProxyDataFlow):

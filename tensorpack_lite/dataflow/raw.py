@@ -7,6 +7,7 @@ import numpy as np
 
 from ..utils import logger
 from .base import DataFlow, RNGDataFlow, _LengthUnavailable
+from .state import rng_state, set_rng_state
 
 __all__ = ['FakeData', 'DataFromQueue', 'DataFromList', 'DataFromGenerator', 'DataFromIterable']
 
@@ -130,18 +131,38 @@ class DataFromList(RNGDataFlow):
         super(DataFromList, self).__init__()
         self.lst = lst
         self.shuffle = shuffle
+        self._done = None          # datapoints produced by the iteration in progress
+        self._epoch_rng = None     # the generator's state before this iteration's shuffle
+        self._resume_done = None
 
     def __len__(self):
         return len(self.lst)
 
     def __iter__(self):
-        if not self.shuffle:
-            yield from self.lst
-            return
-        order = np.arange(len(self.lst))
-        self.rng.shuffle(order)
-        for k in order:
-            yield self.lst[k]
+        start, self._resume_done = self._resume_done or 0, None
+        if self.shuffle:
+            self._epoch_rng = rng_state(self.rng)
+            order = np.arange(len(self.lst))
+            self.rng.shuffle(order)
+        else:
+            order = range(len(self.lst))
+        for position in range(start, len(order)):
+            self._done = position + 1
+            yield self.lst[order[position]]
+        self._done = None
+
+    def get_state(self):
+        """Where the iteration is; with ``shuffle``, the generator's state that draws its order
+        (a 2.5 kB copy, taken once per iteration), not the order itself."""
+        state = {'done': self._done}
+        if self.shuffle:
+            state['rng'] = self._epoch_rng if self._done is not None else rng_state(self.rng)
+        return state
+
+    def set_state(self, state):
+        if self.shuffle:
+            set_rng_state(self.rng, state['rng'])
+        self._resume_done = state['done']
 
 
 class DataFromGenerator(DataFlow):

@@ -150,6 +150,27 @@ class Callback:
     def _after_train(self):
         """Called once when training ends, normally or not."""
 
+    def get_state(self):
+        """The callback's own state, saved with every checkpoint so that a run resumed from it
+        goes on as if never stopped (see :class:`~tensorpack_lite.loop.resume_state.ResumeState`);
+        None when it has none. Called between two steps (possibly inside a trigger)."""
+        return self._get_state()
+
+    def _get_state(self):
+        """What :meth:`get_state` returns: a value :func:`~tensorpack_lite.utils.serialize.dumps`
+        can store (dicts, lists, numbers, strings, numpy arrays); None: nothing to save."""
+        return None
+
+    def set_state(self, state):
+        """Take back a state :meth:`get_state` gave, in a resumed run: called after
+        :meth:`setup_graph` and before :meth:`before_train`."""
+        self._set_state(state)
+
+    def _set_state(self, state):
+        """Restore what :meth:`_get_state` returned. A callback that overrides ``_get_state``
+        overrides this too."""
+        raise NotImplementedError("{} saved a state but does not implement _set_state()".format(self))
+
     @property
     def epoch_num(self):
         """The trainer's current epoch (``self.trainer.loop.epoch_num``)."""
@@ -296,6 +317,12 @@ class ProxyCallback(Callback):
 
     def _after_train(self):
         self.cb.after_train()
+
+    def _get_state(self):
+        return self.cb.get_state()
+
+    def _set_state(self, state):
+        self.cb.set_state(state)
 
     def _stat_names(self):
         return self.cb.stat_names()

@@ -127,6 +127,45 @@ class Callbacks(Callback):
         self.graph = tfv1.get_default_graph()
         self._setup_graph()
 
+    def _keys(self):
+        """``[(key, member)]``: each member's key in a saved state, its name (``str(cb)``) with
+        ``#2``, ``#3``... for the second and later members of the same name."""
+        seen, keys = {}, []
+        for cb in self.cbs:
+            name = str(cb)
+            seen[name] = seen.get(name, 0) + 1
+            keys.append((name if seen[name] == 1 else '{}#{}'.format(name, seen[name]), cb))
+        return keys
+
+    def get_states(self):
+        """``{key: state}`` of the members that have a state (see :meth:`Callback.get_state`)."""
+        states = {}
+        for key, cb in self._keys():
+            try:
+                state = cb.get_state()
+            except Exception as err:
+                name_culprit(err, cb, 'get_state')
+                raise
+            if state is not None:
+                states[key] = state
+        return states
+
+    def set_states(self, states):
+        """Give each member its state from ``states`` (what :meth:`get_states` returned in the
+        run being resumed). States of members this run does not have are named in a warning;
+        members that have none in ``states`` keep their own start."""
+        states = dict(states)
+        for key, cb in self._keys():
+            if key in states:
+                try:
+                    cb.set_state(states.pop(key))
+                except Exception as err:
+                    name_culprit(err, cb, 'set_state')
+                    raise
+        if states:
+            logger.warn("The resumed run saved the state of callback(s) this run does not have: {}; "
+                        "ignored.".format(', '.join(sorted(states))))
+
     def _stat_names(self):
         names = [cb.stat_names() for cb in self.cbs]
         if any(member_names is None for member_names in names):

@@ -31,19 +31,22 @@ class Schedule:
     """Which epochs a run trains and how many steps each has, checked when it is made.
 
     Epochs are numbered from ``starting_epoch`` to ``max_epoch`` inclusive; each has
-    ``steps_per_epoch`` steps.
+    ``steps_per_epoch`` steps. A run resumed in the middle of an epoch starts that epoch at
+    step ``first_step`` (the number of its steps already run).
 
     Example::
 
         Schedule(steps_per_epoch=100, starting_epoch=1, max_epoch=10)
+        Schedule(steps_per_epoch=100, starting_epoch=3, max_epoch=10, first_step=40)
     """
 
-    __slots__ = ('steps_per_epoch', 'starting_epoch', 'max_epoch')
+    __slots__ = ('steps_per_epoch', 'starting_epoch', 'max_epoch', 'first_step')
 
-    def __init__(self, steps_per_epoch, starting_epoch=1, max_epoch=9999999):
+    def __init__(self, steps_per_epoch, starting_epoch=1, max_epoch=9999999, first_step=0):
         steps_per_epoch = _whole_number('steps_per_epoch', steps_per_epoch)
         starting_epoch = _whole_number('starting_epoch', starting_epoch)
         max_epoch = _whole_number('max_epoch', max_epoch)
+        first_step = _whole_number('first_step', first_step)
         if steps_per_epoch <= 0:
             raise ValueError("steps_per_epoch must be a positive number of steps, got {}".format(
                 steps_per_epoch))
@@ -52,13 +55,18 @@ class Schedule:
         if max_epoch < starting_epoch:
             raise ValueError("max_epoch ({}) is smaller than starting_epoch ({}): no epoch would "
                              "run".format(max_epoch, starting_epoch))
+        if not 0 <= first_step < steps_per_epoch:
+            raise ValueError("first_step (the steps of the starting epoch already run) must be in "
+                             "[0, steps_per_epoch={}), got {}".format(steps_per_epoch, first_step))
         self.steps_per_epoch = int(steps_per_epoch)
         self.starting_epoch = int(starting_epoch)
         self.max_epoch = int(max_epoch)
+        self.first_step = int(first_step)
 
     def __repr__(self):
-        return "Schedule(steps_per_epoch={}, starting_epoch={}, max_epoch={})".format(
-            self.steps_per_epoch, self.starting_epoch, self.max_epoch)
+        return "Schedule(steps_per_epoch={}, starting_epoch={}, max_epoch={}{})".format(
+            self.steps_per_epoch, self.starting_epoch, self.max_epoch,
+            ", first_step={}".format(self.first_step) if self.first_step else "")
 
 
 class RunFailure:
@@ -103,6 +111,8 @@ class TrainLoop:
         self._global_step = 0
         self._local_step = -1
         self._runs_in_step = 0
+        self._steps_done = 0
+        self._in_step = False
 
     # ----- advanced by the trainer ------------------------------------------------------------
 
@@ -126,11 +136,23 @@ class TrainLoop:
             yield epoch
 
     def steps(self):
-        """Iterate over the steps of the current epoch, making each the current one."""
-        for step in range(self.steps_per_epoch):
+        """Iterate over the steps of the current epoch, making each the current one (the
+        starting epoch of a resumed run begins at ``schedule.first_step``)."""
+        first = self._schedule.first_step if self._epoch_num == self.starting_epoch else 0
+        self._steps_done = first
+        for step in range(first, self.steps_per_epoch):
             self._local_step = step
             self._runs_in_step = 0
             yield step
+
+    def step_started(self):
+        """The trainer starts running the current step (its ``run_step``)."""
+        self._in_step = True
+
+    def step_finished(self):
+        """The current step ran to its end: it counts in :attr:`steps_done`."""
+        self._in_step = False
+        self._steps_done = self._local_step + 1
 
     def count_run(self):
         """Account for one hooked run of the step (it incremented the global step variable)."""
@@ -186,6 +208,18 @@ class TrainLoop:
     def local_step(self):
         """The step within the current epoch, from 0."""
         return self._local_step
+
+    @property
+    def steps_done(self):
+        """The steps of the current epoch that ran to their end (``steps_per_epoch`` once the
+        epoch's last step did)."""
+        return self._steps_done
+
+    @property
+    def between_steps(self):
+        """False while a step runs (from :meth:`step_started` to :meth:`step_finished`): a step
+        that raised leaves the loop inside it, and the variables may hold part of its update."""
+        return not self._in_step
 
     @property
     def is_last_step_of_epoch(self):

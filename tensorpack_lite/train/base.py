@@ -17,6 +17,7 @@ from ..callbacks.steps import MaintainStepCounter
 from ..compat import enable_graph_mode, tf, tfv1
 from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
+from ..loop.resume_state import ResumeState
 from ..loop.state import Schedule, TrainLoop
 from ..tfutils.hooked_session import HookedSession
 from ..tfutils.mixed_precision import MixedPrecision, MixedPrecisionError, check_rewrite
@@ -250,15 +251,31 @@ class Trainer:
             self.sess.close()
             raise
 
+    def resume_state(self):
+        """The :class:`~tensorpack_lite.loop.resume_state.ResumeState` of the run now: where the
+        loop is and every callback's state (the data position among them), which
+        :class:`ModelSaver` writes beside each checkpoint. None while a step runs (after a
+        step raised, the variables may hold part of its update: no resume point)."""
+        loop = self.loop
+        if not loop.between_steps or loop.schedule is None:
+            return None
+        epoch, steps_done = loop.epoch_num, loop.steps_done
+        if epoch < loop.starting_epoch:     # before the first epoch: where the run starts
+            schedule = loop.schedule
+            epoch, steps_done = ((schedule.starting_epoch, schedule.first_step) if schedule.first_step
+                                 else (schedule.starting_epoch - 1, schedule.steps_per_epoch))
+        return ResumeState(epoch, steps_done, loop.global_step, loop.steps_per_epoch,
+                           callbacks=self._callbacks.get_states(), world_size=self.world_size)
+
     @call_only_once
-    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
+    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):
         """Run the epochs. ``after_train`` of every callback runs and the session is closed
         however the loop ends (finished, StopTraining, an error, Ctrl-C). After an error the
         loop records it (``loop.failure``), and that end is bounded in time
         (:attr:`AFTER_FAILURE_TIMEOUT`, :attr:`CLOSE_TIMEOUT`); when the error left the session
         in an unknown state, nothing more runs in it (``loop.session_usable``)."""
         with self.sess.as_default(), PreemptionNotice() as self._preemption:
-            self.loop.start(Schedule(steps_per_epoch, starting_epoch, max_epoch))
+            self.loop.start(Schedule(steps_per_epoch, starting_epoch, max_epoch, first_step))
             try:
                 self._run_epochs()
             except (StopTraining, tf.errors.OutOfRangeError) as err:
@@ -302,7 +319,9 @@ class Trainer:
                     logger.info("A hook requested to stop training.")
                     return
                 self._check_preemption()
+                loop.step_started()
                 self.run_step()
+                loop.step_finished()
                 callbacks.trigger_step()
             callbacks.after_epoch()
             logger.info("Epoch {} (global_step {}) finished, time:{}.".format(
@@ -358,19 +377,32 @@ class Trainer:
         return ""
 
     def train(self, callbacks, monitors, session_creator, session_init, steps_per_epoch,
-              starting_epoch=1, max_epoch=9999999):
+              starting_epoch=1, max_epoch=9999999, resume_state=None):
         """Set up callbacks, create and initialize the session, then run the loop.
 
+        ``resume_state`` (a :class:`~tensorpack_lite.loop.resume_state.ResumeState`, as
+        :class:`AutoResumeTrainConfig` finds it) resumes a run at its step: the first epoch is
+        ``resume_state.epoch`` from step ``resume_state.steps_done`` (the next epoch when that
+        one had ended), and the callbacks take back their states before training.
         Every argument is checked before any graph change or session.
         """
-        Schedule(steps_per_epoch, starting_epoch, max_epoch)  # a bad schedule fails here, early
+        first_step = 0
+        if resume_state is not None:
+            if not isinstance(resume_state, ResumeState):
+                raise TypeError("resume_state must be a ResumeState, got {!r}".format(resume_state))
+            if not resume_state.at_epoch_end:
+                starting_epoch, first_step = resume_state.epoch, resume_state.steps_done
+        Schedule(steps_per_epoch, starting_epoch, max_epoch, first_step)  # a bad schedule fails here
         self.setup_callbacks(callbacks, monitors)
         self.initialize(session_creator, session_init)
-        self.main_loop(steps_per_epoch, starting_epoch, max_epoch)
+        if resume_state is not None:
+            self._callbacks.set_states(resume_state.callbacks)
+        self.main_loop(steps_per_epoch, starting_epoch, max_epoch, first_step)
 
     def train_with_defaults(self, _sentinel=None, callbacks=None, monitors=None,
                             session_creator=None, session_init=None, steps_per_epoch=None,
-                            starting_epoch=1, max_epoch=9999999, extra_callbacks=None):
+                            starting_epoch=1, max_epoch=9999999, extra_callbacks=None,
+                            resume_state=None):
         """:meth:`train` with defaults: ``monitors`` default to ``DEFAULT_MONITORS()``,
         ``extra_callbacks`` (appended to ``callbacks``) to ``DEFAULT_CALLBACKS()``, a
         :class:`NewSessionCreator` and :class:`JustCurrentSession`. Keyword arguments only;
@@ -384,4 +416,5 @@ class Trainer:
         callbacks.extend(DEFAULT_CALLBACKS() if extra_callbacks is None else extra_callbacks)
         monitors = DEFAULT_MONITORS() if monitors is None else monitors
         self.train(callbacks, monitors, session_creator or NewSessionCreator(),
-                   session_init or JustCurrentSession(), steps_per_epoch, starting_epoch, max_epoch)
+                   session_init or JustCurrentSession(), steps_per_epoch, starting_epoch, max_epoch,
+                   resume_state)

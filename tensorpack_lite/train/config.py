@@ -113,6 +113,10 @@ class TrainConfig:
         self.resumed_run = None
         """The :class:`RunShape` of the epoch this config resumes from, as ``stats.json``
         recorded it (set by :class:`AutoResumeTrainConfig`; None: not resuming)."""
+        self.resume_state = None
+        """The :class:`~tensorpack_lite.loop.resume_state.ResumeState` of the checkpoint this config
+        resumes from, when it has one (set by :class:`AutoResumeTrainConfig`): the trainer starts
+        at its step and the callbacks take back their states."""
         self.mixed_precision = MixedPrecision.of(mixed_precision)
         if steps_per_epoch is None:
             steps_per_epoch = self._input_size()

@@ -369,7 +369,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     # ----- training ----------------------------------------------------------------------------
 
-    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
+    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):
         """Agree with the other workers on the start (the chief's variables and schedule),
         then run the epochs."""
         schedule = np.asarray([steps_per_epoch, starting_epoch, max_epoch], np.int64)
@@ -388,7 +388,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
                 self.cluster.task_name, *received))
         chosen = schedule if received is None else received
         steps_per_epoch, starting_epoch, max_epoch = (int(x) for x in chosen)
-        super().main_loop(steps_per_epoch, starting_epoch, max_epoch)
+        super().main_loop(steps_per_epoch, starting_epoch, max_epoch, first_step)
 
     def _start_together(self, schedule):
         """Run the start-up exchange; returns the chief's schedule on another worker."""

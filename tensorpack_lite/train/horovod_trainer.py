@@ -393,7 +393,7 @@ class HorovodTrainer(SingleCostTrainer):
             raise StopTraining("rank {}: {} ended its training and shut {} down".format(
                 self._rank, 'rank ' + ended.group(1) if ended else 'another rank', self.engine)) from err
 
-    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch):
+    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):
         """Take rank 0's schedule (steps per epoch, first and last epoch: a resumed run needs
         the resume point, and with it the logger directory, on rank 0 only), run the epochs,
         then shut Horovod down, whatever ended the loop. A rank whose
@@ -405,7 +405,7 @@ class HorovodTrainer(SingleCostTrainer):
             if chosen != schedule:
                 logger.info("Rank {} follows rank 0's schedule: {} steps per epoch, epochs {}..{}.".format(
                     self._rank, *chosen))
-            super().main_loop(*chosen)
+            super().main_loop(*chosen, first_step=first_step)
         finally:
             logger.info("Rank {}: shutting {} down.".format(self._rank, self.engine))
             self.hvd.shutdown()

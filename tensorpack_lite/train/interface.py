@@ -57,4 +57,5 @@ def launch_train_with_config(config, trainer):
         callbacks=(config.callbacks or []) + config.elastic.callbacks(trainer), monitors=config.monitors,
         session_creator=config.session_creator, session_init=config.session_init,
         steps_per_epoch=config.steps_per_epoch, starting_epoch=config.starting_epoch,
-        max_epoch=config.max_epoch, extra_callbacks=config.extra_callbacks)
+        max_epoch=config.max_epoch, extra_callbacks=config.extra_callbacks,
+        resume_state=config.resume_state)
