@@ -53,9 +53,15 @@ class EstimatedTimeLeft(Callback):
         self.estimated_time_left = None
 
     def _before_train(self):
-        self._durations.clear()
         self.estimated_time_left = None
         self._last_time = time.perf_counter()
+
+    def _get_state(self):
+        return {'durations': list(self._durations)}
+
+    def _set_state(self, state):
+        self._durations.clear()
+        self._durations.extend(float(d) for d in state['durations'])
 
     def _trigger_epoch(self):
         now = time.perf_counter()

@@ -207,6 +207,20 @@ class JSONWriter(MonitorBase):
         self._stats = []
         self._stat_now = {}
         self._unwritten = False
+        self._restored = []
+
+    def _get_state(self):
+        """The records of the epoch in progress (written to the file only at its end), with the
+        scalars put in the current step as its record: what a run resumed in this epoch must not
+        lose."""
+        ends = [i for i, r in enumerate(self._stats) if 'steps_per_epoch' in r]
+        records = list(self._stats[ends[-1] + 1 if ends else 0:])
+        if self._stat_now:
+            records.append(dict(self._stat_now, epoch_num=self.epoch_num, global_step=self.global_step))
+        return {'records': records}
+
+    def _set_state(self, state):
+        self._restored = list(state['records'])
 
     def _before_train(self):
         for path in stats_json.remove_stale_temporaries(self._dir):
@@ -224,16 +238,23 @@ class JSONWriter(MonitorBase):
             return []
         if stats is None:
             return []
-        starting_epoch = self.trainer.loop.starting_epoch
-        kept = [r for r in stats if not _is_from_epoch_on(r, starting_epoch)]
-        if kept and stats_json.last_epoch(kept) != starting_epoch - 1:
+        loop = self.trainer.loop
+        starting_epoch = loop.starting_epoch
+        resumed_at = loop.global_step if loop.schedule.first_step else None   # in mid-epoch
+        kept = [r for r in stats if _continues(r, starting_epoch, resumed_at)]
+        ends = [r for r in kept if stats_json.epoch_of(r) != starting_epoch]
+        if ends and stats_json.last_epoch(ends) != starting_epoch - 1:
             self._set_aside_file(
                 "The last epoch in '{}' before starting_epoch={} is {}, which does not precede "
                 "it. To resume a training, use AutoResumeTrainConfig or set starting_epoch to the "
                 "epoch after the last finished one.".format(
                     self._fname, starting_epoch, stats_json.last_epoch(kept)))
             return []
-        later = [r for r in stats if _is_from_epoch_on(r, starting_epoch)]
+        later = [r for r in stats if not _continues(r, starting_epoch, resumed_at)]
+        if resumed_at is not None:   # the epoch's records that were only in memory when it stopped
+            last = max([r.get('global_step', -1) for r in kept if stats_json.epoch_of(r) == starting_epoch],
+                       default=-1)
+            kept += [r for r in self._restored if last < r.get('global_step', -1) <= resumed_at]
         if later:
             backup = stats_json.backup_path(self._dir)
             write_atomically(backup, lambda f: json.dump(later, f), mode='w')
@@ -304,10 +325,14 @@ class JSONWriter(MonitorBase):
             self._unwritten = False
 
 
-def _is_from_epoch_on(record, epoch):
-    """Whether ``record`` was made in epoch ``epoch`` or later."""
+def _continues(record, epoch, resumed_at):
+    """Whether a run starting at ``epoch`` keeps ``record``: made before that epoch, or in it up
+    to global step ``resumed_at`` when the run resumes there in the middle of it (None: not)."""
     record_epoch = stats_json.epoch_of(record)
-    return record_epoch is not None and record_epoch >= epoch
+    if record_epoch is None or record_epoch < epoch:
+        return True
+    return (resumed_at is not None and record_epoch == epoch
+            and record.get('global_step', resumed_at + 1) <= resumed_at)
 
 
 def _compile_regexes(patterns, arg):

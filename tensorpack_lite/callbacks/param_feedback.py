@@ -63,6 +63,14 @@ class StatMonitorParamSetter(HyperParamSetter):
         self.history = deque(maxlen=self.last_k)
         self._last_observed_step = None
 
+    def _get_state(self):
+        return {'history': [list(item) for item in self.history], 'last_observed_step': self._last_observed_step}
+
+    def _set_state(self, state):
+        self.history.clear()
+        self.history.extend(tuple(item) for item in state['history'])
+        self._last_observed_step = state['last_observed_step']
+
     def _get_value_to_set(self):
         records = self.trainer.monitors.get_history(self.stat_name)
         if not records:

@@ -3,8 +3,8 @@ caller) and :class:`FeedInput` (fed with the datapoints of a DataFlow, one per h
 
 from ..compat import tfv1
 from ..dataflow.base import DataFlow
-from ..dataflow.common import RepeatedData
 from ..loop.callback import Callback
+from .data_position import DataPosition
 from .datapoints import DatapointChecker, close_iterator
 from .input_source_base import InputSource, build_or_reuse_placeholder
 
@@ -49,7 +49,7 @@ class FeedInput(InputSource):
         if not isinstance(ds, DataFlow):
             raise TypeError("FeedInput takes a DataFlow, got {!r}".format(ds))
         self.ds = ds
-        self._iter_ds = RepeatedData(ds, -1) if infinite else ds
+        self._position = DataPosition(ds, 'FeedInput', history=1, infinite=infinite)
         self._itr = None
         self._ds_was_reset = False
 
@@ -69,11 +69,18 @@ class FeedInput(InputSource):
 
     def _reset_state(self):
         if not self._ds_was_reset:  # a DataFlow is reset once; each reset starts a new pass
-            self._iter_ds.reset_state()
+            self.ds.reset_state()
             self._ds_was_reset = True
         if self._itr is not None:
             close_iterator(self._itr)
-        self._itr = iter(self._iter_ds)
+        self._itr = self._position.datapoints()
+
+    def _get_state(self, held_back):
+        # Each datapoint is produced when a run takes it: all produced were consumed.
+        return self._position.state_after(self._position.produced - held_back)
+
+    def _set_state(self, state):
+        self._position.restore(state)
 
     def _next_feed(self):
         if self._itr is None:

@@ -12,7 +12,7 @@ components (more inputs, or another order).
 from contextlib import contextmanager
 
 from ..compat import tfv1
-from ..loop.callback import CallbackFactory
+from ..loop.callback import Callback
 from ..tfutils.inference_tower import build_or_reuse_placeholder
 from ..tfutils.tower_func import check_input_signature
 from ..utils.argtools import call_only_once, memoized_method
@@ -21,15 +21,44 @@ __all__ = ['InputSource', 'FeedfreeInput', 'ProxyInputSource', 'build_or_reuse_p
            'remap_input_source']
 
 
+class _StartSource(Callback):
+    """Resets an input source before training, and carries its data position: saved with every
+    checkpoint (:meth:`InputSource.get_state`), put back before training in a resumed run."""
+
+    def __init__(self, source):
+        self._source = source
+        self._resume = None
+
+    def _before_train(self):
+        self._source.reset_state()
+        if self._resume is not None:
+            self._source.set_state(self._resume)
+
+    def _get_state(self):
+        return self._source.get_state() if self._source.reports_position else None
+
+    def _set_state(self, state):
+        self._resume = state
+
+    def __str__(self):
+        return "DataPosition({})".format(type(self._source).__name__)
+
+
 class InputSource:
     """Base class of input pipelines for a trainer.
 
     Subclasses implement ``_setup(input_signature)``, ``_get_input_tensors()`` and may add
-    ``_get_callbacks()``, ``_reset_state()`` and ``_size()``.
+    ``_get_callbacks()``, ``_reset_state()`` and ``_size()``; a source fed by a DataFlow adds
+    ``_get_state()``/``_set_state()``, the position of what training consumed of it.
     """
 
     _name_scope = None
     _setup_done = False
+
+    reports_position = True
+    """Whether this source's first callback saves its data position with each checkpoint. A
+    source that takes its data ahead of training from another one (:class:`StagingInput`) sets
+    it False on the one it wraps and reports the position itself."""
 
     def get_input_tensors(self):
         """The input tensors, in the order of the input signature. Called once per tower."""
@@ -65,8 +94,9 @@ class InputSource:
         return callbacks
 
     def _get_reset_callbacks(self):
-        """The callbacks, first of all, that reset the source before training."""
-        return [CallbackFactory(before_train=lambda _: self.reset_state())]
+        """The callbacks, first of all, that reset the source before training (and carry its
+        data position)."""
+        return [_StartSource(self)]
 
     def _get_callbacks(self):
         return []
@@ -77,6 +107,24 @@ class InputSource:
 
     def _reset_state(self):
         pass
+
+    def get_state(self, held_back=0):
+        """The data position after what training consumed, to be given to :meth:`set_state`
+        in a resumed run; None for a source without one (tensors, ``tf.data``, ZeroMQ).
+        ``held_back``: datapoints taken from this source that training has not consumed yet
+        (staged ahead by a wrapper). Called between steps, in the default session."""
+        return self._get_state(held_back)
+
+    def _get_state(self, held_back):
+        return None
+
+    def set_state(self, state):
+        """Go back to a position :meth:`get_state` gave; called after :meth:`reset_state`,
+        before the source produces anything."""
+        self._set_state(state)
+
+    def _set_state(self, state):
+        raise NotImplementedError("{} has no data position to restore".format(type(self).__name__))
 
     def size(self):
         """Number of datapoints per epoch, when known (NotImplementedError otherwise)."""
@@ -130,6 +178,12 @@ class ProxyInputSource(InputSource):
 
     def _reset_state(self):
         self._input.reset_state()
+
+    def _get_state(self, held_back):
+        return self._input.get_state(held_back)
+
+    def _set_state(self, state):
+        self._input.set_state(state)
 
 
 def _check_input_names(names):

@@ -6,12 +6,12 @@ import threading
 
 from ..compat import tf, tfv1
 from ..dataflow.base import DataFlow, DataFlowTerminated
-from ..dataflow.common import RepeatedData
 from ..loop.callback import Callback, CallbackFactory
 from ..tfutils.summary import add_moving_summary
 from ..utils import logger
 from ..utils.concurrency import ShareSessionThread, StoppableThread
 from ..utils.zmq_security import CurveReceiver, DroppedMessages
+from .data_position import DataPosition
 from .datapoints import DatapointChecker, close_iterator, input_name
 from .input_source_base import FeedfreeInput, build_or_reuse_placeholder
 
@@ -245,7 +245,11 @@ class _EnqueueingInput(FeedfreeInput):
             for tensor, placeholder in zip(ret, self._input_placehdrs):
                 tensor.set_shape(self._static_shape(placeholder))
             self._last_dequeue = [ret[0].op]
-            return ret
+            return self._after_dequeue(ret)
+
+    def _after_dequeue(self, tensors):
+        """The dequeued ``tensors`` as the towers get them (template: QueueInput counts them)."""
+        return tensors
 
     def _create_ema_callbacks(self):
         """A callback keeping, with every step, a moving average of the queue's size, which
@@ -297,8 +301,36 @@ class _EnqueueingInput(FeedfreeInput):
         while not self.thread.wait_paused(0.01):
             self.thread.make_room(sess)  # the thread may be blocked on a full queue
         self.thread.drain(sess)
+        self._discard_ahead(sess)
         self.thread.reinitialize_dataflow()
         self.thread.resume()
+
+    def _discard_ahead(self, sess):
+        """The datapoints produced but not dequeued were thrown away (template: QueueInput's
+        data position forgets them)."""
+
+
+class _DequeueCounter:
+    """A local variable counting the datapoints the graph dequeued: what training consumed of
+    a queue, exactly (the queue's size cannot tell it while the thread enqueues)."""
+
+    def __init__(self):
+        self.variable = tfv1.Variable(0, dtype=tf.int64, trainable=False, name='dequeued',
+                                      collections=[tfv1.GraphKeys.LOCAL_VARIABLES])
+
+    def start(self, sess):
+        """Set the count to 0 (in ``sess``, when there is one): a session made without the
+        local variables' initializer still counts."""
+        if sess is not None:
+            sess.run(self.variable.initializer)
+
+    def counted(self, tensors, count):
+        """``tensors`` (the outputs of one dequeue of ``count`` datapoints), counted when they
+        are dequeued."""
+        with tf.control_dependencies([tensors[0].op]):
+            update = tfv1.assign_add(self.variable, count)
+        with tf.control_dependencies([update]):
+            return [tf.identity(t) for t in tensors]
 
 
 class QueueInput(_EnqueueingInput):
@@ -324,19 +356,47 @@ class QueueInput(_EnqueueingInput):
             raise TypeError("{} takes a DataFlow, got {!r}".format(type(self).__name__, ds))
         super(QueueInput, self).__init__(queue)
         self.ds = ds
-        self._inf_ds = RepeatedData(ds, -1)
         self._ds_was_reset = False
+        self._position = None
+        self._dequeued = None
+
+    datapoints_per_dequeue = 1
+    """Datapoints one dequeue takes (what one tower consumes in a step)."""
 
     def _size(self):
         return len(self.ds)
 
+    def _setup(self, input_signature):
+        super()._setup(input_signature)
+        capacity = _queue_attr(self.queue, 'capacity', None)
+        # Produced ahead of training: the queue, one datapoint blocked on it, one being checked,
+        # plus what a wrapper stages (StagingInput: a few per tower).
+        ahead = (capacity if capacity is not None and capacity >= 0 else self.queue_capacity) + 64
+        self._position = DataPosition(self.ds, type(self).__name__, history=ahead)
+        with self.cached_name_scope():
+            self._dequeued = _DequeueCounter()
+
+    def _after_dequeue(self, tensors):
+        return self._dequeued.counted(tensors, self.datapoints_per_dequeue)
+
     def _reset_state(self):
         if not self._ds_was_reset:
-            self._inf_ds.reset_state()
+            self.ds.reset_state()
             self._ds_was_reset = True
+            self._dequeued.start(tfv1.get_default_session())
 
     def _datapoints(self):
-        return self._inf_ds
+        return self._position.datapoints()
+
+    def _get_state(self, held_back):
+        dequeued = int(tfv1.get_default_session().run(self._dequeued.variable))
+        return self._position.state_after(dequeued - held_back * self.datapoints_per_dequeue)
+
+    def _set_state(self, state):
+        self._position.restore(state)
+
+    def _discard_ahead(self, sess):
+        self._position.discard_after(int(sess.run(self._dequeued.variable)))
 
 
 class BatchQueueInput(QueueInput):
@@ -359,6 +419,7 @@ class BatchQueueInput(QueueInput):
         self.batch_size = int(batch_size)
         if self.batch_size <= 0:
             raise ValueError("BatchQueueInput: batch_size must be positive, got {}".format(batch_size))
+        self.datapoints_per_dequeue = self.batch_size
 
     def _size(self):
         return len(self.ds) // self.batch_size

@@ -121,8 +121,10 @@ class StagingInput(FeedfreeInput):
         self._nr_stage = nr_stage
         self._device = device
         self._areas = []
+        self._area_sizes = []
         self._stage_ops = []
         self._unstage_ops = []
+        input.reports_position = False    # what it gives is staged ahead: this source reports
 
     def _setup(self, input_signature):
         self._input.setup(input_signature)
@@ -136,6 +138,15 @@ class StagingInput(FeedfreeInput):
     def _size(self):
         return self._input.size()
 
+    def _get_state(self, held_back):
+        """The wrapped source's position, without what the staging areas hold (elements
+        taken from it that training has not consumed)."""
+        staged = sum(int(n) for n in tfv1.get_default_session().run(self._area_sizes))
+        return self._input.get_state(held_back + staged)
+
+    def _set_state(self, state):
+        self._input.set_state(state)
+
     def _get_input_tensors(self):
         from tensorflow.python.ops.data_flow_ops import StagingArea
         inputs = self._input.get_input_tensors()
@@ -144,6 +155,7 @@ class StagingInput(FeedfreeInput):
                 area = StagingArea([t.dtype.base_dtype for t in inputs], shapes=None)
                 self._stage_ops.append(area.put(inputs))
                 outputs = area.get()
+                self._area_sizes.append(area.size())
             self._areas.append(area)
             if isinstance(outputs, tf.Tensor):
                 outputs = [outputs]

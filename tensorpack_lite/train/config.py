@@ -4,6 +4,7 @@ the run found in the logger directory. (DEFAULT_CALLBACKS and DEFAULT_MONITORS l
 
 import os
 import re
+from collections import namedtuple
 
 from ..callbacks.monitor import MonitorBase
 from ..compat import tfv1
@@ -11,6 +12,7 @@ from ..dataflow.base import DataFlow
 from ..graph_builder.model_desc import ModelDescBase
 from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback
+from ..loop.resume_state import ResumeState, ResumeStateError
 from ..loop.state import Schedule
 from ..tfutils.mixed_precision import MixedPrecision
 from ..tfutils.sesscreate import NewSessionCreator
@@ -140,6 +142,32 @@ class TrainConfig:
             type(source).__name__ if source is not None else 'the input (none was given)'))
 
 
+    def restart_epoch(self, reason):
+        """Resume at the end of the last finished epoch instead of a checkpoint in the middle of
+        the next one (e.g. the run now has another number of replicas, so that epoch's data would
+        be dealt differently); one line says so, with ``reason``."""
+        state = self.resume_state
+        if state is None or state.at_epoch_end:
+            return
+        if self._epoch_end_point is None:
+            logger.warn("Not resuming at {} of the run: {}; no checkpoint at an epoch's end to go back "
+                        "to: starting from scratch.".format(state.describe(), reason))
+            self.session_init, self.resume_state, self.starting_epoch = None, None, 1
+            return
+        path, epoch, _ = self._epoch_end_point
+        logger.warn("Not resuming at {} of the run: {}; restarting epoch {} from {} (the end of epoch {}), "
+                    "{} steps are trained again.".format(
+                        state.describe(), reason, epoch + 1, os.path.basename(path), epoch, state.steps_done))
+        self._resume_at(self._epoch_end_point, True, True)
+        self.resumed_run = self._epoch_end_shape
+
+    _epoch_end_point = None     # AutoResumeTrainConfig: where restart_epoch() goes back to
+    _epoch_end_shape = None
+
+    def _resume_at(self, point, restore, set_epoch):
+        raise NotImplementedError("Only AutoResumeTrainConfig resumes")
+
+
 _CHECKPOINT_STEP = re.compile(r'-(\d+)$')
 
 
@@ -188,20 +216,31 @@ class AutoResumeTrainConfig(TrainConfig):
         search = _ResumeSearch(directory, self.steps_per_epoch)
         search.set_broken_aside()
         search.report()
+        self._epoch_end_point = search.epoch_end_point
+        self._epoch_end_shape = search.epoch_end_shape
         if search.point is None:
             return
-        path, last_epoch = search.point
+        self._resume_at(search.point, always_resume or kwargs.get('session_init') is None,
+                        always_resume or 'starting_epoch' not in kwargs)
         self.resumed_run = search.shape
-        if always_resume or kwargs.get('session_init') is None:
-            logger.info("Resuming from checkpoint {} (end of epoch {}).".format(path, last_epoch))
+
+    def _resume_at(self, point, restore, set_epoch):
+        path, last_epoch, state = point
+        mid_epoch = state is not None and not state.at_epoch_end
+        if restore:
+            logger.info("Resuming from checkpoint {} ({}).".format(
+                path, "{}, global step {}".format(state.describe(), state.global_step) if mid_epoch
+                else "end of epoch {}".format(last_epoch)))
             self.session_init = SaverRestore(path)
-        if always_resume or 'starting_epoch' not in kwargs:
-            if last_epoch >= self.max_epoch:
+            self.resume_state = state
+        if set_epoch:
+            if last_epoch >= self.max_epoch and not mid_epoch:
                 raise ValueError("The run in {} already finished its last epoch ({} >= max_epoch={}): "
                                  "nothing to resume. Raise max_epoch to train further.".format(
-                                     directory, last_epoch, self.max_epoch))
-            self.starting_epoch = last_epoch + 1
-            logger.info("Setting starting_epoch to {}.".format(self.starting_epoch))
+                                     logger.get_logger_dir(), last_epoch, self.max_epoch))
+            self.starting_epoch = last_epoch if mid_epoch else last_epoch + 1
+            logger.info("Setting starting_epoch to {}{}.".format(
+                self.starting_epoch, " (from step {} of it)".format(state.steps_done) if mid_epoch else ""))
 
     @staticmethod
     def find_resume_point(directory, steps_per_epoch):
@@ -215,6 +254,19 @@ class AutoResumeTrainConfig(TrainConfig):
         return search.point
 
 
+class ResumePoint(namedtuple('ResumePoint', ['path', 'epoch', 'state'])):
+    """A checkpoint a run can resume from: its ``path`` (prefix), its ``epoch`` (the last
+    finished one, or the one in progress when its :class:`ResumeState` ``state`` is mid-epoch)
+    and that state (None for a checkpoint without one)."""
+
+    __slots__ = ()
+
+    def describe(self):
+        if self.state is not None and not self.state.at_epoch_end:
+            return self.state.describe()
+        return "end of epoch {}".format(self.epoch)
+
+
 class _ResumeSearch:
     """The resume point of the run in ``directory`` (``point``: ``(prefix, epoch)`` or None):
     the newest end-of-epoch checkpoint that ``stats.json`` describes and that reads back
@@ -225,6 +277,8 @@ class _ResumeSearch:
     def __init__(self, directory, steps_per_epoch):
         self.directory = os.path.abspath(directory) if directory else None
         self.point, self.passed_over, self.broken, self.moved = None, [], [], {}
+        self.epoch_end_point = None   # the newest resumable end of an epoch, at or before point
+        self.epoch_end_shape = None
         self.shape = None      # the RunShape of the resume point's epoch
         if directory:
             self._search(steps_per_epoch)
@@ -258,23 +312,9 @@ class _ResumeSearch:
             self.passed_over = []   # nothing to resume: nothing worth a warning
             return
         records = stats_json.load_records(self.directory)
-        if records is None:  # a run without JSONWriter: trust the newest whole-epoch checkpoint
-            usable = {step: step // steps_per_epoch for step in steps
-                      if step > 0 and step % steps_per_epoch == 0}
-            if not usable:
-                raise ValueError("Checkpoints in {} are at steps {}, none at the end of an epoch of {} "
-                                 "steps, and there is no stats.json to tell the epoch.".format(
-                                     self.directory, sorted(steps), steps_per_epoch))
-        else:
-            described = stats_json.finished_epochs(records, steps_per_epoch)
-            usable = {step: epoch for epoch, step in described.items() if step in steps}
-            if not usable:
-                self.passed_over.append(
-                    "{} describes no finished epoch that has a checkpoint (finished epochs: {}; "
-                    "checkpoints at steps {} with {} steps per epoch)".format(
-                        stats_json.stats_path(self.directory), sorted(described), sorted(steps),
-                        steps_per_epoch))
-                return
+        usable = self._usable(steps, records, steps_per_epoch)
+        if not usable:
+            return
         for step in sorted(usable, reverse=True):
             try:
                 varmanip.verify_checkpoint(steps[step])
@@ -283,18 +323,65 @@ class _ResumeSearch:
                 self.passed_over.append("skipped {}: {}".format(
                     os.path.basename(steps[step]), str(err).rstrip('.')))
                 continue
-            self.point = steps[step], usable[step]
-            self.shape = self._shape_of(records, usable[step], step)
-            later = sorted(s for s in steps if s > step and steps[s] not in self.broken)
-            if later:
-                logger.info("Checkpoints after step {} (at steps {}) are passed over: stats.json does not "
-                            "record their epoch's end.".format(step, later))
-            return
+            epoch, state = usable[step]
+            point = ResumePoint(steps[step], epoch, state)
+            if self.point is None:
+                self.point = point
+                self.shape = self._shape_of(records, epoch, step, state)
+                later = sorted(s for s in steps if s > step and steps[s] not in self.broken)
+                if later:
+                    logger.info("Checkpoints after step {} (at steps {}) are passed over: {}.".format(
+                        step, later, "neither a resume state beside them nor stats.json says where "
+                        "they are in the run"))
+            if state is None or state.at_epoch_end:
+                self.epoch_end_point = point
+                self.epoch_end_shape = self._shape_of(records, epoch, step, state)
+                return
+
+    def _usable(self, steps, records, steps_per_epoch):
+        """``{step: (epoch, ResumeState or None)}`` of the checkpoints the run can resume from:
+        those whose resume state says where they are in the run (mid-epoch: when ``stats.json``
+        has recorded the epochs before), and those at the end of an epoch ``stats.json``
+        describes (or, without ``stats.json``, at a multiple of ``steps_per_epoch``)."""
+        states = {}
+        for step, path in steps.items():
+            try:
+                states[step] = ResumeState.read(path)
+            except ResumeStateError as err:
+                self.passed_over.append(str(err))
+                states[step] = None
+        if records is None:  # a run without JSONWriter: trust the newest whole-epoch checkpoint
+            usable = {step: (step // steps_per_epoch, states[step]) for step in steps
+                      if step > 0 and step % steps_per_epoch == 0}
+            usable.update({step: (state.epoch, state) for step, state in states.items()
+                           if state is not None and not state.at_epoch_end})
+            if not usable:
+                raise ValueError("Checkpoints in {} are at steps {}, none at the end of an epoch of {} "
+                                 "steps, and there is no stats.json to tell the epoch.".format(
+                                     self.directory, sorted(steps), steps_per_epoch))
+            return usable
+        described = stats_json.finished_epochs(records, steps_per_epoch)
+        usable = {step: (epoch, states[step]) for epoch, step in described.items() if step in steps}
+        for step, state in states.items():
+            if state is None or state.at_epoch_end or state.global_step != step:
+                continue
+            before = described.get(state.epoch - 1)
+            if state.epoch == 1 or (before is not None and before <= step):
+                usable[step] = (state.epoch, state)
+        if not usable:
+            self.passed_over.append(
+                "{} describes no finished epoch that has a checkpoint (finished epochs: {}; "
+                "checkpoints at steps {} with {} steps per epoch)".format(
+                    stats_json.stats_path(self.directory), sorted(described), sorted(steps),
+                    steps_per_epoch))
+        return usable
 
     @staticmethod
-    def _shape_of(records, epoch, step):
-        """The :class:`RunShape` of epoch ``epoch``'s end record (at ``step``); without a
-        record, an empty one."""
+    def _shape_of(records, epoch, step, state):
+        """The :class:`RunShape` of epoch ``epoch``'s end record (at ``step``); in the middle of
+        an epoch, the one its resume ``state`` holds; without either, an empty one."""
+        if state is not None and not state.at_epoch_end:
+            return RunShape(world_size=state.world_size, steps_per_epoch=state.steps_per_epoch)
         ends = [r for r in records or [] if stats_json.epoch_of(r) == epoch and r.get('global_step') == step]
         return RunShape.of_record(ends[-1]) if ends else RunShape()
 
@@ -311,7 +398,7 @@ class _ResumeSearch:
             return
         moved = ''.join('; moved {} aside to {}'.format(os.path.basename(p), os.path.basename(to))
                         for p, to in self.moved.items())
-        outcome = ("resuming from {} (end of epoch {})".format(os.path.basename(self.point[0]), self.point[1])
+        outcome = ("resuming from {} ({})".format(os.path.basename(self.point.path), self.point.describe())
                    if self.point else "starting from scratch")
         logger.warn("AutoResumeTrainConfig: in {}, {}{}; {}.".format(
             self.directory, '; '.join(self.passed_over), moved, outcome))

@@ -28,6 +28,16 @@ def apply_default_prefetch(input_source_or_dataflow, trainer):
     return source
 
 
+def _restart_epoch_if_resized(config, trainer):
+    """A run resumed in the middle of an epoch with another number of model replicas restarts
+    that epoch (its data would be dealt to the replicas otherwise than the saved positions
+    say; see docs/distributed.md, "Elastic training")."""
+    state = config.resume_state
+    if state is not None and not state.at_epoch_end and state.world_size != trainer.world_size:
+        config.restart_epoch("it was saved by {} model replicas (towers x processes) and this run has {}".format(
+            state.world_size, trainer.world_size))
+
+
 def launch_train_with_config(config, trainer):
     """Build ``config.model`` on ``trainer`` with ``config``'s input, then train with the
     rest of ``config``.
@@ -49,6 +59,7 @@ def launch_train_with_config(config, trainer):
     model = config.model
     if config.mixed_precision is not None:
         trainer.mixed_precision = config.mixed_precision
+    _restart_epoch_if_resized(config, trainer)
     config.elastic.apply(config, trainer)
     source = apply_default_prefetch(config.data if config.data is not None else config.dataflow, trainer)
     trainer.setup_graph(model.get_input_signature(), source, model.build_graph,
