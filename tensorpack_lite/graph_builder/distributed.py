@@ -142,11 +142,11 @@ class ParameterServerSync:
 
     def build_start(self, global_step, schedule):
         """The start-up exchange. On the chief: the op sending ``global_step`` 's value and
-        ``schedule`` (an int64 vector of 3) to every other worker. On another worker: the
+        ``schedule`` (an int64 vector) to every other worker. On another worker: the
         tensor of the chief's schedule, evaluated once the chief's global step is assigned
         to ``global_step``."""
         with tf.name_scope('ps_sync_start'):
-            queues = [self._queue('start_{}'.format(k), 0, [tf.int64], [[4]])
+            queues = [self._queue('start_{}'.format(k), 0, [tf.int64], [[1 + int(schedule.shape[0])]])
                       for k in range(1, self.num_worker)]
             if self.cluster.is_chief:
                 step = tf.cast(tf.reshape(global_step.read_value(), [1]), tf.int64)

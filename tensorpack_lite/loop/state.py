@@ -63,6 +63,33 @@ class Schedule:
         self.max_epoch = int(max_epoch)
         self.first_step = int(first_step)
 
+    VECTOR_LENGTH = 4
+    """The length of :meth:`as_vector`: what processes of one job send each other to agree."""
+
+    def as_vector(self):
+        """``[steps_per_epoch, starting_epoch, max_epoch, first_step]``, as the chief or rank 0
+        sends it to the others (see :meth:`from_vector`)."""
+        return [self.steps_per_epoch, self.starting_epoch, self.max_epoch, self.first_step]
+
+    @classmethod
+    def from_vector(cls, values):
+        """The schedule :meth:`as_vector` gave."""
+        steps_per_epoch, starting_epoch, max_epoch, first_step = (int(v) for v in values)
+        return cls(steps_per_epoch, starting_epoch, max_epoch, first_step)
+
+    def describe(self):
+        """``30 steps per epoch, epochs 2..3`` (``, from step 15 of epoch 2`` when resumed
+        inside one)."""
+        return "{} steps per epoch, epochs {}..{}{}".format(
+            self.steps_per_epoch, self.starting_epoch, self.max_epoch,
+            ", from step {} of epoch {}".format(self.first_step, self.starting_epoch) if self.first_step else "")
+
+    def __eq__(self, other):
+        return isinstance(other, Schedule) and self.as_vector() == other.as_vector()
+
+    def __hash__(self):
+        return hash(tuple(self.as_vector()))
+
     def __repr__(self):
         return "Schedule(steps_per_epoch={}, starting_epoch={}, max_epoch={}{})".format(
             self.steps_per_epoch, self.starting_epoch, self.max_epoch,

@@ -41,6 +41,7 @@ from ..compat import tf, tfv1
 from ..graph_builder.compression import check_compression
 from ..graph_builder.distributed import (CollectiveAllReduceBuilder, DistributedParameterServerBuilder,
                                          DistributedReplicatedBuilder, check_exchange)
+from ..loop.state import Schedule
 from ..tfutils.collective import cluster_group, collective_mean
 from ..tfutils.common import get_global_step_var
 from ..tfutils.distributed import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
@@ -372,7 +373,8 @@ class DistributedTrainerBase(_DataParallelTrainer):
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):
         """Agree with the other workers on the start (the chief's variables and schedule),
         then run the epochs."""
-        schedule = np.asarray([steps_per_epoch, starting_epoch, max_epoch], np.int64)
+        mine = Schedule(steps_per_epoch, starting_epoch, max_epoch, first_step)
+        schedule = np.asarray(mine.as_vector(), np.int64)
         try:
             with self.sess.as_default():
                 received = self._start_together(schedule)
@@ -383,12 +385,10 @@ class DistributedTrainerBase(_DataParallelTrainer):
             if explained is err:
                 raise
             raise explained from err
-        if received is not None and list(received) != list(schedule):
-            logger.info("{} follows the chief's schedule: {} steps per epoch, epochs {}..{}.".format(
-                self.cluster.task_name, *received))
-        chosen = schedule if received is None else received
-        steps_per_epoch, starting_epoch, max_epoch = (int(x) for x in chosen)
-        super().main_loop(steps_per_epoch, starting_epoch, max_epoch, first_step)
+        chosen = mine if received is None else Schedule.from_vector(received)
+        if chosen != mine:
+            logger.info("{} follows the chief's schedule: {}.".format(self.cluster.task_name, chosen.describe()))
+        super().main_loop(*chosen.as_vector())
 
     def _start_together(self, schedule):
         """Run the start-up exchange; returns the chief's schedule on another worker."""
@@ -486,7 +486,7 @@ class _ParameterServerTrainer(DistributedTrainerBase):
     def _build_sync_ops(self, grad_list, get_opt_fn):
         callbacks = self._build_ps_train_op(grad_list, get_opt_fn)
         sync = self._builder.sync
-        self._schedule = tfv1.placeholder(tf.int64, [3], name='schedule')
+        self._schedule = tfv1.placeholder(tf.int64, [Schedule.VECTOR_LENGTH], name='schedule')
         self._start_op = sync.build_start(get_global_step_var(), self._schedule)
         self._abort_op = sync.build_abort()
         return callbacks
@@ -655,7 +655,7 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         # built last, once every variable (also those of callbacks) exists
         self._check = self._builder.build_variable_check()
         self._broadcast_op = self._builder.build_broadcast()
-        self._schedule = tfv1.placeholder(tf.int64, [3], name='schedule')
+        self._schedule = tfv1.placeholder(tf.int64, [Schedule.VECTOR_LENGTH], name='schedule')
         self._schedule_received = self._builder.broadcast_tensor(self._schedule)
         super().initialize(session_creator, session_init)
 

@@ -33,6 +33,7 @@ from ..graph_builder.devices import check_session_devices, interpret_towers, tow
 from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
 from ..input_source.input_source_base import FeedfreeInput
 from ..loop.callback import Callback
+from ..loop.state import Schedule
 from ..tfutils.preemption_vote import PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
@@ -309,7 +310,7 @@ class HorovodTrainer(SingleCostTrainer):
             with self._ordered():   # run together: in the same order on every rank
                 gather_names = self._build_variable_names_gather(variables)
             self._broadcast_op = self.hvd.broadcast_variables(variables, root_rank=0)
-            self._schedule_in = tfv1.placeholder(tf.int64, [3], name='schedule_in')
+            self._schedule_in = tfv1.placeholder(tf.int64, [Schedule.VECTOR_LENGTH], name='schedule_in')
             self._schedule_of_rank0 = self.hvd.broadcast(self._schedule_in, root_rank=0, name='schedule')
         super().initialize(session_creator, session_init)
         if self._builder is not None:
@@ -400,12 +401,12 @@ class HorovodTrainer(SingleCostTrainer):
         collective operations fail because another rank shut down stops as if a callback
         raised :class:`StopTraining`; one that failed makes ``horovodrun`` exit non-zero."""
         try:
-            schedule = [steps_per_epoch, starting_epoch, max_epoch]
-            chosen = [int(x) for x in self.sess.run(self._schedule_of_rank0, {self._schedule_in: schedule})]
-            if chosen != schedule:
-                logger.info("Rank {} follows rank 0's schedule: {} steps per epoch, epochs {}..{}.".format(
-                    self._rank, *chosen))
-            super().main_loop(*chosen, first_step=first_step)
+            mine = Schedule(steps_per_epoch, starting_epoch, max_epoch, first_step)
+            chosen = Schedule.from_vector(self.sess.run(self._schedule_of_rank0,
+                                                        {self._schedule_in: mine.as_vector()}))
+            if chosen != mine:
+                logger.info("Rank {} follows rank 0's schedule: {}.".format(self._rank, chosen.describe()))
+            super().main_loop(*chosen.as_vector())
         finally:
             logger.info("Rank {}: shutting {} down.".format(self._rank, self.engine))
             self.hvd.shutdown()
