@@ -124,7 +124,7 @@ def test_remapped_source_gives_only_the_named_inputs():
     pred = FeedfreePredictor(linear_config(['logits', 'label']), source)
     try:
         x_t, label_t = pred._config.tower_func.towers[-1].inputs
-        assert x_t.op.type == 'QueueDequeueV2'
+        assert x_t.op.type == 'Identity' and x_t.op.inputs[0].op.type == 'QueueDequeueV2'   # counted
         assert label_t.op.type == 'Placeholder' and label_t.name == 'label:0'
         logits_t = pred._output_tensors[0]
         for x in X_BATCHES:

@@ -29,7 +29,7 @@ import threading
 from abc import ABCMeta, abstractmethod
 
 from ..utils.utils import get_rng
-from .state import DataFlowStateUnsupported
+from .state import DataFlowStateUnsupported, get_dataflow_state, set_dataflow_state
 
 __all__ = ['DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
            'DataFlowReentrantGuard', 'DataFlowMeta']
@@ -226,3 +226,11 @@ class ProxyDataFlow(DataFlow):
 
     def __iter__(self):
         return self.ds.__iter__()
+
+    def get_state(self):
+        """The wrapped DataFlow's state (``{'ds': ...}``): a subclass that changes the iteration
+        defines its own (see :mod:`tensorpack_lite.dataflow.state`)."""
+        return {'ds': get_dataflow_state(self.ds)}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['ds'])

@@ -13,7 +13,8 @@ from ..utils import logger
 from ..utils.utils import get_rng, get_tqdm
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from .epochs import repeat_epochs
-from .state import get_dataflow_state, set_dataflow_state
+from .state import (DataFlowStateUnsupported, IterationCursor, get_dataflow_state, rng_state,
+                    set_dataflow_state, set_rng_state, state_or_error)
 
 __all__ = ['TestDataSpeed', 'PrintData', 'BatchData', 'BatchDataByShape', 'FixedSizeData',
            'MapData', 'MapDataComponent', 'RepeatedData', 'RepeatedDataPoint', 'RandomChooseData',
@@ -50,14 +51,33 @@ class TestDataSpeed(ProxyDataFlow):
         self.test_size = int(size)
         self.warmup = int(warmup)
         self._reset_called = False
+        self._tested = False          # the iteration in progress ran its test
+        self._resume_tested = False
 
     def reset_state(self):
         self._reset_called = True
         super(TestDataSpeed, self).reset_state()
 
     def __iter__(self):
-        self.start()
-        yield from self.ds
+        tested, self._resume_tested = self._resume_tested, False
+        if not tested:
+            self.start()
+        return self._after_test(iter(self.ds))
+
+    def _after_test(self, source):
+        self._tested = True
+        try:
+            yield from source
+        finally:
+            self._tested = False
+
+    def get_state(self):
+        """The wrapped DataFlow's state, and whether the iteration in progress ran its test."""
+        return {'ds': get_dataflow_state(self.ds), 'tested': self._tested or self._resume_tested}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['ds'])
+        self._resume_tested = bool(state['tested'])
 
     def start(self):
         """Run the test: fetch ``warmup + size`` datapoints and report the speed.
@@ -144,6 +164,8 @@ class BatchData(ProxyDataFlow):
         self.use_list = use_list
         self._holder = []
         self._resume_holder = None
+        self._at_remainder = False    # producing the last, smaller batch: ds's iteration has ended
+        self._resume_ended = False
 
     def __len__(self):
         ds_len = len(self.ds)
@@ -153,24 +175,37 @@ class BatchData(ProxyDataFlow):
         return div
 
     def __iter__(self):
-        self._holder, self._resume_holder = list(self._resume_holder or []), None
-        for dp in self.ds:
-            self._holder.append(dp)
-            if len(self._holder) == self.batch_size:
+        holder, self._resume_holder = list(self._resume_holder or []), None
+        ended, self._resume_ended = self._resume_ended, False
+        if ended:  # restored at the last, smaller batch: nothing is left
+            return iter(())
+        return self._batches(iter(self.ds), holder)
+
+    def _batches(self, source, holder):
+        self._holder = holder
+        try:
+            for dp in source:
+                self._holder.append(dp)
+                if len(self._holder) == self.batch_size:
+                    batch, self._holder = self._holder, []
+                    yield BatchData.aggregate_batch(batch, self.use_list)
+            if self.remainder and self._holder:
                 batch, self._holder = self._holder, []
+                self._at_remainder = True
                 yield BatchData.aggregate_batch(batch, self.use_list)
-        if self.remainder and self._holder:
-            batch, self._holder = self._holder, []
-            yield BatchData.aggregate_batch(batch, self.use_list)
+        finally:  # what is left of an iteration that ended is dropped
+            self._holder, self._at_remainder = [], False
 
     def get_state(self):
-        """The wrapped DataFlow's state and the datapoints of an unfinished batch (none
-        between two batches)."""
-        return {'ds': get_dataflow_state(self.ds), 'holder': list(self._holder)}
+        """The wrapped DataFlow's state, the datapoints of an unfinished batch (none between two
+        batches), and whether the iteration is at its last, smaller batch."""
+        return {'ds': get_dataflow_state(self.ds), 'holder': list(self._holder),
+                'ended': self._at_remainder or self._resume_ended}
 
     def set_state(self, state):
         set_dataflow_state(self.ds, state['ds'])
         self._resume_holder = list(state['holder'])
+        self._resume_ended = bool(state['ended'])
 
     @staticmethod
     def _batch_numpy(values, key):
@@ -306,8 +341,11 @@ class BatchDataByShape(BatchData):
         self.holder = defaultdict(list)
 
     def __iter__(self):
+        return self._batches_by_shape(iter(self.ds))
+
+    def _batches_by_shape(self, source):
         with self._guard:
-            for dp in self.ds:
+            for dp in source:
                 try:
                     shape = dp[self.idx].shape
                 except AttributeError:
@@ -316,8 +354,21 @@ class BatchDataByShape(BatchData):
                 holder = self.holder[shape]
                 holder.append(dp)
                 if len(holder) == self.batch_size:
-                    yield BatchData.aggregate_batch(holder, self.use_list)
+                    batch = BatchData.aggregate_batch(holder, self.use_list)
                     del holder[:]
+                    yield batch
+
+    def get_state(self):
+        """The wrapped DataFlow's state and the datapoints waiting in each shape's holder (copies
+        of those lists: at most ``batch_size - 1`` datapoints per shape)."""
+        return {'ds': get_dataflow_state(self.ds),
+                'holders': [[list(shape), list(dps)] for shape, dps in self.holder.items() if dps]}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['ds'])
+        self.holder = defaultdict(list)
+        for shape, dps in state['holders']:
+            self.holder[tuple(shape)] = list(dps)
 
 
 class FixedSizeData(ProxyDataFlow):
@@ -341,6 +392,7 @@ class FixedSizeData(ProxyDataFlow):
         self._size = int(size)
         self._keep = keep_state
         self.itr = None
+        self._cursor = IterationCursor()
         self._guard = DataFlowReentrantGuard('FixedSizeData')
 
     def __len__(self):
@@ -351,13 +403,32 @@ class FixedSizeData(ProxyDataFlow):
         self.itr = None
 
     def __iter__(self):
+        return self._datapoints(self._cursor.follow(range(self._size)))
+
+    def _datapoints(self, positions):
         with self._guard:
             if self.itr is None:
                 self.itr = repeat_epochs(self.ds, 'FixedSizeData')
-            for _ in range(self._size):
-                yield next(self.itr)
-            if not self._keep:
-                self.itr = None
+            for _ in positions:
+                dp = next(self.itr)
+                if self._cursor.done == self._size and not self._keep:
+                    self._end_pass()  # before the last yield, so that a state taken there says so
+                yield dp
+
+    def _end_pass(self):
+        """Abandon the pass over ``ds`` in progress: the next one starts a new iteration."""
+        if self.itr is not None:
+            self.itr.close()
+            self.itr = None
+
+    def get_state(self):
+        """The wrapped DataFlow's state and how many datapoints the iteration in progress produced."""
+        return {'ds': get_dataflow_state(self.ds), 'done': self._cursor.state()['done']}
+
+    def set_state(self, state):
+        self._end_pass()
+        set_dataflow_state(self.ds, state['ds'])
+        self._cursor.restore(state)
 
 
 class MapData(ProxyDataFlow):
@@ -381,7 +452,10 @@ class MapData(ProxyDataFlow):
         self.func = func
 
     def __iter__(self):
-        for dp in self.ds:
+        return self._mapped(iter(self.ds))
+
+    def _mapped(self, source):
+        for dp in source:
             ret = self.func(copy(dp))
             if ret is not None:
                 yield ret
@@ -452,20 +526,29 @@ class RepeatedData(ProxyDataFlow):
         return len(self.ds) * self.num
 
     def __iter__(self):
-        if self.num == -1:
-            self._resume_pass = None
-            yield from repeat_epochs(self.ds, 'RepeatedData(num=-1)')
-            return
         first, self._resume_pass = self._resume_pass or 0, None
-        for self._pass in range(first, self.num):
-            yield from self.ds
-        self._pass = None
+        if self.num == -1:
+            return repeat_epochs(self.ds, 'RepeatedData(num=-1)', first=iter(self.ds))
+        if first >= self.num:
+            return iter(())
+        return self._passes(first, iter(self.ds))
+
+    def _passes(self, first, source):
+        try:
+            self._pass = first
+            yield from source
+            for self._pass in range(first + 1, self.num):
+                yield from self.ds
+        finally:
+            self._pass = None
 
     _pass = None            # the pass over ``ds`` in progress (finite ``num``)
     _resume_pass = None
 
     def get_state(self):
-        return {'ds': get_dataflow_state(self.ds), 'pass': self._pass}
+        """The wrapped DataFlow's state and the pass in progress."""
+        current = self._pass if self._pass is not None else self._resume_pass
+        return {'ds': get_dataflow_state(self.ds), 'pass': current}
 
     def set_state(self, state):
         set_dataflow_state(self.ds, state['ds'])
@@ -485,14 +568,38 @@ class RepeatedDataPoint(ProxyDataFlow):
         if self.num < 1:
             raise ValueError("RepeatedDataPoint: num must be >= 1, got {}".format(num))
         super(RepeatedDataPoint, self).__init__(ds)
+        self._current = None    # (datapoint, repeats left after the one produced)
+        self._resume = None
 
     def __len__(self):
         return len(self.ds) * self.num
 
     def __iter__(self):
-        for dp in self.ds:
-            for _ in range(self.num):
-                yield dp
+        pending, self._resume = self._resume, None
+        return self._repeated(pending, iter(self.ds))
+
+    def _repeated(self, pending, source):
+        try:
+            if pending is not None:
+                yield from self._repeat(*pending)
+            for dp in source:
+                yield from self._repeat(dp, self.num)
+        finally:
+            self._current = None
+
+    def _repeat(self, dp, times):
+        for left in range(times - 1, -1, -1):
+            self._current = (dp, left)
+            yield dp
+
+    def get_state(self):
+        """The wrapped DataFlow's state, and the datapoint being repeated with its repeats left."""
+        dp, left = self._current or self._resume or (None, 0)
+        return {'ds': get_dataflow_state(self.ds), 'dp': dp if left else None, 'left': left}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['ds'])
+        self._resume = (state['dp'], state['left']) if state['left'] else None
 
 
 def _reset_each_once(dataflows):
@@ -501,6 +608,61 @@ def _reset_each_once(dataflows):
         if id(df) not in seen:
             seen.add(id(df))
             df.reset_state()
+
+
+def _states(dataflows, side_by_side_in=None):
+    """The states of ``dataflows``. ``side_by_side_in`` names who iterates them side by side: one
+    that appears twice there has two iterations sharing one position, which cannot be saved."""
+    if side_by_side_in is not None and len({id(df) for df in dataflows}) < len(dataflows):
+        raise DataFlowStateUnsupported(
+            "{}: the same DataFlow appears twice in df_lists; its two iterations, side by side, share "
+            "one position, which cannot be saved.".format(side_by_side_in))
+    return [get_dataflow_state(df) for df in dataflows]
+
+
+def _set_states(dataflows, states):
+    for df, state in zip(dataflows, states):
+        set_dataflow_state(df, state)
+
+
+class _DrawnIterations(object):
+    """The iterations of several dataflows that a DataFlow draws from in turn (``owner``), each
+    one made when first drawn from, and dropped (abandoned) when the owner's iteration ends. Its
+    state says which had started in the iteration in progress: after :meth:`restore`, the next
+    iteration makes theirs at once, so that they continue there, or are abandoned with it."""
+
+    def __init__(self, dataflows, owner):
+        self.dataflows, self.owner = dataflows, owner
+        self._itrs = [None] * len(dataflows)   # the iteration of each in the iteration in progress
+        self._resumed = []                     # those started in the restored iteration
+
+    def begin(self):
+        """The iterations of a new iteration (the restored one, after :meth:`restore`)."""
+        itrs = [None] * len(self.dataflows)
+        for k in self._resumed:
+            itrs[k] = iter(self.dataflows[k])
+        self._itrs, self._resumed = itrs, []
+        return itrs
+
+    def next(self, itrs, k):
+        """The next datapoint of dataflow ``k`` (StopIteration at the end of its iteration)."""
+        if itrs[k] is None:
+            itrs[k] = iter(self.dataflows[k])
+        return next(itrs[k])
+
+    def end(self, itrs):
+        """Drop the iterations of the iteration that ends."""
+        itrs[:] = [None] * len(itrs)
+
+    def state(self):
+        """Which dataflows the iteration in progress started, and every dataflow's state."""
+        started = sorted({k for k, itr in enumerate(self._itrs) if itr is not None} | set(self._resumed))
+        return {'started': started, 'dfs': _states(self.dataflows, self.owner)}
+
+    def restore(self, state):
+        """Put the dataflows back; the next iteration continues those that had started."""
+        _set_states(self.dataflows, state['dfs'])
+        self._resumed = list(state['started'])
 
 
 def _check_dataflows(df_lists, owner):
@@ -547,22 +709,37 @@ class RandomChooseData(RNGDataFlow):
             dataflows = _check_dataflows(df_lists, 'RandomChooseData')
             probs = [1.0 / len(dataflows)] * len(dataflows)
         self.df_lists = list(zip(dataflows, probs))
+        self._drawn = _DrawnIterations(dataflows, 'RandomChooseData')
 
     def reset_state(self):
         super(RandomChooseData, self).reset_state()
         _reset_each_once(df for df, _ in self.df_lists)
 
     def __iter__(self):
-        itrs = [iter(df) for df, _ in self.df_lists]
+        return self._chosen(self._drawn.begin())
+
+    def _chosen(self, itrs):
         probs = np.array([p for _, p in self.df_lists])
         probs /= probs.sum()
-        while True:
-            k = self.rng.choice(len(itrs), p=probs)
-            try:
-                dp = next(itrs[k])
-            except StopIteration:
-                return
-            yield dp
+        try:
+            while True:
+                k = self.rng.choice(len(probs), p=probs)
+                try:
+                    dp = self._drawn.next(itrs, k)
+                except StopIteration:
+                    return
+                yield dp
+        finally:
+            self._drawn.end(itrs)
+
+    def get_state(self):
+        """The RNG's state (a 2.5 kB copy per call: it draws for every datapoint), which dataflows
+        the iteration in progress started, and each dataflow's state."""
+        return dict(self._drawn.state(), rng=rng_state(self.rng))
+
+    def set_state(self, state):
+        set_rng_state(self.rng, state['rng'])
+        self._drawn.restore(state)
 
 
 class RandomMixData(RNGDataFlow):
@@ -582,6 +759,8 @@ class RandomMixData(RNGDataFlow):
             raise ValueError("RandomMixData: every dataflow needs a length; dataflow(s) #{} have none".format(
                 without_length))
         self.sizes = [len(df) for df in self.df_lists]
+        self._cursor = IterationCursor()
+        self._drawn = _DrawnIterations(self.df_lists, 'RandomMixData')
 
     def reset_state(self):
         super(RandomMixData, self).reset_state()
@@ -591,17 +770,30 @@ class RandomMixData(RNGDataFlow):
         return sum(self.sizes)
 
     def __iter__(self):
-        order = np.arange(len(self))
-        self.rng.shuffle(order)
+        order = self._cursor.order(len(self), self.rng)
         sources = np.searchsorted(np.cumsum(self.sizes), order, side='right')
-        itrs = [iter(df) for df in self.df_lists]
-        for k in sources:
-            try:
-                dp = next(itrs[k])
-            except StopIteration:
-                raise RuntimeError("RandomMixData: dataflow #{} ended before producing the {} datapoints "
-                                   "its len() promised".format(k, self.sizes[k])) from None
-            yield dp
+        return self._mixed(self._cursor.follow(sources), self._drawn.begin())
+
+    def _mixed(self, sources, itrs):
+        try:
+            for k in sources:
+                try:
+                    dp = self._drawn.next(itrs, k)
+                except StopIteration:
+                    raise RuntimeError("RandomMixData: dataflow #{} ended before producing the {} datapoints "
+                                       "its len() promised".format(k, self.sizes[k])) from None
+                yield dp
+        finally:
+            self._drawn.end(itrs)
+
+    def get_state(self):
+        """How many datapoints the iteration in progress produced, the RNG's state that drew its
+        order (copied once per iteration), which dataflows it started, and each one's state."""
+        return dict(self._drawn.state(), order=self._cursor.state(self.rng))
+
+    def set_state(self, state):
+        self._cursor.restore(state['order'], self.rng)
+        self._drawn.restore(state)
 
 
 def _has_length(df):
@@ -621,6 +813,8 @@ class ConcatData(DataFlow):
 
     def __init__(self, df_lists):
         self.df_lists = list(df_lists)
+        self._current = None        # the index of the dataflow being iterated
+        self._resume_current = None
 
     def reset_state(self):
         _reset_each_once(self.df_lists)
@@ -629,8 +823,28 @@ class ConcatData(DataFlow):
         return sum(len(df) for df in self.df_lists)
 
     def __iter__(self):
-        for df in self.df_lists:
-            yield from df
+        first, self._resume_current = self._resume_current or 0, None
+        if first >= len(self.df_lists):
+            return iter(())
+        return self._concatenated(first, iter(self.df_lists[first]))
+
+    def _concatenated(self, first, source):
+        try:
+            self._current = first
+            yield from source
+            for self._current in range(first + 1, len(self.df_lists)):
+                yield from self.df_lists[self._current]
+        finally:
+            self._current = None
+
+    def get_state(self):
+        """The index of the dataflow being iterated and every dataflow's state."""
+        current = self._current if self._current is not None else self._resume_current
+        return {'current': current, 'dfs': _states(self.df_lists)}
+
+    def set_state(self, state):
+        _set_states(self.df_lists, state['dfs'])
+        self._resume_current = state['current']
 
 
 class JoinData(DataFlow):
@@ -669,7 +883,9 @@ class JoinData(DataFlow):
         return min(len(df) for df in self.df_lists)
 
     def __iter__(self):
-        itrs = [iter(df) for df in self.df_lists]
+        return self._joined([iter(df) for df in self.df_lists])
+
+    def _joined(self, itrs):
         while True:
             dps = []
             for itr in itrs:
@@ -678,6 +894,13 @@ class JoinData(DataFlow):
                 except StopIteration:
                     return
             yield self._join(dps)
+
+    def get_state(self):
+        """Each dataflow's state."""
+        return {'dfs': _states(self.df_lists, 'JoinData')}
+
+    def set_state(self, state):
+        _set_states(self.df_lists, state['dfs'])
 
     @staticmethod
     def _join(dps):
@@ -748,6 +971,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
 
     Datapoints of one pass over ``ds`` mix with those of the next, so the iterator never
     ends; ``len()`` (``len(ds) * num_reuse``) is the natural epoch size.  Not reentrant.
+    Its state holds the buffer's datapoints (a shallow copy of the buffer per ``get_state``).
 
     Args:
         ds (DataFlow): input dataflow.
@@ -776,6 +1000,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._inf_ds = RepeatedData(ds, -1)
         self._inf_iter = None
         self._iter_cnt = 0
+        self._entering = None   # (datapoint, times it still enters the buffer) while one waits
         self._guard = DataFlowReentrantGuard('LocallyShuffleData')
 
     def reset_state(self):
@@ -783,6 +1008,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         RNGDataFlow.reset_state(self)
         self.q.clear()
         self._iter_cnt = 0
+        self._entering = None
         self._inf_iter = iter(self._inf_ds)
 
     def __len__(self):
@@ -798,14 +1024,43 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         if self._inf_iter is None:
             raise RuntimeError("LocallyShuffleData: call reset_state() once before iterating.")
         with self._guard:
+            waiting, self._entering = self._entering, None
+            if waiting is not None:  # a datapoint that had made room for itself
+                dp, times = waiting
+                self.q.append(dp)
+                yield from self._enter(dp, times - 1)
             for dp in self._inf_iter:
                 self._iter_cnt = (self._iter_cnt + 1) % self.shuffle_interval
                 if self._iter_cnt == 0:
                     self._shuffle_buffer()
-                for _ in range(self.num_reuse):
-                    if len(self.q) == self.q.maxlen:
-                        yield self.q.popleft()
-                    self.q.append(dp)
+                yield from self._enter(dp, self.num_reuse)
+
+    def _enter(self, dp, times):
+        """Append ``dp`` ``times`` times to the buffer, producing its oldest entry whenever it is full."""
+        for times_left in range(times, 0, -1):
+            if len(self.q) == self.q.maxlen:
+                self._entering = (dp, times_left)
+                yield self.q.popleft()
+                self._entering = None
+            self.q.append(dp)
+
+    def get_state(self):
+        """The wrapped DataFlow's state, the buffer's datapoints, the RNG's state (2.5 kB), the
+        count towards the next shuffle and the datapoint waiting to enter the buffer."""
+        dp, times = self._entering or (None, 0)
+        return {'ds': get_dataflow_state(self._inf_ds), 'buffer': list(self.q), 'rng': rng_state(self.rng),
+                'count': self._iter_cnt, 'entering': dp, 'times': times}
+
+    def set_state(self, state):
+        if self._inf_iter is not None:
+            self._inf_iter.close()
+        set_dataflow_state(self._inf_ds, state['ds'])
+        self._inf_iter = iter(self._inf_ds)
+        self.q.clear()
+        self.q.extend(state['buffer'])
+        set_rng_state(self.rng, state['rng'])
+        self._iter_cnt = int(state['count'])
+        self._entering = (state['entering'], int(state['times'])) if state['times'] else None
 
 
 class CacheData(ProxyDataFlow):
@@ -814,6 +1069,10 @@ class CacheData(ProxyDataFlow):
     The first epoch reads ``ds`` (producing its datapoints as they come); once it has run to
     the end, later epochs replay the cache without touching ``ds``.  An epoch stopped early
     is not cached.  :meth:`reset_state` empties the cache.  Not reentrant.
+
+    Its state holds ``ds``'s state at the start of the epoch read from it (taken once per such
+    epoch), not the cache: :meth:`set_state` reads that epoch from ``ds`` again (and replays the
+    shuffles of the cache since).
 
     Args:
         ds (DataFlow): input dataflow.
@@ -825,12 +1084,21 @@ class CacheData(ProxyDataFlow):
         super(CacheData, self).__init__(ds)
         self.buffer = None
         self._guard = DataFlowReentrantGuard('CacheData')
+        self._epoch_start = None    # ds's state (or why it has none) when the epoch read from it began
+        self._read_count = None     # datapoints that epoch produced so far (while in progress)
+        self._resume_read = None    # after set_state: datapoints to read again, not to produce
+        self._cache_rng = None      # the RNG's state when the cache was filled
+        self._replays = 0           # replays of the cache begun (each one shuffles it)
+        self._cursor = IterationCursor()  # the replay in progress
 
     def reset_state(self):
         super(CacheData, self).reset_state()
         if self.shuffle:
             self.rng = get_rng(self)
         self.buffer = None
+        self._replays = 0
+        self._resume_read = None
+        self._cursor = IterationCursor()
 
     def __len__(self):
         if self.buffer is not None:
@@ -838,17 +1106,72 @@ class CacheData(ProxyDataFlow):
         return len(self.ds)
 
     def __iter__(self):
+        if self.buffer is not None:
+            return self._replay(not self._cursor.resuming, self._cursor.follow(self.buffer))
+        return self._read_and_cache(*self._reading())
+
+    def _replay(self, new_replay, datapoints):
         with self._guard:
-            if self.buffer is not None:
+            if new_replay:
                 if self.shuffle:
                     self.rng.shuffle(self.buffer)
-                yield from self.buffer
-                return
-            pending = []
-            for dp in self.ds:
-                pending.append(dp)
-                yield dp
+                self._replays += 1
+            yield from datapoints
+
+    def _reading(self):
+        """An iteration of ds and what it read already: after set_state, the datapoints the saved
+        iteration had produced, read again here."""
+        skip, self._resume_read = self._resume_read, None
+        if skip is None:
+            self._epoch_start = state_or_error(self.ds)
+            self._cache_rng = self._rng_state()  # the RNG is used from the first replay on
+        source = iter(self.ds)
+        return source, list(itertools.islice(source, skip or 0))
+
+    def _rng_state(self):
+        return rng_state(self.rng) if self.shuffle else None
+
+    def _read_and_cache(self, source, pending):
+        with self._guard:
+            try:
+                for dp in source:
+                    pending.append(dp)
+                    self._read_count = len(pending)
+                    yield dp
+            finally:
+                self._read_count = None
             self.buffer = pending
+
+    def _start_state(self):
+        if isinstance(self._epoch_start, DataFlowStateUnsupported):
+            raise self._epoch_start
+        return self._epoch_start
+
+    def get_state(self):
+        """``ds``'s state at the start of the epoch read from it, the RNG's state then (copied
+        once per such epoch) and how far the iteration got: datapoints read, or replays begun and
+        datapoints produced by the one in progress."""
+        if self.buffer is not None:
+            return {'start': self._start_state(), 'rng': self._cache_rng, 'cached': True,
+                    'replays': self._replays, 'done': self._cursor.state()['done']}
+        read = self._read_count if self._read_count is not None else self._resume_read
+        if read is not None:
+            return {'start': self._start_state(), 'rng': self._cache_rng, 'cached': False, 'read': read}
+        return {'start': get_dataflow_state(self.ds), 'rng': self._rng_state(), 'cached': False, 'read': 0}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['start'])
+        self._epoch_start, self._cache_rng = state['start'], state['rng']
+        if self.shuffle:
+            set_rng_state(self.rng, state['rng'])
+        if not state['cached']:
+            self.buffer, self._resume_read = None, int(state['read'])
+            return
+        self.buffer, self._resume_read = list(self.ds), None
+        self._replays = int(state['replays'])
+        for _ in range(self._replays if self.shuffle else 0):
+            self.rng.shuffle(self.buffer)
+        self._cursor.restore({'done': state['done']})
 
 
 class PrintData(ProxyDataFlow):
@@ -926,8 +1249,15 @@ class PrintData(ProxyDataFlow):
             lines.extend(self._describe(value, pos, 1))
         return '\n'.join(lines)
 
+    # an identity proxy: its position is the wrapped DataFlow's (what it logged is not kept)
+    get_state = ProxyDataFlow.get_state
+    set_state = ProxyDataFlow.set_state
+
     def __iter__(self):
-        for dp in self.ds:
+        return self._printed(iter(self.ds))
+
+    def _printed(self, source):
+        for dp in source:
             if self.cnt < self.num:
                 if self.cnt == 0:
                     label = ' ({})'.format(self.name) if self.name is not None else ''

@@ -44,11 +44,14 @@ class EmptyEpochs(object):
                             self.owner, self.in_a_row, name, self.fail_after))
 
 
-def repeat_epochs(ds, owner):
-    """The datapoints of ``ds``, epoch after epoch, forever (see :class:`EmptyEpochs`)."""
+def repeat_epochs(ds, owner, first=None):
+    """The datapoints of ``ds``, epoch after epoch, forever (see :class:`EmptyEpochs`); ``first``
+    is the iterator of the first epoch when it is made already."""
     empty = EmptyEpochs(ds, owner)
+    epoch = first
     while True:
         count = 0
-        for count, dp in enumerate(ds, 1):
+        for count, dp in enumerate(iter(ds) if epoch is None else epoch, 1):
             yield dp
         empty.epoch_ended(count)
+        epoch = None

@@ -24,6 +24,8 @@ from ..utils.develop import import_optional
 from ..utils.protowire import int32, message_fields
 from .base import DataFlowReentrantGuard, RNGDataFlow
 from .common import MapData
+from .raw import _IndexedData
+from .state import IterationCursor
 
 __all__ = ['HDF5Data', 'LMDBData', 'LMDBDataDecoder', 'CaffeLMDB', 'SVMLightData']
 
@@ -33,23 +35,6 @@ LMDB_KEYS_ENTRY = b'__keys__'
 BYTES_ATTRIBUTE = 'tensorpack_lite_bytes'
 """Attribute of an HDF5 dataset of variable-length uint8 arrays that are ``bytes`` objects
 (HDF5 strings cannot hold NUL bytes, encoded images can): see :func:`bytes_to_hdf5`."""
-
-
-class _IndexedData(RNGDataFlow):
-    """Template of the DataFlows whose datapoints are read by index: ``_read(k)`` for
-    ``k < len(self)``, in order, or in a new random order every epoch when ``self.shuffle``."""
-
-    shuffle = False
-
-    def _read(self, k):
-        raise NotImplementedError("{} must implement _read()".format(type(self).__name__))
-
-    def __iter__(self):
-        order = np.arange(len(self))
-        if self.shuffle:
-            self.rng.shuffle(order)
-        for k in order:
-            yield self._read(int(k))
 
 
 # ------------------------------------------------------------------ LMDB
@@ -132,7 +117,8 @@ class LMDBData(RNGDataFlow):
     The values are usually serialized datapoints: decode them with :class:`LMDBDataDecoder`
     or a :class:`MapData`. The database is opened in :meth:`reset_state` (in the process that
     iterates, so it can be used under :class:`MultiProcessRunnerZMQ`); the ``__keys__`` entry
-    written by ``LMDBSerializer`` is never produced and does not count in ``len()``.
+    written by ``LMDBSerializer`` is never produced and does not count in ``len()``. Its state
+    is how many pairs the iteration in progress produced, and the RNG's state before its shuffle.
 
     Args:
         lmdb_path (str): a directory holding ``data.mdb``, or a database in a single file.
@@ -156,6 +142,7 @@ class LMDBData(RNGDataFlow):
         self._shuffle = bool(shuffle)
         self._guard = DataFlowReentrantGuard('LMDBData')
         self._env = self._txn = None
+        self._cursor = IterationCursor()
         # the environment closes as this returns (unless other readers use it), so that forked
         # workers do not inherit it: reset_state opens it again
         with open_lmdb_readonly(self._lmdb_path, 'LMDBData').begin() as txn:
@@ -191,18 +178,28 @@ class LMDBData(RNGDataFlow):
     def __iter__(self):
         if self._txn is None:
             raise RuntimeError("LMDBData: call reset_state() before iterating")
+        if self._shuffle:
+            positions = self._cursor.follow(self._cursor.order(len(self.keys), self.rng))
+            return self._guarded(self._pair(self.keys[k]) for k in positions)
+        pairs = ([key, value] for key, value in self._txn.cursor() if key != LMDB_KEYS_ENTRY)
+        return self._guarded(self._cursor.follow(pairs))
+
+    def _guarded(self, pairs):
         with self._guard:
-            if not self._shuffle:
-                for key, value in self._txn.cursor():
-                    if key != LMDB_KEYS_ENTRY:
-                        yield [key, value]
-                return
-            self.rng.shuffle(self.keys)
-            for key in self.keys:
-                value = self._txn.get(key)
-                if value is None:
-                    raise KeyError("LMDBData: the key {!r} is not in {}".format(key, self._lmdb_path))
-                yield [key, value]
+            yield from pairs
+
+    def _pair(self, key):
+        value = self._txn.get(key)
+        if value is None:
+            raise KeyError("LMDBData: the key {!r} is not in {}".format(key, self._lmdb_path))
+        return [key, value]
+
+    def _order_rng(self):
+        return self.rng if self._shuffle else None
+
+    # the position is kept as the DataFlows read by index keep it (self._cursor, self._order_rng)
+    get_state = _IndexedData.get_state
+    set_state = _IndexedData.set_state
 
     def __getstate__(self):  # an open environment cannot be pickled; a copy reopens it on reset
         state = self.__dict__.copy()
@@ -383,7 +380,7 @@ class HDF5Data(_IndexedData):
     def __len__(self):
         return self._size
 
-    def _read(self, k):
+    def _datapoint_at(self, k):
         return [values[k] for values in self.dps]
 
 
@@ -415,5 +412,5 @@ class SVMLightData(_IndexedData):
     def __len__(self):
         return len(self.y)
 
-    def _read(self, k):
+    def _datapoint_at(self, k):
         return [self.X[k], self.y[k]]

@@ -19,8 +19,8 @@ import numpy as np
 from ..utils import logger
 from ..utils.argtools import shape2d
 from ..utils.develop import import_optional
-from .base import RNGDataFlow
 from .common import MapData, MapDataComponent
+from .raw import _IndexedData
 
 __all__ = ['ImageFromFile', 'AugmentImageComponent', 'AugmentImageComponents',
            'AugmentImageCoordinates', 'read_image', 'ImageFileLabelData']
@@ -56,7 +56,7 @@ def read_image(path, color=True, purpose='read_image'):
     return img
 
 
-class ImageFromFile(RNGDataFlow):
+class ImageFromFile(_IndexedData):
     """Produces ``[image]`` for each image file of a list: an HxWx3 RGB (``channel=3``) or HxWx1
     gray (``channel=1``) uint8 array.
 
@@ -86,12 +86,8 @@ class ImageFromFile(RNGDataFlow):
     def __len__(self):
         return len(self.files)
 
-    def __iter__(self):
-        order = np.arange(len(self.files))
-        if self.shuffle:
-            self.rng.shuffle(order)
-        for k in order:
-            yield [self._load(self.files[k])]
+    def _datapoint_at(self, k):
+        return [self._load(self.files[k])]
 
     def _load(self, path):
         img = read_image(path, color=self.channel == 3, purpose='ImageFromFile')
@@ -103,7 +99,7 @@ class ImageFromFile(RNGDataFlow):
         return np.ascontiguousarray(img[:, :, ::-1])
 
 
-class ImageFileLabelData(RNGDataFlow):
+class ImageFileLabelData(_IndexedData):
     """Produces ``[image, label]`` for each ``(file, label)`` of a list: the image decoded when
     produced, as an HxWx3 BGR uint8 array; the label an ``np.int32``. The image datasets
     (ILSVRC12, TinyImageNet, Places365Standard) are this DataFlow over the list their files give;
@@ -121,13 +117,9 @@ class ImageFileLabelData(RNGDataFlow):
     def __len__(self):
         return len(self.imglist)
 
-    def __iter__(self):
-        order = np.arange(len(self.imglist))
-        if self.shuffle:
-            self.rng.shuffle(order)
-        for k in order:
-            fname, label = self.imglist[k]
-            yield [self._load(fname), np.int32(label)]
+    def _datapoint_at(self, k):
+        fname, label = self.imglist[k]
+        return [self._load(fname), np.int32(label)]
 
     def _load(self, fname):
         """The first component of the datapoint of the file ``fname`` of imglist: the decoded image."""
@@ -202,9 +194,10 @@ class _AugmentationErrors(object):
             return None
 
 
-class _ImageAugmentation(object):
+class _ImageAugmentation(MapData):
     """What the augmenting DataFlows share: their augmentors ``self.augs``, reset with the input
-    DataFlow; the optional copy of the inputs; the handling of errors.
+    DataFlow; the optional copy of the inputs; the handling of errors; their state, which adds
+    the augmentors' random generators to MapData's (a 2.5 kB copy per augmentor per call).
 
     Subclasses implement :meth:`_check` (bad input: always raised) and :meth:`_augment` (its
     exceptions are skipped with ``catch_exceptions``); both receive what MapData(Component)
@@ -221,6 +214,15 @@ class _ImageAugmentation(object):
         """Reset the input DataFlow and the augmentors (their random generators)."""
         super(_ImageAugmentation, self).reset_state()
         self.augs.reset_state()
+
+    def get_state(self):
+        state = super(_ImageAugmentation, self).get_state()
+        state['augs'] = self.augs.get_state()
+        return state
+
+    def set_state(self, state):
+        super(_ImageAugmentation, self).set_state(state)
+        self.augs.set_state(state['augs'])
 
     def _copied(self, array):
         return array.copy() if self._copy else array
@@ -264,7 +266,7 @@ class AugmentImageComponent(_ImageAugmentation, MapDataComponent):
         return self.augs.augment(self._copied(img))
 
 
-class _AugmentDatapoint(_ImageAugmentation, MapData):
+class _AugmentDatapoint(_ImageAugmentation):
     """An augmentation that rewrites several components of the (list or dict) datapoint."""
 
     def _component(self, dp, key):

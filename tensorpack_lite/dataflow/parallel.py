@@ -45,6 +45,7 @@ from ..utils.concurrency import StoppableThread, enable_death_signal, mask_sigin
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from .epochs import repeat_epochs
+from .state import without_position
 
 __all__ = ['MultiProcessRunner', 'MultiProcessRunnerZMQ', 'MultiThreadRunner', 'DataFlowWorkerError',
            'PrefetchData', 'MultiProcessPrefetchData', 'PrefetchDataZMQ', 'MultiThreadPrefetchData']
@@ -770,6 +771,11 @@ def _warn_duplication(name, num):
                     "with MultiProcessMapData instead (see docs/dataflow.md).".format(name, num))
 
 
+_WORKER_COPIES = without_position(
+    "its worker processes each run a copy of the DataFlow, whose position stays in the worker",
+    "the datapoints after them come from the workers started anew, not those that would have followed")
+
+
 # ------------------------------------------------------------------ MultiProcessRunnerZMQ
 
 class _SharedSlots(object):
@@ -988,6 +994,8 @@ class MultiProcessRunnerZMQ(_ParallelBase):
     def __iter__(self):
         yield from self._iterate(self._recv, self._size)
 
+    get_state, set_state = _WORKER_COPIES
+
 
 # ------------------------------------------------------------------ MultiProcessRunner
 
@@ -1108,6 +1116,8 @@ class MultiProcessRunner(_ParallelBase, ProxyDataFlow):
     def __iter__(self):
         yield from self._iterate(self._get, self._size)
 
+    get_state, set_state = _WORKER_COPIES
+
 
 # ------------------------------------------------------------------ MultiThreadRunner
 
@@ -1179,6 +1189,11 @@ class MultiThreadRunner(_Closable, DataFlow):
             except queue.Empty:
                 continue
             yield dp
+
+    get_state, set_state = without_position(
+        "its threads each run a DataFlow of their own, and their datapoints arrive in the order the "
+        "threads produce them", "the datapoints after them come from the threads started anew, not those "
+        "that would have followed")
 
 
 def _stop_threads(threads):

@@ -15,8 +15,14 @@ Two modes:
 
 Unlike tensorpack, whose non-strict mode lets consecutive epochs overlap, an epoch here
 never contains datapoints of the next one (the buffer drains at the end of each epoch).
+
+With ``strict=True`` the position can be saved (``get_state``): the parent takes ``ds``'s state
+after every datapoint it sends to the workers (one ``ds.get_state()`` per datapoint, kept until
+its result is produced), and reports the one of the last result produced. ``map_func`` is taken
+to draw no random numbers of its own.
 """
 
+import collections
 import itertools
 import multiprocessing as mp
 import os
@@ -32,11 +38,45 @@ from .epochs import repeat_epochs
 from .parallel import (_ERROR_TAG, DataFlowWorkerError, _Closable, _IPCDir, _len_or_minus_one, _ParallelBase,
                        _ProcessWorker, _reserve_shared_slots, _Sockets, _thread_error,
                        _WorkerProcesses, _ZMQCollector)
+from .state import (DataFlowStateUnsupported, get_dataflow_state, set_dataflow_state, state_or_error,
+                    unsupported_position, without_position)
 
 __all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ',
            'MultiProcessMapAndBatchData', 'MultiProcessMapAndBatchDataZMQ']
 
 _DROPPED = object()  # what map_func's None becomes on the parent's side
+
+
+class _InputPositions(object):
+    """For a strict parallel map: the state of its input DataFlow right after each datapoint sent
+    to the workers, kept until that datapoint's result is produced; then the state to report."""
+
+    def __init__(self, ds):
+        self.ds = ds
+        self.sent = collections.deque()   # states after the datapoints whose results are not out yet
+        self.current = None               # the state after the input of the last result produced
+        self.error = None                 # why the input has no state, once known
+
+    def start(self):
+        """A new iteration starts (nothing produced yet)."""
+        self.sent.clear()
+        self.current = self.error = None
+
+    def recorded(self, source):
+        """The datapoints of ``source`` (an iteration of the input), its state taken after each."""
+        for dp in source:
+            if self.error is None:
+                state = state_or_error(self.ds)
+                if isinstance(state, DataFlowStateUnsupported):
+                    self.error = state
+                else:
+                    self.sent.append(state)
+            yield dp
+
+    def produced(self):
+        """The result of the oldest datapoint sent is produced."""
+        if self.error is None:
+            self.current = self.sent.popleft()
 
 
 class _ParallelMapData(ProxyDataFlow):
@@ -56,14 +96,18 @@ class _ParallelMapData(ProxyDataFlow):
         self._seq = 0         # sequence number of the next datapoint sent
         self._in_flight = 0   # datapoints sent whose result was not received yet
         self._guard = DataFlowReentrantGuard(type(self).__name__)
+        self._positions = _InputPositions(ds)
 
     def reset_state(self):
         super(_ParallelMapData, self).reset_state()
         self._start_workers()
 
     def __iter__(self):
+        return self._guarded_epoch(iter(self.ds))
+
+    def _guarded_epoch(self, source):
         with self._guard:
-            yield from self._epoch()
+            yield from self._epoch(source)
 
     def _fill(self, source):
         """Send datapoints of ``source`` while the buffer has room for a whole chunk (or is
@@ -80,33 +124,64 @@ class _ParallelMapData(ProxyDataFlow):
                 return False
         return True
 
-    def _epoch(self):
+    def _epoch(self, source):
         first = self._seq  # results of earlier, abandoned epochs are dropped
-        source = iter(self.ds)
+        if self._strict:
+            self._positions.start()
+            source = self._positions.recorded(source)
         exhausted = False
         pending = {}
         next_out = first
-        while True:
-            if not exhausted:
-                exhausted = not self._fill(source)
-            if self._in_flight == 0:
-                return
-            results = self._recv()
-            self._in_flight -= len(results)  # before yielding: the consumer may stop at any one
-            for seq, result in results:
-                if seq < first:
-                    continue
-                if not self._strict:
-                    if result is not _DROPPED:
-                        yield result
-                    continue
-                if result is _DROPPED:
-                    raise ValueError("{}: map_func returned None for datapoint #{} of the epoch; that is "
-                                     "not allowed with strict=True".format(type(self).__name__, seq - first))
-                pending[seq] = result
-                while next_out in pending:
-                    yield pending.pop(next_out)
-                    next_out += 1
+        try:
+            while True:
+                if not exhausted:
+                    exhausted = not self._fill(source)
+                if self._in_flight == 0:
+                    return
+                results = self._recv()
+                self._in_flight -= len(results)  # before yielding: the consumer may stop at any one
+                for seq, result in results:
+                    if seq < first:
+                        continue
+                    if not self._strict:
+                        if result is not _DROPPED:
+                            yield result
+                        continue
+                    if result is _DROPPED:
+                        raise ValueError("{}: map_func returned None for datapoint #{} of the epoch; that "
+                                         "is not allowed with strict=True".format(type(self).__name__,
+                                                                                  seq - first))
+                    pending[seq] = result
+                    while next_out in pending:
+                        self._positions.produced()
+                        yield pending.pop(next_out)
+                        next_out += 1
+        finally:
+            self._positions.current = None  # between iterations: the input's own state
+
+    def _check_ordered(self):
+        if not self._strict:
+            raise unsupported_position(
+                self, "with strict=False it produces the results in the order the workers finish them",
+                "the datapoints after them come in another order and may repeat or miss some of the epoch "
+                "(strict=True saves the position)")
+
+    def get_state(self):
+        """With ``strict=True``: ``ds``'s state right after it produced the input of the last
+        result produced (a snapshot taken as that input was sent to the workers)."""
+        self._check_ordered()
+        if self._positions.error is not None:
+            raise self._positions.error
+        if self._positions.current is not None:
+            return {'ds': self._positions.current}
+        return {'ds': get_dataflow_state(self.ds)}
+
+    def set_state(self, state):
+        """With ``strict=True``: the next iteration maps the rest of ``ds``'s restored iteration
+        (results of datapoints sent before are dropped)."""
+        self._check_ordered()
+        self._positions.start()
+        set_dataflow_state(self.ds, state['ds'])
 
 
 # ------------------------------------------------------------------ threads
@@ -139,7 +214,8 @@ class MultiThreadMapData(_Closable, _ParallelMapData):
     """Map the datapoints of ``ds`` with ``map_func`` in ``num_thread`` threads.
 
     Useful when ``map_func`` releases the GIL (I/O, OpenCV, most numpy). See the module
-    docstring for the ``strict`` modes.
+    docstring for the ``strict`` modes; with ``strict=True`` the position can be saved, at the
+    cost of one ``ds.get_state()`` per datapoint.
 
     Args:
         ds (DataFlow): the datapoints to map.
@@ -274,13 +350,15 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
     ``ipc://`` pipes. See the module docstring for the ``strict`` modes.
 
     ``ds`` is reset and iterated in the parent; ``map_func`` runs in the workers (each with
-    its own ``np.random`` / ``random`` seed). Datapoints and results must be serializable by
-    :func:`~tensorpack_lite.utils.serialize.dumps`; arrays of 256 KiB or more travel without
-    copies, so ``ds`` must not modify an array after yielding it. Arrays of results of 64 KiB
-    to 1 MiB are copied once into shared memory (:attr:`shared_memory_slots`); received
-    arrays may be read-only. Workers run OpenCV on one thread (:attr:`opencv_threads`).
-    Workers that leave the parent waiting are named in a warning every ``idle_warning``
-    seconds; set ``idle_timeout`` to raise instead of waiting forever.
+    its own ``np.random`` / ``random`` seed). With ``strict=True`` the position can be saved, at
+    the cost of one ``ds.get_state()`` per datapoint (see the module docstring). Datapoints and
+    results must be serializable by :func:`~tensorpack_lite.utils.serialize.dumps`; arrays of
+    256 KiB or more travel without copies, so ``ds`` must not modify an array after yielding it.
+    Arrays of results of 64 KiB to 1 MiB are copied once into shared memory
+    (:attr:`shared_memory_slots`); received arrays may be read-only. Workers run OpenCV on one
+    thread (:attr:`opencv_threads`). Workers that leave the parent waiting are named in a
+    warning every ``idle_warning`` seconds; set ``idle_timeout`` to raise instead of waiting
+    forever.
 
     Args:
         ds (DataFlow): the datapoints to map.
@@ -510,6 +588,10 @@ class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
 
     def __iter__(self):
         yield from self._iterate(self._recv, self._num_batches)
+
+    get_state, set_state = without_position(
+        "a worker process iterates the DataFlow and the others batch what they map in the order they "
+        "finish", "the batches after them come from a new iteration, not those that would have followed")
 
 
 MultiProcessMapAndBatchData = MultiProcessMapAndBatchDataZMQ

@@ -1,13 +1,14 @@
 """DataFlows that wrap plain Python data (a list, a generator, an iterable, a queue) or
 make up random data (:class:`FakeData`)."""
 
+from collections.abc import Sequence
 from copy import copy
 
 import numpy as np
 
 from ..utils import logger
 from .base import DataFlow, RNGDataFlow, _LengthUnavailable
-from .state import rng_state, set_rng_state
+from .state import IterationCursor, rng_state, set_rng_state, unsupported_position, without_position
 
 __all__ = ['FakeData', 'DataFromQueue', 'DataFromList', 'DataFromGenerator', 'DataFromIterable']
 
@@ -66,6 +67,8 @@ class FakeData(RNGDataFlow):
                 raise ValueError("FakeData: the domain of component {} is ({}, {}), it needs low < high"
                                  .format(k, low, high))
         self._fixed = None
+        self._fixed_rng = None     # the RNG's state before the fixed datapoint was drawn
+        self._cursor = IterationCursor()
 
     def __len__(self):
         return self._size
@@ -87,13 +90,33 @@ class FakeData(RNGDataFlow):
 
     def __iter__(self):
         if self.random:
-            for _ in range(self._size):
-                yield self._datapoint()
-            return
+            return (self._datapoint() for _ in self._cursor.follow(range(self._size)))
+        return self._copies_of_fixed(self._cursor.follow(range(self._size)))
+
+    def _copies_of_fixed(self, positions):
         if self._fixed is None:
+            self._fixed_rng = rng_state(self.rng)
             self._fixed = self._datapoint()
-        for _ in range(self._size):
+        for _ in positions:
             yield copy(self._fixed)
+
+    def get_state(self):
+        """How many datapoints the iteration in progress produced and the RNG's state (a 2.5 kB
+        copy per call with ``random``; without it, the state before the fixed datapoint's draw,
+        which is drawn again on restore)."""
+        state = self._cursor.state()
+        if self.random or self._fixed is None:
+            state['rng'] = rng_state(self.rng)
+        else:
+            state.update(rng=self._fixed_rng, fixed=True)
+        return state
+
+    def set_state(self, state):
+        self._cursor.restore(state)
+        set_rng_state(self.rng, state['rng'])
+        if state.get('fixed'):
+            self._fixed_rng = state['rng']
+            self._fixed = self._datapoint()
 
 
 class DataFromQueue(DataFlow):
@@ -111,8 +134,50 @@ class DataFromQueue(DataFlow):
         while True:
             yield self.queue.get()
 
+    get_state, set_state = without_position("what a queue gave cannot be put back",
+                                            "the datapoints are the next ones the queue gives")
 
-class DataFromList(RNGDataFlow):
+
+class _IndexedData(RNGDataFlow):
+    """Template of the DataFlows whose datapoints are read by index: ``_datapoint_at(k)`` for
+    ``k < len(self)``, in order, or in a new random order every iteration when ``self.shuffle``
+    (drawn from ``self.rng``). Its state is an :class:`IterationCursor`'s: how many datapoints
+    the iteration in progress produced, and the RNG's state before its shuffle."""
+
+    shuffle = False
+
+    def _datapoint_at(self, k):
+        raise NotImplementedError("{} must implement _datapoint_at()".format(type(self).__name__))
+
+    def _num_indexed(self):
+        """How many datapoints an iteration reads (``len(self)`` unless a subclass says otherwise)."""
+        return len(self)
+
+    @property
+    def _cursor(self):
+        # made on first use: subclasses need not call this class's __init__
+        cursor = self.__dict__.get('_iteration_cursor')
+        if cursor is None:
+            cursor = self.__dict__['_iteration_cursor'] = IterationCursor()
+        return cursor
+
+    def _order_rng(self):
+        return self.rng if self.shuffle else None
+
+    def __iter__(self):
+        positions = self._cursor.follow(self._cursor.order(self._num_indexed(), self._order_rng()))
+        return (self._datapoint_at(int(k)) for k in positions)
+
+    def get_state(self):
+        """How many datapoints the iteration in progress produced; with ``shuffle``, the RNG's
+        state that draws its order (a 2.5 kB copy, taken once per iteration), not the order."""
+        return self._cursor.state(self._order_rng())
+
+    def set_state(self, state):
+        self._cursor.restore(state, self._order_rng())
+
+
+class DataFromList(_IndexedData):
     """Produce the elements of a list, each one a datapoint.
 
     Args:
@@ -131,38 +196,15 @@ class DataFromList(RNGDataFlow):
         super(DataFromList, self).__init__()
         self.lst = lst
         self.shuffle = shuffle
-        self._done = None          # datapoints produced by the iteration in progress
-        self._epoch_rng = None     # the generator's state before this iteration's shuffle
-        self._resume_done = None
 
     def __len__(self):
         return len(self.lst)
 
-    def __iter__(self):
-        start, self._resume_done = self._resume_done or 0, None
-        if self.shuffle:
-            self._epoch_rng = rng_state(self.rng)
-            order = np.arange(len(self.lst))
-            self.rng.shuffle(order)
-        else:
-            order = range(len(self.lst))
-        for position in range(start, len(order)):
-            self._done = position + 1
-            yield self.lst[order[position]]
-        self._done = None
+    def _num_indexed(self):  # the whole list, whatever a subclass's len() says
+        return len(self.lst)
 
-    def get_state(self):
-        """Where the iteration is; with ``shuffle``, the generator's state that draws its order
-        (a 2.5 kB copy, taken once per iteration), not the order itself."""
-        state = {'done': self._done}
-        if self.shuffle:
-            state['rng'] = self._epoch_rng if self._done is not None else rng_state(self.rng)
-        return state
-
-    def set_state(self, state):
-        if self.shuffle:
-            set_rng_state(self.rng, state['rng'])
-        self._resume_done = state['done']
+    def _datapoint_at(self, k):
+        return self.lst[k]
 
 
 class DataFromGenerator(DataFlow):
@@ -202,11 +244,17 @@ class DataFromGenerator(DataFlow):
     def __iter__(self):
         yield from self._gen()
 
+    get_state, set_state = without_position(
+        "a generator cannot be put back mid-way",
+        "the datapoints are the same only if the function gives the same sequence at every call")
+
 
 class DataFromIterable(DataFlow):
     """Produce the elements of an iterable (re-iterated every epoch).
 
-    ``len()`` is the iterable's length when it has one.
+    ``len()`` is the iterable's length when it has one. Its position can be saved when the
+    iterable is a sequence (a list, a tuple, a ``range``, a numpy array): the state is how many
+    elements the iteration in progress produced.
 
     Args:
         iterable: e.g. a list, a tuple, a ``range``, or any container.
@@ -218,6 +266,7 @@ class DataFromIterable(DataFlow):
             self._len = len(iterable)
         except TypeError:
             self._len = None
+        self._cursor = IterationCursor()
 
     def __len__(self):
         if self._len is None:
@@ -226,4 +275,19 @@ class DataFromIterable(DataFlow):
         return self._len
 
     def __iter__(self):
-        yield from self._itr
+        return self._cursor.follow(iter(self._itr))
+
+    def _check_sequence(self):
+        if not isinstance(self._itr, (Sequence, np.ndarray)):
+            raise unsupported_position(
+                self, "the {} it wraps is not a sequence, so another process may iterate it in "
+                "another order".format(type(self._itr).__name__),
+                "the datapoints are the same only if it iterates in the same order there")
+
+    def get_state(self):
+        self._check_sequence()
+        return self._cursor.state()
+
+    def set_state(self, state):
+        self._check_sequence()
+        self._cursor.restore(state)

@@ -26,6 +26,7 @@ from ..utils.serialize import dumps, dumps_frames, loads, loads_frames
 from ..utils.zmq_security import CurveReceiver, CurveSender, DroppedMessages
 from .base import DataFlow, DataFlowReentrantGuard
 from .epochs import EmptyEpochs
+from .state import without_position
 
 __all__ = ['send_dataflow_zmq', 'RemoteDataZMQ']
 
@@ -199,3 +200,7 @@ class RemoteDataZMQ(DataFlow):
                 if auth is not None:
                     auth.stop()
                 ctx.term()
+
+    get_state, set_state = without_position(
+        "it receives what a sender sends, and the sender's position is not known here",
+        "the datapoints are whatever the sender sends next")

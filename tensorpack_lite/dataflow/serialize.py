@@ -29,8 +29,10 @@ from ..utils.develop import import_optional
 from ..utils.fs import atomic_path, write_atomically
 from ..utils.serialize import _is_string_array, dumps, loads
 from .base import DataFlow
-from .format import (BYTES_ATTRIBUTE, LMDB_KEYS_ENTRY, HDF5Data, LMDBData, LMDBDataDecoder, _IndexedData,
-                     bytes_to_hdf5, lmdb_map_size, open_lmdb_readonly)
+from .format import (BYTES_ATTRIBUTE, LMDB_KEYS_ENTRY, HDF5Data, LMDBData, LMDBDataDecoder, bytes_to_hdf5,
+                     lmdb_map_size, open_lmdb_readonly)
+from .raw import _IndexedData
+from .state import IterationCursor
 
 __all__ = ['LMDBSerializer', 'MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer', 'HDF5Serializer']
 
@@ -55,7 +57,7 @@ class _RecordsData(_IndexedData):
     """Datapoints decoded by ``read(i)``, ``i < size``, in order or shuffled."""
 
     def __init__(self, size, read, shuffle):
-        self._size, self._read, self.shuffle = size, read, shuffle
+        self._size, self._datapoint_at, self.shuffle = size, read, shuffle
 
     def __len__(self):
         return self._size
@@ -433,16 +435,30 @@ class TFRecordSerializer(object):
 
 
 class _TFRecordData(DataFlow):
+    """The datapoints of a TFRecord file, in order; its state is how many records the iteration
+    in progress produced (a restored iteration reads them again and drops them)."""
+
     def __init__(self, path, size):
         self._path, self._size = path, size
+        self._cursor = IterationCursor()
 
     def __len__(self):
         return self._size
 
     def __iter__(self):
+        return self._examples(self._cursor.follow(_read_records(self._path)))
+
+    @staticmethod
+    def _examples(records):
         tf = _tf()
-        for record in _read_records(self._path):
+        for record in records:
             yield _from_example(tf.train.Example.FromString(record))
+
+    def get_state(self):
+        return self._cursor.state()
+
+    def set_state(self, state):
+        self._cursor.restore(state)
 
 
 _RECORD_HEADER = struct.Struct('<QI')  # length, masked CRC of the length

@@ -23,9 +23,11 @@ __all__ = ['ResumeState', 'ResumeStateError', 'resume_state_path']
 SUFFIX = '.resume'
 
 
-def resume_state_path(prefix):
-    """The file holding the resume state of checkpoint ``prefix``."""
-    return prefix + SUFFIX
+def resume_state_path(prefix, owner=None):
+    """The file holding the resume state of checkpoint ``prefix``: ``<prefix>.resume`` for the
+    chief (or a single process), ``<prefix>.resume.<owner>`` for another process of the job (e.g.
+    ``worker-1``), so that processes writing into one directory never overwrite each other's."""
+    return prefix + SUFFIX + ('.' + owner if owner else '')
 
 
 class ResumeStateError(ValueError):
@@ -73,18 +75,20 @@ class ResumeState:
                 'global_step': self.global_step, 'steps_per_epoch': self.steps_per_epoch,
                 'world_size': self.world_size, 'callbacks': self.callbacks}
 
-    def write(self, prefix):
-        """Write ``<prefix>.resume`` in one rename (data synced first); returns its path."""
-        path = resume_state_path(prefix)
+    def write(self, prefix, owner=None):
+        """Write ``<prefix>.resume`` (see :func:`resume_state_path`) in one rename (data synced
+        first); returns its path."""
+        path = resume_state_path(prefix, owner)
         data = dumps(self.as_dict())
         write_atomically(path, lambda f: f.write(data), mode='wb')
         return path
 
     @classmethod
-    def read(cls, prefix):
-        """The state of checkpoint ``prefix``; None when it has no ``.resume`` file;
-        :class:`ResumeStateError` naming the file when it cannot be read."""
-        path = resume_state_path(prefix)
+    def read(cls, prefix, owner=None):
+        """The state of checkpoint ``prefix`` (``owner``'s: see :func:`resume_state_path`); None
+        when there is no such file; :class:`ResumeStateError` naming the file when it cannot be
+        read."""
+        path = resume_state_path(prefix, owner)
         if not os.path.isfile(path):
             return None
         try:

@@ -10,6 +10,7 @@ A trainer needs a graph with something to run each step. Either set ``trainer.tr
 or subclass it and override :meth:`Trainer.run_step` (e.g. a GAN alternating two ops).
 """
 
+import os
 import time
 
 from ..callbacks.monitor import MonitorBase, Monitors
@@ -17,7 +18,7 @@ from ..callbacks.steps import MaintainStepCounter
 from ..compat import enable_graph_mode, tf, tfv1
 from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
-from ..loop.resume_state import ResumeState
+from ..loop.resume_state import ResumeState, resume_state_path
 from ..loop.state import Schedule, TrainLoop
 from ..tfutils.hooked_session import HookedSession
 from ..tfutils.mixed_precision import MixedPrecision, MixedPrecisionError, check_rewrite
@@ -67,6 +68,11 @@ class Trainer:
     """The number of model replicas whose batches make one training step (towers times
     processes). ``JSONWriter`` records it at each epoch's end; a run resumed with another number
     is reported (see :class:`~tensorpack_lite.train.config.AutoResumeTrainConfig`)."""
+
+    state_owner = None
+    """Whose resume state this process writes beside a checkpoint: None on the chief (or a single
+    process: ``<prefix>.resume``), a name of its own on the other processes of a job
+    (``worker-1``, ``rank-1``: ``<prefix>.resume.worker-1``)."""
 
     global_batch = None
     """The datapoints of one training step, all replicas together, once the trainer measured
@@ -267,6 +273,25 @@ class Trainer:
         return ResumeState(epoch, steps_done, loop.global_step, loop.steps_per_epoch,
                            callbacks=self._callbacks.get_states(), world_size=self.world_size)
 
+    def _follow_resume_point(self, schedule, global_step):
+        """On a process that took the chief's ``schedule`` (its global step ``global_step``):
+        take back this process's own callback states (its data position) saved at that step in
+        the logger directory, when the schedule resumes a run."""
+        if self.is_chief or (schedule.starting_epoch == 1 and not schedule.first_step):
+            return
+        directory = logger.get_logger_dir()
+        prefix = os.path.join(directory, 'model-{}'.format(global_step)) if directory else None
+        state = ResumeState.read(prefix, self.state_owner) if prefix else None
+        if state is None:
+            logger.warn("{}: no state of its own at global step {} (no {}): its data starts at the "
+                        "beginning of an epoch, not where it was.".format(
+                            self.state_owner, global_step, resume_state_path(prefix, self.state_owner)
+                            if prefix else "logger directory"))
+            return
+        logger.info("{} takes back its own state at global step {} ({}).".format(
+            self.state_owner, global_step, state.describe()))
+        self._callbacks.set_states(state.callbacks)
+
     @call_only_once
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):
         """Run the epochs. ``after_train`` of every callback runs and the session is closed
@@ -395,7 +420,7 @@ class Trainer:
         Schedule(steps_per_epoch, starting_epoch, max_epoch, first_step)  # a bad schedule fails here
         self.setup_callbacks(callbacks, monitors)
         self.initialize(session_creator, session_init)
-        if resume_state is not None:
+        if resume_state is not None and self.is_chief:   # the others find theirs: _follow_resume_point
             self._callbacks.set_states(resume_state.callbacks)
         self.main_loop(steps_per_epoch, starting_epoch, max_epoch, first_step)
 

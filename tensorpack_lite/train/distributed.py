@@ -43,7 +43,7 @@ from ..graph_builder.distributed import (CollectiveAllReduceBuilder, Distributed
                                          DistributedReplicatedBuilder, check_exchange)
 from ..loop.state import Schedule
 from ..tfutils.collective import cluster_group, collective_mean
-from ..tfutils.common import get_global_step_var
+from ..tfutils.common import get_global_step_value, get_global_step_var
 from ..tfutils.distributed import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
                                    cluster_of_server, serve_until_workers_finish)
 from ..tfutils.preemption_vote import PreemptionVote
@@ -388,7 +388,13 @@ class DistributedTrainerBase(_DataParallelTrainer):
         chosen = mine if received is None else Schedule.from_vector(received)
         if chosen != mine:
             logger.info("{} follows the chief's schedule: {}.".format(self.cluster.task_name, chosen.describe()))
+        with self.sess.as_default():
+            self._follow_resume_point(chosen, get_global_step_value())
         super().main_loop(*chosen.as_vector())
+
+    @property
+    def state_owner(self):
+        return None if self.is_chief else 'worker-{}'.format(self.task_index)
 
     def _start_together(self, schedule):
         """Run the start-up exchange; returns the chief's schedule on another worker."""

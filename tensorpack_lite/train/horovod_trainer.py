@@ -34,6 +34,7 @@ from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
 from ..input_source.input_source_base import FeedfreeInput
 from ..loop.callback import Callback
 from ..loop.state import Schedule
+from ..tfutils.common import get_global_step_value
 from ..tfutils.preemption_vote import PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
@@ -394,6 +395,10 @@ class HorovodTrainer(SingleCostTrainer):
             raise StopTraining("rank {}: {} ended its training and shut {} down".format(
                 self._rank, 'rank ' + ended.group(1) if ended else 'another rank', self.engine)) from err
 
+    @property
+    def state_owner(self):
+        return None if self.is_chief else 'rank-{}'.format(self._rank)
+
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):
         """Take rank 0's schedule (steps per epoch, first and last epoch: a resumed run needs
         the resume point, and with it the logger directory, on rank 0 only), run the epochs,
@@ -406,6 +411,8 @@ class HorovodTrainer(SingleCostTrainer):
                                                         {self._schedule_in: mine.as_vector()}))
             if chosen != mine:
                 logger.info("Rank {} follows rank 0's schedule: {}.".format(self._rank, chosen.describe()))
+            with self.sess.as_default():
+                self._follow_resume_point(chosen, get_global_step_value())
             super().main_loop(*chosen.as_vector())
         finally:
             logger.info("Rank {}: shutting {} down.".format(self._rank, self.engine))

@@ -5,8 +5,8 @@ import os
 
 import numpy as np
 
-from ..base import RNGDataFlow
 from ..image import read_image
+from ..raw import _IndexedData
 from .common import DATASET_ENV_VAR, get_dataset_path, load_mat
 
 __all__ = ['BSDS500']
@@ -19,7 +19,7 @@ def _landscape(array):
     return array.swapaxes(0, 1) if array.shape[0] > array.shape[1] else array
 
 
-class BSDS500(RNGDataFlow):
+class BSDS500(_IndexedData):
     """Produces ``[image, boundaries]`` from BSDS500: the image is uint8 321x481x3 (BGR), the
     boundary map float32 321x481 in [0, 1], each pixel the fraction of the human annotators who
     drew a boundary there. Portrait images (481x321) and their maps are transposed to landscape.
@@ -97,9 +97,5 @@ class BSDS500(RNGDataFlow):
     def __len__(self):
         return len(self.data)
 
-    def __iter__(self):
-        order = np.arange(len(self.data))
-        if self.shuffle:
-            self.rng.shuffle(order)
-        for k in order:
-            yield [self.data[k].copy(), self.label[k].copy()]
+    def _datapoint_at(self, k):
+        return [self.data[k].copy(), self.label[k].copy()]

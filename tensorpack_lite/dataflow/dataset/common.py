@@ -9,7 +9,7 @@ import numpy as np
 
 from ...utils.develop import import_optional
 from ...utils.fs import DATASET_ENV_VAR, get_dataset_path
-from ..base import RNGDataFlow
+from ..raw import _IndexedData
 
 __all__ = ['DATASET_ENV_VAR', 'get_dataset_path', 'find_dataset_file', 'load_mat', 'ImageLabelData']
 
@@ -62,7 +62,7 @@ def load_mat(path, dataset, keys=()):
     return data
 
 
-class ImageLabelData(RNGDataFlow):
+class ImageLabelData(_IndexedData):
     """Datapoints ``[image, label]`` from an array of images and an array of labels in memory.
 
     Every epoch produces each image once, in a new random order when ``shuffle``.  Images are
@@ -86,12 +86,8 @@ class ImageLabelData(RNGDataFlow):
     def __len__(self):
         return len(self._labels)
 
-    def __iter__(self):
-        order = np.arange(len(self._labels))
-        if self.shuffle:
-            self.rng.shuffle(order)
-        for k in order:
-            yield [self._convert_image(self._images[k]), self._labels[k]]
+    def _datapoint_at(self, k):
+        return [self._convert_image(self._images[k]), self._labels[k]]
 
     def _convert_image(self, image):
         """The produced form of one stored image: a new float32 array, values unchanged."""

@@ -19,6 +19,7 @@ import numpy as np
 from ...utils.argtools import log_once
 from ...utils.develop import log_deprecated
 from ...utils.utils import get_rng
+from ..state import rng_state, set_rng_state
 from .transform import (LazyTransform, PhotometricTransform, Transform, TransformFactory, TransformList,
                         constructor_repr)
 
@@ -76,6 +77,15 @@ class ImageAugmentor(object):
         ``reset_state``). Forked processes get it called automatically.
         """
         self.rng = get_rng(self)
+
+    def get_state(self):
+        """The state of the augmentor's random generator (a 2.5 kB copy), for the image DataFlows'
+        state: the augmentor draws from ``self.rng`` only."""
+        return {'rng': rng_state(self.rng)}
+
+    def set_state(self, state):
+        """Put the random generator back into a state :meth:`get_state` returned."""
+        set_rng_state(self.rng, state['rng'])
 
     def _rand_range(self, low=1.0, high=None, size=None):
         """Uniform float32 numbers in [low, high), or in [0, low) when ``high`` is None."""
@@ -172,6 +182,17 @@ class _CompositeAugmentor(ImageAugmentor):
         super(_CompositeAugmentor, self).reset_state()
         for augmentor in self._members():
             augmentor.reset_state()
+
+    def get_state(self):
+        """The state of this augmentor's generator and those of its members."""
+        state = super(_CompositeAugmentor, self).get_state()
+        state['members'] = [augmentor.get_state() for augmentor in self._members()]
+        return state
+
+    def set_state(self, state):
+        super(_CompositeAugmentor, self).set_state(state)
+        for augmentor, member_state in zip(self._members(), state['members']):
+            augmentor.set_state(member_state)
 
 
 class AugmentorList(_CompositeAugmentor):

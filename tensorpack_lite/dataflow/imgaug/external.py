@@ -8,10 +8,29 @@ library's own (``fix_rng_seed`` does not fix it).
 import numpy as np
 
 from ...utils.develop import import_optional
+from ..state import DataFlowStateUnsupported
 from .base import ImageAugmentor
 from .transform import Transform
 
 __all__ = ['IAAugmentor', 'Albumentations']
+
+
+class _ExternalAugmentor(ImageAugmentor):
+    """An augmentor whose random draws are another library's (``library``): their state is not
+    saved, so the image DataFlows using it cannot save their position."""
+
+    library = None
+
+    def _not_saved(self):
+        return DataFlowStateUnsupported(
+            "{} draws its random numbers from the {} library, whose state is not saved: the image "
+            "DataFlow using it cannot save its position.".format(type(self).__name__, self.library))
+
+    def get_state(self):
+        raise self._not_saved()
+
+    def set_state(self, state):
+        raise self._not_saved()
 
 
 class IAATransform(Transform):
@@ -38,7 +57,7 @@ class IAATransform(Transform):
         return np.asarray([[p.x, p.y] for p in moved], dtype=coords.dtype).reshape(-1, 2)
 
 
-class IAAugmentor(ImageAugmentor):
+class IAAugmentor(_ExternalAugmentor):
     """Use an augmenter of the `imgaug <https://github.com/aleju/imgaug>`_ library.
 
     Images and coordinates (as imgaug keypoints) are supported. That library works on uint8
@@ -50,6 +69,8 @@ class IAAugmentor(ImageAugmentor):
         from tensorpack_lite.dataflow import imgaug     # this package
         aug = imgaug.IAAugmentor(iaa.Sequential([iaa.Sharpen(alpha=(0, 1)), iaa.Fliplr(0.5)]))
     """
+
+    library = 'imgaug'
 
     def __init__(self, augmentor):
         """
@@ -79,7 +100,7 @@ class AlbumentationsTransform(Transform):
         return self.aug.apply(img, **self.param)
 
 
-class Albumentations(ImageAugmentor):
+class Albumentations(_ExternalAugmentor):
     """Use a transform of the `albumentations <https://github.com/albumentations-team/albumentations>`_
     library (images only: coordinates are not supported).
 
@@ -89,6 +110,8 @@ class Albumentations(ImageAugmentor):
         from tensorpack_lite.dataflow import imgaug
         aug = imgaug.Albumentations(A.RandomRotate90(p=1))
     """
+
+    library = 'albumentations'
 
     def __init__(self, augmentor):
         """
