@@ -14,6 +14,7 @@ Example::
 """
 
 import numbers
+import time
 
 from ..loop.callback import Callback, ProxyCallback
 
@@ -38,11 +39,25 @@ def _check_callback(owner, cb):
         raise TypeError("{} wraps a Callback, got {!r} of type {}".format(owner, cb, type(cb).__name__))
 
 
+def _check_minutes(owner, value):
+    """None, or a positive number of minutes."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError("{}: every_k_minutes must be a positive number or None, got {!r}".format(owner, value))
+    return float(value)
+
+
 class PeriodicTrigger(ProxyCallback):
     """Call the wrapped callback's :meth:`~Callback.trigger` every ``every_k_steps`` global
-    steps (when ``global_step % k == 0`` after a step) and/or at the end of every
-    ``every_k_epochs``-th epoch (``epoch_num % k == 0``), and once before training when
-    ``before_train`` is True.
+    steps (when ``global_step % k == 0`` after a step), after the first step that ends
+    ``every_k_minutes`` or more after the previous trigger (or the start of training), and/or at
+    the end of every ``every_k_epochs``-th epoch (``epoch_num % k == 0``), and once before
+    training when ``before_train`` is True.
+
+    ``every_k_minutes`` is not in tensorpack. Each process measures its own time: in a job of
+    several processes, prefer ``every_k_steps`` for :class:`ModelSaver`, so that every process
+    saves its data position at the chief's checkpoint steps.
 
     The wrapped callback's own ``trigger_epoch`` is replaced by this schedule (so it no
     longer triggers after every epoch); all its other hooks (``setup_graph``,
@@ -55,28 +70,39 @@ class PeriodicTrigger(ProxyCallback):
     Example::
 
         PeriodicTrigger(ModelSaver(), every_k_steps=1000)
+        PeriodicTrigger(ModelSaver(), every_k_minutes=10)
     """
 
-    def __init__(self, triggerable, every_k_steps=None, every_k_epochs=None, before_train=False):
+    def __init__(self, triggerable, every_k_steps=None, every_k_epochs=None, before_train=False,
+                 every_k_minutes=None):
         _check_callback('PeriodicTrigger', triggerable)
         super().__init__(triggerable)
         owner = 'PeriodicTrigger({})'.format(triggerable)
         self._step_k = _check_period(owner, 'every_k_steps', every_k_steps)
         self._epoch_k = _check_period(owner, 'every_k_epochs', every_k_epochs)
+        self._minutes = _check_minutes(owner, every_k_minutes)
         self._do_before_train = bool(before_train)
-        if self._step_k is None and self._epoch_k is None and not self._do_before_train:
-            raise ValueError("{}: every_k_steps and every_k_epochs are both None and before_train "
-                             "is False, so the callback would never be triggered.".format(owner))
+        self._last_time = None
+        if self._step_k is None and self._epoch_k is None and self._minutes is None and not self._do_before_train:
+            raise ValueError("{}: every_k_steps, every_k_epochs and every_k_minutes are all None and "
+                             "before_train is False, so the callback would never be triggered.".format(owner))
 
     def _before_train(self):
         self.cb.before_train()
+        self._last_time = time.monotonic()
         if self._do_before_train:
             self.cb.trigger()
 
     def _trigger_step(self):
         self.cb.trigger_step()
         if self._step_k is not None and self.global_step % self._step_k == 0:
-            self.cb.trigger()
+            self._trigger_now()
+        elif self._minutes is not None and time.monotonic() - self._last_time >= 60 * self._minutes:
+            self._trigger_now()
+
+    def _trigger_now(self):
+        self._last_time = time.monotonic()
+        self.cb.trigger()
 
     def _trigger_epoch(self):
         if self._epoch_k is not None and self.epoch_num % self._epoch_k == 0:

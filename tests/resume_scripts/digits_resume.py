@@ -1,0 +1,95 @@
+"""The program of issue 46, as a user writes it with tensorpack's public API: digits, shuffled,
+randomly flipped, batched by 8, 3 epochs of 30 steps, momentum SGD with an epoch schedule,
+AutoResumeTrainConfig. The test runs it, stops it (SIGTERM or SIGKILL at a step), runs it again,
+and compares the end with an uninterrupted run.
+
+    python digits_resume.py LOGDIR [--input queue|feed] [--towers N] [--save-every K]
+                            [--sigterm-at STEP | --sigkill-at STEP]
+
+Every step's global step is appended to LOGDIR/steps.txt (to count the steps run twice).
+"""
+
+import argparse
+import os
+import signal
+
+from tensorpack_lite import (AugmentImageComponent, AutoResumeTrainConfig, BatchData, Callback, DataFromList,
+                             FeedInput, FullyConnected, ModelDesc, ModelSaver, PeriodicTrigger, QueueInput,
+                             ScheduledHyperParamSetter, SimpleTrainer, SyncMultiGPUTrainerReplicated,
+                             imgaug, launch_train_with_config, logger)
+from tensorpack_lite import tfv1 as tf
+from tensorpack_lite.dataflow.dataset import Digits
+from tensorpack_lite.utils.utils import fix_rng_seed
+
+STEPS_PER_EPOCH, BATCH = 30, 8
+
+
+class Model(ModelDesc):
+    def inputs(self):
+        return [tf.TensorSpec([None, 8, 8], tf.float32, 'image'), tf.TensorSpec([None], tf.int32, 'label')]
+
+    def build_graph(self, image, label):
+        hidden = FullyConnected('fc1', tf.reshape(image, [-1, 64]) / 16.0, 32, activation=tf.nn.relu)
+        logits = FullyConnected('fc2', hidden, 10)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
+                              name='cost')
+
+    def optimizer(self):
+        lr = tf.get_variable('learning_rate', initializer=0.1, trainable=False)
+        return tf.train.MomentumOptimizer(lr, 0.9)
+
+
+class StepLog(Callback):
+    """Appends each step's global step to a file; stops the process at a step when asked."""
+
+    def __init__(self, path, signal_at, signum):
+        self._path, self._signal_at, self._signum = path, signal_at, signum
+
+    def _trigger_step(self):
+        with open(self._path, 'a') as f:
+            f.write('{}\n'.format(self.global_step))
+        if self.global_step == self._signal_at:
+            os.kill(os.getpid(), self._signum)
+
+
+def dataflow():
+    train = Digits('train')
+    train.reset_state()
+    datapoints = [[image.astype('float32'), label] for image, label in train][:STEPS_PER_EPOCH * BATCH]
+    df = DataFromList(datapoints, shuffle=True)
+    df = AugmentImageComponent(df, [imgaug.Flip(horiz=True)])
+    return BatchData(df, BATCH)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument('logdir')
+    parser.add_argument('--input', choices=['queue', 'feed'], default='queue')
+    parser.add_argument('--towers', type=int, default=1)
+    parser.add_argument('--save-every', type=int, default=0)
+    parser.add_argument('--sigterm-at', type=int, default=-1)
+    parser.add_argument('--sigkill-at', type=int, default=-1)
+    args = parser.parse_args()
+
+    fix_rng_seed(1234)
+    trainer = (SimpleTrainer() if args.towers == 1 else
+               SyncMultiGPUTrainerReplicated(['/cpu:{}'.format(k) for k in range(args.towers)]))
+    tf.set_random_seed(1234)     # the trainer's graph (graph mode starts with the trainer)
+    logger.set_logger_dir(args.logdir, action='k')
+    signal_at, signum = ((args.sigkill_at, signal.SIGKILL) if args.sigkill_at >= 0
+                         else (args.sigterm_at, signal.SIGTERM))
+    saver = ModelSaver(max_to_keep=3)
+    callbacks = [PeriodicTrigger(saver, every_k_steps=args.save_every, every_k_epochs=1) if args.save_every
+                 else saver,
+                 ScheduledHyperParamSetter('learning_rate', [(1, 0.05), (2, 0.02)]),
+                 StepLog(os.path.join(args.logdir, 'steps.txt'), signal_at, signum)]
+    source = QueueInput(dataflow()) if args.input == 'queue' else FeedInput(dataflow())
+    session_config = tf.ConfigProto(device_count={'CPU': max(args.towers, 1)},
+                                    intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+    config = AutoResumeTrainConfig(model=Model(), data=source, callbacks=callbacks, max_epoch=3,
+                                   steps_per_epoch=STEPS_PER_EPOCH, session_config=session_config)
+    launch_train_with_config(config, trainer)
+
+
+if __name__ == '__main__':
+    main()

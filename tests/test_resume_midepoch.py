@@ -1,0 +1,91 @@
+"""Issue 46: a run stopped in the middle of an epoch resumes at its step, with its data where it
+was, and ends as if never stopped. The program (tests/resume_scripts/digits_resume.py) is
+tensorpack's public API: shuffled digits, random flips, BatchData(8), 3 epochs of 30 steps,
+momentum SGD with an epoch schedule, AutoResumeTrainConfig. Each case stops a run with SIGTERM or
+SIGKILL at a step, runs the same command again, and compares the final weights (all variables,
+optimizer slots included) with an uninterrupted run, the steps run twice, and stats.json."""
+
+import collections
+import json
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+
+from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
+
+from helpers import run_bounded
+
+SCRIPT = os.path.join(os.path.dirname(__file__), 'resume_scripts', 'digits_resume.py')
+TIMEOUT = 240
+LAST_STEP = 90
+
+
+def _run(logdir, *args, expect=0):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONHASHSEED='0')
+    code, output = run_bounded([sys.executable, SCRIPT, str(logdir)] + list(args), TIMEOUT, env=env)
+    assert code == expect, "exit {} (expected {}):\n{}".format(code, expect, output[-5000:])
+    return output
+
+
+def _weights(logdir):
+    return load_chkpt_vars(os.path.join(str(logdir), 'model-{}'.format(LAST_STEP)))
+
+
+def _steps_run_twice(logdir):
+    with open(os.path.join(str(logdir), 'steps.txt')) as f:
+        counts = collections.Counter(int(line) for line in f)
+    assert sorted(counts) == list(range(1, LAST_STEP + 1))
+    return sorted(step for step, count in counts.items() if count > 1)
+
+
+def _epochs_recorded(logdir):
+    with open(os.path.join(str(logdir), 'stats.json')) as f:
+        return [r['epoch_num'] for r in json.load(f) if 'steps_per_epoch' in r]
+
+
+def _max_difference(a, b):
+    assert sorted(a) == sorted(b)
+    return max(float(np.max(np.abs(np.asarray(a[k], np.float64) - b[k]))) for k in a)
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+    """The final weights of uninterrupted runs, by (input, towers)."""
+    cache = {}
+
+    def weights(*args):
+        if args not in cache:
+            logdir = tmp_path_factory.mktemp('uninterrupted')
+            _run(logdir, *args)
+            assert _steps_run_twice(logdir) == []
+            cache[args] = _weights(logdir)
+        return cache[args]
+    return weights
+
+
+@pytest.mark.parametrize('args', [('--input', 'queue'), ('--input', 'feed'),
+                                  ('--input', 'queue', '--towers', '2')],
+                         ids=['QueueInput', 'FeedInput', 'QueueInput+StagingInput-2-towers'])
+def test_sigterm_mid_epoch_redoes_no_step_and_ends_as_never_stopped(tmp_path, uninterrupted, args):
+    output = _run(tmp_path, *args, '--sigterm-at', '45', expect=143)
+    assert os.path.isfile(os.path.join(str(tmp_path), 'model-45.resume')), output[-3000:]
+    output = _run(tmp_path, *args)
+    assert "Resuming from checkpoint {} (step 15 of 30 of epoch 2, global step 45)".format(
+        os.path.join(str(tmp_path), 'model-45')) in output
+    assert _steps_run_twice(tmp_path) == []
+    assert _epochs_recorded(tmp_path) == [1, 2, 3]
+    assert _max_difference(_weights(tmp_path), uninterrupted(*args)) <= 1e-6
+
+
+def test_sigkill_redoes_at_most_the_steps_since_the_last_checkpoint(tmp_path, uninterrupted):
+    args = ('--input', 'queue', '--save-every', '10')
+    _run(tmp_path, *args, '--sigkill-at', '47', expect=-signal.SIGKILL)
+    assert os.path.isfile(os.path.join(str(tmp_path), 'model-40.resume'))
+    output = _run(tmp_path, *args)
+    assert "(step 10 of 30 of epoch 2, global step 40)" in output
+    assert _steps_run_twice(tmp_path) == list(range(41, 48))
+    assert _epochs_recorded(tmp_path) == [1, 2, 3]
+    assert _max_difference(_weights(tmp_path), uninterrupted('--input', 'queue')) <= 1e-6
