@@ -15,11 +15,12 @@ from tensorpack_lite.callbacks.summary import (MOVING_SUMMARY_OPS_KEY, MergeAllS
                                                MergeAllSummaries_RunAlone,
                                                MergeAllSummaries_RunWithOp, MovingAverageSummary,
                                                SimpleMovingAverage)
+from tensorpack_lite.callbacks import trigger as trigger_module
 from tensorpack_lite.callbacks.trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.train.base import Trainer
 
-from helpers import ReadBack, capture_logs, run_or_hang
+from helpers import ReadBack, VirtualClock, capture_logs, run_or_hang
 
 
 def build_model():
@@ -118,6 +119,24 @@ def test_periodic_trigger_before_train_only():
     rec_only = Recorder()
     run_training([PeriodicTrigger(rec_only, before_train=True)], steps_per_epoch=2, max_epoch=2)
     assert rec_only.triggers == [(0, 0)]
+
+
+def test_periodic_trigger_every_k_minutes_after_the_first_step_that_ends_past_them(monkeypatch):
+    """A virtual clock moves 25 s in every step (a callback before the trigger moves it): with
+    every_k_minutes=1 the trigger follows the first step ending 60 s or more after the previous
+    trigger (or the start), i.e. every third step."""
+    clock = VirtualClock()
+    monkeypatch.setattr(trigger_module, 'time', clock)
+
+    class Tick(Callback):
+        def _trigger_step(self):
+            clock.advance(25)
+
+    rec = Recorder()
+    run_training([Tick(), PeriodicTrigger(rec, every_k_minutes=1)], steps_per_epoch=4, max_epoch=3)
+    assert rec.triggers == [(1, 3), (2, 6), (3, 9), (3, 12)]
+    with pytest.raises(ValueError, match='every_k_minutes'):
+        PeriodicTrigger(Recorder(), every_k_minutes=0)
 
 
 def test_periodic_trigger_bad_arguments():
