@@ -110,8 +110,8 @@ def test_model_saver_saves_each_epoch_keeps_max_and_state_points_to_last(logdir,
     saves = [m for m in log_records.messages() if m.startswith('Model saved to')]
     assert len(saves) == 4, saves  # after_train did not save step 12 a second time
     files = sorted(f for f in os.listdir(logdir) if f.startswith('model-'))
-    assert files == ['model-12.data-00000-of-00001', 'model-12.index',
-                     'model-9.data-00000-of-00001', 'model-9.index']
+    assert files == ['model-12.data-00000-of-00001', 'model-12.index', 'model-12.resume',
+                     'model-9.data-00000-of-00001', 'model-9.index', 'model-9.resume']
     state = tfv1.train.get_checkpoint_state(logdir)
     assert state.model_checkpoint_path == os.path.join(logdir, 'model-12')
     assert list(state.all_model_checkpoint_paths) == [os.path.join(logdir, 'model-9'),

@@ -177,7 +177,7 @@ def test_a_run_without_a_readable_checkpoint_of_a_recorded_epoch_starts_over_and
     assert [r['epoch_num'] for r in stats_json.load_records(logdir)] == [1, 2, 3, 4, 5]
     assert sorted(n for n in os.listdir(logdir) if '.damaged.' in n) == sorted(
         'model-{}.damaged.{}'.format(step, suffix) for step in (4, 8, 12)
-        for suffix in ('index', 'data-00000-of-00001'))
+        for suffix in ('index', 'data-00000-of-00001', 'resume'))   # the resume state goes with it
 
 
 def test_smart_init_of_a_directory_takes_its_newest_readable_checkpoint(runs, tmp_path, log_records):

@@ -104,7 +104,8 @@ def test_a_broken_session_ends_training_with_its_error_and_nothing_more_runs_in_
     dataflow = data()
     source = QueueInput(dataflow) if source == 'queue' else FeedInput(dataflow)
     config = TrainConfig(model=Regression(), data=source,
-                         callbacks=[breaker, ModelSaver(), reads, after], steps_per_epoch=STEPS_PER_EPOCH,
+                         callbacks=[breaker, ModelSaver(background=False), reads, after],
+                         steps_per_epoch=STEPS_PER_EPOCH,
                          max_epoch=3)
     try:
         with capture_logs() as logs:

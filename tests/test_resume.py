@@ -59,7 +59,7 @@ SCRIPT = textwrap.dedent('''
     rng = np.random.RandomState(0)
     points = [[rng.rand(8).astype('float32'), np.int32(i % 3)] for i in range(32)]
     logger.set_logger_dir(sys.argv[1], action='k')
-    callbacks = [ModelSaver(max_to_keep=3),
+    callbacks = [ModelSaver(max_to_keep=3, background=False),   # a kill 2 steps after a save finds it
                  ScheduledHyperParamSetter('learning_rate', [(1, 0.1), (3, 0.05), (5, 0.01)])]
     if len(sys.argv) > 2:
         callbacks.append(KillAt(sys.argv[2]))  # after ModelSaver, before the monitors

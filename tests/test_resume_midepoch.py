@@ -31,7 +31,10 @@ def _run(logdir, *args, expect=0):
 
 
 def _weights(logdir):
-    return load_chkpt_vars(os.path.join(str(logdir), 'model-{}'.format(LAST_STEP)))
+    """The final checkpoint's variables but the moving average of the queue's fill (a measure of
+    the input thread's timing, not of training)."""
+    values = load_chkpt_vars(os.path.join(str(logdir), 'model-{}'.format(LAST_STEP)))
+    return {name: value for name, value in values.items() if 'queue_size' not in name}
 
 
 def _steps_run_twice(logdir):

@@ -11,16 +11,22 @@ A checkpoint is ``<prefix>.index`` plus ``<prefix>.data-*`` files; load one with
 :func:`~tensorpack_lite.tfutils.sessinit.SmartInit` (``SmartInit('train_log/run1/min-val-error')``).
 """
 
+import contextlib
 import difflib
+import functools
 import json
 import os
 import re
 import shutil
 import time
+import weakref
 from datetime import datetime
 
-from ..compat import tf, tfv1
+from ..compat import tfv1
 from ..loop.callback import Callback
+from ..loop.resume_state import resume_state_path
+from ..tfutils.async_checkpoint import (BackgroundCheckpointWriter, CheckpointSaveError, CheckpointWriter,
+                                        host_cpu, remove_checkpoint_files)
 from ..tfutils.common import get_global_step_var
 from ..tfutils.varmanip import (CheckpointStateError, find_step_checkpoints, get_checkpoint_path,
                                 read_checkpoint_state)
@@ -61,30 +67,6 @@ class CheckpointWriteError(RuntimeError):
 _STATE_FILE = 'checkpoint'
 
 
-def _file_identity(path):
-    """``(inode, size, mtime)`` of ``path``, or None when it does not exist."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_ino, info.st_size, info.st_mtime_ns
-
-
-def _remove_checkpoint_files(prefix, temporaries_only=False):
-    """Delete checkpoint ``prefix``: its ``.index`` first (so that a half-deleted checkpoint is
-    never taken for a complete one), then its ``.data-*`` shards and TF's temporary files
-    (only these with ``temporaries_only``)."""
-    dirname, base = os.path.split(prefix)
-    if os.path.exists(prefix + '.index') and not temporaries_only:
-        os.remove(prefix + '.index')
-    for fname in os.listdir(dirname):
-        path = os.path.join(dirname, fname)
-        if fname.startswith(base + '.data-') and not temporaries_only:
-            os.remove(path)
-        elif fname.startswith(base + '_temp'):
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def _write_checkpoint_state(directory, paths):
     """Write the ``checkpoint`` state file listing ``paths`` (oldest first, the last is the
     latest) relative to ``directory``, in one rename."""
@@ -95,24 +77,53 @@ def _write_checkpoint_state(directory, paths):
                      lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
 
 
+_WRITING = weakref.WeakSet()
+"""The ModelSavers of this process that may have a checkpoint in flight (see _wait_for_model_savers)."""
+
+
+def _wait_for_model_savers(checkpoint_dir):
+    """Block until the checkpoints that ModelSavers write into ``checkpoint_dir`` in the
+    background are complete: what reads the newest checkpoint right after a trigger sees the
+    one of that trigger."""
+    for saver in list(_WRITING):
+        if saver.checkpoint_dir == checkpoint_dir:
+            saver.wait()
+
+
 class ModelSaver(Callback):
     """Saves the variables to ``<checkpoint_dir>/model-<global_step>`` at every trigger (by
     default after every epoch) and once more when training ends, unless the last trigger
     already saved that step. Also writes the graph to ``graph-<time>.meta`` before training.
+    Beside each checkpoint, ``model-<global_step>.resume`` holds the trainer's
+    :meth:`~tensorpack_lite.train.base.Trainer.resume_state` of that step (none when the
+    trainer has none, e.g. after a step failed).
+
+    Writing in the background (``background=True``, the default; tensorpack writes in the
+    trigger): the trigger holds the step only while the variables are copied into host
+    memory (one more copy of them for the session's life), and a thread writes the files
+    while training goes on. At most one checkpoint is in flight: the next trigger waits for
+    it. The order is the same either way: the checkpoint's files, then its ``.resume``, then
+    the ``checkpoint`` state file and the rotation, so the state file only lists complete
+    checkpoints; the ``Model saved to ...`` line comes when they are. When training ends the
+    save in flight and the final one complete before ``after_train`` returns (also after an
+    error, Ctrl-C or SIGTERM); when the session is unusable after an error, the one in flight
+    is discarded instead (its files removed, never listed). :meth:`wait` blocks until the
+    checkpoint in flight is complete (:class:`MinSaver` does so before it copies).
 
     What survives a failure:
 
     * A checkpoint that cannot be written (a full or read-only disk) raises
       :class:`CheckpointWriteError` naming it, which ends training: the last complete
-      checkpoint stays the resume point.
+      checkpoint stays the resume point. Written in the background, the error comes at the
+      next trigger or when training ends.
     * The ``checkpoint`` state file always names complete checkpoints: the files are written
       first, then the state file is replaced in one rename, and only then are checkpoints
       beyond ``max_to_keep`` deleted.
-    * The two newest checkpoints taken at the end of an epoch (saved at an epoch's last step,
-      the step a resumed run started from, or a global step that is a multiple of
-      ``steps_per_epoch``) are never deleted, whatever ``max_to_keep`` says: they are what
-      :class:`AutoResumeTrainConfig` resumes from, and checkpoints saved mid-epoch (for
-      instance when training ends by an error) must not push them out.
+    * The newest checkpoint, the newest one with a resume state, and the two newest taken at
+      the end of an epoch (saved at an epoch's last step, the step a resumed run started from,
+      or a global step that is a multiple of ``steps_per_epoch``) are never deleted, whatever
+      ``max_to_keep`` says: they are what :class:`AutoResumeTrainConfig` resumes from, and
+      checkpoints saved while a step failed (no resume state) must not push them out.
 
     Checkpoints listed in an existing ``checkpoint`` file (an earlier run in the same
     directory) stay listed and count towards ``max_to_keep``; when that file is missing or
@@ -128,6 +139,7 @@ class ModelSaver(Callback):
         checkpoint_dir (str): defaults to the logger directory (created if missing).
         var_collections (str or list[str]): the collections of the variables to save, by
             default ``GLOBAL_VARIABLES``. The global step is always saved.
+        background (bool): write the files in a thread (see above); False: in the trigger.
 
     Example::
 
@@ -137,8 +149,16 @@ class ModelSaver(Callback):
     RESUME_POINTS_KEPT = 2
     """How many of the newest end-of-epoch checkpoints are never deleted."""
 
+    _chief_only = False
+    """It runs on every process of a job: on the chief (or a single process) it writes the
+    checkpoints; on the others only their own resume state (their data position), at the same
+    triggers, into their logger directory (``model-<step>.resume.<owner>``, see
+    :attr:`~tensorpack_lite.train.base.Trainer.state_owner`), rotated as the chief rotates."""
+
+    _owner = None   # the trainer's state_owner: None on the chief
+
     def __init__(self, max_to_keep=10, keep_checkpoint_every_n_hours=0.5, checkpoint_dir=None,
-                 var_collections=None):
+                 var_collections=None, background=True):
         if var_collections is None:
             var_collections = [tfv1.GraphKeys.GLOBAL_VARIABLES]
         if isinstance(var_collections, str):
@@ -147,11 +167,13 @@ class ModelSaver(Callback):
         self._max_to_keep = max_to_keep or 0
         self._keep_every_secs = (keep_checkpoint_every_n_hours or 0) * 3600.
         self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
+        self.background = bool(background)
         self._last_saved_step = None
-        self._failed_step = None   # a step whose checkpoint could not be written
+        self._failed_step = None   # the step at which training stopped because a write failed
         self._kept = []            # [(global_step, path)], oldest first
         self._epoch_ends = set()   # global steps known to end an epoch (see _to_delete)
         self._last_preserved = time.time()
+        self._writer = CheckpointWriter(None)   # nothing in flight before the graph is set up
 
     @property
     def path(self):
@@ -159,6 +181,15 @@ class ModelSaver(Callback):
         return os.path.join(self.checkpoint_dir, 'model')
 
     def _setup_graph(self):
+        self._owner = self.trainer.state_owner
+        if self._owner is not None:
+            self._writer = _ResumeStateOnly()
+            if self.checkpoint_dir is None:
+                logger.info("ModelSaver on {}: no logger directory, so its own resume state is not saved "
+                            "(a resumed run starts its data at an epoch's start).".format(self._owner))
+            else:
+                os.makedirs(self.checkpoint_dir, exist_ok=True)
+            return
         _prepare_checkpoint_dir(self)
         variables = []
         for key in self.var_collections:
@@ -169,20 +200,51 @@ class ModelSaver(Callback):
         if step_var not in variables:
             variables.append(step_var)
         # TF's own rotation is off (max_to_keep=0): this callback rotates (see _rotate).
+        # This saver (over the variables themselves) is also the one of the graph-*.meta files.
         self.saver = tfv1.train.Saver(
             var_list=variables, max_to_keep=0,
             write_version=tfv1.train.SaverDef.V2, save_relative_paths=True)
         tfv1.add_to_collection(tfv1.GraphKeys.SAVERS, self.saver)
+        self._writer = self._make_writer(variables, step_var)
+
+    def _make_writer(self, variables, step_var):
+        if not self.background:
+            return CheckpointWriter(self.saver, companions=self._companions)
+        # The shadows go to the CPU of this process: every trainer keeps the global step on
+        # its own machine, also when the variables are on parameter servers.
+        return BackgroundCheckpointWriter(variables, device=host_cpu(step_var.device),
+                                          companions=self._companions, name='model_saver_background')
+
+    def _companions(self, prefix):
+        """The files of checkpoint ``prefix`` besides TensorFlow's (this process's)."""
+        return [resume_state_path(prefix, self._owner)]
 
     def _before_train(self):
-        self._kept = self._earlier_checkpoints()
-        if self.trainer.loop.starting_epoch > 1:   # resumed: it starts where an epoch ended
+        schedule = self.trainer.loop.schedule
+        if schedule.starting_epoch > 1 and not schedule.first_step:   # resumed where an epoch ended
             self._epoch_ends.add(self.global_step)
+        if self._owner is not None:
+            self._kept = self._earlier_own_states()
+            return
+        self._kept = self._earlier_checkpoints()
         # The graph is complete now.
         time_str = datetime.now().strftime('%m%d-%H%M%S')
         self.saver.export_meta_graph(
             os.path.join(self.checkpoint_dir, 'graph-{}.meta'.format(time_str)),
             collection_list=self.graph.get_all_collection_keys())
+        _WRITING.add(self)
+
+    def _earlier_own_states(self):
+        """``[(step, prefix)]`` of this process's resume states an earlier run left, oldest first."""
+        if self.checkpoint_dir is None:
+            return []
+        suffix = resume_state_path('', self._owner)
+        kept = []
+        for fname in os.listdir(self.checkpoint_dir):
+            match = _STEP_SUFFIX.search(fname[:-len(suffix)]) if fname.endswith(suffix) else None
+            if match and fname.startswith('model-'):
+                kept.append((int(match.group(1)), os.path.join(self.checkpoint_dir, fname[:-len(suffix)])))
+        return sorted(kept)
 
     def _earlier_checkpoints(self):
         """``[(step, prefix)]`` of the checkpoints an earlier run left, oldest first: those the
@@ -205,30 +267,52 @@ class ModelSaver(Callback):
 
     def _trigger(self):
         step = self.global_step
-        if step == self._last_saved_step:
+        if step == self._last_saved_step or self.checkpoint_dir is None:   # None: not the chief
             return
-        target = '{}-{}'.format(self.path, step)
-        earlier = _file_identity(target + '.index')
+        # Taken here, in the main thread between two steps: what this step's checkpoint resumes.
+        state = self.trainer.resume_state()
+        epoch_end = self.trainer.loop.is_last_step_of_epoch
+        sess = self.trainer.sess
+        with self._write_errors():
+            self._writer.copy(sess)    # waits for the checkpoint in flight: its error comes here
+            self._writer.start_save(sess, self.path, step,
+                                    functools.partial(self._complete, step, state, epoch_end))
+        self._last_saved_step = step
+
+    def _complete(self, step, state, epoch_end, path):
+        """The files of checkpoint ``path`` (of ``step``) are written: its resume state, then the
+        state file and the rotation (in the writer's thread when writing in the background)."""
+        if state is not None:
+            state.write(path, self._owner)
+        elif os.path.exists(resume_state_path(path, self._owner)):   # an earlier run's, of the same step
+            os.remove(resume_state_path(path, self._owner))
+        self._kept = [(s, p) for s, p in self._kept if s != step] + [(step, path)]
+        if epoch_end:
+            self._epoch_ends.add(step)
+        self._rotate()
+        if self._owner is None:
+            logger.info("Model saved to {}.".format(path))
+
+    @contextlib.contextmanager
+    def _write_errors(self):
+        """A checkpoint write that failed (here or in the background) raised in the block, as
+        CheckpointWriteError naming it: training stops."""
         try:
-            path = self.saver.save(self.trainer.sess, self.path, global_step=step,
-                                   write_meta_graph=False, write_state=False)
-            self._kept = [(s, p) for s, p in self._kept if s != step] + [(step, path)]
-            if self.trainer.loop.is_last_step_of_epoch:
-                self._epoch_ends.add(step)
-            self._rotate()
-        except (OSError, tf.errors.OpError) as err:
-            if earlier is None or _file_identity(target + '.index') != earlier:
-                _remove_checkpoint_files(target)   # a partial checkpoint of this run
-            else:   # an earlier run's checkpoint of this step, untouched: not this run's to delete
-                _remove_checkpoint_files(target, temporaries_only=True)
-            self._failed_step = step
+            yield
+        except CheckpointSaveError as failure:
+            self._failed_step = self.global_step
+            err = failure.error
             raise CheckpointWriteError(
                 "ModelSaver could not write checkpoint {} ({}: {}). Training stops here so that "
                 "no further work depends on it; the last complete checkpoint is kept. Free the "
                 "space (or fix the directory) and start again: AutoResumeTrainConfig continues "
-                "from that checkpoint.".format(target, type(err).__name__, err)) from err
-        self._last_saved_step = step
-        logger.info("Model saved to {}.".format(path))
+                "from that checkpoint.".format(failure.prefix, type(err).__name__, err)) from err
+
+    def wait(self):
+        """Block until the checkpoint being written in the background is complete and listed
+        in the ``checkpoint`` file; :class:`CheckpointWriteError` naming it if it failed."""
+        with self._write_errors():
+            self._writer.wait()
 
     def _to_delete(self):
         """The checkpoints beyond ``max_to_keep``, except the protected resume points."""
@@ -236,7 +320,8 @@ class ModelSaver(Callback):
             return []
         steps_per_epoch = self.trainer.steps_per_epoch
         epoch_ends = [s for s, _ in self._kept if s in self._epoch_ends or s % steps_per_epoch == 0]
-        protected = set(epoch_ends[-self.RESUME_POINTS_KEPT:])
+        resumable = [s for s, p in self._kept if os.path.exists(resume_state_path(p, self._owner))]
+        protected = set(epoch_ends[-self.RESUME_POINTS_KEPT:] + resumable[-1:] + [self._kept[-1][0]])
         others = [(s, p) for s, p in self._kept if s not in protected]
         room = max(self._max_to_keep - len(protected), 0)
         return others[:len(others) - room] if room < len(others) else []
@@ -251,15 +336,53 @@ class ModelSaver(Callback):
                 dropped.remove(item)  # kept for good: forgotten by the rotation
                 self._kept.remove(item)
         self._kept = [item for item in self._kept if item not in dropped]
+        if self._owner is not None:      # another process: its own files only
+            for _, path in dropped:
+                for own in self._companions(path):
+                    if os.path.exists(own):
+                        os.remove(own)
+            return
         _write_checkpoint_state(self.checkpoint_dir, [p for _, p in self._kept])
         for _, path in dropped:
-            _remove_checkpoint_files(path)
+            remove_checkpoint_files(path, self._companions(path))
 
     def _after_train(self):
-        # Not again when this step's checkpoint just failed: training stopped because of it.
-        if self.global_step != self._failed_step and self.session_usable(
-                "the checkpoint at the end of training (the newest written is kept)"):
+        _WRITING.discard(self)
+        if self.global_step == self._failed_step:   # training stopped because a write failed: not again
+            return self._finish_writing()
+        if not self.session_usable("the checkpoint at the end of training (the newest written is kept)"):
+            return self._discard_writing()
+        try:
             self._trigger()
+        finally:
+            self._finish_writing()
+
+    def _finish_writing(self):
+        with self._write_errors():
+            self._writer.close()
+
+    def _discard_writing(self):
+        discarded = self._writer.close(finish=False)
+        if discarded is not None:
+            logger.warn("ModelSaver: checkpoint {}, still being written, is discarded (its files are "
+                        "removed, it is not listed).".format(discarded))
+
+
+class _ResumeStateOnly:
+    """The writer of a :class:`ModelSaver` on a process other than the chief: no variables to
+    write; the resume state is written at once (by ``done``)."""
+
+    def copy(self, sess):
+        pass
+
+    def start_save(self, sess, path_prefix, global_step, done):
+        done('{}-{}'.format(path_prefix, global_step))
+
+    def wait(self):
+        pass
+
+    def close(self, finish=True):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,6 +643,7 @@ class MinSaver(Callback):
             self.best = (step, value)
 
     def _save(self, step, value):
+        _wait_for_model_savers(self.checkpoint_dir)   # the checkpoint of this trigger, if in flight
         try:
             src = get_checkpoint_path(self.checkpoint_dir)
         except FileNotFoundError as err:

@@ -147,12 +147,12 @@ def _read_tensor(reader, prefix, name):
 
 
 def move_checkpoint_aside(prefix, tag):
-    """Rename the ``.index`` and ``.data-*`` files of checkpoint ``prefix`` to the prefix
-    ``<prefix><tag>`` (``<prefix><tag>2``... when taken) and return that prefix. The data
-    files go first, so no new prefix ever has an index without its data."""
+    """Rename the ``.index``, ``.data-*`` and ``.resume*`` (resume state) files of checkpoint
+    ``prefix`` to the prefix ``<prefix><tag>`` (``<prefix><tag>2``... when taken) and return
+    that prefix. The index goes last, so no new prefix ever has an index without its data."""
     dirname, base = os.path.split(prefix)
     files = sorted(f[len(base):] for f in os.listdir(dirname)
-                   if f.startswith(base + '.data-') and _DATA_SHARD.search(f))
+                   if (f.startswith(base + '.data-') and _DATA_SHARD.search(f)) or f.startswith(base + '.resume'))
     files += ['.index'] if os.path.exists(prefix + '.index') else []
     number, target = 1, prefix + tag
     while any(os.path.exists(target + suffix) for suffix in files + ['.index']):

@@ -99,6 +99,7 @@ class Trainer:
     :func:`~tensorpack_lite.utils.concurrency.bound_exit`)."""
 
     _mixed_precision = None
+    _state_at_end = None
 
     def __init__(self):
         enable_graph_mode()
@@ -262,6 +263,8 @@ class Trainer:
         loop is and every callback's state (the data position among them), which
         :class:`ModelSaver` writes beside each checkpoint. None while a step runs (after a
         step raised, the variables may hold part of its update: no resume point)."""
+        if self._state_at_end is not None:   # training ended: as it was before after_train began
+            return self._state_at_end
         loop = self.loop
         if not loop.between_steps or loop.schedule is None:
             return None
@@ -363,6 +366,7 @@ class Trainer:
     def _end_training(self, failure):
         """Run the callbacks' ``after_train`` and close the session; after ``failure`` (a
         :class:`~tensorpack_lite.loop.state.RunFailure`), each within its bound."""
+        self._state_at_end = self._resume_state_at_end()
         if failure is None:
             try:
                 self._callbacks.after_train()
@@ -385,6 +389,20 @@ class Trainer:
             logger.warn("After the failure, the session did not close within {:g} s (CLOSE_TIMEOUT){}. "
                         "Moving on without it.".format(self.CLOSE_TIMEOUT, self._close_wait_reason()))
             bound_exit(self.EXIT_TIMEOUT)
+
+    def _resume_state_at_end(self):
+        """The resume state as training ends, before any ``after_train`` (which may stop an input
+        source or empty a staging area): what the final checkpoint resumes. None when the session
+        cannot be used or a callback cannot give its state (a warning names it)."""
+        if not self.loop.session_usable:
+            return None
+        try:
+            with self.sess.as_default():
+                return self.resume_state()
+        except Exception as err:
+            logger.warn("The state at the end of training could not be taken ({}: {}): the final "
+                        "checkpoint is not a resume point.".format(type(err).__name__, err))
+            return None
 
     def _after_train_in_session(self):
         """The callbacks' ``after_train`` with the session and its graph as defaults (as in the

@@ -40,13 +40,20 @@ class _ReplicaBatchProbe(Callback):
         self.value = None
 
     def _before_run(self, ctx):
-        if self.trainer.loop.local_step == 0 and self.trainer.loop.is_first_run_of_step:
+        loop = self.trainer.loop
+        if (loop.local_step == 0 or self.value is None) and loop.is_first_run_of_step:
             return [self._batch_size]
         return None
 
     def _after_run(self, run_context, run_values):
         if run_values.results:
             self.value = int(run_values.results[0])
+
+    def _get_state(self):     # a run resumed mid-epoch has the value of the epoch's first step
+        return None if self.value is None else {'value': self.value}
+
+    def _set_state(self, state):
+        self.value = int(state['value'])
 
 
 class TowerTrainer(Trainer):
