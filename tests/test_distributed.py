@@ -356,9 +356,10 @@ def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
     ``held_at`` of 4 epochs of 3. Every worker stops after the same step, mid-epoch: the
     collective trainer's vote travels with the next step's gradients (step 5), a parameter-server
     trainer's worker proposes step + 2 at the chief (step 7). The chief writes that step's
-    checkpoint, both workers end there with the same weights and exit with 143; a parameter
-    server serves until they are done, then ends (143 when it got the signal too). The same
-    command again resumes from the last epoch's end and ends as an uninterrupted run."""
+    checkpoint and its resume state, worker 1 its own (its data position), both workers end there
+    with the same weights and exit with 143; a parameter server serves until they are done, then
+    ends (143 when it got the signal too). The same command again resumes at that step, each worker
+    with its data where it was, and ends as an uninterrupted run."""
     logdir = tmp_path / 'logs'
     args = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 4, '--logdir', logdir,
             '--per-worker-logdir']
@@ -397,11 +398,14 @@ def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
     last_epoch = stop_at // 3
     assert stats_epochs(logdir / 'worker0') == list(range(1, last_epoch + 1))
 
+    assert (logdir / 'worker1' / 'model-{}.resume.worker-1'.format(stop_at)).exists()
     resumed = Run(tmp_path, 2, num_ps, args)
     assert resumed.code == 0, resumed.output[-6000:]
-    resumed_from = 'Resuming from checkpoint {} (end of epoch {}).'.format(
-        logdir / 'worker0' / 'model-{}'.format(3 * last_epoch), last_epoch)
-    assert resumed_from in resumed.output
+    where = 'step {} of 3 of epoch {}'.format(stop_at - 3 * last_epoch, last_epoch + 1)
+    resumed_from = 'Resuming from checkpoint {} ({}, global step {}).'.format(
+        logdir / 'worker0' / 'model-{}'.format(stop_at), where, stop_at)
+    assert resumed_from in resumed.output, resumed.output[-6000:]
+    assert 'worker-1 takes back its own state at global step {} ({}).'.format(stop_at, where) in resumed.output
     assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 1, 4, 50, 3, 4, lr=0.01))
 
 

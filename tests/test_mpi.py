@@ -415,7 +415,8 @@ def test_two_ranks_sum_and_only_rank0_writes(tmp_path):
     assert any(f.startswith('events.out.tfevents') for f in chief)
     other = sorted(os.listdir(str(logdir / 'rank1')))
     written = [f for f in other if f.startswith(('checkpoint', 'model-', 'stats', 'events', 'graph-'))]
-    assert not written, other
+    # only its own resume state (its data position) beside each of rank 0's checkpoints
+    assert written == sorted('model-{}.resume.rank-1'.format(step) for step in (3, 6)), other
 
 
 @needs_mpiexec
@@ -468,6 +469,31 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path):
     ranks = [load_rank(tmp_path, r) for r in range(3)]
     assert [r['global_step'] for r in ranks] == [5, 5, 5]
     assert_bit_identical(ranks)
+
+
+@needs_mpiexec
+def test_a_rerun_after_sigterm_resumes_every_rank_at_the_step_with_its_own_data(tmp_path):
+    """Rank 1 of 2 gets SIGTERM after global step 4 of 3 epochs of 3: every rank stops after step 5
+    (mid-epoch 2), rank 0 writes model-5 and its resume state, rank 1 its own (its data position,
+    in its logger directory). The same command again resumes at step 5: rank 1 takes its own state
+    back, no step runs twice, and the weights are one process's on the batches of both ranks."""
+    logdir = tmp_path / 'logs'
+    args = ['--epochs', '3', '--logdir', str(logdir), '--per-rank-logdir', '--resume']
+    code, output = run_ranks(2, tmp_path, '--sigterm', '1', '4', *args)
+    assert code == 143, output[-6000:]
+    assert (logdir / 'rank0' / 'model-5.resume').exists() and (logdir / 'rank1' / 'model-5.resume.rank-1').exists()
+    code, output = run_ranks(2, tmp_path, *args)
+    assert code == 0, output[-6000:]
+    assert 'Resuming from checkpoint {} (step 2 of 3 of epoch 2, global step 5).'.format(
+        logdir / 'rank0' / 'model-5') in output
+    rank1_log = (tmp_path / 'rank1.log').read_text()     # mpiexec's output may drop a rank's lines
+    assert 'rank-1 takes back its own state at global step 5 (step 2 of 3 of epoch 2).' in rank1_log, rank1_log
+    with open(str(logdir / 'rank0' / 'stats.json')) as f:
+        assert [r['epoch_num'] for r in json.load(f) if 'steps_per_epoch' in r] == [1, 2, 3]
+    reference = reference_weights(2, LR, max_epoch=3)
+    for rank in range(2):
+        assert load_rank(tmp_path, rank)['global_step'] == 9
+        assert_close(load_rank(tmp_path, rank)['weights'], reference, rtol=0, atol=1e-5)
 
 
 @needs_mpiexec

@@ -113,9 +113,9 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
     """``scancel --signal=TERM`` to a job of 2 tasks (the collective trainer), held after
     global step 250 of 800 until the signal has come: each votes to stop in step 251's
     all-reduce (tfutils/preemption_vote.py), so both stop after it, the chief writes
-    model-251, every task exits with 143 within Slurm's KillWait (30 s); the same command
-    again resumes from epoch 1's end and ends with every epoch recorded once and the weights
-    of an uninterrupted run."""
+    model-251 (and each task its resume state), every task exits with 143 within Slurm's
+    KillWait (30 s); the same command again resumes at step 251, each task with its data where
+    it was, and ends with every epoch recorded once and the weights of an uninterrupted run."""
     logdir = tmp_path / 'logs'
     argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
                                                 '--steps-per-epoch', 200, '--logdir', logdir,
@@ -135,8 +135,10 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
     dist_tests.assert_replicas_match(stopped[1]['weights'], stopped[0]['weights'], atol=0)
     code, output = srun(node, 2, argv)
     assert code == 0, output[-6000:]
-    resumed = 'Resuming from checkpoint {} (end of epoch 1).'.format(logdir / 'model-200')
+    resumed = 'Resuming from checkpoint {} (step 51 of 200 of epoch 2, global step 251).'.format(
+        logdir / 'model-251')
     assert resumed in output, output[-6000:]
+    assert 'worker-1 takes back its own state at global step 251 (step 51 of 200 of epoch 2).' in output
     assert dist_tests.stats_epochs(logdir) == [1, 2, 3, 4]
     reference = dist_tests.reference_weights(2, 1, 4, 5, 200, 4, lr=0.05)
     dist_tests.assert_workers_end_with(tmp_path, 2, 800, reference)

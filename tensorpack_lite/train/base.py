@@ -282,7 +282,7 @@ class Trainer:
         the logger directory, when the schedule resumes a run."""
         if self.is_chief or (schedule.starting_epoch == 1 and not schedule.first_step):
             return
-        directory = logger.get_logger_dir()
+        directory = self._own_state_directory()
         prefix = os.path.join(directory, 'model-{}'.format(global_step)) if directory else None
         state = ResumeState.read(prefix, self.state_owner) if prefix else None
         if state is None:
@@ -294,6 +294,23 @@ class Trainer:
         logger.info("{} takes back its own state at global step {} ({}).".format(
             self.state_owner, global_step, state.describe()))
         self._callbacks.set_states(state.callbacks)
+
+    _state_directory = None
+
+    def _own_state_directory(self):
+        """Where this process's ModelSaver writes its own resume states: the logger directory
+        (the one it had before :meth:`_stop_writing_logs`)."""
+        return self._state_directory or logger.get_logger_dir()
+
+    def _stop_writing_logs(self, who):
+        """On a process other than the chief: stop writing into the logger directory (``who``
+        begins the line that says so); ModelSaver still writes this process's own resume states
+        there."""
+        self._state_directory = logger.get_logger_dir()
+        if self._state_directory is not None:
+            logger.info("{} stops writing into {} but for its own resume states.".format(
+                who, self._state_directory))
+            logger._detach_file_handler()
 
     @call_only_once
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):

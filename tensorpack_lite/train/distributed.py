@@ -267,10 +267,9 @@ class DistributedTrainerBase(_DataParallelTrainer):
         return super().register_callback(cb)
 
     def setup_callbacks(self, callbacks, monitors):
-        if not self.is_chief and logger.get_logger_dir() is not None:
-            logger.info("{}: only the chief writes into the logger directory; this worker stops writing "
-                        "into {}.".format(self.cluster.task_name, logger.get_logger_dir()))
-            logger._detach_file_handler()
+        if not self.is_chief:
+            self._stop_writing_logs("{}: only the chief writes into the logger directory; this worker".format(
+                self.cluster.task_name))
         super().setup_callbacks(list(callbacks) + [self._finish_together], monitors)
 
     # ----- session -----------------------------------------------------------------------------

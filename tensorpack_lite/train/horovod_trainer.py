@@ -290,10 +290,9 @@ class HorovodTrainer(SingleCostTrainer):
         return super().register_callback(cb)
 
     def setup_callbacks(self, callbacks, monitors):
-        if not self.is_chief and logger.get_logger_dir() is not None:
-            logger.info("Rank {}: only rank 0 writes into the logger directory; this rank stops "
-                        "writing into {}.".format(self._rank, logger.get_logger_dir()))
-            logger._detach_file_handler()
+        if not self.is_chief:
+            self._stop_writing_logs("Rank {}: only rank 0 writes into the logger directory; this rank".format(
+                self._rank))
         super().setup_callbacks(callbacks, monitors)
 
     # ----- session -----------------------------------------------------------------------------

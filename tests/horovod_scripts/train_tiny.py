@@ -194,6 +194,7 @@ def parse_args(argv):
     parser.add_argument('--out', required=True, help='directory for rank<r>.json')
     parser.add_argument('--logdir', help='logger directory (rank<r> is appended with --per-rank-logdir)')
     parser.add_argument('--per-rank-logdir', action='store_true')
+    parser.add_argument('--resume', action='store_true', help='AutoResumeTrainConfig')
     parser.add_argument('--batch', type=int, default=4, help='per rank')
     parser.add_argument('--steps-per-epoch', type=int, default=3)
     parser.add_argument('--epochs', type=int, default=2)
@@ -271,7 +272,7 @@ def main(argv):
         callbacks.append(SigtermAtStep(args.sigterm[1], args.sigterm[0]))
     model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
     session_config = None if args.towers is None else tfv1.ConfigProto(device_count={'CPU': args.towers})
-    config = (TrainConfig if policy is None else AutoResumeTrainConfig)(
+    config = (TrainConfig if policy is None and not args.resume else AutoResumeTrainConfig)(
         model=model, dataflow=df, callbacks=callbacks, session_config=session_config,
         steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs, mixed_precision=args.mixed_precision,
         elastic=policy)
