@@ -9,6 +9,7 @@ import pytest
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import MaxSaver, MinSaver, ModelSaver
+from tensorpack_lite.callbacks.trigger import PeriodicTrigger
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.tfutils.common import get_global_step_var
@@ -124,6 +125,25 @@ def test_model_saver_saves_each_epoch_keeps_max_and_state_points_to_last(logdir,
         assert int(saved['global_step']) == step
         assert_values_equal(saved, record.values[step])
     assert not np.array_equal(record.values[9]['fc0/W'], record.values[12]['fc0/W'])
+
+
+def test_rotation_keeps_what_a_resume_needs_whatever_max_to_keep(logdir):
+    """Checkpoints every 2 steps and at each epoch's end (3 steps), max_to_keep=1: the newest
+    checkpoint, the newest with a resume state and the two newest epoch ends stay; a step that
+    raised (a checkpoint without resume state) pushes none of them out."""
+    class FailInStep(Callback):     # the error is raised inside step 12's hooked run
+        def _before_run(self, ctx):
+            if self.global_step == 11:
+                raise RuntimeError('step 12 fails')
+
+    saver = ModelSaver(max_to_keep=1, background=False)
+    with pytest.raises(RuntimeError, match='step 12 fails'):
+        train([PeriodicTrigger(saver, every_k_steps=2, every_k_epochs=1), FailInStep()])
+    files = sorted(f for f in os.listdir(logdir) if f.startswith('model-') and f.endswith(('.index', '.resume')))
+    # 11: the newest (saved as training ended, inside a step: no resume state); 10: the newest
+    # with a resume state (step 1 of epoch 4); 9 and 6: the newest epoch ends
+    assert files == ['model-10.index', 'model-10.resume', 'model-11.index', 'model-6.index', 'model-6.resume',
+                     'model-9.index', 'model-9.resume']
 
 
 class StopAtStep(Callback):

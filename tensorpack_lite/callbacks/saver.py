@@ -271,7 +271,7 @@ class ModelSaver(Callback):
             return
         # Taken here, in the main thread between two steps: what this step's checkpoint resumes.
         state = self.trainer.resume_state()
-        epoch_end = self.trainer.loop.is_last_step_of_epoch
+        epoch_end = state is not None and state.at_epoch_end   # None: saved while a step failed
         sess = self.trainer.sess
         with self._write_errors():
             self._writer.copy(sess)    # waits for the checkpoint in flight: its error comes here
