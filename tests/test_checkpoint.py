@@ -139,7 +139,8 @@ def test_rotation_keeps_what_a_resume_needs_whatever_max_to_keep(logdir):
     saver = ModelSaver(max_to_keep=1, background=False)
     with pytest.raises(RuntimeError, match='step 12 fails'):
         train([PeriodicTrigger(saver, every_k_steps=2, every_k_epochs=1), FailInStep()])
-    files = sorted(f for f in os.listdir(logdir) if f.startswith('model-') and f.endswith(('.index', '.resume')))
+    files = sorted(f for f in os.listdir(logdir)
+                   if f.startswith('model-') and f.endswith(('.index', '.resume')))
     # 11: the newest (saved as training ended, inside a step: no resume state); 10: the newest
     # with a resume state (step 1 of epoch 4); 9 and 6: the newest epoch ends
     assert files == ['model-10.index', 'model-10.resume', 'model-11.index', 'model-6.index', 'model-6.resume',

@@ -126,5 +126,6 @@ def test_a_state_no_longer_kept_is_an_error_naming_the_source():
     for _ in range(8):
         next(stream)
     assert position.state_after(8)['epoch_datapoints'] == 8
-    with pytest.raises(ValueError, match=r'QueueInput: the state after datapoint 2 is not kept \(kept: 5..8\)'):
+    with pytest.raises(ValueError,
+                       match=r'QueueInput: the state after datapoint 2 is not kept \(kept: 5..8\)'):
         position.state_after(2)

@@ -405,7 +405,8 @@ def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
     resumed_from = 'Resuming from checkpoint {} ({}, global step {}).'.format(
         logdir / 'worker0' / 'model-{}'.format(stop_at), where, stop_at)
     assert resumed_from in resumed.output, resumed.output[-6000:]
-    assert 'worker-1 takes back its own state at global step {} ({}).'.format(stop_at, where) in resumed.output
+    took_back = 'worker-1 takes back its own state at global step {} ({}).'.format(stop_at, where)
+    assert took_back in resumed.output
     assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 1, 4, 50, 3, 4, lr=0.01))
 
 

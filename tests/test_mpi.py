@@ -481,13 +481,15 @@ def test_a_rerun_after_sigterm_resumes_every_rank_at_the_step_with_its_own_data(
     args = ['--epochs', '3', '--logdir', str(logdir), '--per-rank-logdir', '--resume']
     code, output = run_ranks(2, tmp_path, '--sigterm', '1', '4', *args)
     assert code == 143, output[-6000:]
-    assert (logdir / 'rank0' / 'model-5.resume').exists() and (logdir / 'rank1' / 'model-5.resume.rank-1').exists()
+    assert (logdir / 'rank0' / 'model-5.resume').exists()
+    assert (logdir / 'rank1' / 'model-5.resume.rank-1').exists()
     code, output = run_ranks(2, tmp_path, *args)
     assert code == 0, output[-6000:]
     assert 'Resuming from checkpoint {} (step 2 of 3 of epoch 2, global step 5).'.format(
         logdir / 'rank0' / 'model-5') in output
     rank1_log = (tmp_path / 'rank1.log').read_text()     # mpiexec's output may drop a rank's lines
-    assert 'rank-1 takes back its own state at global step 5 (step 2 of 3 of epoch 2).' in rank1_log, rank1_log
+    assert 'rank-1 takes back its own state at global step 5 (step 2 of 3 of epoch 2).' in rank1_log, \
+        rank1_log
     with open(str(logdir / 'rank0' / 'stats.json')) as f:
         assert [r['epoch_num'] for r in json.load(f) if 'steps_per_epoch' in r] == [1, 2, 3]
     reference = reference_weights(2, LR, max_epoch=3)

@@ -81,7 +81,8 @@ def test_sigterm_mid_epoch_redoes_no_step_and_ends_as_never_stopped(tmp_path, un
     assert _steps_run_twice(tmp_path) == []
     assert _epochs_recorded(tmp_path) == [1, 2, 3]
     difference = _max_difference(_weights(tmp_path), uninterrupted(*args))
-    print("SIGTERM at step 45, {}: 0 steps twice, max |w - uninterrupted| = {:.3g}".format(' '.join(args), difference))
+    print("SIGTERM at step 45, {}: 0 steps twice, max |w - uninterrupted| = {:.3g}".format(
+        ' '.join(args), difference))
     assert difference <= 1e-6
 
 

@@ -64,7 +64,8 @@ class StatMonitorParamSetter(HyperParamSetter):
         self._last_observed_step = None
 
     def _get_state(self):
-        return {'history': [list(item) for item in self.history], 'last_observed_step': self._last_observed_step}
+        return {'history': [list(item) for item in self.history],
+                'last_observed_step': self._last_observed_step}
 
     def _set_state(self, state):
         self.history.clear()

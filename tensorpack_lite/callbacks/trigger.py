@@ -44,7 +44,8 @@ def _check_minutes(owner, value):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError("{}: every_k_minutes must be a positive number or None, got {!r}".format(owner, value))
+        raise ValueError("{}: every_k_minutes must be a positive number or None, got {!r}".format(
+            owner, value))
     return float(value)
 
 
@@ -83,7 +84,7 @@ class PeriodicTrigger(ProxyCallback):
         self._minutes = _check_minutes(owner, every_k_minutes)
         self._do_before_train = bool(before_train)
         self._last_time = None
-        if self._step_k is None and self._epoch_k is None and self._minutes is None and not self._do_before_train:
+        if (self._step_k, self._epoch_k, self._minutes) == (None, None, None) and not self._do_before_train:
             raise ValueError("{}: every_k_steps, every_k_epochs and every_k_minutes are all None and "
                              "before_train is False, so the callback would never be triggered.".format(owner))
 

@@ -82,7 +82,8 @@ class Schedule:
         inside one)."""
         return "{} steps per epoch, epochs {}..{}{}".format(
             self.steps_per_epoch, self.starting_epoch, self.max_epoch,
-            ", from step {} of epoch {}".format(self.first_step, self.starting_epoch) if self.first_step else "")
+            ", from step {} of epoch {}".format(self.first_step, self.starting_epoch)
+            if self.first_step else "")
 
     def __eq__(self, other):
         return isinstance(other, Schedule) and self.as_vector() == other.as_vector()

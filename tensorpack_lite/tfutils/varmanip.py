@@ -152,7 +152,8 @@ def move_checkpoint_aside(prefix, tag):
     that prefix. The index goes last, so no new prefix ever has an index without its data."""
     dirname, base = os.path.split(prefix)
     files = sorted(f[len(base):] for f in os.listdir(dirname)
-                   if (f.startswith(base + '.data-') and _DATA_SHARD.search(f)) or f.startswith(base + '.resume'))
+                   if (f.startswith(base + '.data-') and _DATA_SHARD.search(f))
+                   or f.startswith(base + '.resume'))
     files += ['.index'] if os.path.exists(prefix + '.index') else []
     number, target = 1, prefix + tag
     while any(os.path.exists(target + suffix) for suffix in files + ['.index']):

@@ -141,46 +141,31 @@ class TrainConfig:
         raise ValueError("TrainConfig needs steps_per_epoch: the size of {} is not known".format(
             type(source).__name__ if source is not None else 'the input (none was given)'))
 
-
     def restart_epoch(self, reason):
         """Resume at the end of the last finished epoch instead of a checkpoint in the middle of
-        the next one (e.g. the run now has another number of replicas, so that epoch's data would
-        be dealt differently); one line says so, with ``reason``."""
-        state = self.resume_state
-        if state is None or state.at_epoch_end:
-            return
-        if self._epoch_end_point is None:
-            logger.warn("Not resuming at {} of the run: {}; no checkpoint at an epoch's end to go back "
-                        "to: starting from scratch.".format(state.describe(), reason))
-            self.session_init, self.resume_state, self.starting_epoch = None, None, 1
-            return
-        path, epoch, _ = self._epoch_end_point
-        logger.warn("Not resuming at {} of the run: {}; restarting epoch {} from {} (the end of epoch {}), "
-                    "{} steps are trained again.".format(
-                        state.describe(), reason, epoch + 1, os.path.basename(path), epoch, state.steps_done))
-        self._resume_at(self._epoch_end_point, True, True)
-        self.resumed_run = self._epoch_end_shape
-
-    _epoch_end_point = None     # AutoResumeTrainConfig: where restart_epoch() goes back to
-    _epoch_end_shape = None
-
-    def _resume_at(self, point, restore, set_epoch):
-        raise NotImplementedError("Only AutoResumeTrainConfig resumes")
+        the next one, because of ``reason`` (e.g. the run now has another number of replicas, so
+        that epoch's data would be dealt differently). A TrainConfig resumes nothing, so there
+        is nothing to do: :class:`AutoResumeTrainConfig` does it."""
 
 
 _CHECKPOINT_STEP = re.compile(r'-(\d+)$')
 
 
 class AutoResumeTrainConfig(TrainConfig):
-    """A TrainConfig that continues the run found in the logger directory, if any.
+    """A TrainConfig that continues the run found in the logger directory, if any, at the step
+    of its newest complete checkpoint.
 
-    It resumes from the newest checkpoint that ``stats.json`` describes: a checkpoint saved
-    by :class:`ModelSaver` at the end of an epoch ``k`` whose end is recorded in ``stats.json``
-    (an epoch-end record of epoch ``k`` at that global step, see
+    A checkpoint is a resume point when its files read back, and either its resume state
+    (``<prefix>.resume``, written by :class:`ModelSaver` between two steps: the loop's position,
+    the data position, the callbacks' states) puts it in the middle of an epoch whose previous
+    epochs ``stats.json`` records, or it was saved at the end of an epoch ``k`` that
+    ``stats.json`` records at that global step (see
     :func:`~tensorpack_lite.utils.stats_json.finished_epochs`; the record also says the size of
-    the run, ``resumed_run``, which ``TrainConfig(elastic=...)`` acts on). The global step, the epoch
-    number, the hyper-parameter setters (which set their value for the starting epoch) and
-    the statistics history continue, and no epoch runs twice.
+    the run, ``resumed_run``, which ``TrainConfig(elastic=...)`` acts on). The newest one is
+    taken: the trainer starts at its step (``resume_state``), the callbacks take their states
+    back (the input source its DataFlow's position), the global step, the hyper-parameter
+    setters and the statistics history continue, and no step runs twice. One line says where
+    (``Resuming from checkpoint .../model-45 (step 15 of 30 of epoch 2, global step 45).``).
 
     Checkpoints are found by their own files (``<name>-<step>.index`` and ``.data-*``) as well
     as through the ``checkpoint`` state file, so a state file that is missing, unreadable or
@@ -190,13 +175,13 @@ class AutoResumeTrainConfig(TrainConfig):
     to ``<prefix>.damaged.*`` (kept, never deleted). One warning says what was passed over
     and where the run goes on from.
 
-    So a run resumes by itself whatever interrupted it: checkpoints saved mid-epoch (when
-    training failed), a checkpoint saved just before a kill that left its epoch unrecorded,
-    records made mid-epoch (a validation every N steps) and records of epochs whose checkpoint
-    could not be written are all passed over; :class:`JSONWriter` then moves the records
-    after the resume point to a backup file. When ``stats.json`` exists but describes no
-    epoch that has a checkpoint, the run starts from scratch; when there is no ``stats.json``
-    at all (a run without JSONWriter), the newest end-of-epoch checkpoint is trusted.
+    So a run resumes by itself whatever interrupted it: checkpoints saved while a step failed
+    (no resume state), a checkpoint at an epoch's end that a kill left unrecorded and records of
+    epochs whose checkpoint could not be written are passed over; :class:`JSONWriter` then moves
+    the records after the resume point to a backup file. When ``stats.json`` exists but
+    describes nothing that has a checkpoint, the run starts from scratch; when there is no
+    ``stats.json`` at all (a run without JSONWriter), the newest checkpoint with a resume state
+    or at an epoch's end is trusted.
 
     Args:
         always_resume (bool): when False, an explicit ``session_init`` or ``starting_epoch``
@@ -242,10 +227,28 @@ class AutoResumeTrainConfig(TrainConfig):
             logger.info("Setting starting_epoch to {}{}.".format(
                 self.starting_epoch, " (from step {} of it)".format(state.steps_done) if mid_epoch else ""))
 
+    def restart_epoch(self, reason):
+        """Go back to the newest resumable end of an epoch when the resume point is in the
+        middle of one; one warning says so, with ``reason`` and the steps trained again."""
+        state = self.resume_state
+        if state is None or state.at_epoch_end:
+            return
+        if self._epoch_end_point is None:
+            logger.warn("Not resuming at {} of the run: {}; no checkpoint at an epoch's end to go back "
+                        "to: starting from scratch.".format(state.describe(), reason))
+            self.session_init, self.resume_state, self.starting_epoch = None, None, 1
+            return
+        path, epoch, _ = self._epoch_end_point
+        logger.warn("Not resuming at {} of the run: {}; restarting epoch {} from {} (the end of epoch {}), "
+                    "{} steps are trained again.".format(
+                        state.describe(), reason, epoch + 1, os.path.basename(path), epoch, state.steps_done))
+        self._resume_at(self._epoch_end_point, True, True)
+        self.resumed_run = self._epoch_end_shape
+
     @staticmethod
     def find_resume_point(directory, steps_per_epoch):
-        """``(checkpoint_path, last_finished_epoch)`` of the run in ``directory``, or None
-        when there is nothing to resume (see the class doc for the rule). Checkpoints that do
+        """The :class:`ResumePoint` ``(path, epoch, state)`` of the run in ``directory``, or
+        None when there is nothing to resume (see the class doc for the rule). Checkpoints that do
         not read back are passed over (one warning) but left as they are. Raises ValueError
         when there is no ``stats.json`` and no checkpoint at the end of an epoch, or when
         ``stats.json`` cannot be read."""

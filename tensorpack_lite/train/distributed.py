@@ -386,7 +386,8 @@ class DistributedTrainerBase(_DataParallelTrainer):
             raise explained from err
         chosen = mine if received is None else Schedule.from_vector(received)
         if chosen != mine:
-            logger.info("{} follows the chief's schedule: {}.".format(self.cluster.task_name, chosen.describe()))
+            logger.info("{} follows the chief's schedule: {}.".format(
+                self.cluster.task_name, chosen.describe()))
         with self.sess.as_default():
             self._follow_resume_point(chosen, get_global_step_value())
         super().main_loop(*chosen.as_vector())

@@ -34,8 +34,8 @@ def _restart_epoch_if_resized(config, trainer):
     say; see docs/distributed.md, "Elastic training")."""
     state = config.resume_state
     if state is not None and not state.at_epoch_end and state.world_size != trainer.world_size:
-        config.restart_epoch("it was saved by {} model replicas (towers x processes) and this run has {}".format(
-            state.world_size, trainer.world_size))
+        config.restart_epoch("it was saved by {} model replicas (towers x processes) and this run has "
+                             "{}".format(state.world_size, trainer.world_size))
 
 
 def launch_train_with_config(config, trainer):
