@@ -224,3 +224,34 @@ def test_epoch_ends_are_found_by_their_marker_whatever_the_steps_per_epoch():
     shape = RunShape.of_record(records[-1])
     assert (shape.world_size, shape.global_batch, shape.steps_per_epoch) == (2, 8, 3)
     assert RunShape.of_record(records[0]).world_size is None
+
+
+def test_a_mid_epoch_checkpoint_resumed_with_another_number_of_towers_restarts_its_epoch(logdir, log_records):
+    """KeepGlobalBatch(12): epoch 1 and 2 steps of epoch 2 on 4 towers (stopped there: model-6 with
+    its resume state), then 3 towers: the data positions saved were dealt to 4 replicas, so the
+    run restarts epoch 2 from model-4, saying so, and ends at the weights of the 4, 4 run."""
+    from tensorpack_lite.callbacks.base import Callback
+    from tensorpack_lite.train.base import StopTraining
+
+    class StopAt(Callback):
+        def _trigger_step(self):
+            if self.global_step == 6:
+                raise StopTraining('preempted at step 6')
+
+    policy = KeepGlobalBatch(12)
+    x, y = samples(48)
+    with tfv1.Graph().as_default():
+        config = TrainConfig(model=Linear(), dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), 3),
+                             callbacks=[ModelSaver(background=False), StopAt()], steps_per_epoch=4,
+                             max_epoch=2, elastic=policy,
+                             session_config=tfv1.ConfigProto(device_count={'CPU': 4}))
+        trainer = SyncMultiGPUTrainerParameterServer(['/cpu:{}'.format(i) for i in range(4)])
+        launch_train_with_config(config, trainer)
+    assert os.path.isfile(os.path.join(logdir, 'model-6.resume'))
+    config = train(3, policy.per_replica_batch(3), 2, policy, steps_per_epoch=4)
+    said = [m for m in log_records.messages_at(logging.WARNING) if m.startswith('Not resuming at')]
+    assert said == ["Not resuming at step 2 of 4 of epoch 2 of the run: it was saved by 4 model replicas "
+                    "(towers x processes) and this run has 3; restarting epoch 2 from model-4 (the end of "
+                    "epoch 1), 2 steps are trained again."]
+    assert config.starting_epoch == 2 and config.resume_state is None
+    assert stats(logdir) == [(1, 4, 4, 12, 4), (2, 8, 3, 12, 4)]

@@ -291,6 +291,11 @@ class Trainer:
                             self.state_owner, global_step, resume_state_path(prefix, self.state_owner)
                             if prefix else "logger directory"))
             return
+        if state.world_size != self.world_size:    # as the chief does (train/interface.py)
+            logger.info("{}: its state at global step {} was saved by {} model replicas, this run has {}: "
+                        "not restored, its data starts anew.".format(
+                            self.state_owner, global_step, state.world_size, self.world_size))
+            return
         logger.info("{} takes back its own state at global step {} ({}).".format(
             self.state_owner, global_step, state.describe()))
         self._callbacks.set_states(state.callbacks)

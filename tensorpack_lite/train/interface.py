@@ -29,13 +29,20 @@ def apply_default_prefetch(input_source_or_dataflow, trainer):
 
 
 def _restart_epoch_if_resized(config, trainer):
-    """A run resumed in the middle of an epoch with another number of model replicas restarts
-    that epoch (its data would be dealt to the replicas otherwise than the saved positions
-    say; see docs/distributed.md, "Elastic training")."""
+    """A run resumed with another number of model replicas than its resume state's: the data
+    positions saved were dealt to the old replicas, so they are not restored (the epoch's data
+    starts anew, as in tensorpack), and a resume point in the middle of an epoch goes back to
+    that epoch's start (see docs/distributed.md, "Elastic training")."""
     state = config.resume_state
-    if state is not None and not state.at_epoch_end and state.world_size != trainer.world_size:
-        config.restart_epoch("it was saved by {} model replicas (towers x processes) and this run has "
-                             "{}".format(state.world_size, trainer.world_size))
+    if state is None or state.world_size == trainer.world_size:
+        return
+    reason = "it was saved by {} model replicas (towers x processes) and this run has {}".format(
+        state.world_size, trainer.world_size)
+    if not state.at_epoch_end:
+        config.restart_epoch(reason)
+    logger.info("The resume state of the run is not restored ({}): the epoch's data starts anew.".format(
+        reason))
+    config.resume_state = None
 
 
 def launch_train_with_config(config, trainer):
