@@ -226,7 +226,8 @@ def test_epoch_ends_are_found_by_their_marker_whatever_the_steps_per_epoch():
     assert RunShape.of_record(records[0]).world_size is None
 
 
-def test_a_mid_epoch_checkpoint_resumed_with_another_number_of_towers_restarts_its_epoch(logdir, log_records):
+def test_a_mid_epoch_checkpoint_resumed_with_another_number_of_towers_restarts_its_epoch(
+        logdir, log_records):
     """KeepGlobalBatch(12): epoch 1 and 2 steps of epoch 2 on 4 towers (stopped there: model-6 with
     its resume state), then 3 towers: the data positions saved were dealt to 4 replicas, so the
     run restarts epoch 2 from model-4, saying so, and ends at the weights of the 4, 4 run."""
@@ -241,7 +242,8 @@ def test_a_mid_epoch_checkpoint_resumed_with_another_number_of_towers_restarts_i
     policy = KeepGlobalBatch(12)
     x, y = samples(48)
     with tfv1.Graph().as_default():
-        config = TrainConfig(model=Linear(), dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), 3),
+        dataflow = BatchData(DataFromList(list(zip(x, y)), shuffle=False), 3)
+        config = TrainConfig(model=Linear(), dataflow=dataflow,
                              callbacks=[ModelSaver(background=False), StopAt()], steps_per_epoch=4,
                              max_epoch=2, elastic=policy,
                              session_config=tfv1.ConfigProto(device_count={'CPU': 4}))
