@@ -169,7 +169,8 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     assert stats_epochs(logdir / 'worker0') == [1, 2]
     with open(str(logdir / 'worker0' / 'stats.json')) as f:
         assert [record['world_size'] for record in json.load(f)] == [2, 2]     # replicas: 2 workers
-    assert other_files == ['log.log'], other_files
+    # and its own resume states (its data position) beside the chief's checkpoints
+    assert other_files == ['log.log', 'model-3.resume.worker-1', 'model-6.resume.worker-1'], other_files
     other_log = (logdir / 'worker1' / 'log.log').read_text()
     assert 'only the chief writes into the logger directory' in other_log and 'Start Epoch' not in other_log
 
@@ -324,7 +325,9 @@ def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
     chief_files = files_in(logdir / 'worker0')
     assert 'checkpoint' in chief_files and 'model-6.index' in chief_files
     assert stats_epochs(logdir / 'worker0') == [1, 2]
-    assert files_in(logdir / 'worker1') == files_in(logdir / 'worker2') == ['log.log']
+    for k in (1, 2):   # the log and their own resume states (their data position)
+        assert files_in(logdir / 'worker{}'.format(k)) == [
+            'log.log', 'model-3.resume.worker-{}'.format(k), 'model-6.resume.worker-{}'.format(k)]
 
 
 @pytest.mark.parametrize('trainer, num_ps', [('collective', 0), ('replicated', 1)])

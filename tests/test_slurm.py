@@ -116,10 +116,11 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
     model-251 (and each task its resume state), every task exits with 143 within Slurm's
     KillWait (30 s); the same command again resumes at step 251, each task with its data where
     it was, and ends with every epoch recorded once and the weights of an uninterrupted run."""
-    logdir = tmp_path / 'logs'
+    logs = tmp_path / 'logs'
+    logdir = logs / 'worker0'      # each task a logger directory of its own, for its resume states
     argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
-                                                '--steps-per-epoch', 200, '--logdir', logdir,
-                                                '--pause-at-step', 250])
+                                                '--steps-per-epoch', 200, '--logdir', logs,
+                                                '--per-worker-logdir', '--pause-at-step', 250])
     proc, ended_after = preempt_when_paused(node, tmp_path, 2, argv)
     first = log_of(tmp_path)
     print("SIGTERM to the job's 2 tasks: srun ended {:.2f} s later, exit {}".format(
