@@ -13,7 +13,7 @@ random draws then start from its seed again.
 
 Example::
 
-    position = DataPosition(df, 'QueueInput')
+    position = DataPosition(df, 'QueueInput', history=100)
     position.restore(saved)               # before iterating; saved = position.state_after(n)
     for dp in position.datapoints():      # forever: epoch after epoch
         ...
@@ -39,17 +39,20 @@ class DataPosition:
         ds (DataFlow): the source's DataFlow (reset by the source, not here).
         owner (str): the input source, for messages.
         history (int): how many of the latest states are kept: at least the datapoints that can
-            be produced but not yet consumed (a queue's capacity plus what is staged).
+            be produced but not yet consumed (a queue's capacity plus what is staged). 0: the
+            source consumes what it produces at once (FeedInput), so no state is taken per
+            datapoint; :meth:`state_after` takes the latest one when asked, in the iterating thread.
         infinite (bool): repeat the epochs forever; when False, one epoch.
     """
 
-    def __init__(self, ds, owner, history=1, infinite=True):
+    def __init__(self, ds, owner, history=0, infinite=True):
         if not isinstance(ds, DataFlow):
             raise TypeError("{} takes a DataFlow, got {!r}".format(owner, ds))
         self.ds = ds
         self.owner = owner
         self.infinite = infinite
-        self._states = collections.deque(maxlen=max(int(history), 1) + 1)
+        self._states = collections.deque(maxlen=int(history) + 1 if history else 0)
+        self._epoch_done = 0             # datapoints produced by the epoch in progress
         self._lock = threading.Lock()
         self._pending = None             # a state to go back to before iterating
         self._produced = 0               # datapoints produced by this process
@@ -68,6 +71,8 @@ class DataPosition:
         with self._lock:
             if count == 0:
                 return self._start
+            if not self._states.maxlen and count == self._produced:
+                return self._snapshot(self._epoch_done)
             for index, state in reversed(self._states):
                 if index == count:
                     return state
@@ -138,10 +143,12 @@ class DataPosition:
         return {'dataflow': get_dataflow_state(self.ds), 'epoch_datapoints': done}
 
     def _record(self, done):
-        state = self._snapshot(done)
+        state = self._snapshot(done) if self._states.maxlen else None
         with self._lock:
             self._produced += 1
-            self._states.append((self._produced, state))
+            self._epoch_done = done
+            if state is not None:
+                self._states.append((self._produced, state))
 
     def discard_after(self, count):
         """The datapoints produced after the first ``count`` were thrown away (a queue emptied

@@ -49,7 +49,7 @@ class FeedInput(InputSource):
         if not isinstance(ds, DataFlow):
             raise TypeError("FeedInput takes a DataFlow, got {!r}".format(ds))
         self.ds = ds
-        self._position = DataPosition(ds, 'FeedInput', history=1, infinite=infinite)
+        self._position = DataPosition(ds, 'FeedInput', infinite=infinite)   # fed as produced: no history
         self._itr = None
         self._ds_was_reset = False
 
