@@ -350,10 +350,10 @@ def test_a_killed_worker_is_named_and_the_epochs_before_are_kept(tmp_path, train
     assert 'model-6.index' in files_in(logdir / 'worker0')
 
 
-@pytest.mark.parametrize('trainer, num_ps, preempted_tasks, held_at, stop_at',
-                         [('collective', 0, 'worker 1', 4, 5), ('ps', 1, 'every task', 5, 7)])
+@pytest.mark.parametrize('trainer, num_ps, preempted_tasks, held_at, stop_at, shuffle',
+                         [('collective', 0, 'worker 1', 4, 5, True), ('ps', 1, 'every task', 5, 7, False)])
 def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
-        tmp_path, trainer, num_ps, preempted_tasks, held_at, stop_at):
+        tmp_path, trainer, num_ps, preempted_tasks, held_at, stop_at, shuffle):
     """SIGTERM to worker 1 alone (its machine is preempted), or to every task (the job is, as
     the launcher and Slurm pass it on), while the workers are held after global step
     ``held_at`` of 4 epochs of 3. Every worker stops after the same step, mid-epoch: the
@@ -364,8 +364,9 @@ def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
     ends (143 when it got the signal too). The same command again resumes at that step, each worker
     with its data where it was, and ends as an uninterrupted run."""
     logdir = tmp_path / 'logs'
-    args = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 4, '--logdir', logdir,
-            '--per-worker-logdir']
+    common = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 4, '--per-worker-logdir'] + (
+        ['--shuffle'] if shuffle else [])
+    args = common + ['--logdir', logdir]
     signalled = []
 
     def preempt(run):
@@ -410,7 +411,17 @@ def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
     assert resumed_from in resumed.output, resumed.output[-6000:]
     took_back = 'worker-1 takes back its own state at global step {} ({}).'.format(stop_at, where)
     assert took_back in resumed.output
-    assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 1, 4, 50, 3, 4, lr=0.01))
+    if not shuffle:
+        assert_as_an_uninterrupted_run(tmp_path, logdir, reference_weights(2, 1, 4, 50, 3, 4, lr=0.01))
+        return
+    # shuffled (the same seed on both workers): the weights of an uninterrupted run of the same data
+    resumed_weights = [load_worker(tmp_path, k)['weights'] for k in range(2)]
+    whole = tmp_path / 'whole'
+    whole.mkdir()
+    assert Run(whole, 2, num_ps, common + ['--logdir', whole / 'logs']).code == 0
+    assert stats_epochs(logdir / 'worker0') == stats_epochs(whole / 'logs' / 'worker0') == [1, 2, 3, 4]
+    for k in range(2):
+        assert_replicas_match(resumed_weights[k], load_worker(whole, k)['weights'], atol=1e-6)
 
 
 @pytest.mark.parametrize('trainer, damage', [('collective', 'dies-saving'), ('ps', 'loses-data')])

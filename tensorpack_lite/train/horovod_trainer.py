@@ -28,6 +28,7 @@ import numpy as np
 from ..callbacks.monitor import JSONWriter, TFEventWriter
 from ..compat import tf, tfv1
 from ..dataflow.base import ProxyDataFlow
+from ..dataflow.state import get_dataflow_state, set_dataflow_state
 from ..graph_builder import mpi_ops
 from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
 from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
@@ -122,6 +123,14 @@ class RankShardData(ProxyDataFlow):
                 mine = dp
             if position == self.size - 1:
                 yield mine
+
+    def get_state(self):
+        """The wrapped DataFlow's state: it yields after whole groups of ``size`` datapoints, so
+        its position is at a group's boundary."""
+        return {'ds': get_dataflow_state(self.ds)}
+
+    def set_state(self, state):
+        set_dataflow_state(self.ds, state['ds'])
 
 
 class _BroadcastEveryEpoch(Callback):

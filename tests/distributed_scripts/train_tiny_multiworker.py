@@ -28,6 +28,7 @@ from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import AutoResumeTrainConfig, ModelDesc, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, ScaleLearningRate
 from tensorpack_lite.utils import logger
+from tensorpack_lite.utils.utils import fix_rng_seed
 
 INIT_SEED = 100
 FEATURES = 6
@@ -249,6 +250,8 @@ def parse_args(argv):
     parser.add_argument('--towers', type=int, default=1, help='CPU devices (towers) per worker')
     parser.add_argument('--batch', type=int, default=4, help='per tower')
     parser.add_argument('--hidden', type=int, default=5)
+    parser.add_argument('--shuffle', action='store_true',
+                        help='DataFromList(shuffle=True), the same seed on every worker (fix_rng_seed)')
     parser.add_argument('--samples', type=int,
                         help='datapoints in all (default: steps per epoch x the global batch)')
     parser.add_argument('--steps-per-epoch', type=int, default=3)
@@ -346,7 +349,9 @@ def main(argv):
     if args.overflow_step:
         step_size = args.towers * args.batch * trainer.num_worker
         samples[(args.overflow_step - 1) * step_size + 1][1] = np.float32(OVERFLOW_Y)   # worker 1's
-    df = RankShardData(DataFromList(samples, shuffle=False), trainer.task_index, trainer.num_worker)
+    if args.shuffle:
+        fix_rng_seed(7)
+    df = RankShardData(DataFromList(samples, shuffle=args.shuffle), trainer.task_index, trainer.num_worker)
     held = os.path.join(args.out, 'worker1-held') if args.worker1_holds else None
     callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held)]
     if held and trainer.task_index == 1:
