@@ -364,7 +364,8 @@ def main(argv):
     elif logger.get_logger_dir() and args.chief_dies_saving and trainer.is_chief:
         callbacks.append(ChiefDiesSaving(args.chief_dies_saving, marker))
     elif logger.get_logger_dir():
-        callbacks.append(ModelSaver())   # chief-only: skipped on the other workers
+        # ChiefLosesData damages the checkpoint of the step before: written when its trigger returns
+        callbacks.append(ModelSaver(background=not args.chief_loses_data))
     if args.chief_loses_data and trainer.is_chief:
         callbacks.append(ChiefLosesData(args.chief_loses_data, marker))
     if args.die_at_step and trainer.task_index == args.die_task:

@@ -3,7 +3,7 @@ randomly flipped, batched by 8, 3 epochs of 30 steps, momentum SGD with an epoch
 AutoResumeTrainConfig. The test runs it, stops it (SIGTERM or SIGKILL at a step), runs it again,
 and compares the end with an uninterrupted run.
 
-    python digits_resume.py LOGDIR [--input queue|feed] [--towers N] [--save-every K]
+    python digits_resume.py LOGDIR [--input queue|feed] [--towers N] [--save-every K] [--sync-save]
                             [--sigterm-at STEP | --sigkill-at STEP]
 
 Every step's global step is appended to LOGDIR/steps.txt (to count the steps run twice).
@@ -67,6 +67,7 @@ def main():
     parser.add_argument('--input', choices=['queue', 'feed'], default='queue')
     parser.add_argument('--towers', type=int, default=1)
     parser.add_argument('--save-every', type=int, default=0)
+    parser.add_argument('--sync-save', action='store_true', help='ModelSaver(background=False)')
     parser.add_argument('--sigterm-at', type=int, default=-1)
     parser.add_argument('--sigkill-at', type=int, default=-1)
     args = parser.parse_args()
@@ -78,7 +79,7 @@ def main():
     logger.set_logger_dir(args.logdir, action='k')
     signal_at, signum = ((args.sigkill_at, signal.SIGKILL) if args.sigkill_at >= 0
                          else (args.sigterm_at, signal.SIGTERM))
-    saver = ModelSaver(max_to_keep=3)
+    saver = ModelSaver(max_to_keep=3, background=not args.sync_save)
     callbacks = [PeriodicTrigger(saver, every_k_steps=args.save_every, every_k_epochs=1) if args.save_every
                  else saver,
                  ScheduledHyperParamSetter('learning_rate', [(1, 0.05), (2, 0.02)]),
