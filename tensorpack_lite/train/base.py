@@ -27,7 +27,7 @@ from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.argtools import call_only_once
-from ..utils.concurrency import bound_exit, run_with_timeout
+from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
 from ..utils.preemption import Preempted, PreemptionNotice
 from ..utils.utils import humanize_time_delta
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
@@ -388,7 +388,7 @@ class Trainer:
     def _end_training(self, failure):
         """Run the callbacks' ``after_train`` and close the session; after ``failure`` (a
         :class:`~tensorpack_lite.loop.state.RunFailure`), each within its bound."""
-        self._state_at_end = self._resume_state_at_end()
+        self._state_at_end = self._resume_state_at_end(failure)
         if failure is None:
             try:
                 self._callbacks.after_train()
@@ -412,15 +412,27 @@ class Trainer:
                         "Moving on without it.".format(self.CLOSE_TIMEOUT, self._close_wait_reason()))
             bound_exit(self.EXIT_TIMEOUT)
 
-    def _resume_state_at_end(self):
+    def _resume_state_at_end(self, failure):
         """The resume state as training ends, before any ``after_train`` (which may stop an input
         source or empty a staging area): what the final checkpoint resumes. None when the session
-        cannot be used or a callback cannot give its state (a warning names it)."""
+        cannot be used, or a callback cannot give its state (a warning names it), or, after
+        ``failure``, it takes longer than :attr:`CLOSE_TIMEOUT`."""
         if not self.loop.session_usable:
             return None
-        try:
-            with self.sess.as_default():
+
+        def take():
+            with self.sess.graph.as_default(), self.sess.as_default():
                 return self.resume_state()
+        try:
+            if failure is None:
+                return take()
+            call = DaemonCall(take, 'resume-state-at-end')
+            if not call.wait(self.CLOSE_TIMEOUT):
+                logger.warn("After the failure, the state at the end of training was not taken within "
+                            "{:g} s (CLOSE_TIMEOUT): the final checkpoint is not a resume point.".format(
+                                self.CLOSE_TIMEOUT))
+                return None
+            return call.result()
         except Exception as err:
             logger.warn("The state at the end of training could not be taken ({}: {}): the final "
                         "checkpoint is not a resume point.".format(type(err).__name__, err))
