@@ -22,6 +22,18 @@ import pytest  # noqa: E402
 from helpers import capture_logs  # noqa: E402
 
 
+def _trust_a_public_address():
+    """On a machine with a public address, a task's server started on this machine's network
+    is refused unless the network is declared trusted (docs/security.md). The tests start such
+    servers on purpose; test_isolation.py checks the refusal with the declaration removed."""
+    from tensorpack_lite.utils import exposure
+    public = [a for a in exposure.interface_addresses() if exposure.is_public(a)]
+    if public:
+        os.environ[exposure.TRUSTED_NETWORK_VARIABLE] = '1'
+        print("conftest: this machine has the public address(es) {}: {}=1 for the tests' own "
+              "servers".format(', '.join(public), exposure.TRUSTED_NETWORK_VARIABLE))
+
+
 def pytest_configure(config):
     """The tests build graphs as tensorpack code does, some while they are collected (e.g. in
     parametrize lists): graph mode for the whole run, as a trainer would switch it on.
@@ -29,6 +41,7 @@ def pytest_configure(config):
     checks that in a fresh interpreter.)"""
     from tensorpack_lite.compat import enable_graph_mode
     enable_graph_mode()
+    _trust_a_public_address()
 
 
 @pytest.fixture(autouse=True)

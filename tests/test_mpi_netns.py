@@ -83,6 +83,10 @@ def test_two_hosts_train_like_one_process_on_the_combined_batch(tmp_path):
         code, output = run_bounded(command, RUN_TIMEOUT, env=mpi_tests.rank_env(), cwd=tmp_path)
     assert code == 0, output[-6000:]
     assert rank_hosts(output, 2) == {0: net.namespaces[0], 1: net.namespaces[1]}, output[-6000:]
+    for rank in range(2):   # what each rank's engine listens on, and who reaches it (docs/security.md)
+        assert re.search(r'WRN HorovodTrainer rank {} \(MPI .*\) listens on port \d+ \({addr}: {addr} '
+                         r'\(private\)\)\. A peer that reaches them can send this rank tensors'.format(
+                             rank, addr=re.escape(net.address(rank))), output), output[-6000:]
     ranks = [mpi_tests.load_rank(tmp_path, r) for r in range(2)]
     assert [(r['local_rank'], r['local_size']) for r in ranks] == [(0, 1), (0, 1)]
     assert len(set(ranks[0]['step_hashes'])) == mpi_tests.STEPS * mpi_tests.EPOCHS

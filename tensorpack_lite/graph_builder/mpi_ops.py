@@ -146,7 +146,7 @@ class _Engine:
         self.rank, self.size = self.world.Get_rank(), self.world.Get_size()
         self.local_rank, self.local_size = self.local.Get_rank(), self.local.Get_size()
         self.lock = threading.Lock()
-        self.peers = self.world.allgather((os.getpid(), socket.gethostname()))
+        self.peers = _gather_peers(self.world, self.size)
         self.ended = {}                 # rank -> collectives it completed, for the ranks that shut down
         self.ended_by = None            # the first of them
         self._calls = 0                 # collectives started here; every rank starts the same ones
@@ -176,7 +176,9 @@ class _Engine:
             beats = _Heartbeats(self.MPI, self.rank, self.size, '{1}-{0}'.format(*self.peers[0]))
         except self.MPI.Exception as err:
             beats, reason = None, err
-        if self.world.allreduce(beats is not None, op=self.MPI.LAND):
+        everywhere = np.zeros(1, np.int32)
+        self.world.Allreduce(np.array([int(beats is not None)], np.int32), everywhere, op=self.MPI.MIN)
+        if everywhere[0]:
             return beats
         if beats is not None:
             beats.stop()
@@ -346,6 +348,21 @@ def _tell_the_launcher_wrapper():
             os.write(int(fd), b'aborting\n')
         except (OSError, ValueError):
             pass    # best effort: the abort below must happen even when the wrapper is gone
+
+
+_HOST_NAME_BYTES = 256
+
+
+def _gather_peers(comm, size):
+    """``[(pid, hostname)]`` of every rank. Only numbers and bytes cross the wire (mpi4py's
+    lower-case methods would unpickle what a peer sends, code included: this engine never
+    uses them; docs/security.md)."""
+    pids = np.zeros(size, np.int64)
+    comm.Allgather(np.array([os.getpid()], np.int64), pids)
+    name = socket.gethostname().encode('utf-8')[:_HOST_NAME_BYTES].ljust(_HOST_NAME_BYTES, b'\0')
+    names = np.zeros((size, _HOST_NAME_BYTES), np.uint8)
+    comm.Allgather(np.frombuffer(name, np.uint8), names)
+    return [(int(pid), bytes(row).rstrip(b'\0').decode('utf-8', 'replace')) for pid, row in zip(pids, names)]
 
 
 def dead_local_peers(peers, rank):
@@ -531,7 +548,8 @@ def _sum_compressed(engine, flat, wire_dtype):
 
 
 def _gather(engine, array):
-    counts = np.array(engine.world.allgather(int(array.shape[0]) if array.ndim else 1))
+    counts = np.zeros(engine.size, np.int64)
+    engine.world.Allgather(np.array([array.shape[0] if array.ndim else 1], np.int64), counts)
     row = int(np.prod(array.shape[1:])) if array.ndim else 1
     out = np.empty((int(counts.sum()),) + array.shape[1:], array.dtype)
     send = np.ascontiguousarray(array)

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from ..compat import tf, tfv1
-from ..utils import logger
+from ..utils import exposure, logger
 from ..utils.cluster import ClusterConfig, LostTaskError
 from ..utils.concurrency import run_with_timeout
 from ..utils.gpu import num_tensorflow_gpus
@@ -58,7 +58,7 @@ def _has_gpu(config):
     return num_tensorflow_gpus() > 0
 
 
-def create_server(cluster=None, job_name=None, task_index=None, config=None):
+def create_server(cluster=None, job_name=None, task_index=None, config=None, trusted_network=None):
     """Start the ``tf.compat.v1.train.Server`` of this process's task.
 
     Args:
@@ -76,6 +76,15 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None):
             config sets ``inter_op_parallelism_threads``, the server gets one inter-op thread
             per CPU this process may use (TensorFlow sizes that pool once per process, at the
             first server).
+        trusted_network (bool): declare that only the job's own hosts can reach this machine
+            (default: the ``TENSORPACK_LITE_TRUSTED_NETWORK`` environment variable). Without it,
+            a machine with a public address refuses to start the server.
+
+    The server listens on every interface and runs any graph for whoever connects. Before it
+    starts, the log says where it is reachable (a warning naming the addresses and which are
+    public), or that it runs inside a launcher's private network; on a machine with a public
+    address it is a :class:`~tensorpack_lite.utils.exposure.PublicAddressError` unless the
+    network is declared trusted (docs/security.md).
 
     A bad cluster (see :class:`ClusterConfig`) or a port in use is a ValueError naming it.
     """
@@ -95,6 +104,7 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None):
     if not config.inter_op_parallelism_threads:
         config.inter_op_parallelism_threads = _usable_cpus()
     _check_port_free(cluster)
+    _check_exposure(cluster, trusted_network)
     try:
         server = tfv1.train.Server(tfv1.train.ClusterSpec(cluster.cluster), job_name=cluster.job_name,
                                    task_index=cluster.task_index, config=config, start=True)
@@ -104,6 +114,17 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None):
     logger.info("Started the server of {} in the cluster {}.".format(
         cluster.describe(cluster.job_name, cluster.task_index), cluster.cluster))
     return server
+
+
+def _check_exposure(cluster, trusted_network):
+    """Say where the task's server will be reachable; refuse a public address unless trusted."""
+    interfaces = exposure.interface_addresses()
+    hosts = sorted({cluster.host(job, index) for job, index in cluster.tasks()})
+    port = cluster.address(cluster.job_name, cluster.task_index).rsplit(':', 1)[1]
+    exposure.check_server_exposure(cluster.describe(cluster.job_name, cluster.task_index), port,
+                                   trusted=trusted_network,
+                                   spans_hosts=hosts if exposure.remote_hosts(hosts, interfaces) else None,
+                                   interfaces=interfaces)
 
 
 def cluster_of_server(server):

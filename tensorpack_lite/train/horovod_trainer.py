@@ -40,7 +40,7 @@ from ..tfutils.preemption_vote import PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..tfutils.tower_context import TrainTowerContext
-from ..utils import logger
+from ..utils import exposure, logger
 from ..utils.gpu import get_num_gpu
 from ..utils.preemption import Preempted
 from .base import StopTraining
@@ -225,6 +225,23 @@ class HorovodTrainer(SingleCostTrainer):
                     "using {}.".format(self._rank, self._size, self._local_rank, towers,
                                        'averaged' if self._average else 'summed', compression.__name__,
                                        self.engine))
+        if self._size > 1:
+            self._say_what_is_exposed()
+
+    def _say_what_is_exposed(self):
+        """Log the ports this rank's engine listens on and who reaches them (a warning when some
+        address beyond loopback does, outside a private network)."""
+        sockets = exposure.listening_sockets()
+        who = 'HorovodTrainer rank {} ({})'.format(self._rank, self.engine)
+        text = exposure.describe_listening(who, sockets)
+        reachable = [a for bound, _ in sockets for a in exposure.reachable_addresses(bound)
+                     if not a.startswith('127.') and a != '::1']
+        if not reachable or exposure.in_private_network():
+            logger.info(text)
+            return
+        logger.warn(text + " A peer that reaches them can send this rank tensors of its own (the job's "
+                    "sums and weights are then wrong); the MPI engine unpickles nothing it receives. Keep "
+                    "the network private (docs/security.md).")
 
     rank = property(lambda self: self._rank, doc="This process's rank (0 is the chief).")
     size = property(lambda self: self._size, doc="The number of ranks.")

@@ -5,6 +5,11 @@ the ``TF_CONFIG`` of its task, on free ports.
     python -m tensorpack_lite.utils.launch --workers 2 --ps 1 -- python train.py --epochs 5
     python -m tensorpack_lite.utils.launch --chief --workers 2 -- python train.py   # chief + 2 workers
 
+The tasks run in a private network namespace of the job (see
+:mod:`tensorpack_lite.utils.private_network`): their TensorFlow servers, which run any graph for
+whoever connects, answer nothing outside the job. ``--no-isolation`` runs them on this
+machine's network, as tensorpack did (docs/security.md says what that exposes).
+
 In the script, ``create_server()`` (:mod:`tensorpack_lite.tfutils.distributed`) reads
 ``TF_CONFIG``. Every output line is prefixed with its task (``[worker 1] ...``). When a
 process fails, the others get ``grace`` seconds to stop on their own (the distributed
@@ -31,6 +36,7 @@ import threading
 import time
 
 from .cluster import CHIEF_JOBS, ClusterConfig, cluster_of_addresses, local_cluster
+from .private_network import PrivateNetwork, PrivateNetworkUnavailable
 
 __all__ = ['Failure', 'LocalCluster', 'launch', 'main']
 
@@ -81,6 +87,14 @@ class LocalCluster:
             :class:`~tensorpack_lite.utils.netns.NetnsCluster`. The workers go on hosts
             0..N-1 (the separate chief first), the ps tasks after them; every task listens on
             port :attr:`HOST_PORT` of its host.
+        isolate (bool): with every task on this machine (no ``hosts``), run them in a private
+            network namespace of the job (:class:`~tensorpack_lite.utils.private_network.PrivateNetwork`):
+            their servers then answer nothing outside the job. TensorFlow's servers listen on
+            every interface and run any graph for whoever connects, so turning this off
+            (``False``) lets any user of this machine, and any host that can reach it, run code
+            as you while the job runs; do so only on a machine and network that no one else
+            uses. Where a namespace cannot be made, the tasks run on this machine's network
+            and the output says so and why (docs/security.md).
 
     Example::
 
@@ -96,7 +110,7 @@ class LocalCluster:
     """The port every task listens on when each has a host of its own (``hosts``)."""
 
     def __init__(self, command, num_worker, num_ps=0, host='localhost', grace=30.0, env=None, output=None,
-                 chief=None, hosts=None):
+                 chief=None, hosts=None, isolate=True):
         if isinstance(command, str) or not command:
             raise ValueError("LocalCluster: command must be a non-empty list of arguments, got {!r}".format(
                 command))
@@ -110,6 +124,10 @@ class LocalCluster:
         self._tasks = []
         self._failure = None          # (task, exit code) of the first failure
         self._end_by = None           # when the remaining processes are ended
+        self._isolate = bool(isolate) and hosts is None
+        self.network = None
+        """The job's :class:`~tensorpack_lite.utils.private_network.PrivateNetwork` once started
+        (None: the tasks run on this machine's network)."""
 
     def _addresses(self, num_worker, num_ps, host):
         """``{'worker': [...], 'ps': [...]}``: on free ports of ``host``, or one task per host
@@ -173,12 +191,16 @@ class LocalCluster:
         if self._tasks:
             raise RuntimeError("LocalCluster.start() was called already")
         self.say("cluster: {}".format(self.config.cluster))
+        if self._hosts is None:
+            self._start_network()
         for job, index in self.config.tasks('ps') + self.config.tasks('worker'):
             env = dict(self._env, TF_CONFIG=self.config.for_task(job, index).to_tf_config())
             command = self.command
             if self._hosts is not None:
                 host = index + (self.config.num_worker if job == 'ps' else 0)
                 command = self._hosts.command(host, command)
+            elif self.network is not None:
+                command, env = self.network.command(command), self.network.environ(env)
             proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             name = '{} {}'.format(*self.config.given_task(job, index))
@@ -186,6 +208,25 @@ class LocalCluster:
             pump = threading.Thread(target=self._pump, args=(prefix, proc.stdout), daemon=True)
             pump.start()
             self._tasks.append(_Task(job, index, name, proc, pump))
+
+    def _start_network(self):
+        """Start the job's private network, or say why the tasks run without one."""
+        ports = ', '.join(a.rsplit(':', 1)[1] for job, index in self.config.tasks()
+                          for a in [self.config.address(job, index)])
+        exposed = ("the tasks' ports ({}) listen on every interface of this machine: any user of it, and any "
+                   "host that can reach it, can run code as you through them while the job runs "
+                   "(docs/security.md)".format(ports))
+        if not self._isolate:
+            self.say("WARNING: isolation is turned off: " + exposed)
+            return
+        network = PrivateNetwork()
+        try:
+            network.start()
+        except PrivateNetworkUnavailable as err:
+            self.say("WARNING: no private network ({}): {}".format(err, exposed))
+            return
+        self.network = network
+        self.say(network.describe())
 
     def send_signal(self, sig):
         """Pass a signal on to every running process (and the processes it started)."""
@@ -202,6 +243,8 @@ class LocalCluster:
         for task in self._tasks:
             task.proc.wait()
             task.pump.join(timeout=5)
+        if self.network is not None:
+            self.network.close()
 
     def stop_soon(self, reason):
         """Give the processes :attr:`grace` seconds to end, then end them."""
@@ -300,10 +343,11 @@ def _worker_to_drop(cluster, streak, num_worker, min_workers, drop_after):
 
 def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=None, chief=None,
            max_restarts=None, restart_delay=1.0, env=None, output=None, hosts=None, min_workers=None,
-           drop_after=3):
+           drop_after=3, isolate=True):
     """Run ``command`` as a local cluster (see :class:`LocalCluster`) until it is done,
     passing SIGINT and SIGTERM on to the processes (call it from the main thread). Returns
-    the exit code. ``env``, ``output`` and ``hosts`` are :class:`LocalCluster`'s.
+    the exit code. ``env``, ``output``, ``hosts`` and ``isolate`` are :class:`LocalCluster`'s
+    (each start gets a private network of its own).
 
     After a failure, every process is ended and the whole cluster is started again (on new
     ports), up to ``max_restarts`` times (None: 0), ``restart_delay`` seconds later, as torchrun and
@@ -349,7 +393,7 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
         restarts, code = 0, 0
         while not interrupted:   # a signal while waiting to restart: no new start
             cluster = LocalCluster(command, num_worker, num_ps, host=host, grace=grace, env=env,
-                                   output=output, chief=chief, hosts=hosts)
+                                   output=output, chief=chief, hosts=hosts, isolate=isolate)
             current.append(cluster)
             cluster.start()
             code = cluster.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -412,6 +456,10 @@ def main(argv=None):
                              'after which a worker is dropped (default 3)')
     parser.add_argument('--restart-delay', type=float, default=1.0,
                         help='seconds before a restart (default 1)')
+    parser.add_argument('--no-isolation', action='store_true',
+                        help="run the tasks on this machine's network instead of a private one of the job: "
+                             "their TensorFlow servers then run code for any user or host that reaches their "
+                             "ports (see docs/security.md)")
     parser.add_argument('command', nargs=argparse.REMAINDER, help='the command, after --')
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ['--'] else args.command
@@ -424,7 +472,7 @@ def main(argv=None):
         return launch(command, num_worker, args.ps, host=args.host, grace=args.grace, timeout=args.timeout,
                       chief=args.chief, max_restarts=args.max_restarts, restart_delay=args.restart_delay,
                       min_workers=min_workers if min_workers < num_worker else None,
-                      drop_after=args.drop_after)
+                      drop_after=args.drop_after, isolate=not args.no_isolation)
     except ValueError as err:
         parser.error(str(err))
 

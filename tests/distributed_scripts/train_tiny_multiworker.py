@@ -289,6 +289,9 @@ def parse_args(argv):
     parser.add_argument('--overflow-step', type=int,
                         help="worker 1's first datapoint of this step (1-based, in every epoch) gets "
                              "y = OVERFLOW_Y: with 'fp16' its scaled gradients overflow float16")
+    parser.add_argument('--hold-after-server', action='store_true',
+                        help="after its server started, wait (up to --startup-timeout s) until the file "
+                             "'go' exists in --out")
     parser.add_argument('--startup-timeout', type=float, default=120)
     parser.add_argument('--finish-timeout', type=float, help="the trainer's FINISH_TIMEOUT")
     parser.add_argument('--exit-after-loss-timeout', type=float, help="the trainer's EXIT_AFTER_LOSS_TIMEOUT")
@@ -330,11 +333,22 @@ def make_trainer(args, server):
     return trainer
 
 
+def wait_for_file(path, timeout):
+    print('holding until {} exists'.format(path), flush=True)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError('{} did not appear within {} s'.format(path, timeout))
+        time.sleep(0.05)
+
+
 def main(argv):
     from tensorpack_lite.tfutils.distributed import create_server
     from tensorpack_lite.train.horovod_trainer import RankShardData
     args = parse_args(argv)
     server = create_server(config=tfv1.ConfigProto(device_count={'CPU': args.towers}))
+    if args.hold_after_server:
+        wait_for_file(os.path.join(args.out, 'go'), args.startup_timeout)
     trainer = make_trainer(args, server)     # a ps task serves here, then exits
     logdir = args.logdir
     if logdir and args.per_worker_logdir:

@@ -1,0 +1,267 @@
+"""What a process's servers expose: the ports it listens on and the addresses that reach them,
+measured on this machine, and the rule for public addresses.
+
+TensorFlow's distributed runtime authenticates nobody: whoever reaches a task's port runs any
+graph there, as the training user (docs/security.md). So before a task's server starts,
+:func:`check_server_exposure` says where it will be reachable, and refuses when this machine
+has a public address unless the network is declared trusted (``TENSORPACK_LITE_TRUSTED_NETWORK=1``
+or ``create_server(trusted_network=True)``). Inside a launcher job's private network namespace
+(:mod:`tensorpack_lite.utils.private_network`) nothing outside the job reaches it, and it says
+so instead. :func:`describe_listening` gives the same accounting for any engine (MPI ranks).
+
+No TensorFlow is imported here.
+"""
+
+import ipaddress
+import os
+import socket
+
+from . import logger
+
+__all__ = ['TRUSTED_NETWORK_VARIABLE', 'PRIVATE_NETWORK_VARIABLE', 'PublicAddressError',
+           'interface_addresses', 'listening_sockets', 'is_public', 'network_namespace',
+           'in_private_network', 'network_is_trusted', 'reachable_addresses', 'remote_hosts',
+           'describe_addresses',
+           'describe_listening', 'check_server_exposure']
+
+TRUSTED_NETWORK_VARIABLE = 'TENSORPACK_LITE_TRUSTED_NETWORK'
+"""Set to ``1`` to declare that this machine's network admits only the job's own hosts (a
+firewall, a VPC, a NetworkPolicy): a task's server then starts on a host with a public
+address (see docs/security.md)."""
+
+PRIVATE_NETWORK_VARIABLE = 'TENSORPACK_LITE_PRIVATE_NETWORK'
+"""Set by the launcher in its tasks' environment: the identity (``net:[inode]``) of the job's
+private network namespace. A process whose own namespace has this identity is in it."""
+
+_TRUE = ('1', 'true', 'yes', 'on')
+_WILDCARDS = ('0.0.0.0', '::')
+SECURITY_DOC = 'docs/security.md'
+
+
+class PublicAddressError(RuntimeError):
+    """A server would be reachable on a public address of this machine, and the network is not
+    declared trusted."""
+
+
+def interface_addresses():
+    """Every IP address of this machine's network interfaces (in this process's network
+    namespace), loopback included, as strings; IPv4 first."""
+    addresses = _linux_ipv4_addresses() + _linux_ipv6_addresses()
+    if addresses:
+        return addresses
+    found = set()
+    for host in (socket.gethostname(), 'localhost'):
+        try:
+            found.update(info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP))
+        except socket.gaierror:
+            pass
+    return sorted(found, key=lambda a: (':' in a, a))
+
+
+def _linux_ipv4_addresses():
+    """The local IPv4 addresses in /proc/net/fib_trie (the leaves marked ``/32 host LOCAL``)."""
+    try:
+        with open('/proc/net/fib_trie') as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found, last = [], None
+    for line in lines:
+        text = line.strip()
+        if text.startswith(('|--', '+--')):
+            last = text.split()[1]
+        elif text == '/32 host LOCAL' and last is not None and last not in found:
+            found.append(last)
+    return sorted(found, key=lambda a: tuple(int(p) for p in a.split('.')))
+
+
+def _linux_ipv6_addresses():
+    try:
+        with open('/proc/net/if_inet6') as f:
+            rows = [line.split() for line in f if line.strip()]
+    except OSError:
+        return []
+    found = []
+    for row in rows:
+        address = str(ipaddress.IPv6Address(bytes.fromhex(row[0])))
+        if address not in found:
+            found.append(address)
+    return sorted(found)
+
+
+def _socket_inodes(pid):
+    inodes = set()
+    fd_dir = '/proc/{}/fd'.format(pid)
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return inodes
+    for name in names:
+        try:
+            target = os.readlink(os.path.join(fd_dir, name))
+        except OSError:
+            continue
+        if target.startswith('socket:['):
+            inodes.add(target[len('socket:['):-1])
+    return inodes
+
+
+def _hex_address(text):
+    host, port = text.split(':')
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        address = str(ipaddress.IPv4Address(raw[::-1]))
+    else:   # four 32-bit words, each in host (little-endian) order
+        words = b''.join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+        address = str(ipaddress.IPv6Address(words))
+    return address, int(port, 16)
+
+
+def listening_sockets(pid='self'):
+    """``[(address, port)]``: the TCP sockets that process ``pid`` listens on (Linux, read from
+    /proc; empty elsewhere). A wildcard bind shows as ``'0.0.0.0'`` or ``'::'``."""
+    inodes = _socket_inodes(pid)
+    found = []
+    for table in ('tcp', 'tcp6'):
+        try:
+            with open('/proc/{}/net/{}'.format(pid, table)) as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if len(row) > 9 and row[3] == '0A' and row[9] in inodes:   # 0A: LISTEN
+                entry = _hex_address(row[1])
+                if entry not in found:
+                    found.append(entry)
+    return sorted(found, key=lambda e: (e[1], e[0]))
+
+
+def is_public(address):
+    """Whether an IP address is reachable from the internet (a global unicast address: not
+    loopback, private, link-local, shared or reserved)."""
+    ip = ipaddress.ip_address(address.split('%')[0])
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def _kind(address):
+    ip = ipaddress.ip_address(address.split('%')[0])
+    if ip.is_loopback:
+        return 'loopback'
+    if ip.is_link_local:
+        return 'link-local'
+    return 'PUBLIC' if is_public(address) else 'private'
+
+
+def network_namespace(pid='self'):
+    """The identity of a process's network namespace (``'net:[4026531840]'``), or None where
+    there is none to read (not Linux)."""
+    try:
+        return os.readlink('/proc/{}/ns/net'.format(pid))
+    except OSError:
+        return None
+
+
+def in_private_network(environ=None):
+    """Whether this process runs in the private network namespace its launcher made for the job
+    (and named in ``TENSORPACK_LITE_PRIVATE_NETWORK``)."""
+    environ = os.environ if environ is None else environ
+    expected = environ.get(PRIVATE_NETWORK_VARIABLE)
+    return bool(expected) and network_namespace() == expected
+
+
+def network_is_trusted(trusted=None, environ=None):
+    """``trusted`` when given, else whether ``TENSORPACK_LITE_TRUSTED_NETWORK`` declares the
+    network trusted."""
+    if trusted is not None:
+        return bool(trusted)
+    environ = os.environ if environ is None else environ
+    return environ.get(TRUSTED_NETWORK_VARIABLE, '').strip().lower() in _TRUE
+
+
+def reachable_addresses(bound, interfaces=None):
+    """The addresses that reach a socket bound to ``bound`` (a wildcard: every interface of its
+    family; ``'::'`` takes IPv4 too, as Linux binds it dual-stack by default)."""
+    interfaces = interface_addresses() if interfaces is None else interfaces
+    if bound == '0.0.0.0':
+        return [a for a in interfaces if ':' not in a]
+    if bound == '::':
+        return list(interfaces)
+    return [bound]
+
+
+def remote_hosts(hosts, interfaces=None):
+    """The hosts among ``hosts`` (names or addresses) that are not this machine: none of their
+    addresses is one of its interfaces' (a host that does not resolve counts as remote)."""
+    local = set(interface_addresses() if interfaces is None else interfaces)
+    remote = []
+    for host in hosts:
+        try:
+            resolved = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except socket.gaierror:
+            resolved = set()
+        if not resolved & local and host not in remote:
+            remote.append(host)
+    return remote
+
+
+def describe_addresses(addresses):
+    """``'127.0.0.1 (loopback), 10.0.0.5 (private)'``."""
+    return ', '.join('{} ({})'.format(a, _kind(a)) for a in addresses) or 'none'
+
+
+def describe_listening(who, sockets=None, interfaces=None):
+    """One text saying on which ports and addresses ``who`` (e.g. ``'MPI rank 1'``) can be
+    reached: the sockets it listens on (default: this process's), each with the addresses that
+    reach it and their kind. Inside the job's private network, it says that nothing outside the
+    job reaches them."""
+    sockets = listening_sockets() if sockets is None else sockets
+    if not sockets:
+        return "{} listens on no TCP port.".format(who)
+    interfaces = interface_addresses() if interfaces is None else interfaces
+    parts = []
+    for bound, port in sockets:
+        where = 'every interface' if bound in _WILDCARDS else bound
+        parts.append("port {} ({}: {})".format(port, where, describe_addresses(
+            reachable_addresses(bound, interfaces))))
+    text = "{} listens on {}".format(who, '; '.join(parts))
+    if in_private_network():
+        return text + ", inside the job's private network namespace: nothing outside the job reaches them."
+    return text + "."
+
+
+def check_server_exposure(who, port, trusted=None, spans_hosts=None, interfaces=None):
+    """Before a TensorFlow server starts on ``port`` (it listens on every interface): raise
+    :class:`PublicAddressError` when a public address of this machine would reach it and the
+    network is not declared trusted; otherwise log where it will be reachable (a warning
+    outside a private network, naming its addresses and which are public). Returns the
+    addresses.
+
+    Args:
+        who (str): the task, for messages (``'worker 1 (host:2222)'``).
+        spans_hosts (list[str]): the cluster's other hosts, when it spans several machines.
+    """
+    interfaces = interface_addresses() if interfaces is None else interfaces
+    if in_private_network():
+        logger.info("The server of {} listens on port {} inside the job's private network namespace: "
+                    "nothing outside the job reaches it.".format(who, port))
+        return [a for a in interfaces if ipaddress.ip_address(a.split('%')[0]).is_loopback]
+    public = [a for a in interfaces if is_public(a)]
+    if public and not network_is_trusted(trusted):
+        raise PublicAddressError(
+            "Refusing to start the server of {}: this machine has the public address(es) {}, and "
+            "TensorFlow's server, which listens on port {} of every interface, runs any graph for "
+            "whoever reaches that port (read and write files, run code as this user); it has no "
+            "authentication. If only the job's own hosts can reach this machine (a firewall, a VPC, "
+            "a Kubernetes NetworkPolicy, WireGuard), declare the network trusted: set {}=1 or "
+            "create_server(trusted_network=True). See {}.".format(
+                who, ', '.join(public), port, TRUSTED_NETWORK_VARIABLE, SECURITY_DOC))
+    cluster = ("its cluster spans the hosts {}".format(', '.join(spans_hosts)) if spans_hosts
+               else "it is not in a launcher's private network")
+    logger.warn("The server of {} listens on port {} of every interface ({}): reachable at {}; "
+                "public: {}. Whoever reaches that port can run any graph there as this user (TensorFlow "
+                "authenticates nobody): keep the network private ({}).".format(
+                    who, port, cluster, describe_addresses(interfaces),
+                    ', '.join(public) + ' (declared trusted)' if public else 'none', SECURITY_DOC))
+    return list(interfaces)
