@@ -239,9 +239,11 @@ class HorovodTrainer(SingleCostTrainer):
         if not reachable or exposure.in_private_network():
             logger.info(text)
             return
+        engine = ("the MPI engine unpickles nothing it receives" if self.hvd is mpi_ops else
+                  "what else Horovod's own services accept is in docs/security.md")
         logger.warn(text + " A peer that reaches them can send this rank tensors of its own (the job's "
-                    "sums and weights are then wrong); the MPI engine unpickles nothing it receives. Keep "
-                    "the network private (docs/security.md).")
+                    "sums and weights are then wrong); {}. Keep the network private "
+                    "(docs/security.md).".format(engine))
 
     rank = property(lambda self: self._rank, doc="This process's rank (0 is the chief).")
     size = property(lambda self: self._size, doc="The number of ranks.")
