@@ -90,6 +90,38 @@ def test_which_errors_leave_the_session_unusable():
     assert not leaves_session_unusable(interrupt)
 
 
+class RunsAnObjectAt(Callback):
+    """A user's mistake: at global step ``step`` it runs ``object()`` in the trainer's session, a
+    TypeError raised by the session's own checks (inside TensorFlow's session module)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def _trigger_step(self):
+        if self.trainer.global_step == self.step:
+            self.trainer.sess.run(object())
+
+
+def test_a_mistake_raised_inside_the_session_module_costs_no_checkpoint(tmp_path):
+    """The TypeError of ``sess.run(object())`` at global step 13 of 2 epochs of 10 comes from
+    inside TensorFlow's session module, so the session is suspected; the probe finds that it
+    answers: the run ends with the TypeError, and the final checkpoint (model-13) is written."""
+    logger.set_logger_dir(str(tmp_path / 'log'), action='d')
+    trainer = SimpleTrainer()
+    config = TrainConfig(model=Regression(), data=FeedInput(data(20)),
+                         callbacks=[RunsAnObjectAt(13), ModelSaver(background=False)],
+                         steps_per_epoch=10, max_epoch=2)
+    with capture_logs() as logs:
+        with pytest.raises(TypeError):
+            run_or_hang(launch_train_with_config, config, trainer)
+    assert trainer.loop.failure.error.__class__ is TypeError and trainer.loop.session_usable
+    text = '\n'.join(logs.messages())
+    assert 'The session still answers after this error: the end of training uses it.' in text
+    assert 'unknown state' not in text
+    assert sorted(f for f in os.listdir(str(tmp_path / 'log')) if f.endswith('.index')) == [
+        'model-10.index', 'model-13.index']
+
+
 @pytest.mark.parametrize('source', ['feed', 'queue'])
 def test_a_broken_session_ends_training_with_its_error_and_nothing_more_runs_in_it(tmp_path, source):
     """Step 3 (the first of epoch 2) breaks the session. The error is raised; ModelSaver writes
@@ -101,6 +133,7 @@ def test_a_broken_session_ends_training_with_its_error_and_nothing_more_runs_in_
     breaker, reads, after = BreakSessionAt(3), ReadsAtEnd(), AfterTrainRan()
     trainer = SimpleTrainer()
     trainer.AFTER_FAILURE_TIMEOUT = 5.0
+    trainer.SESSION_PROBE_TIMEOUT = 1.0     # the broken session never answers: any bound shows it
     dataflow = data()
     source = QueueInput(dataflow) if source == 'queue' else FeedInput(dataflow)
     config = TrainConfig(model=Regression(), data=source,
@@ -137,6 +170,7 @@ def test_a_broken_session_in_a_replicated_trainer():
     """Two towers on two virtual CPUs: the same end as one tower."""
     breaker, after = BreakSessionAt(2), AfterTrainRan()
     trainer = SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'], mode='cpu')
+    trainer.SESSION_PROBE_TIMEOUT = 1.0
     config = TrainConfig(model=Regression(), data=QueueInput(data()), callbacks=[breaker, after],
                          steps_per_epoch=STEPS_PER_EPOCH, max_epoch=2, monitors=[],
                          session_creator=NewSessionCreator(config=tfv1.ConfigProto(device_count={'CPU': 2})))

@@ -99,8 +99,9 @@ class Schedule:
 
 class RunFailure:
     """Why training ended with an error: the ``error`` and whether the session can still be
-    used (``session_usable``: False when the error left it in an unknown state, see
-    :func:`~tensorpack_lite.tfutils.session_failure.leaves_session_unusable`)."""
+    used (``session_usable``: False when the error may have left it in an unknown state, see
+    :func:`~tensorpack_lite.tfutils.session_failure.leaves_session_unusable`; the trainer then
+    probes it and sets it True when it still answers)."""
 
     __slots__ = ('error', 'session_usable')
 

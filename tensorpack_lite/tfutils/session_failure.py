@@ -7,6 +7,11 @@ grappler pass while the run's executors were built). It can leave the session's 
 held: every later run in that session then waits for ever, while closing it still works. Such
 a session is in an unknown state, and nothing more may run in it.
 
+Such an error is only a suspicion: the trainer then probes the session with a trivial run,
+bounded in time (``Trainer.SESSION_PROBE_TIMEOUT``), and uses it for the end of training when it
+answers (e.g. after the ``TypeError`` of ``sess.run(object())``, raised by the session's own
+checks).
+
 :class:`~tensorpack_lite.tfutils.hooked_session.HookedSession` marks the errors of the runs it
 makes (:func:`note_session_error`); :func:`leaves_session_unusable` also recognizes an error
 raised inside TensorFlow's session module by a run made elsewhere (e.g. ``trainer.sess.run``).

@@ -89,6 +89,12 @@ class Trainer:
     error. Past it, the one still running is abandoned and those after it are not run (a
     warning names them); then the session is closed and the error raised."""
 
+    SESSION_PROBE_TIMEOUT = 10.0
+    """After an error raised from inside TensorFlow that is not an ``OpError`` (which may leave
+    the session's locks held), the seconds a trivial run (reading the global step) may take to
+    show that the session still answers. One that answers is used for the end of training (the
+    final checkpoint included); one that does not is left alone."""
+
     CLOSE_TIMEOUT = 5.0
     """Seconds closing the session may take after training failed; past it, the close goes
     on in the background and the error is raised."""
@@ -341,10 +347,29 @@ class Trainer:
                 logger.info("Detected Ctrl-C and exiting main loop.")
                 raise
             except Exception as err:
-                self._report_failure(self.loop.fail(err))
+                failure = self.loop.fail(err)
+                if not failure.session_usable:
+                    failure.session_usable = self._session_answers()
+                self._report_failure(failure)
                 raise
             finally:
                 self._end_training(self.loop.failure)
+
+    def _session_answers(self):
+        """Whether the session answers a trivial run (the global step's value) within
+        :attr:`SESSION_PROBE_TIMEOUT`; a run left waiting stays in a daemon thread."""
+        step = tfv1.train.get_global_step(self.sess.graph)
+        if step is None:
+            return False
+        probe = DaemonCall(lambda: self.sess.run(step), 'session-probe')
+        if not probe.wait(self.SESSION_PROBE_TIMEOUT):
+            return False
+        try:
+            probe.result()
+        except Exception:   # the session is broken or closed: it does not answer
+            return False
+        logger.info("The session still answers after this error: the end of training uses it.")
+        return True
 
     def _report_failure(self, failure):
         culprit = getattr(failure.error, 'callback', None)
@@ -352,8 +377,9 @@ class Trainer:
         logger.error("Training failed{}: {}".format(where, failure.describe()))
         if not failure.session_usable:
             logger.error("The session is in an unknown state after this error (raised inside TensorFlow, "
-                         "not a TensorFlow OpError): nothing more runs in it. The end of training skips "
-                         "what needs it (no checkpoint is written from it; the last one written stays).")
+                         "not a TensorFlow OpError, and a trivial run got no answer within {:g} s): nothing "
+                         "more runs in it. The end of training skips what needs it (no checkpoint is "
+                         "written from it; the last one written stays).".format(self.SESSION_PROBE_TIMEOUT))
 
     def _run_epochs(self):
         loop = self.loop

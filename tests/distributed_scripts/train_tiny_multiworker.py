@@ -389,6 +389,7 @@ def main(argv):
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from helpers import BreakSessionAt
         callbacks.insert(0, BreakSessionAt(args.break_session_at_step))
+        trainer.SESSION_PROBE_TIMEOUT = 1.0    # the broken session never answers
     batch_norm = None if args.batch_norm is None else args.batch_norm.replace('none', '')
     model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm,
                       lr_variable=isinstance(policy, ScaleLearningRate))
