@@ -17,6 +17,9 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer,
                                    SyncMultiGPUTrainerParameterServer, TrainConfig, launch_train_with_config)
+from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
+from tensorpack_lite.tfutils.sessinit import JustCurrentSession
+from tensorpack_lite.train.base import Trainer
 from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, RunShape, ScaleLearningRate
 from tensorpack_lite.utils import stats_json
 
@@ -195,6 +198,27 @@ def test_a_global_batch_that_does_not_divide_is_refused_before_anything_is_built
             KeepGlobalBatch(bad)
     with pytest.raises(TypeError, match=r"TrainConfig\(elastic=...\) must be an ElasticPolicy"):
         TrainConfig(model=Linear(), dataflow=BatchData(DataFromList([[0]] * 9), 3), elastic='keep')
+
+
+class StepsWithoutTowers(Trainer):
+    """A trainer of its own (as a GAN's): it measures no global batch."""
+
+    def run_step(self):
+        self.hooked_sess.run(self.noop)
+
+
+def test_keep_global_batch_with_a_trainer_that_measures_no_batch_is_an_error_saying_what_to_do():
+    trainer = StepsWithoutTowers()
+    trainer.noop = tf.no_op()
+    policy = KeepGlobalBatch(4)
+    with pytest.raises(ValueError) as raised:
+        trainer.train(policy.callbacks(trainer), [], NewSessionCreator(), JustCurrentSession(),
+                      steps_per_epoch=2, max_epoch=1)
+    assert str(raised.value).startswith(
+        "KeepGlobalBatch(4): StepsWithoutTowers did not measure the datapoints of its first step "
+        "(trainer.global_batch is None)")
+    assert 'ScaleLearningRate or NoAdjustment' in str(raised.value)
+    assert trainer.loop.global_step == 1      # found at the first step
 
 
 def test_an_input_that_does_not_give_the_global_batch_fails_at_the_first_step(logdir):

@@ -3,13 +3,14 @@ Preempted with status 143, the previous action restored, a handler of the progra
 alone, and a process forked meanwhile still ended by SIGTERM. (Training that receives it: in
 test_resume_failures.py, and under a real Slurm in test_slurm.py.)"""
 
+import logging
 import os
 import signal
 import time
 
 import pytest
 
-from helpers import wait_until
+from helpers import capture_logs, run_or_hang, wait_until
 from tensorpack_lite.utils.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionNotice
 
 
@@ -26,16 +27,34 @@ def test_sigterm_is_recorded_check_raises_preempted_and_the_action_is_restored()
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-def test_a_handler_the_program_set_is_left_alone():
+def test_a_handler_the_program_set_is_left_alone_and_a_warning_says_so():
     seen = []
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    handler = lambda signum, frame: seen.append(signum)   # noqa: E731
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
-        with PreemptionNotice() as notice:
-            os.kill(os.getpid(), signal.SIGTERM)
-            assert wait_until(lambda: seen, timeout=60)
+        with capture_logs() as logs:
+            with PreemptionNotice() as notice:
+                os.kill(os.getpid(), signal.SIGTERM)
+                assert wait_until(lambda: seen, timeout=60)
         assert not notice.received
+        assert logs.messages_at(logging.WARNING) == [
+            "SIGTERM (preemption) is not taken here, so it does not mean 'training stops after the current "
+            "step': the program set SIGTERM's action itself ({!r}), which is left alone. A preemption "
+            "(Slurm, Kubernetes, a spot machine) does what that action does, without a checkpoint of its "
+            "own; run training in the main thread with SIGTERM's default action to have one.".format(handler)]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_outside_the_main_thread_nothing_is_taken_and_a_warning_says_so():
+    before = signal.getsignal(signal.SIGTERM)
+    with capture_logs() as logs:
+        run_or_hang(lambda: PreemptionNotice().__enter__())
+    assert signal.getsignal(signal.SIGTERM) == before
+    warning, = logs.messages_at(logging.WARNING)
+    assert ("this runs in thread 'run_or_hang', and Python runs signal handlers in the main thread "
+            "only") in warning
+    assert 'ends the process at once, without a checkpoint of its own' in warning
 
 
 def test_a_process_forked_inside_the_block_is_still_ended_by_sigterm():

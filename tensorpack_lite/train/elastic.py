@@ -202,7 +202,14 @@ class _CheckGlobalBatch(Callback):
             return
         self._checked = True
         measured = self.trainer.global_batch
-        if measured is not None and measured != self._policy.global_batch:
+        if measured is None:
+            raise ValueError(
+                "{!r}: {} did not measure the datapoints of its first step (trainer.global_batch is "
+                "None), so the global batch it keeps cannot be checked. Use a trainer that builds its "
+                "model through towers (SingleCostTrainer and its subclasses measure it), or the "
+                "elastic policy ScaleLearningRate or NoAdjustment, which need no measured batch.".format(
+                    self._policy, type(self.trainer).__name__))
+        if measured != self._policy.global_batch:
             raise ValueError(
                 "{!r}: the first step took {} datapoints ({} model replicas x {}), not {}. Build the "
                 "DataFlow's batch with policy.per_replica_batch(trainer) ({}).".format(

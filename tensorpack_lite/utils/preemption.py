@@ -49,11 +49,12 @@ class Preempted(SystemExit):
 class PreemptionNotice:
     """Within the block, SIGTERM is recorded (:attr:`received`) instead of ending the process,
     and :meth:`check` raises :class:`Preempted`. Only in the main thread (elsewhere a signal
-    handler cannot be set: the block does nothing then), and only when SIGTERM has its
-    default action (a handler the program set itself is left alone). The block should hold
-    the end of training too: a second SIGTERM while it ends changes nothing (the grace
-    period's SIGKILL is the bound). On leaving it, SIGTERM's action is restored. A process
-    forked inside the block (a DataFlow worker, ``StartProcOrThread``) inherits the handler,
+    handler cannot be set), and only when SIGTERM has its default action (a handler the
+    program set itself is left alone); otherwise the block takes nothing and says why in one
+    warning. The block should hold the end of training too: a second SIGTERM while it ends
+    changes nothing (the grace period's SIGKILL is the bound). On leaving it, SIGTERM's action
+    is restored. A process forked inside the block (a DataFlow worker, ``StartProcOrThread``)
+    inherits the handler,
     which then ends it as SIGTERM's default action would.
 
     Args:
@@ -76,11 +77,24 @@ class PreemptionNotice:
         self.received = True
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        thread = threading.current_thread()
+        handler = signal.getsignal(signal.SIGTERM)
+        if thread is not threading.main_thread():
+            self._say_unhandled("this runs in thread {!r}, and Python runs signal handlers in the main "
+                                "thread only".format(thread.name), "ends the process at once")
+        elif handler not in (signal.SIG_DFL, None):
+            self._say_unhandled("the program set SIGTERM's action itself ({!r}), which is left alone".format(
+                handler), "does what that action does")
+        else:
             self._pid = os.getpid()
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         return self
+
+    def _say_unhandled(self, why, outcome):
+        logger.warn("SIGTERM (preemption) is not taken here, so it does not mean '{}': {}. A preemption "
+                    "(Slurm, Kubernetes, a spot machine) {}, without a checkpoint of its own; run training "
+                    "in the main thread with SIGTERM's default action to have one.".format(
+                        self.reaction, why, outcome))
 
     def check(self):
         """Raise :class:`Preempted` if SIGTERM came."""
