@@ -3,6 +3,7 @@
 import os
 import re
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,3 +44,31 @@ def test_ci_runs_the_readme_test_command_in_a_fresh_venv():
     assert any(re.search(r'-m venv "\$VENV_PARENT/venv"', line) for line in code)
     assert any('eval "$TEST_COMMAND"' in line for line in code)
     assert not any('--system-site-packages' in line for line in code)
+
+
+SKIPPING = '''
+import pytest
+
+
+def test_needs_a_tool_ci_installs():
+    pytest.skip("'ip' not found: install iproute2")
+
+
+def test_needs_a_kernel_module():
+    pytest.skip("this kernel has no sch_netem, so links get a rate but no delay or loss")
+'''
+
+
+def test_on_ci_a_skip_fails_unless_it_is_a_fact_of_the_machine(tmp_path):
+    """With TENSORPACK_LITE_CI=1 (.ci/run exports it), tests/conftest.py turns a skip into a
+    failure naming its reason, except for the machine facts it lists (elsewhere a skip stays
+    one: every run outside CI shows that)."""
+    (tmp_path / 'test_skipping.py').write_text(SKIPPING)
+    command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'conftest', '-rs',
+               str(tmp_path / 'test_skipping.py')]
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'tests') + os.pathsep + REPO, TENSORPACK_LITE_CI='1')
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
+    assert run.returncode == 1 and '1 failed, 1 skipped' in run.stdout, run.stdout + run.stderr
+    assert ("skipped on CI (TENSORPACK_LITE_CI=1), where it must run: Skipped: 'ip' not found: install "
+            "iproute2") in run.stdout
+    assert 'SKIPPED [1] test_skipping.py:10: this kernel has no sch_netem' in run.stdout

@@ -516,15 +516,14 @@ def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(
     assert_workers_end_with(tmp_path, num_worker, 6, reference)
 
 
-NETEM_REASON = netns.unavailable() or netns.netem_unavailable()
-
-
-@pytest.mark.skipif(NETEM_REASON is not None, reason=str(NETEM_REASON))
 @pytest.mark.parametrize('trainer, num_ps', [('collective', 0), ('ps', 1)])
 def test_workers_behind_links_with_delay_and_loss_end_cleanly(tmp_path, trainer, num_ps):
     """3 workers (and a ps), every host's packets delayed 50 ms and 1 % of them dropped at 20
     Mbit/s (a far, lossy network; TCP resends what is lost): every process exits 0, no task is
     taken for lost, and the weights are those of one process on the combined batch."""
+    reason = netns.unavailable() or netns.netem_unavailable()     # probed here, not at import
+    if reason is not None:
+        pytest.skip(reason)
     with netns.NetnsCluster(3 + num_ps, rate_mbit=20, delay_ms=50, loss_percent=1) as net:
         run = Run(tmp_path, 3, num_ps, ['--trainer', trainer, '--epochs', 2, '--hidden', 2000, '--lr', 0.01],
                   hosts=net)

@@ -51,14 +51,10 @@ def private_network_reason():
 
 
 def require_private_network():
-    """Skip saying why where a private network cannot be made; on CI (.ci/run installs what it
-    needs) that is a failure."""
+    """Skip saying why where a private network cannot be made (on CI a failure: conftest.py)."""
     reason = private_network_reason()
-    if reason is None:
-        return
-    if os.environ.get('CI'):
-        pytest.fail("a private network cannot be made on CI: " + reason)
-    pytest.skip(reason)
+    if reason is not None:
+        pytest.skip(reason)
 
 
 def env(trusted=False):
@@ -373,7 +369,7 @@ def test_an_unprivileged_user_gets_a_user_and_network_namespace():
     inside = None
     try:
         line = holder.stdout.readline().strip()
-        if line.startswith('error') and os.environ.get('CI') is None:
+        if line.startswith('error'):
             pytest.skip("unprivileged user namespaces are not allowed here: " + line)
         assert line == 'ok user+net'
         inside = subprocess.Popen(drop + ['nsenter', '--target', str(holder.pid), '--user',
@@ -418,8 +414,6 @@ def test_multi_host_servers_say_what_they_expose_and_refuse_public_addresses(tmp
     public one and refuses until the network is declared trusted, then warns naming it."""
     reason = netns.unavailable()
     if reason is not None:
-        if os.environ.get('CI'):
-            pytest.fail(reason)
         pytest.skip(reason)
     script = tmp_path / 'start_server.py'
     script.write_text(START_SERVER)

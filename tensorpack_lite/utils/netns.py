@@ -49,8 +49,19 @@ class NetnsUnavailable(RuntimeError):
     """Network namespaces cannot be made here (the message says why)."""
 
 
+_UNAVAILABLE_REASON = []
+
+
 def unavailable():
-    """Why network namespaces cannot be made here (a str), or None when they can."""
+    """Why network namespaces cannot be made here (a str), or None when they can: probed once
+    per process by making a namespace and removing it (root without ``CAP_SYS_ADMIN``, as in
+    many containers, cannot)."""
+    if not _UNAVAILABLE_REASON:
+        _UNAVAILABLE_REASON.append(_probe_unavailable())
+    return _UNAVAILABLE_REASON[0]
+
+
+def _probe_unavailable():
     if os.name != 'posix' or not os.path.isdir('/proc/self/ns'):
         return "network namespaces need Linux"
     if os.geteuid() != 0:
@@ -58,6 +69,11 @@ def unavailable():
     for tool in ('ip', 'tc'):
         if shutil.which(tool) is None:
             return "'{}' not found: install iproute2 (apt-get install iproute2)".format(tool)
+    probe = '{}{}x0-probe'.format(_PREFIX, os.getpid())      # removed by remove_stale() if left
+    made = _ip('netns', 'add', probe, check=False)
+    if made.returncode != 0:
+        return "cannot make a network namespace here (ip netns add: {})".format(made.stderr.strip())
+    _ip('netns', 'del', probe, check=False)
     return None
 
 
