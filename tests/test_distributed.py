@@ -351,10 +351,12 @@ def test_a_killed_worker_is_named_and_the_epochs_before_are_kept(tmp_path, train
 
 
 @pytest.mark.parametrize('trainer, num_ps, preempted_tasks, held_at, stop_at, shuffle',
-                         [('collective', 0, 'worker 1', 4, 5, True), ('ps', 1, 'every task', 5, 7, False)])
+                         [('collective', 0, 'worker 1', 4, 5, True), ('ps', 1, 'every task', 5, 7, False),
+                          ('ps', 1, 'worker 1', 5, 7, False)])
 def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
         tmp_path, trainer, num_ps, preempted_tasks, held_at, stop_at, shuffle):
-    """SIGTERM to worker 1 alone (its machine is preempted), or to every task (the job is, as
+    """SIGTERM to worker 1 alone (its machine is preempted: the chief learns the stop step from
+    it, by the collective vote or the parameter-server hand-off), or to every task (the job is, as
     the launcher and Slurm pass it on), while the workers are held after global step
     ``held_at`` of 4 epochs of 3. Every worker stops after the same step, mid-epoch: the
     collective trainer's vote travels with the next step's gradients (step 5), a parameter-server
