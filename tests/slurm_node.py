@@ -42,6 +42,9 @@ def _free_ports(count):
             sock.close()
 
 
+RESERVED_PORTS = (23000, 23999)
+"""The ports Slurm reserves from for ``srun --resv-ports`` (``MpiParams=ports=``)."""
+
 CONF = """ClusterName=tplite
 SlurmctldHost={host}
 SlurmUser=root
@@ -63,6 +66,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 MpiDefault=none
+MpiParams=ports={resv_low}-{resv_high}
 ReturnToService=2
 SchedulerType=sched/builtin
 KillWait={kill_wait}
@@ -98,7 +102,8 @@ class SlurmNode:
         ctld_port, slurmd_port = _free_ports(2)
         with open(self.conf, 'w') as f:
             f.write(CONF.format(host=socket.gethostname().split('.')[0], dir=self.dir, ctld_port=ctld_port,
-                                slurmd_port=slurmd_port, cpus=cpus, kill_wait=kill_wait))
+                                slurmd_port=slurmd_port, cpus=cpus, kill_wait=kill_wait,
+                                resv_low=RESERVED_PORTS[0], resv_high=RESERVED_PORTS[1]))
         here = functools.partial(os.path.join, self.dir)
         self._run_daemon(['munged', '--force', '--foreground', '--key-file', key,
                           '--socket', here('munge.socket'), '--pid-file', here('munged.pid'),

@@ -7,6 +7,8 @@ instead of training each task alone. Skipped, saying why, where Slurm cannot sta
 not installed). A preempted job resubmitted with fewer tasks resumes with the global batch kept
 (train/elastic.py). Every daemon and job is stopped at the end."""
 
+import json
+import os
 import re
 import shlex
 import subprocess
@@ -18,6 +20,7 @@ import pytest
 
 import slurm_node
 from helpers import kill_process_tree, wait_until
+from tensorpack_lite.utils.slurm import reserved_ports
 
 REASON = slurm_node.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
@@ -194,3 +197,51 @@ def test_a_preempted_job_resubmitted_with_fewer_tasks_keeps_the_global_batch(nod
 
 def log_of(out_dir):
     return (out_dir / 'first.out').read_text()
+
+
+PORTS_OF_A_TASK = r'''
+import json, os, sys, time
+from tensorpack_lite.utils.slurm import slurm_cluster
+out_dir, expected = sys.argv[1], int(sys.argv[2])
+me = 'job{}-task{}'.format(os.environ['SLURM_JOB_ID'], os.environ['SLURM_PROCID'])
+with open(os.path.join(out_dir, me), 'w') as f:
+    json.dump({'reserved': os.environ.get('SLURM_STEP_RESV_PORTS'), 'cluster': slurm_cluster().cluster}, f)
+deadline = time.monotonic() + 120
+while len(os.listdir(out_dir)) < expected and time.monotonic() < deadline:   # every step alive at once
+    time.sleep(0.05)
+print('ALL', len(os.listdir(out_dir)), flush=True)
+'''
+
+
+def test_steps_started_at_once_on_the_node_get_the_ports_slurm_reserved_and_never_collide(node, tmp_path):
+    """4 steps of 2 tasks each, started at once with srun --resv-ports and all alive together (a
+    barrier on files): each step's cluster uses exactly the ports Slurm reserved for it
+    (SLURM_STEP_RESV_PORTS, from MpiParams=ports=), and no two steps share one (6 pairs)."""
+    steps, tasks = 4, 2
+    command = ['srun', '--resv-ports={}'.format(tasks), '-n', str(tasks), sys.executable, '-c',
+               PORTS_OF_A_TASK, str(tmp_path), str(steps * tasks)]
+    procs = [subprocess.Popen(command, env=node.env(**ENV), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True) for _ in range(steps)]
+    try:
+        outputs = [proc.communicate(timeout=RUN_TIMEOUT)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            kill_process_tree(proc)
+    assert all(proc.returncode == 0 for proc in procs), outputs
+    assert all(out.count('ALL {}'.format(steps * tasks)) == tasks for out in outputs), outputs
+    seen = {}
+    for name in sorted(os.listdir(str(tmp_path))):
+        with open(str(tmp_path / name)) as f:
+            seen[name] = json.load(f)
+    by_job = {}
+    for name, task in seen.items():
+        by_job.setdefault(name.split('-')[0], []).append(task)
+    assert len(by_job) == steps
+    used = []
+    for job, members in by_job.items():
+        assert len(members) == tasks and members[0] == members[1], members   # one cluster per step
+        ports = [int(a.rsplit(':', 1)[1]) for a in members[0]['cluster']['worker']]
+        assert ports == reserved_ports(members[0]['reserved']), members[0]
+        used += ports
+    assert len(used) == len(set(used)) == steps * tasks, by_job
+    assert all(slurm_node.RESERVED_PORTS[0] <= p <= slurm_node.RESERVED_PORTS[1] for p in used)

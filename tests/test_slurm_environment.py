@@ -8,8 +8,9 @@ import pytest
 
 from tensorpack_lite.graph_builder.mpi_ops import check_launched_size
 from tensorpack_lite.tfutils.distributed import create_server
-from tensorpack_lite.utils.slurm import (PORT_VARIABLE, cluster_from_environment, expand_hostlist,
-                                         expand_tasks_per_node, slurm_cluster, step_base_port)
+from tensorpack_lite.utils.slurm import (PORT_VARIABLE, RESERVED_PORTS_VARIABLE, cluster_from_environment,
+                                         expand_hostlist, expand_tasks_per_node, reserved_ports,
+                                         slurm_cluster, step_base_port)
 
 
 def step_env(procid, num_tasks, nodelist, tasks_per_node, **more):
@@ -95,6 +96,30 @@ def test_steps_get_ports_of_their_own_below_the_ephemeral_range():
     assert len(bases) == 30
     assert all(10000 <= b and b + 15 < 32768 for b in bases)
     assert step_base_port(7, 0, {PORT_VARIABLE: '31000'}) == 31000
+
+
+def test_the_ports_slurm_reserved_for_the_step_are_used_and_too_few_is_an_error():
+    assert reserved_ports('12000-12002,12010') == [12000, 12001, 12002, 12010]
+    env = step_env(3, 5, '127.0.0.[1-3]', '2(x2),1', **{RESERVED_PORTS_VARIABLE: '12000-12003'})
+    del env[PORT_VARIABLE]
+    assert slurm_cluster(env).cluster == {'worker': [
+        '127.0.0.1:12000', '127.0.0.1:12001', '127.0.0.2:12000', '127.0.0.2:12001', '127.0.0.3:12000']}
+    env[RESERVED_PORTS_VARIABLE] = '12000'
+    with pytest.raises(ValueError, match=r"Slurm reserved 1 port\(s\) for this step "
+                                         r"\(SLURM_STEP_RESV_PORTS=12000\), but a node runs 2 of its "
+                                         r"tasks: .*srun --resv-ports=2"):
+        slurm_cluster(env)
+    with pytest.raises(ValueError, match="bad Slurm port list"):
+        reserved_ports('12003-12000')
+
+
+def test_a_node_with_more_tasks_than_a_block_gets_a_wider_block_of_its_own():
+    env = step_env(0, 20, '127.0.0.1', '20')
+    del env[PORT_VARIABLE]
+    ports = [int(a.rsplit(':', 1)[1]) for a in slurm_cluster(env).cluster['worker']]
+    base = step_base_port('4242', '0', {}, width=20)
+    assert ports == list(range(base, base + 20))
+    assert (base - 10000) % 20 == 0 and base + 19 < 32768      # a block of 20, below the ephemeral range
 
 
 def test_tf_config_wins_over_slurm_and_without_either_the_error_says_what_to_set(monkeypatch):

@@ -42,7 +42,8 @@ def _check_port_free(cluster):
             sock.bind(('', int(port)))
         except OSError as err:
             raise ValueError("Cannot start the server of {}: port {} of this machine is taken ({}). Give "
-                             "every task a free port.".format(
+                             "every task a free port (under Slurm: srun --resv-ports, see "
+                             "docs/slurm.md).".format(
                                  cluster.describe(cluster.job_name, cluster.task_index), port, err)) from None
 
 

@@ -10,9 +10,12 @@ One task of the cluster per Slurm task: Slurm task 0 is worker 0 (the chief), an
 Slurm tasks are ``ps`` 0, 1, ... Each task's host is the node Slurm put it on, from the step's
 node list (``SLURM_STEP_NODELIST``, e.g. ``node[01-04]``), its tasks per node
 (``SLURM_STEP_TASKS_PER_NODE``, e.g. ``2(x3),1``) and the distribution of tasks over nodes
-(``SLURM_DISTRIBUTION``: ``block``, the default, or ``cyclic``). Its port is
-:func:`step_base_port` + its index among the tasks of its node: derived from the job and
-step ids, so that jobs sharing a node do not collide (``$TENSORPACK_SLURM_PORT`` sets the base).
+(``SLURM_DISTRIBUTION``: ``block``, the default, or ``cyclic``). Its port is the one of its
+index among the tasks of its node in the ports Slurm reserved for the step
+(``SLURM_STEP_RESV_PORTS``: ``srun --resv-ports`` with ``MpiParams=ports=...`` in slurm.conf;
+Slurm gives concurrent steps disjoint ports), else :func:`step_base_port` + that index: a block
+derived from the job and step ids, as wide as the step's largest node needs, which two steps on
+a node share with a probability of about 1 in 1400 (``$TENSORPACK_SLURM_PORT`` sets the base).
 
 Only a job step counts: the batch script of ``sbatch`` is one process even when the job has
 several tasks, and ``srun`` inside it starts the step. TensorFlow's ``SlurmClusterResolver``
@@ -26,14 +29,18 @@ import zlib
 
 from .cluster import ClusterConfig
 
-__all__ = ['expand_hostlist', 'expand_tasks_per_node', 'step_base_port', 'slurm_cluster', 'in_slurm_step',
-           'cluster_from_environment', 'NUM_PS_VARIABLE', 'PORT_VARIABLE']
+__all__ = ['expand_hostlist', 'expand_tasks_per_node', 'step_base_port', 'reserved_ports', 'slurm_cluster',
+           'in_slurm_step', 'cluster_from_environment', 'NUM_PS_VARIABLE', 'PORT_VARIABLE',
+           'RESERVED_PORTS_VARIABLE']
 
 NUM_PS_VARIABLE = 'TENSORPACK_SLURM_NUM_PS'
 """The environment variable with the number of parameter-server tasks of a Slurm step."""
 
 PORT_VARIABLE = 'TENSORPACK_SLURM_PORT'
 """The environment variable with the first port of a Slurm step's tasks on each node."""
+
+RESERVED_PORTS_VARIABLE = 'SLURM_STEP_RESV_PORTS'
+"""Slurm's list of the ports it reserved for the step on every node (``12000-12003,12010``)."""
 
 _PORT_LOW, _PORT_SLOTS, _SLOT_WIDTH = 10000, 1400, 16
 # ports 10000..32415: below Linux's ephemeral range (32768..), where outgoing connections take theirs
@@ -100,14 +107,44 @@ def expand_tasks_per_node(text):
     return counts
 
 
-def step_base_port(job_id, step_id, environ=None):
+def step_base_port(job_id, step_id, environ=None, width=_SLOT_WIDTH):
     """The first port of a step's tasks on each node: ``$TENSORPACK_SLURM_PORT`` if set, else
-    one of 1400 blocks of 16 ports in 10000..32415, chosen from the job and step ids."""
+    one of the blocks of ``width`` ports (16: 1400 blocks) in 10000..32415, chosen from the job
+    and step ids."""
     environ = os.environ if environ is None else environ
     if environ.get(PORT_VARIABLE):
         return int(environ[PORT_VARIABLE])
-    slot = zlib.crc32('{}.{}'.format(job_id, step_id).encode()) % _PORT_SLOTS
-    return _PORT_LOW + slot * _SLOT_WIDTH
+    width = max(int(width), _SLOT_WIDTH)
+    slots = _PORT_SLOTS * _SLOT_WIDTH // width
+    slot = zlib.crc32('{}.{}'.format(job_id, step_id).encode()) % slots
+    return _PORT_LOW + slot * width
+
+
+def reserved_ports(text):
+    """The ports of ``SLURM_STEP_RESV_PORTS`` (``'12000-12003,12010'``), in order."""
+    ports = []
+    for item in text.strip().split(','):
+        match = re.fullmatch(r'(\d+)(?:-(\d+))?', item.strip())
+        if not match or int(match.group(2) or match.group(1)) < int(match.group(1)):
+            raise ValueError("bad Slurm port list {}={!r}".format(RESERVED_PORTS_VARIABLE, text))
+        ports += range(int(match.group(1)), int(match.group(2) or match.group(1)) + 1)
+    return ports
+
+
+def _node_ports(environ, largest_node):
+    """The ports of the first ``largest_node`` tasks of a node: Slurm's reservation, or a block."""
+    if environ.get(RESERVED_PORTS_VARIABLE) and not environ.get(PORT_VARIABLE):
+        ports = reserved_ports(environ[RESERVED_PORTS_VARIABLE])
+        if len(ports) < largest_node:
+            raise ValueError(
+                "Slurm reserved {} port(s) for this step ({}={}), but a node runs {} of its tasks: give "
+                "every task a port with srun --resv-ports={} (MpiParams=ports= in slurm.conf must hold "
+                "that many)".format(len(ports), RESERVED_PORTS_VARIABLE, environ[RESERVED_PORTS_VARIABLE],
+                                    largest_node, largest_node))
+        return ports[:largest_node]
+    base = step_base_port(environ.get('SLURM_JOB_ID', '0'), environ.get('SLURM_STEP_ID', '0'), environ,
+                          width=largest_node)
+    return list(range(base, base + largest_node))
 
 
 def _task_nodes(num_tasks, tasks_per_node, distribution):
@@ -167,11 +204,11 @@ def slurm_cluster(environ=None, num_ps=None):
         raise ValueError("Slurm: task distribution {!r} (SLURM_DISTRIBUTION) is not supported: use block "
                          "(the default) or cyclic, or set TF_CONFIG for every task".format(distribution))
     nodes = _task_nodes(num_tasks, tasks_per_node, distribution)
-    base = step_base_port(environ.get('SLURM_JOB_ID', '0'), environ.get('SLURM_STEP_ID', '0'), environ)
+    ports = _node_ports(environ, max(tasks_per_node))
     seen_on_node, addresses, locals_ = {}, [], []
     for node in nodes:
         local = seen_on_node[node] = seen_on_node.get(node, -1) + 1
-        addresses.append('{}:{}'.format(hosts[node], base + local))
+        addresses.append('{}:{}'.format(hosts[node], ports[local]))
         locals_.append(local)
     if environ.get('SLURM_LOCALID') not in (None, str(locals_[procid])):
         raise ValueError("Slurm: task {} is local task {} of its node (SLURM_LOCALID), but the {} "
