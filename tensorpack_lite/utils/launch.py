@@ -211,8 +211,7 @@ class LocalCluster:
 
     def _start_network(self):
         """Start the job's private network, or say why the tasks run without one."""
-        ports = ', '.join(a.rsplit(':', 1)[1] for job, index in self.config.tasks()
-                          for a in [self.config.address(job, index)])
+        ports = ', '.join(self.config.address(*task).rsplit(':', 1)[1] for task in self.config.tasks())
         exposed = ("the tasks' ports ({}) listen on every interface of this machine: any user of it, and any "
                    "host that can reach it, can run code as you through them while the job runs "
                    "(docs/security.md)".format(ports))

@@ -22,9 +22,11 @@ same user (who could already attach a debugger to the job) and root can join it 
 """
 
 import os
+import select
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from .exposure import PRIVATE_NETWORK_VARIABLE
 
@@ -78,10 +80,14 @@ class PrivateNetwork:
             raise PrivateNetworkUnavailable("'nsenter' not found: install util-linux")
         holder = subprocess.Popen([sys.executable, '-I', '-S', HOLDER], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        line = holder.stdout.readline().decode('utf-8', 'replace').strip()
-        if not line.startswith('ok '):
+        line = _read_within(holder.stdout, _START_TIMEOUT, holder.stdout.readline)
+        line = line.decode('utf-8', 'replace').strip() if line is not None else None
+        if line is None or not line.startswith('ok '):
             holder.stdin.close()
-            holder.wait(timeout=_START_TIMEOUT)
+            _end(holder)
+            if line is None:
+                raise PrivateNetworkUnavailable("its holder process did not answer within {:g} s".format(
+                    _START_TIMEOUT))
             raise PrivateNetworkUnavailable(line[len('error '):] if line.startswith('error ') else
                                             "its holder process ended ({!r})".format(line))
         self._holder, self.kind = holder, line[len('ok '):]
@@ -102,21 +108,26 @@ class PrivateNetwork:
         if self.kind == 'user+net':
             command.append('--userns-path=/proc/{}/ns/user'.format(self._holder.pid))
         command += [str(self._holder.pid), 'tap0']
+        errors = tempfile.TemporaryFile()     # not a pipe: nobody reads it while the job runs
         try:
             slirp = subprocess.Popen(command, pass_fds=(ready_write, exit_read), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     start_new_session=True)
+                                     stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
         finally:
             os.close(ready_write)
             os.close(exit_read)
         with os.fdopen(ready_read, 'rb') as ready:
-            signalled = ready.read(1)
+            signalled = _read_within(ready, _START_TIMEOUT, lambda: ready.read(1))
         if signalled != b'1':
             os.close(exit_write)
-            error = slirp.communicate(timeout=_START_TIMEOUT)[1].decode('utf-8', 'replace')
-            lines = [line for line in error.splitlines() if line.strip() and 'child failed' not in line]
+            _end(slirp)
+            errors.seek(0)
+            lines = [line for line in errors.read().decode('utf-8', 'replace').splitlines()
+                     if line.strip() and 'child failed' not in line]
+            errors.close()
             return "slirp4netns failed: {}".format(
-                lines[0] if lines else 'exit code {}'.format(slirp.returncode))
+                lines[0] if lines else 'no answer within {:g} s'.format(_START_TIMEOUT) if signalled is None
+                else 'exit code {}'.format(slirp.returncode))
+        errors.close()
         self._slirp, self._slirp_exit_fd = slirp, exit_write
         return None
 
@@ -160,6 +171,12 @@ class PrivateNetwork:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _read_within(stream, timeout, read):
+    """``read()`` once ``stream`` has something to read, or None after ``timeout`` seconds."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    return read() if ready else None
 
 
 def _end(proc):
