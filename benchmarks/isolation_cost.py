@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What running a single-host job in a private network costs: LocalCluster(isolate=True), whose
 tasks join a network namespace of the job with nsenter (outbound through slirp4netns, see
-tensorpack_lite/utils/private_network.py), against isolate=False, in one run.
+tensorpack_lite/cluster/private_network.py), against isolate=False, in one run.
 
 1. Start-up: 2 workers running a trivial command (``python -c 'print("up")'``), timed from
    ``LocalCluster.start()`` being called until every task's first line reached the launcher's
@@ -43,8 +43,8 @@ import time
 from tabulate import tabulate
 
 from processes import worker_env
-from tensorpack_lite.utils.launch import LocalCluster, launch
-from tensorpack_lite.utils.private_network import PrivateNetwork
+from tensorpack_lite.cluster.launch import LocalCluster, launch
+from tensorpack_lite.cluster.private_network import PrivateNetwork
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'isolation_cost_job.py')
 TAG = 'isolation-cost-{}'.format(os.getpid())     # an argument of every task: finds leftovers

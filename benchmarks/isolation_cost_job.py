@@ -1,7 +1,7 @@
 """The training job of benchmarks/isolation_cost.py: one task of a CollectiveAllReduceTrainer
 cluster (the launcher sets TF_CONFIG) training a small MLP on random data.
 
-    python -m tensorpack_lite.utils.launch --workers 2 -- python benchmarks/isolation_cost_job.py
+    python -m tensorpack_lite.cluster.launch --workers 2 -- python benchmarks/isolation_cost_job.py
 
 The model: ``--features`` -> ``--hidden`` (ReLU) -> 10 classes, softmax cross-entropy, plain SGD,
 one CPU tower per worker, ``--batch`` datapoints per worker and step. The data: random float32

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Scaling of distributed training where the network is the limit: N = 2, 3, 4 workers, each
-a host of its own (a network namespace of :class:`~tensorpack_lite.utils.netns.NetnsCluster`)
+a host of its own (a network namespace of :class:`~tensorpack_lite.cluster.netns.NetnsCluster`)
 behind a link of ``--rate-mbit`` Mbit/s each way, train a model with large gradients and
 almost no compute. Measured for each variant and N: the step time, and the bytes each process
 sends per step, from the counters of its own interface (``/proc/self/net/dev`` inside the
@@ -340,7 +340,7 @@ class RunResult:
 
 def _launch_tasks(args, command, net, num_worker, num_ps):
     """``command`` as the tasks of a cluster, one on each host of ``net``; (exit code, output)."""
-    from tensorpack_lite.utils.launch import LocalCluster
+    from tensorpack_lite.cluster.launch import LocalCluster
     output = io.BytesIO()
     cluster = LocalCluster(command, num_worker, num_ps, hosts=net, grace=15, output=output, env=worker_env())
     cluster.start()
@@ -372,7 +372,7 @@ def _launch_ranks(args, command, net, num_worker):
 def run_once(args, variant, num_worker, log_dir):
     """Run ``variant`` on ``num_worker`` hosts (and a ps host); a :class:`RunResult`, or None
     when the run failed (the end of its output is printed)."""
-    from tensorpack_lite.utils.netns import NetnsCluster
+    from tensorpack_lite.cluster.netns import NetnsCluster
     num_ps = 1 if variant in PS_VARIANTS else 0
     out = tempfile.mkdtemp(prefix='{}-{}.'.format(variant, num_worker), dir=log_dir)
     command = [sys.executable, os.path.abspath(__file__), '--task', '--variant', variant, '--out', out,
@@ -571,7 +571,7 @@ def main():
         task_main(args)
         return
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from tensorpack_lite.utils.netns import unavailable
+    from tensorpack_lite.cluster.netns import unavailable
     reason = unavailable()
     if reason:
         sys.exit("network namespaces cannot be made here: {}".format(reason))

@@ -58,8 +58,8 @@ def time_runs(run, repeat, warmup=3):
 
 def run_local_cluster(command, num_worker, what, timeout=1200, env=None):
     """Run ``command`` as ``num_worker`` workers of a local cluster (TF_CONFIG from
-    :class:`~tensorpack_lite.utils.launch.LocalCluster`) and return the chief's result."""
-    from tensorpack_lite.utils.launch import LocalCluster
+    :class:`~tensorpack_lite.cluster.launch.LocalCluster`) and return the chief's result."""
+    from tensorpack_lite.cluster.launch import LocalCluster
     output = io.BytesIO()
     cluster = LocalCluster([str(part) for part in command], num_worker, env=env or worker_env(),
                            output=output)

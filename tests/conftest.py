@@ -53,7 +53,7 @@ def _trust_a_public_address():
     """On a machine with a public address, a task's server started on this machine's network
     is refused unless the network is declared trusted (docs/security.md). The tests start such
     servers on purpose; test_isolation.py checks the refusal with the declaration removed."""
-    from tensorpack_lite.utils import exposure
+    from tensorpack_lite.cluster import exposure
     public = [a for a in exposure.interface_addresses() if exposure.is_public(a)]
     if public:
         os.environ[exposure.TRUSTED_NETWORK_VARIABLE] = '1'

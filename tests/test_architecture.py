@@ -3,6 +3,7 @@ docs/architecture.md, no file or package imports itself back, DataFlow and utils
 TensorFlow, and importing the package leaves TensorFlow's mode alone (Keras 3 still trains)."""
 
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -192,9 +193,16 @@ def run_python(code, without_tensorflow=False):
     return out.stdout
 
 
-def test_dataflow_and_utils_import_without_tensorflow():
-    modules = sorted(m for m in module_files() if m.startswith((PACKAGE + '.dataflow', PACKAGE + '.utils'))
-                     and '.imgaug' not in m)   # imgaug needs OpenCV, imported by Keras with TF
+MOVED = {'launch': 'launch', 'cluster': 'config', 'netns': 'netns', 'slurm': 'slurm', 'mpi_rank': 'mpi_rank',
+         'preemption': 'preemption'}
+"""The old ``utils`` modules of processes and clusters -> their module in ``cluster``."""
+
+
+def test_dataflow_utils_and_cluster_import_without_tensorflow():
+    moved = {'{}.utils.{}'.format(PACKAGE, old) for old in MOVED}
+    modules = sorted(m for m in module_files()
+                     if m.startswith((PACKAGE + '.dataflow', PACKAGE + '.utils', PACKAGE + '.cluster'))
+                     and '.imgaug' not in m and m not in moved)   # imgaug needs OpenCV (Keras imports TF)
     out = run_python("import importlib\n"
                      "for name in {!r}:\n"
                      "    importlib.import_module(name)\n"
@@ -277,3 +285,23 @@ def test_importing_everything_of_the_core_loads_no_keras_2():
                      "import tensorpack_lite.train, tensorpack_lite.callbacks, tensorpack_lite.predict\n"
                      "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tf_keras'))\n")
     assert out.strip().splitlines()[-1] == '[]'
+
+
+def test_the_old_paths_of_the_cluster_modules_name_the_new_ones():
+    """``tensorpack_lite.utils.launch`` & co. moved to ``tensorpack_lite.cluster``: importing the old
+    path, or running it with ``python -m``, fails with an ImportError naming the new module."""
+    out = run_python("import importlib\n"
+                     "for old in {!r}:\n"
+                     "    try:\n"
+                     "        importlib.import_module('tensorpack_lite.utils.' + old)\n"
+                     "    except ImportError as err:\n"
+                     "        print(err)\n".format(sorted(MOVED)), without_tensorflow=True)
+    for old, new in sorted(MOVED.items()):
+        assert "tensorpack_lite.utils.{} moved to tensorpack_lite.cluster.{}: import it from there".format(
+            old, new) in out, out
+        importlib.import_module('tensorpack_lite.cluster.' + new)
+    argv = [sys.executable, '-m', 'tensorpack_lite.utils.launch', '--workers', '1', '--', 'true']
+    run = subprocess.run(argv,
+                         capture_output=True, text=True, timeout=300, cwd=HERE,
+                         env=dict(os.environ, PYTHONPATH=REPO))
+    assert run.returncode == 1 and "run it as `python -m tensorpack_lite.cluster.launch`" in run.stderr

@@ -27,7 +27,7 @@ from tensorpack_lite.tfutils.session_failure import note_session_error
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer
-from tensorpack_lite.utils.cluster import local_cluster
+from tensorpack_lite.cluster.config import local_cluster
 
 STEPS = 3   # per epoch; ModelSaver triggers at every epoch's end
 

@@ -19,9 +19,9 @@ import pytest
 
 from helpers import HANG_TIMEOUT, UNIT_ROUNDOFF, kill_process_tree, wait_until
 from tensorpack_lite.compat import tf
-from tensorpack_lite.utils import netns
-from tensorpack_lite.utils.cluster import local_cluster
-from tensorpack_lite.utils.launch import LocalCluster, launch
+from tensorpack_lite.cluster import netns
+from tensorpack_lite.cluster.config import local_cluster
+from tensorpack_lite.cluster.launch import LocalCluster, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, 'distributed_scripts', 'train_tiny_multiworker.py')
@@ -503,7 +503,7 @@ def test_a_worker_whose_session_breaks_ends_and_the_other_names_it(tmp_path):
     ('collective', 4, 0, 20), ('replicated', 2, 2, 20), ('ps', 3, 1, 200)])
 def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(
         tmp_path, trainer, num_worker, num_ps, rate_mbit):
-    """Every task in a network namespace of its own (utils/netns.py), its link limited to
+    """Every task in a network namespace of its own (cluster/netns.py), its link limited to
     ``rate_mbit`` Mbit/s each way, talking over the bridge: the run ends with every process's
     exit code 0 (the workers leave together: the finish barrier), no lost task, and the
     weights of one process on the combined batch."""

@@ -1,4 +1,4 @@
-"""The cluster description (utils.cluster) and the local launcher (utils.launch), without
+"""The cluster description (cluster.config) and the local launcher (cluster.launch), without
 TensorFlow: the launcher's processes are small scripts (tests/distributed_scripts/launch_child.py)."""
 
 import io
@@ -13,9 +13,9 @@ import threading
 import pytest
 
 from helpers import HANG_TIMEOUT, kill_process_tree, run_or_hang, wait_until
-from tensorpack_lite.utils.cluster import ClusterConfig, LostTaskError, TaskWatchdog, local_cluster
-from tensorpack_lite.utils.launch import LocalCluster, launch
-from tensorpack_lite.utils.launch import main as launch_main
+from tensorpack_lite.cluster.config import ClusterConfig, LostTaskError, TaskWatchdog, local_cluster
+from tensorpack_lite.cluster.launch import LocalCluster, launch
+from tensorpack_lite.cluster.launch import main as launch_main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -336,8 +336,8 @@ def test_a_failing_worker_ends_the_others_and_its_code_is_the_exit_code(tmp_path
 
 
 def test_the_command_line_passes_signals_on_to_every_task(tmp_path):
-    command = [sys.executable, '-m', 'tensorpack_lite.utils.launch', '-n', '2', '--ps', '1', '--grace', '10',
-               '--', sys.executable, CHILD, str(tmp_path), '--wait']
+    command = [sys.executable, '-m', 'tensorpack_lite.cluster.launch', '-n', '2', '--ps', '1', '--grace',
+               '10', '--', sys.executable, CHILD, str(tmp_path), '--wait']
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=dict(os.environ, PYTHONPATH=REPO), start_new_session=True)
     try:

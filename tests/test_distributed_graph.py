@@ -22,7 +22,7 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
                                                DistributedTrainerReplicated)
-from tensorpack_lite.utils.cluster import LostTaskError, local_cluster
+from tensorpack_lite.cluster.config import LostTaskError, local_cluster
 
 
 @pytest.fixture(scope='module')
@@ -492,7 +492,7 @@ def test_a_worker_that_finishes_before_the_chief_prepared_waits_for_it():
 GONE_CHIEF = """
 import os, sys
 from tensorpack_lite.tfutils.distributed import FinishBarrier, create_server
-from tensorpack_lite.utils.cluster import LostTaskError, local_cluster
+from tensorpack_lite.cluster.config import LostTaskError, local_cluster
 server = create_server(local_cluster(2), 'worker', 1)      # the chief's server is never started
 try:
     FinishBarrier(server, lost_after=1).connect()

@@ -14,7 +14,7 @@ import numpy as np
 
 from test_distributed import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker, script_command,
                               script_env, train_tiny)
-from tensorpack_lite.utils.launch import launch
+from tensorpack_lite.cluster.launch import launch
 
 STEPS = 3            # per epoch
 GLOBAL_BATCH = 12    # divides among 4, 3 and 2 workers

@@ -7,7 +7,7 @@ the launcher or of ``LocalCluster`` it fails (the tasks are in a private network
 the job trains the same weights as without isolation, and with isolation turned off the same
 attack reads and writes (so the test can fail). Outbound connections from the job still work.
 Multi-host servers say what they expose and refuse a public address unless the network is
-declared trusted (hosts in network namespaces, tensorpack_lite/utils/netns.py).
+declared trusted (hosts in network namespaces, tensorpack_lite/cluster/netns.py).
 """
 
 import ast
@@ -25,10 +25,10 @@ import threading
 import pytest
 
 from helpers import HANG_TIMEOUT, kill_process_tree, wait_until
-from tensorpack_lite.utils import exposure, netns
-from tensorpack_lite.utils import private_network as private_network_module
-from tensorpack_lite.utils.launch import LocalCluster
-from tensorpack_lite.utils.private_network import HOST_LOOPBACK, PrivateNetwork, PrivateNetworkUnavailable
+from tensorpack_lite.cluster import exposure, netns
+from tensorpack_lite.cluster import private_network as private_network_module
+from tensorpack_lite.cluster.launch import LocalCluster
+from tensorpack_lite.cluster.private_network import HOST_LOOPBACK, PrivateNetwork, PrivateNetworkUnavailable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -101,7 +101,7 @@ class Job:
         self.cluster = self.proc = None
         self.output = Output()
         if cli:
-            argv = [sys.executable, '-m', 'tensorpack_lite.utils.launch', '--workers', '2', '--grace', '30',
+            argv = [sys.executable, '-m', 'tensorpack_lite.cluster.launch', '--workers', '2', '--grace', '30',
                     '--timeout', str(RUN_TIMEOUT)] + ([] if isolate else ['--no-isolation'])
             argv += ['--'] + command
             self.proc = subprocess.Popen(argv, env=env(trusted=not isolate), stdout=subprocess.PIPE,
@@ -264,7 +264,7 @@ class _Hello(http.server.BaseHTTPRequestHandler):
 INSIDE = r'''
 import json, socket, sys, urllib.request
 from tensorpack_lite.dataflow import RemoteDataZMQ
-from tensorpack_lite.utils import exposure
+from tensorpack_lite.cluster import exposure
 http_port, zmq_port, host_address = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 result = {'in_private_network': exposure.in_private_network()}
 def get(host):
@@ -396,7 +396,7 @@ def test_an_unprivileged_user_gets_a_user_and_network_namespace():
 START_SERVER = r'''
 import json, os, sys
 from tensorpack_lite.tfutils.distributed import create_server
-from tensorpack_lite.utils import exposure
+from tensorpack_lite.cluster import exposure
 try:
     create_server()
     print('RESULT ' + json.dumps({'started': True, 'listening': exposure.listening_sockets()}), flush=True)

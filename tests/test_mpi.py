@@ -259,7 +259,7 @@ def test_without_any_engine_the_error_says_how_to_install(monkeypatch):
 # the documented invocation that makes the survivors name a killed rank; with a grace as long as
 # the run's timeout, a run that they do not end fails the test instead of ending another way
 SUPERVISED = (['-disable-auto-cleanup'],
-              [sys.executable, '-m', 'tensorpack_lite.utils.mpi_rank', '--grace', str(RUN_TIMEOUT)])
+              [sys.executable, '-m', 'tensorpack_lite.cluster.mpi_rank', '--grace', str(RUN_TIMEOUT)])
 
 
 def run_ranks(num, out_dir, *args, script=None, launch=([], [])):
@@ -590,7 +590,7 @@ def assert_survivors_name(code, output, out_dir, dead, num, waited_in):
 @needs_mpiexec
 def test_a_killed_rank_is_named_by_a_survivor_which_ends_the_job(tmp_path):
     """SIGKILL in the middle of training, under the documented mpiexec -disable-auto-cleanup
-    + utils.mpi_rank: a rank waiting for it in the next allreduce names it and aborts."""
+    + cluster.mpi_rank: a rank waiting for it in the next allreduce names it and aborts."""
     code, output = run_ranks(3, tmp_path, '--die', '1', '2', '--epochs', '50', launch=SUPERVISED)
     assert code != 0
     assert_survivors_name(code, output, tmp_path, 1, 3, 'allreduce')
@@ -619,7 +619,7 @@ def test_mpi_rank_ends_the_job_when_a_rank_dies_before_mpi_starts(tmp_path):
             "from mpi4py import MPI\n"
             "MPI.COMM_WORLD.Barrier()\n")
     command = [MPIEXEC, '-launcher', 'fork', '-disable-auto-cleanup', '-n', '3', sys.executable, '-m',
-               'tensorpack_lite.utils.mpi_rank', '--grace', '1', sys.executable, '-c', rank]
+               'tensorpack_lite.cluster.mpi_rank', '--grace', '1', sys.executable, '-c', rank]
     code, output = run_bounded(command, RUN_TIMEOUT, env=rank_env(), cwd=tmp_path)
     assert code == 9, output
     assert re.search(r'mpi_rank: MPI rank 1 \(pid \d+\) was ended by signal 9 \(SIGKILL\)', output), output
@@ -627,7 +627,7 @@ def test_mpi_rank_ends_the_job_when_a_rank_dies_before_mpi_starts(tmp_path):
 
 
 def test_mpi_rank_passes_exit_codes_and_names_a_signal():
-    wrapper = [sys.executable, '-m', 'tensorpack_lite.utils.mpi_rank', '--grace', '0']
+    wrapper = [sys.executable, '-m', 'tensorpack_lite.cluster.mpi_rank', '--grace', '0']
     env = dict(os.environ, PYTHONPATH=REPO, PMI_RANK='5')
     ended = subprocess.run(wrapper + [sys.executable, '-c', 'raise SystemExit(3)'], env=env,
                            capture_output=True, text=True, timeout=RUN_TIMEOUT)

@@ -1,4 +1,4 @@
-"""The MPI engine with its ranks on separate machines: hosts of a NetnsCluster (utils/netns.py),
+"""The MPI engine with its ranks on separate machines: hosts of a NetnsCluster (cluster/netns.py),
 each rank inside its host (network namespace, hostname), mpiexec on a host of its own, the
 ranks' bytes on the bridge. HorovodTrainer on 2 hosts trains like one process on the combined
 batch; a rank killed on host 1, or host 1's link cut, is named by rank 0 on host 0 and every
@@ -16,7 +16,7 @@ import time
 import pytest
 
 from helpers import kill_process_tree, run_bounded, wait_until
-from tensorpack_lite.utils import netns
+from tensorpack_lite.cluster import netns
 
 REASON = netns.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
@@ -149,7 +149,7 @@ def kill_hosts(net):
 
 def run_and_lose_host1(net, tmp_path, lose):
     """2 ranks (hosts 0 and 1) training under the documented ``-disable-auto-cleanup`` +
-    utils.mpi_rank; once both are in epoch 2, ``lose(pid of rank 1)``. Returns (exit code,
+    cluster.mpi_rank; once both are in epoch 2, ``lose(pid of rank 1)``. Returns (exit code,
     output, seconds from the loss to mpiexec's end, to the end of every process on each host)."""
     options, wrapper = mpi_tests.SUPERVISED
     argv = wrapper + [sys.executable, mpi_tests.SCRIPT, '--out', str(tmp_path), '--batch',

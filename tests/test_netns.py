@@ -1,4 +1,4 @@
-"""tensorpack_lite/utils/netns.py: hosts in network namespaces on one bridge, shaped links, a
+"""tensorpack_lite/cluster/netns.py: hosts in network namespaces on one bridge, shaped links, a
 link cut and restored while processes live, nothing left behind (also after the owner was
 SIGKILLed). Skipped, saying why, where namespaces cannot be made (not root, no iproute2)."""
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from helpers import wait_until
-from tensorpack_lite.utils import netns
+from tensorpack_lite.cluster import netns
 
 REASON = netns.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
@@ -194,7 +194,7 @@ def test_counters_count_what_a_host_sends_and_receives():
 
 OWNER = """
 import sys, time
-from tensorpack_lite.utils import netns
+from tensorpack_lite.cluster import netns
 net = netns.NetnsCluster(1)
 print(' '.join(net.namespaces + [net.switch]), flush=True)
 time.sleep(600)

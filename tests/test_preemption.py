@@ -1,4 +1,4 @@
-"""utils/preemption.py: SIGTERM recorded instead of ending the process while training runs,
+"""cluster/preemption.py: SIGTERM recorded instead of ending the process while training runs,
 Preempted with status 143, the previous action restored, a handler of the program's own left
 alone, and a process forked meanwhile still ended by SIGTERM. (Training that receives it: in
 test_resume_failures.py, and under a real Slurm in test_slurm.py.)"""
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import capture_logs, run_or_hang, wait_until
-from tensorpack_lite.utils.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionNotice
+from tensorpack_lite.cluster.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionNotice
 
 
 def test_sigterm_is_recorded_check_raises_preempted_and_the_action_is_restored():

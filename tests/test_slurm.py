@@ -1,6 +1,6 @@
 """Training started by a real Slurm (a one-node cluster of Debian's slurm-wlm on this machine,
 tests/slurm_node.py): ``srun -n N python train.py`` with no TF_CONFIG builds the cluster from
-Slurm's environment (utils/slurm.py), and the collective trainer (2 and 3 tasks) and a
+Slurm's environment (cluster/slurm.py), and the collective trainer (2 and 3 tasks) and a
 parameter-server trainer train like one process on the combined batch; HorovodTrainer's MPI
 engine under ``srun --mpi=pmi2`` does too, and without Slurm's MPI support it is refused
 instead of training each task alone. Skipped, saying why, where Slurm cannot start (not root,
@@ -20,7 +20,7 @@ import pytest
 
 import slurm_node
 from helpers import kill_process_tree, wait_until
-from tensorpack_lite.utils.slurm import reserved_ports
+from tensorpack_lite.cluster.slurm import reserved_ports
 
 REASON = slurm_node.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
@@ -201,7 +201,7 @@ def log_of(out_dir):
 
 PORTS_OF_A_TASK = r'''
 import json, os, sys, time
-from tensorpack_lite.utils.slurm import slurm_cluster
+from tensorpack_lite.cluster.slurm import slurm_cluster
 out_dir, expected = sys.argv[1], int(sys.argv[2])
 me = 'job{}-task{}'.format(os.environ['SLURM_JOB_ID'], os.environ['SLURM_PROCID'])
 with open(os.path.join(out_dir, me), 'w') as f:

@@ -1,4 +1,4 @@
-"""tensorpack_lite/utils/slurm.py: the cluster of a Slurm job step from the environment srun
+"""tensorpack_lite/cluster/slurm.py: the cluster of a Slurm job step from the environment srun
 gives each task (host lists, tasks per node, distributions, ps tasks, ports), and TF_CONFIG
 winning over it. The runs under a real Slurm are in test_slurm.py."""
 
@@ -7,10 +7,10 @@ import json
 import pytest
 
 from tensorpack_lite.graph_builder.mpi_ops import check_launched_size
+from tensorpack_lite.cluster.slurm import (PORT_VARIABLE, RESERVED_PORTS_VARIABLE, cluster_from_environment,
+                                           expand_hostlist, expand_tasks_per_node, reserved_ports,
+                                           slurm_cluster, step_base_port)
 from tensorpack_lite.tfutils.distributed import create_server
-from tensorpack_lite.utils.slurm import (PORT_VARIABLE, RESERVED_PORTS_VARIABLE, cluster_from_environment,
-                                         expand_hostlist, expand_tasks_per_node, reserved_ports,
-                                         slurm_cluster, step_base_port)
 
 
 def step_env(procid, num_tasks, nodelist, tasks_per_node, **more):

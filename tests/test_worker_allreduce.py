@@ -15,7 +15,7 @@ from helpers import assert_16_bit_sum
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
 from tensorpack_lite.tfutils.distributed import create_server
-from tensorpack_lite.utils.cluster import local_cluster
+from tensorpack_lite.cluster.config import local_cluster
 
 RUN_BOUND = 120.0
 """Seconds a worker's run may take before the test fails (a hang, not a slow machine)."""

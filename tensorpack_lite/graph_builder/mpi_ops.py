@@ -19,7 +19,7 @@ other ranks with :class:`PeerShutdownError`'s message instead of waiting forever
 part in still completes everywhere); :func:`shutdown` then waits until every other rank has
 shut down too. A rank that dies while the others wait for it (in a collective or in
 :func:`shutdown`) makes them abort the job, naming its rank, pid and host: under ``mpiexec
--disable-auto-cleanup`` with :mod:`tensorpack_lite.utils.mpi_rank` (plain ``mpiexec`` kills
+-disable-auto-cleanup`` with :mod:`tensorpack_lite.cluster.mpi_rank` (plain ``mpiexec`` kills
 every rank first). A rank on the same machine is named within a second (its process is gone);
 on any machine, a rank whose heartbeat stops for :data:`PEER_TIMEOUT` seconds (it died, hangs,
 or its link is cut) is named by the next rank in ring order. Heartbeats go through MPI's name
@@ -37,9 +37,9 @@ import time
 
 import numpy as np
 
+from ..cluster.mpi_rank import ABORT_FD_VARIABLE
 from ..compat import tf, tfv1
 from ..utils import logger
-from ..utils.mpi_rank import ABORT_FD_VARIABLE
 
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
@@ -247,7 +247,7 @@ class _Engine:
         """While this rank waits for a collective or for the others' ends in :meth:`shutdown`,
         abort the job when a rank that did not shut down is lost: a rank on this machine whose
         process is gone (e.g. ``mpiexec -disable-auto-cleanup`` with
-        :mod:`tensorpack_lite.utils.mpi_rank`), the previous rank, whose heartbeat stopped for
+        :mod:`tensorpack_lite.cluster.mpi_rank`), the previous rank, whose heartbeat stopped for
         :data:`PEER_TIMEOUT` seconds, or this one, whose heartbeat cannot reach the launcher."""
         seen = None
         while not self._finished.wait(_WATCH_SECONDS):
@@ -340,7 +340,7 @@ class _Engine:
 
 
 def _tell_the_launcher_wrapper():
-    """Tell ``tensorpack_lite.utils.mpi_rank`` (when it started this rank) that this rank is
+    """Tell ``tensorpack_lite.cluster.mpi_rank`` (when it started this rank) that this rank is
     aborting the job, so that it ends at once if MPI_Abort crashes this process."""
     fd = os.environ.get(ABORT_FD_VARIABLE)
     if fd:

@@ -15,12 +15,13 @@ import time
 
 import numpy as np
 
+from ..cluster import exposure
+from ..cluster.config import ClusterConfig, LostTaskError
+from ..cluster.slurm import cluster_from_environment
 from ..compat import tf, tfv1
-from ..utils import exposure, logger
-from ..utils.cluster import ClusterConfig, LostTaskError
+from ..utils import logger
 from ..utils.concurrency import run_with_timeout
 from ..utils.gpu import num_tensorflow_gpus
-from ..utils.slurm import cluster_from_environment
 from .common import get_default_sess_config
 
 __all__ = ['create_server', 'cluster_of_server', 'DistributedSessionCreator',
@@ -66,7 +67,7 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None, tru
         cluster (dict or ClusterConfig): job name -> list of ``'host:port'`` (jobs
             ``'worker'`` and ``'ps'``). None: read the cluster and the task from the
             ``TF_CONFIG`` environment variable, or else from Slurm's when this is a task of
-            a job step (``srun``; see :mod:`tensorpack_lite.utils.slurm`).
+            a job step (``srun``; see :mod:`tensorpack_lite.cluster.slurm`).
         job_name (str): this task's job, with an explicit ``cluster`` dict.
         task_index (int): this task's index, with an explicit ``cluster`` dict.
         config (tf.compat.v1.ConfigProto): the server's session config, which also sets its
@@ -84,7 +85,7 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None, tru
     The server listens on every interface and runs any graph for whoever connects. Before it
     starts, the log says where it is reachable (a warning naming the addresses and which are
     public), or that it runs inside a launcher's private network; on a machine with a public
-    address it is a :class:`~tensorpack_lite.utils.exposure.PublicAddressError` unless the
+    address it is a :class:`~tensorpack_lite.cluster.exposure.PublicAddressError` unless the
     network is declared trusted (docs/security.md).
 
     A bad cluster (see :class:`ClusterConfig`) or a port in use is a ValueError naming it.

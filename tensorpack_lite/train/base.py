@@ -15,6 +15,7 @@ import time
 
 from ..callbacks.monitor import MonitorBase, Monitors
 from ..callbacks.steps import MaintainStepCounter
+from ..cluster.preemption import Preempted, PreemptionNotice
 from ..compat import enable_graph_mode, tf, tfv1
 from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
@@ -28,7 +29,6 @@ from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.argtools import call_only_once
 from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
-from ..utils.preemption import Preempted, PreemptionNotice
 from ..utils.utils import humanize_time_delta
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 
@@ -406,7 +406,7 @@ class Trainer:
         logger.info("Training has finished!")
 
     def _check_preemption(self):
-        """Before each step: raise :class:`~tensorpack_lite.utils.preemption.Preempted` when
+        """Before each step: raise :class:`~tensorpack_lite.cluster.preemption.Preempted` when
         training must stop because of SIGTERM (template: the distributed trainers stop every
         worker after the same step)."""
         self._preemption.check()

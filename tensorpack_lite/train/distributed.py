@@ -1,7 +1,7 @@
 """Synchronous training across processes and machines through TensorFlow's distributed
 runtime (``tf.compat.v1.train.Server``, gRPC). Every process runs the same script; the
 cluster and each process's task come from ``TF_CONFIG`` (see :func:`create_server` and the
-launcher ``python -m tensorpack_lite.utils.launch``).
+launcher ``python -m tensorpack_lite.cluster.launch``).
 
 * :class:`DistributedTrainerParameterServer` and :class:`DistributedTrainerReplicated`
   (tensorpack's): ``ps`` tasks hold the variables, ``worker`` tasks train, one tower per
@@ -10,7 +10,7 @@ launcher ``python -m tensorpack_lite.utils.launch``).
   them by TensorFlow's collective ops (a ring on CPUs, NCCL on GPUs): the TF-native
   counterpart of :class:`HorovodTrainer`.
 
-Example (``python -m tensorpack_lite.utils.launch --workers 2 -- python train.py``)::
+Example (``python -m tensorpack_lite.cluster.launch --workers 2 -- python train.py``)::
 
     server = create_server()                 # from TF_CONFIG
     trainer = CollectiveAllReduceTrainer(['/cpu:0'], server)
@@ -37,6 +37,8 @@ import numpy as np
 from ..callbacks.base import Callback
 from ..callbacks.graph import RunOp
 from ..callbacks.monitor import JSONWriter, TFEventWriter
+from ..cluster.config import LostTaskError, TaskWatchdog
+from ..cluster.preemption import Preempted, PreemptionNotice
 from ..compat import tf, tfv1
 from ..graph_builder.compression import check_compression
 from ..graph_builder.distributed import (CollectiveAllReduceBuilder, DistributedParameterServerBuilder,
@@ -50,9 +52,7 @@ from ..tfutils.preemption_vote import PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
-from ..utils.cluster import LostTaskError, TaskWatchdog
 from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
-from ..utils.preemption import Preempted, PreemptionNotice
 from .trainers import _DataParallelTrainer
 
 __all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'DistributedTrainerReplicated',

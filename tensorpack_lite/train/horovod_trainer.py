@@ -26,6 +26,8 @@ import re
 import numpy as np
 
 from ..callbacks.monitor import JSONWriter, TFEventWriter
+from ..cluster import exposure
+from ..cluster.preemption import Preempted
 from ..compat import tf, tfv1
 from ..dataflow.base import ProxyDataFlow
 from ..dataflow.state import get_dataflow_state, set_dataflow_state
@@ -40,9 +42,8 @@ from ..tfutils.preemption_vote import PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..tfutils.tower_context import TrainTowerContext
-from ..utils import exposure, logger
+from ..utils import logger
 from ..utils.gpu import get_num_gpu
-from ..utils.preemption import Preempted
 from .base import StopTraining
 from .tower import SingleCostTrainer
 

@@ -1,5 +1,5 @@
 """The process that holds a job's private network namespace (see
-:mod:`tensorpack_lite.utils.private_network`), run as a script with no package import:
+:mod:`tensorpack_lite.cluster.private_network`), run as a script with no package import:
 
     python -I -S netns_holder.py
 

@@ -6,7 +6,7 @@ graph there, as the training user (docs/security.md). So before a task's server 
 :func:`check_server_exposure` says where it will be reachable, and refuses when this machine
 has a public address unless the network is declared trusted (``TENSORPACK_LITE_TRUSTED_NETWORK=1``
 or ``create_server(trusted_network=True)``). Inside a launcher job's private network namespace
-(:mod:`tensorpack_lite.utils.private_network`) nothing outside the job reaches it, and it says
+(:mod:`tensorpack_lite.cluster.private_network`) nothing outside the job reaches it, and it says
 so instead. :func:`describe_listening` gives the same accounting for any engine (MPI ranks).
 
 No TensorFlow is imported here.
@@ -16,7 +16,7 @@ import ipaddress
 import os
 import socket
 
-from . import logger
+from ..utils import logger
 
 __all__ = ['TRUSTED_NETWORK_VARIABLE', 'PRIVATE_NETWORK_VARIABLE', 'PublicAddressError',
            'interface_addresses', 'listening_sockets', 'is_public', 'network_namespace',

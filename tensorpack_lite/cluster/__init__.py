@@ -1,0 +1,20 @@
+"""Processes and clusters: where a task's cluster comes from and how a job's processes are
+started, isolated and stopped. No TensorFlow is imported here.
+
+- :mod:`~tensorpack_lite.cluster.config`: :class:`ClusterConfig` (TF_CONFIG, tasks, who answers).
+- :mod:`~tensorpack_lite.cluster.slurm`: the cluster of a Slurm job step; and
+  ``cluster_from_environment()``, which takes TF_CONFIG, else Slurm's environment.
+- :mod:`~tensorpack_lite.cluster.launch`: ``python -m tensorpack_lite.cluster.launch``, a local
+  cluster of processes (restarts, elastic workers), in a private network
+  (:mod:`~tensorpack_lite.cluster.private_network`, held by ``netns_holder.py``).
+- :mod:`~tensorpack_lite.cluster.exposure`: what a process's servers expose; the public-address rule.
+- :mod:`~tensorpack_lite.cluster.netns`: machines on one box (network namespaces on a bridge).
+- :mod:`~tensorpack_lite.cluster.mpi_rank`: ``python -m tensorpack_lite.cluster.mpi_rank``, one MPI rank
+  under ``mpiexec`` whose death the others can name.
+- :mod:`~tensorpack_lite.cluster.preemption`: SIGTERM as a stop after the current step.
+
+The modules are imported by their full names (``from tensorpack_lite.cluster.launch import
+LocalCluster``); importing this package imports none of them.
+"""
+
+__all__ = []
