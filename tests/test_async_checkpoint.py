@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT
+from helpers import HANG_TIMEOUT, BreakSessionAt
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, MinSaver, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
@@ -23,7 +23,6 @@ from tensorpack_lite.tfutils.async_checkpoint import (BackgroundCheckpointWriter
                                                       host_cpu)
 from tensorpack_lite.tfutils.common import get_global_step_var
 from tensorpack_lite.tfutils.distributed import create_server
-from tensorpack_lite.tfutils.session_failure import note_session_error
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer
@@ -195,19 +194,26 @@ def test_after_an_error_the_save_in_flight_and_the_final_one_complete(logdir, mo
 
 
 def test_a_save_in_flight_is_discarded_when_the_session_is_unusable(logdir, monkeypatch, log_records):
+    """The 5th step breaks the session (every later run waits: helpers.BreakingSession) while
+    model-3 is still being written: it is discarded, not completed from a session in an unknown
+    state."""
     trainer = Trainer()
+    trainer.SESSION_PROBE_TIMEOUT = 1.0     # the broken session never answers: any bound shows it
     gate = Gate(monkeypatch, steps=[3], step_of=lambda: trainer.loop.global_step)
-    broken = IndexError('absl::container_internal::raw_hash_map<>::at (simulated)')
-    note_session_error(broken)
     trainer.train_op = build_regression()
-    with pytest.raises(IndexError):
-        trainer.train([ModelSaver(), RaiseAt(4, broken)], [], NewSessionCreator(), JustCurrentSession(),
-                      STEPS, 1, 3)
-    assert gate.waits == []       # nobody waited: training returned with model-3 still held back
-    assert any('model-3, still being written, is discarded' in m for m in log_records.messages())
-    gate.open()                   # TensorFlow now writes it; the thread then removes it
+    breaker = BreakSessionAt(5)
+    try:
+        with pytest.raises(IndexError):
+            trainer.train([breaker, ModelSaver()], [], NewSessionCreator(), JustCurrentSession(), STEPS, 1, 3)
+        assert not trainer.loop.session_usable
+        assert gate.waits == []       # nobody waited: training returned with model-3 still held back
+        assert any('model-3, still being written, is discarded' in m for m in log_records.messages())
+    finally:
+        breaker.session.release.set()   # the session's blocked runs end (with an error)
+    gate.open()                   # the write goes on, and its thread removes what it wrote
     for thread in writer_threads():
         thread.join(HANG_TIMEOUT)
+    assert not any(thread.is_alive() for thread in writer_threads())
     assert files_of(logdir, 3) == [] and listed(logdir) == []
 
 
