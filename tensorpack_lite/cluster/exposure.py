@@ -19,10 +19,9 @@ import socket
 from ..utils import logger
 
 __all__ = ['TRUSTED_NETWORK_VARIABLE', 'PRIVATE_NETWORK_VARIABLE', 'PublicAddressError',
-           'interface_addresses', 'listening_sockets', 'is_public', 'network_namespace',
+           'interface_addresses', 'host_addresses', 'listening_sockets', 'is_public', 'network_namespace',
            'in_private_network', 'network_is_trusted', 'reachable_addresses', 'remote_hosts',
-           'describe_addresses',
-           'describe_listening', 'check_server_exposure']
+           'describe_addresses', 'describe_listening', 'say_what_listens', 'check_server_exposure']
 
 TRUSTED_NETWORK_VARIABLE = 'TENSORPACK_LITE_TRUSTED_NETWORK'
 """Set to ``1`` to declare that this machine's network admits only the job's own hosts (a
@@ -49,13 +48,17 @@ def interface_addresses():
     addresses = _linux_ipv4_addresses() + _linux_ipv6_addresses()
     if addresses:
         return addresses
-    found = set()
-    for host in (socket.gethostname(), 'localhost'):
-        try:
-            found.update(info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP))
-        except socket.gaierror:
-            pass
+    found = host_addresses(socket.gethostname()) | host_addresses('localhost')
     return sorted(found, key=lambda a: (':' in a, a))
+
+
+def host_addresses(host):
+    """The set of IP addresses that ``host`` (a name or an address) resolves to; empty when it
+    does not resolve."""
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except socket.gaierror:
+        return set()
 
 
 def _linux_ipv4_addresses():
@@ -145,6 +148,10 @@ def is_public(address):
     return ip.is_global and not ip.is_multicast
 
 
+def _is_loopback(address):
+    return ipaddress.ip_address(address.split('%')[0]).is_loopback
+
+
 def _kind(address):
     ip = ipaddress.ip_address(address.split('%')[0])
     if ip.is_loopback:
@@ -197,11 +204,7 @@ def remote_hosts(hosts, interfaces=None):
     local = set(interface_addresses() if interfaces is None else interfaces)
     remote = []
     for host in hosts:
-        try:
-            resolved = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
-        except socket.gaierror:
-            resolved = set()
-        if not resolved & local and host not in remote:
+        if not host_addresses(host) & local and host not in remote:
             remote.append(host)
     return remote
 
@@ -231,12 +234,25 @@ def describe_listening(who, sockets=None, interfaces=None):
     return text + "."
 
 
+def say_what_listens(who, risk):
+    """Log :func:`describe_listening` for this process: a warning followed by ``risk`` (what
+    whoever reaches the ports can do) when an address beyond loopback reaches one of them
+    outside a private network, else an info line."""
+    sockets, interfaces = listening_sockets(), interface_addresses()
+    text = describe_listening(who, sockets, interfaces)
+    beyond_loopback = [a for bound, _ in sockets for a in reachable_addresses(bound, interfaces)
+                       if not _is_loopback(a)]
+    if beyond_loopback and not in_private_network():
+        logger.warn(text + ' ' + risk)
+    else:
+        logger.info(text)
+
+
 def check_server_exposure(who, port, trusted=None, spans_hosts=None, interfaces=None):
     """Before a TensorFlow server starts on ``port`` (it listens on every interface): raise
     :class:`PublicAddressError` when a public address of this machine would reach it and the
     network is not declared trusted; otherwise log where it will be reachable (a warning
-    outside a private network, naming its addresses and which are public). Returns the
-    addresses.
+    outside a private network, naming its addresses and which are public).
 
     Args:
         who (str): the task, for messages (``'worker 1 (host:2222)'``).
@@ -246,7 +262,7 @@ def check_server_exposure(who, port, trusted=None, spans_hosts=None, interfaces=
     if in_private_network():
         logger.info("The server of {} listens on port {} inside the job's private network namespace: "
                     "nothing outside the job reaches it.".format(who, port))
-        return [a for a in interfaces if ipaddress.ip_address(a.split('%')[0]).is_loopback]
+        return
     public = [a for a in interfaces if is_public(a)]
     if public and not network_is_trusted(trusted):
         raise PublicAddressError(
@@ -264,4 +280,3 @@ def check_server_exposure(who, port, trusted=None, spans_hosts=None, interfaces=
                 "authenticates nobody): keep the network private ({}).".format(
                     who, port, cluster, describe_addresses(interfaces),
                     ', '.join(public) + ' (declared trusted)' if public else 'none', SECURITY_DOC))
-    return list(interfaces)

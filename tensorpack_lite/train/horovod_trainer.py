@@ -226,25 +226,13 @@ class HorovodTrainer(SingleCostTrainer):
                     "using {}.".format(self._rank, self._size, self._local_rank, towers,
                                        'averaged' if self._average else 'summed', compression.__name__,
                                        self.engine))
-        if self._size > 1:
-            self._say_what_is_exposed()
-
-    def _say_what_is_exposed(self):
-        """Log the ports this rank's engine listens on and who reaches them (a warning when some
-        address beyond loopback does, outside a private network)."""
-        sockets = exposure.listening_sockets()
-        who = 'HorovodTrainer rank {} ({})'.format(self._rank, self.engine)
-        text = exposure.describe_listening(who, sockets)
-        reachable = [a for bound, _ in sockets for a in exposure.reachable_addresses(bound)
-                     if not a.startswith('127.') and a != '::1']
-        if not reachable or exposure.in_private_network():
-            logger.info(text)
-            return
-        engine = ("the MPI engine unpickles nothing it receives" if self.hvd is mpi_ops else
-                  "what else Horovod's own services accept is in docs/security.md")
-        logger.warn(text + " A peer that reaches them can send this rank tensors of its own (the job's "
-                    "sums and weights are then wrong); {}. Keep the network private "
-                    "(docs/security.md).".format(engine))
+        if self._size > 1:     # what this rank's engine listens on, and who reaches it
+            engine = ("the MPI engine unpickles nothing it receives" if hvd is mpi_ops else
+                      "what else Horovod's own services accept is in docs/security.md")
+            exposure.say_what_listens(
+                'HorovodTrainer rank {} ({})'.format(self._rank, self.engine),
+                "A peer that reaches them can send this rank tensors of its own (the job's sums and weights "
+                "are then wrong); {}. Keep the network private (docs/security.md).".format(engine))
 
     rank = property(lambda self: self._rank, doc="This process's rank (0 is the chief).")
     size = property(lambda self: self._size, doc="The number of ranks.")
