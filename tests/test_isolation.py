@@ -73,22 +73,11 @@ def outside_addresses():
                             if ':' not in a and not a.startswith('127.')][:1]
 
 
-class Output(io.RawIOBase):
-    """A binary stream collecting a job's output."""
-
-    def __init__(self):
-        super().__init__()
-        self.chunks = []
-
-    def writable(self):
-        return True
-
-    def write(self, data):
-        self.chunks.append(bytes(data))
-        return len(data)
+class Output(io.BytesIO):
+    """A job's output (LocalCluster's ``output``), read as text."""
 
     def text(self):
-        return b''.join(self.chunks).decode('utf-8', 'replace')
+        return self.getvalue().decode('utf-8', 'replace')
 
 
 class Job:
