@@ -1,16 +1,13 @@
 """tensorpack_lite/cluster/slurm.py: the cluster of a Slurm job step from the environment srun
 gives each task (host lists, tasks per node, distributions, ps tasks, ports), and TF_CONFIG
-winning over it. The runs under a real Slurm are in test_slurm.py."""
-
-import json
+winning over it is in test_cluster_source.py. The runs under a real Slurm are in test_slurm.py."""
 
 import pytest
 
 from tensorpack_lite.graph_builder.mpi_ops import check_launched_size
-from tensorpack_lite.cluster.slurm import (PORT_VARIABLE, RESERVED_PORTS_VARIABLE, cluster_from_environment,
-                                           expand_hostlist, expand_tasks_per_node, reserved_ports,
-                                           slurm_cluster, step_base_port)
-from tensorpack_lite.tfutils.distributed import create_server
+from tensorpack_lite.cluster.slurm import (PORT_VARIABLE, RESERVED_PORTS_VARIABLE, expand_hostlist,
+                                           expand_tasks_per_node, reserved_ports, slurm_cluster,
+                                           step_base_port)
 
 
 def step_env(procid, num_tasks, nodelist, tasks_per_node, **more):
@@ -120,18 +117,6 @@ def test_a_node_with_more_tasks_than_a_block_gets_a_wider_block_of_its_own():
     base = step_base_port('4242', '0', {}, width=20)
     assert ports == list(range(base, base + 20))
     assert (base - 10000) % 20 == 0 and base + 19 < 32768      # a block of 20, below the ephemeral range
-
-
-def test_tf_config_wins_over_slurm_and_without_either_the_error_says_what_to_set(monkeypatch):
-    env = step_env(1, 2, '127.0.0.1', '2')
-    assert cluster_from_environment(env).address('worker', 1) == '127.0.0.1:20001'
-    tf_config = json.dumps({'cluster': {'worker': ['localhost:2001', 'localhost:2002']},
-                            'task': {'type': 'worker', 'index': 0}})
-    assert cluster_from_environment(dict(env, TF_CONFIG=tf_config)).address('worker', 1) == 'localhost:2002'
-    for name in list(env) + ['TF_CONFIG']:
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ValueError, match='TF_CONFIG is not set and this is not a task of a Slurm job step'):
-        create_server()
 
 
 def test_a_lone_mpi_rank_is_refused_when_the_launcher_started_more_tasks():

@@ -2,8 +2,9 @@
 started, isolated and stopped. No TensorFlow is imported here.
 
 - :mod:`~tensorpack_lite.cluster.config`: :class:`ClusterConfig` (TF_CONFIG, tasks, who answers).
-- :mod:`~tensorpack_lite.cluster.slurm`: the cluster of a Slurm job step; and
-  ``cluster_from_environment()``, which takes TF_CONFIG, else Slurm's environment.
+- :mod:`~tensorpack_lite.cluster.source`: ``find_cluster()``, this process's cluster from
+  ``hosts=``, TF_CONFIG, a Slurm job step or an MPI launcher, naming which.
+- :mod:`~tensorpack_lite.cluster.slurm`: the cluster of a Slurm job step.
 - :mod:`~tensorpack_lite.cluster.launch`: ``python -m tensorpack_lite.cluster.launch``, a local
   cluster of processes (restarts, elastic workers), in a private network
   (:mod:`~tensorpack_lite.cluster.private_network`, held by ``netns_holder.py``).

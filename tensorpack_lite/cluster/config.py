@@ -78,6 +78,8 @@ class ClusterConfig:
         job_name (str): this process's job as the cluster names it: ``'worker'``, ``'ps'``,
             ``'chief'`` or ``'master'``.
         task_index (int): this process's index in that job.
+        source (str): where the cluster came from, for messages (:attr:`source`);
+            :func:`~tensorpack_lite.cluster.source.find_cluster` sets it.
 
     :attr:`job_name`, :attr:`task_index` and every ``(job, index)`` of the methods are the
     trainers' (``'worker'`` or ``'ps'``, the chief as worker 0); :meth:`to_tf_config` and
@@ -88,7 +90,7 @@ class ClusterConfig:
     same port of the same host, a task index out of range, an ``'evaluator'`` task.
     """
 
-    def __init__(self, cluster, job_name, task_index):
+    def __init__(self, cluster, job_name, task_index, source='given'):
         if job_name == 'evaluator':
             raise ValueError("ClusterConfig: " + EVALUATOR_REFUSAL)
         self._given = dict(cluster) if isinstance(cluster, dict) else cluster
@@ -107,6 +109,9 @@ class ClusterConfig:
                              "indices 0..{}".format(task_index, job_name, num, num - 1))
         self.job_name = job_name
         self.task_index = int(task_index)
+        self.source = source
+        """Where the cluster came from: ``'given'``, ``'TF_CONFIG'``, ``'Slurm job step 41.0'``,
+        ``'MPI (PMI_RANK 1 of PMI_SIZE 2)'``, ``'hosts='``."""
 
     @staticmethod
     def _check_jobs(cluster):
@@ -167,7 +172,7 @@ class ClusterConfig:
         task = spec['task']
         if not isinstance(task, dict) or 'type' not in task:
             raise ValueError("TF_CONFIG: 'task' must be {{'type': ..., 'index': ...}}, got {!r}".format(task))
-        return cls(spec['cluster'], task['type'], task.get('index', 0))
+        return cls(spec['cluster'], task['type'], task.get('index', 0), source='TF_CONFIG')
 
     def to_tf_config(self):
         """The ``TF_CONFIG`` JSON text of this cluster and task, with the job names given
@@ -177,7 +182,7 @@ class ClusterConfig:
 
     def for_task(self, job_name, task_index):
         """The same cluster seen from another task (``job_name``: ``'worker'`` or ``'ps'``)."""
-        return ClusterConfig(self._given, *self.given_task(job_name, task_index))
+        return ClusterConfig(self._given, *self.given_task(job_name, task_index), source=self.source)
 
     def given_task(self, job_name, task_index):
         """The name of a task in the cluster as given: ``('chief', 0)`` for worker 0 when

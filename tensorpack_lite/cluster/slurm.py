@@ -2,7 +2,7 @@
 that ``srun -N 2 -n 8 python train.py`` needs no ``TF_CONFIG``::
 
     # every task of the step: the same command
-    server = create_server()          # TF_CONFIG if set, else this module (see cluster_from_environment)
+    server = create_server()          # TF_CONFIG if set, else this module (see source.find_cluster)
     trainer = CollectiveAllReduceTrainer(['/cpu:0'], server)
 
 One task of the cluster per Slurm task: Slurm task 0 is worker 0 (the chief), and with
@@ -30,7 +30,7 @@ import zlib
 from .config import ClusterConfig
 
 __all__ = ['expand_hostlist', 'expand_tasks_per_node', 'step_base_port', 'reserved_ports', 'slurm_cluster',
-           'in_slurm_step', 'cluster_from_environment', 'NUM_PS_VARIABLE', 'PORT_VARIABLE',
+           'in_slurm_step', 'NUM_PS_VARIABLE', 'PORT_VARIABLE',
            'RESERVED_PORTS_VARIABLE']
 
 NUM_PS_VARIABLE = 'TENSORPACK_SLURM_NUM_PS'
@@ -220,17 +220,5 @@ def slurm_cluster(environ=None, num_ps=None):
     if num_ps:
         cluster['ps'] = addresses[num_worker:]
     job, index = ('worker', procid) if procid < num_worker else ('ps', procid - num_worker)
-    return ClusterConfig(cluster, job, index)
-
-
-def cluster_from_environment(environ=None):
-    """This process's cluster and task: from ``TF_CONFIG`` when it is set (it always wins),
-    else from Slurm when this is a task of a job step; else a ValueError saying what to set."""
-    environ = os.environ if environ is None else environ
-    if environ.get('TF_CONFIG'):
-        return ClusterConfig.from_tf_config(environ['TF_CONFIG'])
-    if in_slurm_step(environ):
-        return slurm_cluster(environ)
-    raise ValueError("No cluster: TF_CONFIG is not set and this is not a task of a Slurm job step. Give "
-                     "the cluster explicitly, set TF_CONFIG for every task (the launcher "
-                     "tensorpack_lite.cluster.launch does), or start the tasks with srun")
+    return ClusterConfig(cluster, job, index, source='Slurm job step {}.{}'.format(
+        environ.get('SLURM_JOB_ID', '?'), environ.get('SLURM_STEP_ID', '?')))

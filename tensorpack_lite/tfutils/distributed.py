@@ -17,7 +17,7 @@ import numpy as np
 
 from ..cluster import exposure
 from ..cluster.config import ClusterConfig, LostTaskError
-from ..cluster.slurm import cluster_from_environment
+from ..cluster.source import find_cluster
 from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.concurrency import run_with_timeout
@@ -65,9 +65,10 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None, tru
 
     Args:
         cluster (dict or ClusterConfig): job name -> list of ``'host:port'`` (jobs
-            ``'worker'`` and ``'ps'``). None: read the cluster and the task from the
-            ``TF_CONFIG`` environment variable, or else from Slurm's when this is a task of
-            a job step (``srun``; see :mod:`tensorpack_lite.cluster.slurm`).
+            ``'worker'`` and ``'ps'``). None: the cluster and the task of
+            :func:`~tensorpack_lite.cluster.source.find_cluster`: ``TF_CONFIG``, else Slurm's
+            job step (``srun``), else an MPI launcher's ranks (``mpiexec``); the log names
+            which.
         job_name (str): this task's job, with an explicit ``cluster`` dict.
         task_index (int): this task's index, with an explicit ``cluster`` dict.
         config (tf.compat.v1.ConfigProto): the server's session config, which also sets its
@@ -93,8 +94,8 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None, tru
     if cluster is None:
         if job_name is not None or task_index is not None:
             raise ValueError("create_server: give job_name and task_index with an explicit cluster; without "
-                             "one, TF_CONFIG (or Slurm) tells them")
-        cluster = cluster_from_environment()
+                             "one, TF_CONFIG (or Slurm, or MPI) tells them")
+        cluster = find_cluster()
     elif not isinstance(cluster, ClusterConfig):
         cluster = ClusterConfig(cluster, job_name, task_index)
     config = copy.deepcopy(config) if config is not None else get_default_sess_config()
@@ -113,8 +114,8 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None, tru
     except tf.errors.OpError as err:
         raise RuntimeError("Cannot start the server of {}: {}".format(
             cluster.describe(cluster.job_name, cluster.task_index), err.message)) from err
-    logger.info("Started the server of {} in the cluster {}.".format(
-        cluster.describe(cluster.job_name, cluster.task_index), cluster.cluster))
+    logger.info("Started the server of {} in the cluster {} (from {}).".format(
+        cluster.describe(cluster.job_name, cluster.task_index), cluster.cluster, cluster.source))
     return server
 
 

@@ -1,0 +1,155 @@
+"""Where this process's cluster comes from: :func:`find_cluster` asks every source in a fixed
+order and says which one it used.
+
+1. ``hosts=`` given by the program: those addresses, workers first, then ``num_ps`` ps tasks;
+   this process is ``rank`` (default: the rank its launcher gives, Slurm's or MPI's).
+2. ``TF_CONFIG`` (cluster managers and :mod:`~tensorpack_lite.cluster.launch` set it).
+3. a Slurm job step (``srun``; :mod:`~tensorpack_lite.cluster.slurm`).
+4. an MPI launcher's environment (``mpiexec``): the rank and size from its variables
+   (:data:`MPI_RANK_VARIABLES`); every rank picks a free port on its host and the ranks
+   exchange ``host:port`` once through mpi4py (extra ``[mpi]``).
+
+The first that applies wins; none is a ValueError saying what to set. The returned
+:class:`~tensorpack_lite.cluster.config.ClusterConfig` names its source (``.source``) and one
+log line says it::
+
+    cluster = find_cluster()     # e.g. "[cluster] worker 1 of 4, from Slurm job step 41.0"
+    server = create_server(cluster)
+"""
+
+import os
+import socket
+
+from ..utils import logger
+from .config import ClusterConfig, cluster_of_addresses
+from .slurm import NUM_PS_VARIABLE, in_slurm_step, slurm_cluster
+
+__all__ = ['find_cluster', 'mpi_rank_and_size', 'MPI_RANK_VARIABLES', 'DEFAULT_PORT']
+
+MPI_RANK_VARIABLES = (
+    ('PMI_RANK', 'PMI_SIZE'),                                 # MPICH's and Intel MPI's mpiexec (Hydra)
+    ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),         # Open MPI's mpirun
+    ('MV2_COMM_WORLD_RANK', 'MV2_COMM_WORLD_SIZE'),           # MVAPICH's mpirun_rsh
+)
+"""(rank, size) environment variables an MPI launcher gives each process it starts."""
+
+DEFAULT_PORT = 2222
+"""The port of a ``hosts=`` entry given without one (TensorFlow's customary port)."""
+
+_ADDRESS_BYTES = 272   # a host name (at most 255 bytes), ':' and a port, zero-padded
+
+
+def mpi_rank_and_size(environ=None):
+    """``(rank, size, 'VARIABLE_RANK')`` from an MPI launcher's environment, or None when no
+    launcher started this process."""
+    environ = os.environ if environ is None else environ
+    for rank_name, size_name in MPI_RANK_VARIABLES:
+        rank, size = environ.get(rank_name, ''), environ.get(size_name, '')
+        if rank.isdigit() and size.isdigit():
+            return int(rank), int(size), rank_name
+    return None
+
+
+def find_cluster(hosts=None, rank=None, num_ps=None, environ=None):
+    """This process's cluster and task, from the first source that applies (see the module's doc).
+
+    Args:
+        hosts (list[str]): ``'host:port'`` (or ``'host'``, port :data:`DEFAULT_PORT`) of every
+            task, workers first; None to read the environment.
+        rank (int): this process's index in ``hosts``; default the launcher's rank.
+        num_ps (int): how many of the last tasks are parameter servers (``hosts=``, Slurm, MPI);
+            default ``$TENSORPACK_SLURM_NUM_PS`` or 0.
+        environ (dict): default ``os.environ``.
+
+    Returns:
+        ClusterConfig: with :attr:`~tensorpack_lite.cluster.config.ClusterConfig.source` set.
+    """
+    environ = os.environ if environ is None else environ
+    if num_ps is None:
+        num_ps = int(environ.get(NUM_PS_VARIABLE) or 0)
+    if hosts is not None:
+        cluster = _from_hosts(hosts, rank, num_ps, environ)
+    elif environ.get('TF_CONFIG'):
+        cluster = ClusterConfig.from_tf_config(environ['TF_CONFIG'])
+    elif in_slurm_step(environ):
+        cluster = slurm_cluster(environ, num_ps=num_ps)
+    elif mpi_rank_and_size(environ) is not None:
+        cluster = _from_mpi(num_ps, environ)
+    else:
+        raise ValueError(
+            "No cluster: none of its sources applies. Give hosts= (every task's 'host:port'), set "
+            "TF_CONFIG for every task (python -m tensorpack_lite.cluster.launch does), start the tasks "
+            "with srun (Slurm) or with mpiexec (MPI: {})".format(
+                ', '.join(rank for rank, _ in MPI_RANK_VARIABLES)))
+    logger.info("[cluster] {} of {} task(s), from {}.".format(
+        cluster.describe(cluster.job_name, cluster.task_index), len(cluster.tasks()), cluster.source))
+    return cluster
+
+
+def _task_of_rank(rank, num_tasks, num_ps):
+    if not 0 <= num_ps < num_tasks:
+        raise ValueError("find_cluster: {} parameter-server task(s) leave no worker among {} task(s)".format(
+            num_ps, num_tasks))
+    num_worker = num_tasks - num_ps
+    return ('worker', rank) if rank < num_worker else ('ps', rank - num_worker)
+
+
+def _from_hosts(hosts, rank, num_ps, environ):
+    if isinstance(hosts, str) or not hosts:
+        raise ValueError("find_cluster: hosts= must be a non-empty list of 'host:port', got {!r}".format(
+            hosts))
+    addresses = [h if ':' in str(h).lstrip('[').split(']')[-1] else '{}:{}'.format(h, DEFAULT_PORT)
+                 for h in hosts]
+    if rank is None:
+        rank = _launcher_rank(environ, len(addresses))
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(addresses):
+        raise ValueError("find_cluster: rank {!r} is not an index of the {} hosts".format(
+            rank, len(addresses)))
+    job, index = _task_of_rank(rank, len(addresses), num_ps)
+    return ClusterConfig(cluster_of_addresses(addresses, len(addresses) - num_ps), job, index,
+                         source='hosts=')
+
+
+def _launcher_rank(environ, num_hosts):
+    if in_slurm_step(environ):
+        return int(environ['SLURM_PROCID'])
+    found = mpi_rank_and_size(environ)
+    if found is None:
+        raise ValueError("find_cluster: hosts= given without rank=, and no launcher (srun, mpiexec) says "
+                         "which of the {} hosts this process is".format(num_hosts))
+    rank, size, name = found
+    if size != num_hosts:
+        raise ValueError("find_cluster: {} hosts given, but the MPI launcher started {} processes "
+                         "({})".format(num_hosts, size, name.replace('RANK', 'SIZE')))
+    return rank
+
+
+def _from_mpi(num_ps, environ):
+    """Every rank's ``host:port``, exchanged once through MPI (fixed-size bytes, no pickling)."""
+    rank, size, name = mpi_rank_and_size(environ)
+    try:
+        import numpy as np
+        from mpi4py import MPI
+    except ImportError as err:
+        raise ImportError("find_cluster: {} says an MPI launcher started this process; reading the other "
+                          "ranks' addresses needs mpi4py: pip install \"tensorpack_lite[mpi]\", or give "
+                          "hosts= ({})".format(name, err)) from err
+    world = MPI.COMM_WORLD
+    if (world.Get_rank(), world.Get_size()) != (rank, size):
+        raise RuntimeError("find_cluster: {}={} of {}, but mpi4py sees rank {} of {}: this mpi4py is built "
+                           "against another MPI; use that MPI's mpiexec".format(
+                               name, rank, size, world.Get_rank(), world.Get_size()))
+    # the port stays bound until every rank has its own, so two ranks on one host never pick the same
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(('', 0))
+        mine = '{}:{}'.format(socket.gethostname(), held.getsockname()[1]).encode()
+        if len(mine) > _ADDRESS_BYTES:
+            raise ValueError("find_cluster: the host name of rank {} is too long: {!r}".format(rank, mine))
+        send = np.zeros(_ADDRESS_BYTES, np.uint8)
+        send[:len(mine)] = np.frombuffer(mine, np.uint8)
+        gathered = np.zeros((size, _ADDRESS_BYTES), np.uint8)
+        world.Allgather(send, gathered)
+    addresses = [bytes(row).rstrip(b'\0').decode() for row in gathered]
+    job, index = _task_of_rank(rank, size, num_ps)
+    return ClusterConfig(cluster_of_addresses(addresses, size - num_ps), job, index,
+                         source='MPI ({} {} of {})'.format(name, rank, size))

@@ -1,0 +1,99 @@
+"""tensorpack_lite/cluster/source.py: one function for where a task's cluster comes from
+(hosts=, TF_CONFIG, a Slurm job step, an MPI launcher), in that order, naming the source it used;
+the MPI source with real ranks under the wheel's mpiexec."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import run_bounded
+from tensorpack_lite.cluster.slurm import PORT_VARIABLE
+from tensorpack_lite.cluster.source import find_cluster, mpi_rank_and_size
+from tensorpack_lite.tfutils.distributed import create_server
+
+MPIEXEC = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
+SLURM = {'SLURM_PROCID': '1', 'SLURM_STEP_NUM_TASKS': '2', 'SLURM_STEP_NODELIST': '127.0.0.1',
+         'SLURM_STEP_TASKS_PER_NODE': '2', 'SLURM_JOB_ID': '41', 'SLURM_STEP_ID': '3', PORT_VARIABLE: '20000'}
+TF_CONFIG = json.dumps({'cluster': {'worker': ['localhost:2001', 'localhost:2002']},
+                        'task': {'type': 'worker', 'index': 0}})
+MPI = {'PMI_RANK': '2', 'PMI_SIZE': '3'}
+HOSTS = ['127.0.0.1:3001', '127.0.0.1:3002', '127.0.0.1']
+
+
+def test_each_source_in_its_order_and_the_cluster_names_it(caplog):
+    env = dict(SLURM, TF_CONFIG=TF_CONFIG, **MPI)
+    with caplog.at_level(logging.INFO, logger='tensorpack_lite'):
+        given = find_cluster(hosts=HOSTS, environ=env)
+    # hosts= wins; the rank is the launcher's (Slurm's before MPI's); a bare host gets port 2222
+    assert (given.source, given.job_name, given.task_index) == ('hosts=', 'worker', 1)
+    assert given.cluster == {'worker': ['127.0.0.1:3001', '127.0.0.1:3002', '127.0.0.1:2222']}
+    assert '[cluster] worker 1 (127.0.0.1:3002) of 3 task(s), from hosts=.' in caplog.text
+
+    assert find_cluster(environ=env).source == 'TF_CONFIG'
+    del env['TF_CONFIG']
+    slurm = find_cluster(environ=env)
+    assert slurm.source == 'Slurm job step 41.3' and slurm.address('worker', 1) == '127.0.0.1:20001'
+    assert slurm.for_task('worker', 0).source == 'Slurm job step 41.3'
+
+    with_ps = find_cluster(hosts=HOSTS, num_ps=1, environ=MPI)      # MPI's rank 2 of 3: the ps task
+    assert (with_ps.job_name, with_ps.task_index, with_ps.cluster['ps']) == ('ps', 0, ['127.0.0.1:2222'])
+    assert mpi_rank_and_size({'OMPI_COMM_WORLD_RANK': '1', 'OMPI_COMM_WORLD_SIZE': '4'}) == (
+        1, 4, 'OMPI_COMM_WORLD_RANK')
+    assert mpi_rank_and_size({'PMI_RANK': '1'}) is None
+
+
+@pytest.mark.parametrize('kwargs, env, message', [
+    ({'hosts': HOSTS}, {}, 'hosts= given without rank=, and no launcher'),
+    ({'hosts': HOSTS}, {'PMI_RANK': '0', 'PMI_SIZE': '2'},
+     r'3 hosts given, but the MPI launcher started 2 processes \(PMI_SIZE\)'),
+    ({'hosts': HOSTS, 'rank': 3}, {}, 'rank 3 is not an index of the 3 hosts'),
+    ({'hosts': '127.0.0.1:3001'}, {}, "hosts= must be a non-empty list of 'host:port'"),
+    ({'hosts': HOSTS, 'rank': 0, 'num_ps': 3}, {}, '3 parameter-server task.s. leave no worker among 3'),
+])
+def test_a_source_that_cannot_give_this_task_names_what_is_missing(kwargs, env, message):
+    with pytest.raises(ValueError, match=message):
+        find_cluster(environ=env, **kwargs)
+
+
+def test_without_any_source_create_server_says_every_way_to_give_one(monkeypatch):
+    for name in list(SLURM) + list(MPI) + ['TF_CONFIG', 'OMPI_COMM_WORLD_RANK', 'MV2_COMM_WORLD_RANK']:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match=r'No cluster: none of its sources applies\. Give hosts=.*TF_CONFIG.*'
+                                         r'srun \(Slurm\).*mpiexec \(MPI: PMI_RANK'):
+        create_server()
+
+
+RANK_SCRIPT = r'''
+import json, sys
+from tensorpack_lite.cluster.source import find_cluster
+cluster = find_cluster(num_ps=int(sys.argv[1]))
+found = [cluster.source, cluster.job_name, cluster.task_index, cluster.cluster]
+print('RESULT ' + json.dumps(found), flush=True)
+'''
+
+
+@pytest.mark.skipif(not os.path.exists(MPIEXEC), reason='no mpiexec next to {} (pip install '
+                    '"tensorpack_lite[mpi]" installs MPICH with it)'.format(sys.executable))
+def test_mpi_ranks_exchange_their_addresses_and_agree_on_one_cluster(tmp_path):
+    pytest.importorskip('mpi4py', reason='the MPI source needs mpi4py: pip install "tensorpack_lite[mpi]"')
+    script = tmp_path / 'rank.py'
+    script.write_text(RANK_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != 'TF_CONFIG' and not k.startswith('SLURM_')}
+    code, output = run_bounded([MPIEXEC, '-launcher', 'fork', '-n', '3', sys.executable, str(script), '1'],
+                               timeout=120, env=env)
+    assert code == 0, output
+    results = sorted(json.loads(line.split('RESULT ', 1)[1]) for line in output.splitlines()
+                     if 'RESULT ' in line)                      # by source: rank 0, 1, 2
+    assert [source for source, _, _, _ in results] == ['MPI (PMI_RANK {} of 3)'.format(r) for r in range(3)]
+    assert [(job, index) for _, job, index, _ in results] == [('worker', 0), ('worker', 1), ('ps', 0)]
+    clusters = [cluster for _, _, _, cluster in results]
+    assert clusters[0] == clusters[1] == clusters[2]          # every rank holds the same cluster
+    addresses = clusters[0]['worker'] + clusters[0]['ps']
+    assert len(addresses) == 3 and len(set(addresses)) == 3   # three ports, held apart while they were picked
+    hostname = subprocess.check_output(['hostname'], text=True).strip()
+    assert all(a.rsplit(':', 1)[0] == hostname for a in addresses)
+    assert '[cluster] ps 0 (' in output and 'from MPI (PMI_RANK 2 of 3).' in output
