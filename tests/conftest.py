@@ -71,6 +71,23 @@ def pytest_configure(config):
     _trust_a_public_address()
 
 
+_MACHINE_FACTS_SEEN = {}
+
+
+@pytest.fixture
+def say_machine_fact(request):
+    """``say(fact)``: a test whose path depends on this machine (its CPU's 16-bit support, ...)
+    names the path it took; the end of the run lists each fact with the tests that saw it."""
+    def say(fact):
+        _MACHINE_FACTS_SEEN.setdefault(fact, []).append(request.node.nodeid)
+    return say
+
+
+def pytest_terminal_summary(terminalreporter):
+    for fact, tests in sorted(_MACHINE_FACTS_SEEN.items()):
+        terminalreporter.write_line("[this machine] {} ({})".format(fact, ', '.join(tests)))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_graph_and_logger():
     """Every test starts in an empty default graph and without a logger directory."""

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers import run_bounded
+from helpers import capture_logs, run_bounded
 from tensorpack_lite.cluster.slurm import PORT_VARIABLE
 from tensorpack_lite.cluster.source import find_cluster, mpi_rank_and_size
 from tensorpack_lite.tfutils.distributed import create_server
@@ -24,14 +24,15 @@ MPI = {'PMI_RANK': '2', 'PMI_SIZE': '3'}
 HOSTS = ['127.0.0.1:3001', '127.0.0.1:3002', '127.0.0.1']
 
 
-def test_each_source_in_its_order_and_the_cluster_names_it(caplog):
+def test_each_source_in_its_order_and_the_cluster_names_it():
     env = dict(SLURM, TF_CONFIG=TF_CONFIG, **MPI)
-    with caplog.at_level(logging.INFO, logger='tensorpack_lite'):
+    with capture_logs() as records:
         given = find_cluster(hosts=HOSTS, environ=env)
     # hosts= wins; the rank is the launcher's (Slurm's before MPI's); a bare host gets port 2222
     assert (given.source, given.job_name, given.task_index) == ('hosts=', 'worker', 1)
     assert given.cluster == {'worker': ['127.0.0.1:3001', '127.0.0.1:3002', '127.0.0.1:2222']}
-    assert '[cluster] worker 1 (127.0.0.1:3002) of 3 task(s), from hosts=.' in caplog.text
+    assert records.messages(logging.INFO) == [
+        '[cluster] worker 1 (127.0.0.1:3002) of 3 task(s), from hosts=.']
 
     assert find_cluster(environ=env).source == 'TF_CONFIG'
     del env['TF_CONFIG']

@@ -266,17 +266,58 @@ def test_fp16_on_parameter_server_and_async_towers(make_trainer):
 
 # ----- the hardware warning ------------------------------------------------------------------
 
-def test_one_warning_when_the_cpu_lacks_bf16(monkeypatch):
-    monkeypatch.setattr(mixed_precision, 'cpu_bf16_flags', lambda cpuinfo=None: set())
+def test_the_warning_before_training_says_which_bf16_path_the_cpu_flags_give():
+    float32 = missing_hardware('bf16', flags={'avx2', 'fma'})
+    assert 'neither AVX512F nor AVX-NE-CONVERT' in float32 and 'this run trains in float32' in float32
+    emulated = missing_hardware('bf16', flags={'avx512f'})
+    assert 'emulates bfloat16 on AVX512F' in emulated and 'slow' in emulated
+    assert missing_hardware('bf16', flags={'avx512f', 'avx512_bf16'}) is None
+    assert missing_hardware('bf16', flags={'avx_ne_convert', 'amx_bf16'}) is None
+
+
+def test_ops_in_16_bits_count_computing_ops_not_casts():
+    graph = tfv1.Graph()
+    with graph.as_default():
+        x = tf.cast(tfv1.placeholder(tf.float32, [2, 2]), tf.bfloat16)
+        y = tf.cast(tf.matmul(x, x) + x, tf.float32)
+        tf.identity(y * 2.0)
+    graph_def = graph.as_graph_def()
+    computing, total = mixed_precision.ops_in_16_bits([graph_def], 'bf16')
+    assert (computing, total) == (2, len(graph_def.node))          # MatMul and AddV2; not the casts
+    assert mixed_precision.ops_in_16_bits([graph_def], 'fp16')[0] == 0
+
+
+@pytest.mark.parametrize('mode, computing, flags, gpus, path, words', [
+    ('bf16', 0, {'avx2'}, 0, 'float32', 'neither AVX512F nor AVX-NE-CONVERT'),
+    ('bf16', 0, {'avx512f'}, 0, 'float32', 'found no op of this model to convert'),
+    ('bf16', 5, {'avx512f'}, 0, 'emulated', 'emulated by oneDNN on AVX512F'),
+    ('bf16', 5, {'avx512f', 'amx_bf16', 'avx512_bf16'}, 0, 'native', "instructions (amx_bf16, avx512_bf16)"),
+    ('fp16', 5, set(), 0, 'emulated', 'emulated on the CPU (no GPU)'),
+    ('fp16', 5, set(), 1, 'native', 'on the GPU'),
+])
+def test_measured_path_of_each_case(mode, computing, flags, gpus, path, words):
+    assert mixed_precision.measured_path(mode, computing, flags=flags, num_gpu=gpus)[0] == path
+    assert words in mixed_precision.measured_path(mode, computing, flags=flags, num_gpu=gpus)[1]
+
+
+def test_the_first_step_measures_the_path_this_machine_takes(say_machine_fact):
+    flags = mixed_precision.cpu_flags()
+    if not flags & {'avx512f', 'avx_ne_convert'}:
+        expected = 'float32'
+    else:
+        expected = 'native' if flags & {'avx512_bf16', 'amx_bf16'} else 'emulated'
     with capture_logs() as records:
-        train('bf16')
-    warnings = [m for m in records.messages_at(logging.WARNING) if 'mixed_precision' in m]
-    assert len(warnings) == 1 and 'AVX512-BF16' in warnings[0] and 'slow' in warnings[0]
-    monkeypatch.setattr(mixed_precision, 'cpu_bf16_flags', lambda cpuinfo=None: {'avx512_bf16'})
-    assert missing_hardware('bf16') is None
-    with tfv1.Graph().as_default(), capture_logs() as records:
-        train('bf16')
-    assert not [m for m in records.messages_at(logging.WARNING) if 'mixed_precision' in m]
+        trainer = train('bf16')
+    report = trainer.precision_report
+    say_machine_fact("bf16 took the '{}' path: {}".format(report.path, report.message))
+    assert report.path == expected, report.message
+    assert (report.computing > 0) == (expected != 'float32') and report.ops > report.computing
+    measured = [m for m in records.messages() if 'measured at the first step' in m]
+    assert measured == [report.message]
+    warned = [m for m in records.messages_at(logging.WARNING) if 'mixed_precision' in m]
+    assert len(warned) == {'native': 0, 'emulated': 2, 'float32': 2}[expected], warned   # before and measured
+    with tfv1.Graph().as_default():
+        assert train(None).precision_report is None
 
 
 def test_fp16_without_gpu_warns_and_cpu_flags_are_read(tmp_path, monkeypatch):

@@ -35,27 +35,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAST_NAME = {'fp16': 'CastToFp16', 'bf16': 'CastToBf16'}
 
 
-def cpu_flags():
-    try:
-        with open('/proc/cpuinfo') as f:
-            return {flag for line in f if line.startswith('flags') for flag in line.split(':', 1)[1].split()}
-    except OSError:
-        return set()
-
-
-def bf16_rewrite_expected():
-    """Whether TensorFlow's oneDNN bfloat16 rewrite acts on this CPU: it needs AVX512F (or
-    AVX-NE-CONVERT); elsewhere it leaves the graph float32."""
-    return bool({'avx512f', 'avx_ne_convert'} & cpu_flags())
-
-
-def bf16_path():
-    """Which bfloat16 path this CPU takes (printed by the tests that depend on it)."""
-    if not bf16_rewrite_expected():
-        return "no rewrite: TensorFlow's bfloat16 rewrite needs AVX512F, which this CPU lacks (float32 runs)"
-    flags = mixed_precision.cpu_bf16_flags()
-    return ("oneDNN bfloat16 kernels ({})".format(', '.join(sorted(flags))) if flags
-            else "bfloat16 emulated by oneDNN on AVX512F: the CPU has neither avx512_bf16 nor amx_bf16")
+def expected_path(mode):
+    """The path the mode should take here, from the CPU's flags and the GPUs, as the library's
+    warning before training says; each test compares it with the path measured at the first step."""
+    flags = mixed_precision.cpu_flags()
+    if mode == 'fp16':
+        return 'emulated'      # no GPU can run TensorFlow here
+    if not flags & {'avx512f', 'avx_ne_convert'}:
+        return 'float32'       # TensorFlow's oneDNN bfloat16 rewrite leaves the graph alone
+    return 'native' if flags & {'avx512_bf16', 'amx_bf16'} else 'emulated'
 
 
 class StepGraph(Callback):
@@ -90,11 +78,12 @@ class StepGraph(Callback):
         return [n for n in self.node_names if CAST_NAME[mode] in n]
 
     def assert_trained(self, mode):
-        if mode == 'fp16' or bf16_rewrite_expected():
-            assert self.casts(mode), "the step's graph has no {} cast: the rewrite did nothing".format(mode)
+        report = self.trainer.precision_report
+        assert report.path == expected_path(mode), report.message
+        if report.path == 'float32':
+            assert not self.casts(mode), report.message
         else:
-            print("bf16 path:", bf16_path())
-            assert not self.casts(mode)
+            assert self.casts(mode), "the step's graph has no {} cast: the rewrite did nothing".format(mode)
         for var, old, new in zip(self._vars, self.before, self.after):
             assert np.all(np.isfinite(new)), var.name
             assert not np.array_equal(old, new), var.name + " did not change"
@@ -156,9 +145,7 @@ def train(model, dataflow, mode, callbacks=(), trainer=None, **config):
 
 @pytest.mark.parametrize('source', ['feed', 'queue'])
 @pytest.mark.parametrize('mode', ['fp16', 'bf16'])
-def test_every_layer_trains(mode, source):
-    if mode == 'bf16':
-        print("bf16 path:", bf16_path())
+def test_every_layer_trains(mode, source, say_machine_fact):
     probe = StepGraph()
     dataflow = image_batches(4)
     config = {'data': QueueInput(dataflow)} if source == 'queue' else {'dataflow': dataflow}
@@ -166,6 +153,7 @@ def test_every_layer_trains(mode, source):
     launch_train_with_config(TrainConfig(model=model, callbacks=[probe], max_epoch=1, steps_per_epoch=4,
                                          mixed_precision=mode, monitors=[], **config), SimpleTrainer())
     probe.assert_trained(mode)
+    say_machine_fact("every layer in {}: the '{}' path".format(mode, probe.trainer.precision_report.path))
 
 
 def test_fp16_with_the_layers_skips_an_overflowing_step_and_goes_on():

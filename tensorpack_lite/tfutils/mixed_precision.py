@@ -2,7 +2,9 @@
 checkpoints) and TensorFlow's grappler rewrite computes its heavy ops in 16 bits.
 
 * ``'bf16'``: ``auto_mixed_precision_onednn_bfloat16``, bfloat16 on CPUs with AVX512-BF16 or
-  AMX. bfloat16 has float32's range: no loss scaling is needed.
+  AMX (emulated by oneDNN on other AVX512 CPUs; without AVX512F TensorFlow leaves the graph
+  float32). bfloat16 has float32's range: no loss scaling is needed. :class:`PrecisionReport`
+  measures which of these a run took.
 * ``'fp16'``: ``auto_mixed_precision`` (float16 on GPUs), ``auto_mixed_precision_cpu`` on a
   machine without a GPU (float16 numbers emulated on the CPU: the same overflows as on a
   GPU, no speed-up), and dynamic loss scaling (:class:`DynamicLossScale`,
@@ -14,6 +16,7 @@ A trainer takes a mode through ``trainer.mixed_precision = 'bf16'`` (or
 :func:`mixed_precision_session_config`. See docs/mixed_precision.md.
 """
 
+from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import config_pb2
 
 from ..compat import tf, tfv1
@@ -23,18 +26,21 @@ from .common import get_default_sess_config
 from .optimizer import ProxyOptimizer
 
 __all__ = ['MODES', 'CPU_FP16_REWRITE', 'MixedPrecisionError', 'check_rewrite', 'MixedPrecision',
-           'mixed_precision_session_config', 'cpu_bf16_flags',
-           'missing_hardware', 'DynamicLossScale', 'LossScaleOptimizer']
+           'mixed_precision_session_config', 'cpu_flags', 'cpu_bf16_flags', 'missing_hardware',
+           'NATIVE', 'EMULATED', 'FLOAT32', 'ops_in_16_bits', 'measured_path',
+           'PrecisionReport', 'DynamicLossScale', 'LossScaleOptimizer']
 
 MODES = ('bf16', 'fp16')
 """The mixed-precision modes (None: float32 throughout)."""
 
 _BF16_FLAGS = ('avx512_bf16', 'amx_bf16')
+_BF16_REWRITE_FLAGS = ('avx512f', 'avx_ne_convert')
+# TensorFlow's oneDNN bfloat16 rewrite acts only on CPUs with one of these (it leaves the graph
+# float32 elsewhere); with them but without _BF16_FLAGS, oneDNN emulates bfloat16 arithmetic
 
 
-def cpu_bf16_flags(cpuinfo='/proc/cpuinfo'):
-    """The CPU flags among ``avx512_bf16`` and ``amx_bf16`` that ``cpuinfo`` lists (a set;
-    empty when the file cannot be read)."""
+def cpu_flags(cpuinfo='/proc/cpuinfo'):
+    """The CPU flags ``cpuinfo`` lists (a set; empty when the file cannot be read)."""
     try:
         with open(cpuinfo) as f:
             text = f.read()
@@ -44,20 +50,112 @@ def cpu_bf16_flags(cpuinfo='/proc/cpuinfo'):
     for line in text.splitlines():
         if line.startswith('flags'):
             flags.update(line.split(':', 1)[-1].split())
-    return flags.intersection(_BF16_FLAGS)
+    return flags
 
 
-def missing_hardware(mode):
-    """What this machine lacks to make ``mode`` fast, and what to expect (a str), or None."""
-    if mode == 'bf16' and not cpu_bf16_flags():
+def cpu_bf16_flags(cpuinfo='/proc/cpuinfo'):
+    """The CPU flags among ``avx512_bf16`` and ``amx_bf16`` that ``cpuinfo`` lists (a set)."""
+    return cpu_flags(cpuinfo).intersection(_BF16_FLAGS)
+
+
+def missing_hardware(mode, flags=None):
+    """What this machine lacks to make ``mode`` fast, and what to expect (a str), or None.
+    ``flags``: the CPU's flags (default :func:`cpu_flags`)."""
+    flags = cpu_flags() if flags is None else set(flags)
+    if mode == 'bf16' and not flags.intersection(_BF16_REWRITE_FLAGS):
+        return ("mixed_precision='bf16': this CPU has neither AVX512F nor AVX-NE-CONVERT, which "
+                "TensorFlow's oneDNN bfloat16 rewrite needs: it leaves the graph in float32, so this run "
+                "trains in float32 (the first step measures it and says so).")
+    if mode == 'bf16' and not flags.intersection(_BF16_FLAGS):
         return ("mixed_precision='bf16': this CPU has neither AVX512-BF16 nor AMX (no avx512_bf16/amx_bf16 "
-                "in /proc/cpuinfo); training runs correctly but bfloat16 is emulated: expect it as slow "
-                "as or slower than float32.")
+                "in /proc/cpuinfo); training runs correctly but oneDNN emulates bfloat16 on AVX512F: "
+                "expect it as slow as or slower than float32.")
     if mode == 'fp16' and get_num_gpu() == 0:
         return ("mixed_precision='fp16': no GPU; float16 is emulated on the CPU (float16 values, float32 "
                 "arithmetic), so training runs correctly with loss scaling as on a GPU but expect it "
                 "slower than float32. On a CPU, use 'bf16' for speed.")
     return None
+
+
+NATIVE, EMULATED, FLOAT32 = 'native', 'emulated', 'float32'
+"""The paths a mode can take, as :class:`PrecisionReport` measures them: 16-bit arithmetic on
+the hardware's own instructions, 16-bit values emulated, or no op rewritten (a float32 run)."""
+
+_TYPE_OF_MODE = {'bf16': types_pb2.DT_BFLOAT16, 'fp16': types_pb2.DT_HALF}
+_NOT_COMPUTING = ('Cast', '_Arg', '_Retval', '_Send', '_Recv', '_HostSend', '_HostRecv', 'Const', 'Identity')
+
+
+def ops_in_16_bits(graph_defs, mode):
+    """``(ops computing in the mode's 16-bit type, all ops)`` of ``graph_defs`` (GraphDefs, e.g.
+    the partition graphs of a run): an op counts when one of its type attributes is that type;
+    casts, constants and transfers do not."""
+    wanted = _TYPE_OF_MODE[mode]
+    computing = total = 0
+    for graph_def in graph_defs:
+        for node in graph_def.node:
+            total += 1
+            if node.op in _NOT_COMPUTING:
+                continue
+            if any(attr.type == wanted or wanted in attr.list.type for attr in node.attr.values()):
+                computing += 1
+    return computing, total
+
+
+def measured_path(mode, computing, flags=None, num_gpu=None):
+    """``(path, why)`` of ``mode`` given how many ops compute in 16 bits (``computing``), the
+    CPU's flags (default :func:`cpu_flags`) and the GPUs (default :func:`get_num_gpu`)."""
+    flags = cpu_flags() if flags is None else set(flags)
+    if not computing:
+        if mode == 'bf16' and not flags.intersection(_BF16_REWRITE_FLAGS):
+            return FLOAT32, ("this CPU has neither AVX512F nor AVX-NE-CONVERT, which TensorFlow's oneDNN "
+                             "bfloat16 rewrite needs")
+        return FLOAT32, "TensorFlow's rewrite found no op of this model to convert"
+    if mode == 'bf16':
+        native = sorted(flags.intersection(_BF16_FLAGS))
+        if native:
+            return NATIVE, "on this CPU's bfloat16 instructions ({})".format(', '.join(native))
+        return EMULATED, ("emulated by oneDNN on AVX512F (no avx512_bf16 or amx_bf16): expect float32's "
+                          "speed or less")
+    if (get_num_gpu() if num_gpu is None else num_gpu) > 0:
+        return NATIVE, 'on the GPU'
+    return EMULATED, "emulated on the CPU (no GPU): float16's numbers, not its speed"
+
+
+class PrecisionReport(tfv1.train.SessionRunHook):
+    """Measures what a mode's rewrite did: the first run asks TensorFlow for the graph as it ran
+    it (its partition graphs, after grappler) and counts the ops computing in 16 bits. Then
+    :attr:`path` is :data:`NATIVE`, :data:`EMULATED` or :data:`FLOAT32` and one log line says
+    it, e.g. ``mixed_precision='bf16', measured at the first step: 52 of 610 ops compute in
+    bfloat16, on this CPU's bfloat16 instructions (avx512_bf16).`` The trainers add one (see
+    ``Trainer.precision_report``)."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.path = self.message = None
+        self.computing = self.ops = None
+
+    def before_run(self, run_context):
+        if self.path is None:
+            return tfv1.train.SessionRunArgs(None, options=tfv1.RunOptions(output_partition_graphs=True))
+        return None
+
+    def after_run(self, run_context, run_values):
+        graphs = run_values.run_metadata.partition_graphs if run_values.run_metadata is not None else ()
+        if self.path is None and graphs:
+            self.measure(graphs)
+
+    def measure(self, graph_defs):
+        """Set :attr:`path` and :attr:`message` from ``graph_defs`` and log the message."""
+        self.computing, self.ops = ops_in_16_bits(graph_defs, self.mode)
+        self.path, why = measured_path(self.mode, self.computing)
+        head = "mixed_precision={!r}, measured at the first step: ".format(self.mode)
+        if self.path == FLOAT32:
+            self.message = head + ("every one of the {} ops runs in float32 ({}): this run trains in "
+                                   "float32, with float32's numbers and speed.".format(self.ops, why))
+        else:
+            self.message = head + "{} of {} ops compute in {}, {}.".format(
+                self.computing, self.ops, 'bfloat16' if self.mode == 'bf16' else 'float16', why)
+        (logger.info if self.path == NATIVE else logger.warn)(self.message)
 
 
 CPU_FP16_REWRITE = 'auto_mixed_precision_cpu'

@@ -22,7 +22,7 @@ from ..loop.dispatch import Callbacks
 from ..loop.resume_state import ResumeState, resume_state_path
 from ..loop.state import Schedule, TrainLoop
 from ..tfutils.hooked_session import HookedSession
-from ..tfutils.mixed_precision import MixedPrecision, MixedPrecisionError, check_rewrite
+from ..tfutils.mixed_precision import MixedPrecision, MixedPrecisionError, PrecisionReport, check_rewrite
 from ..tfutils.model_utils import describe_trainable_vars
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
@@ -105,6 +105,9 @@ class Trainer:
     :func:`~tensorpack_lite.utils.concurrency.bound_exit`)."""
 
     _mixed_precision = None
+    precision_report = None
+    """With a mixed-precision mode, its :class:`PrecisionReport`: after the first step, which path
+    the mode took on this machine (``.path``: 'native', 'emulated' or 'float32', measured)."""
     _state_at_end = None
 
     def __init__(self):
@@ -210,7 +213,10 @@ class Trainer:
     def _trainer_hooks(self):
         """The trainer's own hooks of ``hooked_sess``, which act before the callbacks' (the run
         counter first). A subclass may add its own after these."""
-        return [_CountRuns(self.loop)]
+        hooks = [_CountRuns(self.loop)]
+        if self.precision_report is not None:
+            hooks.append(self.precision_report)
+        return hooks
 
     @call_only_once
     def initialize(self, session_creator, session_init):
@@ -248,6 +254,7 @@ class Trainer:
                                  type(self).__name__, precision.mode, type(session_creator).__name__))
         session_creator.config = precision.session_config(session_creator.config)
         precision.warn_if_unsupported()
+        self.precision_report = PrecisionReport(precision.mode)
         logger.info("Mixed precision: {}.".format(precision))
 
     def _check_mixed_precision(self):
