@@ -78,10 +78,11 @@ DRIVER = textwrap.dedent('''
 
     class Interrupt(Callback):
         """Stops the attempt per its spec '<how>:<where>:<n>': how is kill (SIGKILL), term
-        (SIGTERM, a preemption notice), fail (an exception) or fill (fill the disk, training
-        goes on); where is step (after global step n), epoch (at epoch n's end, after the
-        savers, before the monitors) or write (inside the n-th write of stats.json, after the
-        temporary file, before its rename)."""
+        (SIGTERM, a preemption notice, sent twice, and once more when training ends, before
+        the last checkpoint: the second and third change nothing), fail (an exception) or fill
+        (fill the disk, training goes on); where is step (after global step n), epoch (at epoch
+        n's end, after the savers, before the monitors) or write (inside the n-th write of
+        stats.json, after the temporary file, before its rename)."""
 
         def __init__(self, spec):
             self.how, self.where, number = spec.split(':')
@@ -107,10 +108,15 @@ DRIVER = textwrap.dedent('''
             if self.where == 'epoch' and self.epoch_num == self.number:
                 self._stop()
 
+        def _after_train(self):
+            if self.how == 'term':
+                os.kill(os.getpid(), signal.SIGTERM)
+
         def _stop(self):
             if self.how == 'kill':
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.how == 'term':
+                os.kill(os.getpid(), signal.SIGTERM)
                 os.kill(os.getpid(), signal.SIGTERM)
             if self.how == 'fail':
                 raise RuntimeError('simulated failure at global step {}'.format(self.global_step))
@@ -131,8 +137,8 @@ DRIVER = textwrap.dedent('''
                      PeriodicTrigger(InferenceRunner(BatchData(DataFromList(data(2, 8), shuffle=False), 4),
                                                      [ScalarStats('cost')]), every_k_steps=2),
                      MinSaver('validation_cost')]
-        if spec:
-            callbacks.append(Interrupt(spec))
+        if spec:   # SIGTERM's callback first: its after_train runs before ModelSaver's last save
+            callbacks.insert(0 if spec.startswith('term') else len(callbacks), Interrupt(spec))
         config = AutoResumeTrainConfig(
             model=Model(), data=FeedInput(BatchData(DataFromList(data(1, STEPS * BATCH), shuffle=False),
                                                     BATCH)),
@@ -296,12 +302,15 @@ def test_random_kills_with_mid_epoch_validation_resume_every_time(runs):
 
 
 def test_sigterm_ends_the_step_saves_a_checkpoint_exits_143_and_the_rerun_ends_as_uninterrupted(runs):
-    """SIGTERM (a preemption notice) mid-epoch 3, at global step 10: training stops before the
-    next step, ModelSaver writes model-10 and its resume state, the process exits with 128 +
-    SIGTERM; the rerun resumes at step 10 and ends as the uninterrupted run."""
+    """SIGTERM (a preemption notice) twice mid-epoch 3, at global step 10, and again while
+    training ends: training stops before the next step, ModelSaver writes model-10 and its
+    resume state, the process exits with 128 + SIGTERM (not killed by the signal: -15); the
+    second and third SIGTERM change nothing. The rerun resumes at step 10 and ends as the
+    uninterrupted run."""
     snapshots, exits, _ = runs
     assert exits['preempted'] == [128 + signal.SIGTERM, 0]
     preempted, resumed = snapshots['preempted']['outputs']
+    assert preempted.count('Received SIGTERM') == 1, preempted[-3000:]
     assert 'Received SIGTERM (preemption): training stops after the current step.' in preempted
     assert 'Training was preempted (SIGTERM) after global step 10' in preempted, preempted[-3000:]
     assert re.search(r'Model saved to .*model-10\.', preempted), preempted[-3000:]
