@@ -8,11 +8,12 @@ finds epochs whose steps per epoch changed; bad sizes and inputs are refused nam
 import json
 import logging
 import os
+import sys
 
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks import ModelSaver
+from tensorpack_lite.callbacks import ModelSaver, ScheduledHyperParamSetter
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer,
@@ -146,6 +147,39 @@ def test_scaling_the_learning_rate_2_1_2_towers_makes_the_scaled_updates_and_kee
         "Resuming at epoch 3 with 2 model replicas (towers x processes), where epoch 2 ended with 1: "
         "ScaleLearningRate(2) keeps each replica's batch; the learning rate is 'learning_rate' x 1 "
         "(was x 1/2) and an epoch is 2 steps (was 4), the same data."]
+
+
+@pytest.mark.parametrize('kind', ['simple', 'horovod'])
+def test_a_schedule_written_for_the_reference_size_is_scaled_at_every_epoch(logdir, kind, monkeypatch):
+    """ScaleLearningRate with a ScheduledHyperParamSetter: the schedule (0.1 for epoch 1, 0.04
+    from epoch 2: as in tensorpack, (e, v) sets v after epoch e) is written once, for the
+    reference size, and sets the variable; every update uses it x N / reference: 1/2 on a
+    SimpleTrainer (1 replica, reference 2) and on a HorovodTrainer (2 towers on one MPI rank,
+    reference 4)."""
+    x, y = samples(16)
+    if kind == 'horovod':
+        pytest.importorskip('mpi4py', reason='the MPI engine needs mpi4py: '
+                                             'pip install "tensorpack_lite[mpi]"')
+        from tensorpack_lite.train.horovod_trainer import HorovodTrainer
+        monkeypatch.setitem(sys.modules, 'horovod', None)            # the MPI engine, on every TensorFlow
+        monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
+        trainer, policy, batch = HorovodTrainer(gpus=['/cpu:0', '/cpu:1']), ScaleLearningRate(4), 2
+    else:
+        trainer, policy, batch = SimpleTrainer(), ScaleLearningRate(2), 4
+    schedule = ScheduledHyperParamSetter('learning_rate', [(0, 0.1), (1, 0.04)])
+    config = TrainConfig(model=Linear(lr=0.5, momentum=0), callbacks=[schedule, ModelSaver()], monitors=None,
+                         dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), batch),
+                         steps_per_epoch=2, max_epoch=2, elastic=policy,
+                         session_config=tfv1.ConfigProto(device_count={'CPU': 2}))
+    launch_train_with_config(config, trainer)
+    assert trainer.world_size == (2 if kind == 'horovod' else 1)
+    w1 = sgd(W0.astype('float64'), x[:8], y[:8], 0.05, 4, 2)         # 0.1 x 1/2, two steps of 4 datapoints
+    expected = sgd(w1, x[8:], y[8:], 0.02, 4, 2)                       # 0.04 x 1/2
+    np.testing.assert_allclose(newest_weights(logdir), expected, rtol=0, atol=1e-5)
+    checkpoint = tfv1.train.latest_checkpoint(logdir)
+    assert tfv1.train.load_variable(checkpoint, 'learning_rate') == pytest.approx(0.04)
+    assert [record['learning_rate'] for record in json.load(open(os.path.join(logdir, 'stats.json')))] == \
+        pytest.approx([0.1, 0.04])                                     # what the schedule set, as written
 
 
 def test_a_later_resume_with_the_same_size_keeps_the_scaled_steps_per_epoch(logdir, log_records):
