@@ -69,11 +69,16 @@ def test_without_any_source_create_server_says_every_way_to_give_one(monkeypatch
 
 
 RANK_SCRIPT = r'''
-import json, sys
+import json, logging, os, sys
 from tensorpack_lite.cluster.source import find_cluster
+logged = []
+handler = logging.Handler()
+handler.emit = lambda record: logged.append(record.getMessage())
+logging.getLogger('tensorpack_lite').addHandler(handler)
 cluster = find_cluster(num_ps=int(sys.argv[1]))
-found = [cluster.source, cluster.job_name, cluster.task_index, cluster.cluster]
-print('RESULT ' + json.dumps(found), flush=True)
+found = [cluster.source, cluster.job_name, cluster.task_index, cluster.cluster, logged]
+with open(os.path.join(sys.argv[2], 'rank-{}.json'.format(os.environ['PMI_RANK'])), 'w') as f:
+    json.dump(found, f)     # a file per rank: mpiexec may interleave the ranks' output lines
 '''
 
 
@@ -84,17 +89,17 @@ def test_mpi_ranks_exchange_their_addresses_and_agree_on_one_cluster(tmp_path):
     script = tmp_path / 'rank.py'
     script.write_text(RANK_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != 'TF_CONFIG' and not k.startswith('SLURM_')}
-    code, output = run_bounded([MPIEXEC, '-launcher', 'fork', '-n', '3', sys.executable, str(script), '1'],
-                               timeout=120, env=env)
+    code, output = run_bounded([MPIEXEC, '-launcher', 'fork', '-n', '3', sys.executable, str(script), '1',
+                                str(tmp_path)], timeout=120, env=env)
     assert code == 0, output
-    results = sorted(json.loads(line.split('RESULT ', 1)[1]) for line in output.splitlines()
-                     if 'RESULT ' in line)                      # by source: rank 0, 1, 2
-    assert [source for source, _, _, _ in results] == ['MPI (PMI_RANK {} of 3)'.format(r) for r in range(3)]
-    assert [(job, index) for _, job, index, _ in results] == [('worker', 0), ('worker', 1), ('ps', 0)]
-    clusters = [cluster for _, _, _, cluster in results]
+    results = [json.loads((tmp_path / 'rank-{}.json'.format(rank)).read_text()) for rank in range(3)]
+    assert [r[0] for r in results] == ['MPI (PMI_RANK {} of 3)'.format(rank) for rank in range(3)]
+    assert [(job, index) for _, job, index, _, _ in results] == [('worker', 0), ('worker', 1), ('ps', 0)]
+    clusters = [cluster for _, _, _, cluster, _ in results]
     assert clusters[0] == clusters[1] == clusters[2]          # every rank holds the same cluster
     addresses = clusters[0]['worker'] + clusters[0]['ps']
     assert len(addresses) == 3 and len(set(addresses)) == 3   # three ports, held apart while they were picked
     hostname = subprocess.check_output(['hostname'], text=True).strip()
     assert all(a.rsplit(':', 1)[0] == hostname for a in addresses)
-    assert '[cluster] ps 0 (' in output and 'from MPI (PMI_RANK 2 of 3).' in output
+    assert results[2][4] == ['[cluster] ps 0 ({}) of 3 task(s), from MPI (PMI_RANK 2 of 3).'.format(
+        addresses[2])]
