@@ -432,6 +432,8 @@ def _worker_range(text):
 
 
 def main(argv=None):
+    """``python -m tensorpack_lite.cluster.launch [options] -- command ...``: the command line
+    of :func:`launch` (``--help`` lists the options); returns the exit code."""
     parser = argparse.ArgumentParser(
         prog='python -m tensorpack_lite.cluster.launch',
         description="Run a command as N worker (and M ps) processes of a cluster on this machine, each "

@@ -102,6 +102,8 @@ def _another_rank_ends(grace):
 
 
 def main(argv=None):
+    """``python -m tensorpack_lite.cluster.mpi_rank -- command ...``: :func:`run_rank` from the
+    command line; returns the exit code."""
     parser = argparse.ArgumentParser(
         prog='python -m tensorpack_lite.cluster.mpi_rank',
         description="Run one MPI rank's command; see the module's documentation.")

@@ -14,7 +14,7 @@ Inside, the job's processes reach each other on ``localhost`` as before. Outboun
 machine's own loopback is at :data:`HOST_LOOPBACK` from inside. Without slirp4netns the job
 is still private, but has no way out (one warning says so and how to install it).
 
-How the namespace is made (:mod:`tensorpack_lite.cluster.netns_holder`): as root a plain network
+How the namespace is made (``cluster/netns_holder.py``, run as a script): as root a plain network
 namespace; otherwise (or where a container denies that) a user namespace that maps only the
 user's own uid, with a network namespace in it, as ``unshare --user --net`` does without
 privileges. The job's processes join it with ``nsenter`` and keep their uid. Processes of the

@@ -43,7 +43,7 @@ from ..utils import logger
 
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
-           'Average', 'Sum', 'Compression', 'Compressor', 'ordered_collectives', 'engine_name',
+           'Average', 'Sum', 'Compression', 'Compressor', 'NoneCompressor', 'FP16Compressor', 'ordered_collectives', 'engine_name',
            'PeerShutdownError', 'SHUT_DOWN_MESSAGE', 'dead_local_peers', 'PEER_TIMEOUT',
            'check_launched_size', 'LAUNCHER_SIZES']
 
@@ -446,22 +446,27 @@ def shutdown():
 
 
 def is_initialized():
+    """Whether :func:`init` ran and :func:`shutdown` did not yet."""
     return _engine is not None
 
 
 def rank():
+    """This process's rank in the MPI world (0 .. :func:`size` - 1)."""
     return _get().rank
 
 
 def size():
+    """The number of ranks of the MPI world."""
     return _get().size
 
 
 def local_rank():
+    """This process's rank among the ranks on its machine."""
     return _get().local_rank
 
 
 def local_size():
+    """The number of ranks on this machine."""
     return _get().local_size
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from ...utils.develop import import_optional, log_deprecated
 from .base import PhotometricAugmentor
 
-__all__ = ['Hue', 'Brightness', 'BrightnessScale', 'Contrast', 'MeanVarianceNormalize',
+__all__ = ['ClippedPhotometricAugmentor', 'Hue', 'Brightness', 'BrightnessScale', 'Contrast', 'MeanVarianceNormalize',
            'GaussianBlur', 'Gamma', 'Clip', 'Saturation', 'Lighting', 'MinMaxNormalize']
 
 

@@ -1,0 +1,47 @@
+"""Sphinx configuration of the documentation site: ``pip install -e ".[docs]"``, then
+``sphinx-build -W --keep-going -b html docs docs/_build/html``."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '_ext'))
+
+from tensorpack_lite.libinfo import __version__  # noqa: E402
+
+project = 'tensorpack_lite'
+author = 'the tensorpack_lite authors'
+release = version = __version__
+
+extensions = [
+    'myst_parser',                 # the guides are Markdown, readable on GitHub as they are
+    'sphinx.ext.autodoc',          # the API pages come from the docstrings
+    'sphinx.ext.napoleon',         # Google-style Args/Returns, as tensorpack wrote them
+    'sphinx.ext.graphviz',         # diagrams drawn from source at build time
+    'api_pages',                   # docs/_ext/api_pages.py: one page per module, checks
+]
+
+source_suffix = {'.rst': 'restructuredtext', '.md': 'markdown'}
+root_doc = 'index'
+exclude_patterns = ['_build', 'README.md']
+templates_path = []
+
+myst_heading_anchors = 4           # [text](page.md#a-heading) links resolve
+myst_enable_extensions = ['colon_fence']
+
+autodoc_member_order = 'bysource'
+autodoc_typehints = 'none'
+autodoc_default_options = {'exclude-members': '__init__,__weakref__,__dict__,__module__'}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+
+nitpicky = True                    # an unresolved reference of the package is a warning (-W: an error)
+suppress_warnings = []
+
+graphviz_output_format = 'svg'
+
+html_theme = 'furo'
+html_title = 'tensorpack_lite {}'.format(version)
+html_static_path = []
+html_show_sourcelink = False
+html_copy_source = False
