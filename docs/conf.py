@@ -42,6 +42,7 @@ graphviz_output_format = 'svg'
 
 html_theme = 'furo'
 html_title = 'tensorpack_lite {}'.format(version)
-html_static_path = []
+html_static_path = ['_static']
+html_favicon = '_static/favicon.svg'
 html_show_sourcelink = False
 html_copy_source = False

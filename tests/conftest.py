@@ -188,8 +188,39 @@ def _build_horovod_env(say):
     return found[-1], None
 
 
+DOCS_SITE_VARIABLE = 'TENSORPACK_LITE_DOCS_SITE'
+"""A documentation site already built (.ci/run builds it with the README's docs command)."""
+
+
+def _build_docs_site(say):
+    """Build the documentation site once for the tests that open it: (its path, None) or
+    (None, why not). The build takes about half a minute; its progress is shown."""
+    repo = os.path.dirname(_TESTS_DIR)
+    out = os.path.join(os.path.expanduser('~'), '.cache', 'tensorpack_lite', 'docs-site')
+    command = [sys.executable, '-m', 'sphinx', '-W', '--keep-going', '-n', '-b', 'html',
+               os.path.join(repo, 'docs'), out]
+    say('[docs_site] building the documentation site into {} (about 30 s)'.format(out))
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, last_said = [], time.time()
+    for line in proc.stdout:
+        lines.append(line)
+        if time.time() - last_said > 10:
+            say('[docs_site] ' + line.strip()[:100])
+            last_said = time.time()
+    if proc.wait() != 0:
+        return None, 'the documentation build failed ({}):\n{}'.format(' '.join(command),
+                                                                       ''.join(lines[-60:]))
+    return out, None
+
+
 def pytest_collection_finish(session):
-    """Make the Horovod environment ready before the first test, if a selected test needs it."""
+    """Make the Horovod environment and the documentation site ready before the first test, if a
+    selected test needs them."""
+    session.config.docs_site = (os.environ.get(DOCS_SITE_VARIABLE), None)
+    if not session.config.docs_site[0] and not session.config.option.collectonly and \
+            any('docs_site' in getattr(item, 'fixturenames', ()) for item in session.items):
+        reporter = session.config.pluginmanager.get_plugin('terminalreporter')
+        session.config.docs_site = _build_docs_site(reporter.write_line if reporter is not None else print)
     session.config.horovod_env = (os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON'), None)
     if session.config.horovod_env[0] or session.config.option.collectonly:
         return
@@ -210,3 +241,13 @@ def horovod_python(pytestconfig):
     if error:
         pytest.fail(error)
     return python
+
+
+@pytest.fixture(scope='session')
+def docs_site(pytestconfig):
+    """The built documentation site's directory: $TENSORPACK_LITE_DOCS_SITE, else the one built
+    before the first test."""
+    path, error = getattr(pytestconfig, 'docs_site', (None, 'the documentation site was not built'))
+    if error:
+        pytest.fail(error)
+    return path
