@@ -31,6 +31,14 @@ def test_the_quick_start_has_exactly_two_commands_and_the_script_finds_each():
     assert commands[1].endswith('python -m pytest -q tests'), commands[1]
 
 
+def test_ci_builds_the_docs_with_the_readmes_command_and_warnings_fail_it():
+    command = readme_command('docs')
+    assert command.startswith('python -m pip install -q -e ".[docs]"') and ' -W ' in command, command
+    assert 'docs docs/_build/html' in command
+    script = open(os.path.join(REPO, '.ci', 'run'), encoding='utf-8').read()
+    assert 'readme_command.sh docs' in script and 'TENSORPACK_LITE_DOCS_SITE="$REPO/docs/_build/html"' in script
+
+
 def test_an_unknown_command_name_is_refused():
     out = subprocess.run(['bash', os.path.join(REPO, '.ci', 'readme_command.sh'), 'deploy'],
                          capture_output=True, text=True, timeout=60)
