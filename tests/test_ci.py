@@ -36,7 +36,8 @@ def test_ci_builds_the_docs_with_the_readmes_command_and_warnings_fail_it():
     assert command.startswith('python -m pip install -q -e ".[docs]"') and ' -W ' in command, command
     assert 'docs docs/_build/html' in command
     script = open(os.path.join(REPO, '.ci', 'run'), encoding='utf-8').read()
-    assert 'readme_command.sh docs' in script and 'TENSORPACK_LITE_DOCS_SITE="$REPO/docs/_build/html"' in script
+    assert 'readme_command.sh docs' in script
+    assert 'TENSORPACK_LITE_DOCS_SITE="$REPO/docs/_build/html"' in script
 
 
 def test_an_unknown_command_name_is_refused():

@@ -142,7 +142,8 @@ def test_three_pages_render_in_a_browser_and_the_search_finds_the_main_names(ser
     os.makedirs(shots, exist_ok=True)
     for kind, page in PAGES.items():
         browser.get(base + page)
-        WebDriverWait(browser, 60).until(lambda d: d.execute_script('return document.readyState') == 'complete')
+        WebDriverWait(browser, 60).until(
+            lambda d: d.execute_script('return document.readyState') == 'complete')
         assert browser.find_element(By.TAG_NAME, 'h1').text, page
         # every stylesheet applied and every image decoded: nothing the page refers to is missing
         sheets = browser.execute_script('return document.styleSheets.length')

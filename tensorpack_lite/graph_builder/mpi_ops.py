@@ -43,7 +43,8 @@ from ..utils import logger
 
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
-           'Average', 'Sum', 'Compression', 'Compressor', 'NoneCompressor', 'FP16Compressor', 'ordered_collectives', 'engine_name',
+           'Average', 'Sum', 'Compression', 'Compressor', 'NoneCompressor', 'FP16Compressor',
+           'ordered_collectives', 'engine_name',
            'PeerShutdownError', 'SHUT_DOWN_MESSAGE', 'dead_local_peers', 'PEER_TIMEOUT',
            'check_launched_size', 'LAUNCHER_SIZES']
 

@@ -11,8 +11,9 @@ import numpy as np
 from ...utils.develop import import_optional, log_deprecated
 from .base import PhotometricAugmentor
 
-__all__ = ['ClippedPhotometricAugmentor', 'Hue', 'Brightness', 'BrightnessScale', 'Contrast', 'MeanVarianceNormalize',
-           'GaussianBlur', 'Gamma', 'Clip', 'Saturation', 'Lighting', 'MinMaxNormalize']
+__all__ = ['ClippedPhotometricAugmentor', 'Hue', 'Brightness', 'BrightnessScale', 'Contrast',
+           'MeanVarianceNormalize', 'GaussianBlur', 'Gamma', 'Clip', 'Saturation', 'Lighting',
+           'MinMaxNormalize']
 
 
 def opencv(augmentor):
