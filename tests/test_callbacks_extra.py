@@ -208,9 +208,20 @@ def test_graph_profiler_metadata_and_events(logdir):
     assert tagged == {'trace-1': 1, 'trace-2': 2, 'trace-3': 3}
 
 
-def test_graph_profiler_needs_the_logger_dir():
+def test_graph_profiler_needs_the_logger_dir_when_training_starts():
+    profiler = GraphProfiler()            # made before any logger directory: fine until training
     with pytest.raises(RuntimeError, match='GraphProfiler.*set_logger_dir'):
-        GraphProfiler()
+        train(_counter_trainer(), [profiler], steps_per_epoch=1, max_epoch=1)
+
+
+def test_graph_profiler_made_before_its_runs_logger_dir_writes_there(tmp_path):
+    from tensorpack_lite.utils import logger
+    logger.set_logger_dir(str(tmp_path / 'earlier'), action='d')
+    profiler = GraphProfiler()
+    logger.set_logger_dir(str(tmp_path / 'run'), action='d')
+    train(_counter_trainer(), [profiler], steps_per_epoch=1, max_epoch=1)
+    assert os.listdir(str(tmp_path / 'run')).count('chrome-trace-1.json') == 1
+    assert not glob.glob(str(tmp_path / 'earlier' / 'chrome-trace-*'))
 
 
 # ----------------------------------------------------------------------------------------

@@ -159,15 +159,20 @@ class GraphProfiler(Callback):
             dump_tracing (bool): write Chrome trace files.
             dump_event (bool): put the metadata into the monitors as an event.
         """
-        self._dir = logger.get_logger_dir()
-        if self._dir is None or not os.path.isdir(self._dir):
-            raise RuntimeError("GraphProfiler writes into the logger directory, which is not set "
-                               "(or does not exist): call logger.set_logger_dir() first.")
+        self._dir = None
         self._dump_meta = bool(dump_metadata)
         self._dump_tracing = bool(dump_tracing)
         self._dump_event = bool(dump_event)
         self._run_args = tfv1.train.SessionRunArgs(
             fetches=None, options=tfv1.RunOptions(trace_level=tfv1.RunOptions.FULL_TRACE))
+
+    def _setup_graph(self):
+        # the run's directory, read when training sets up (not when the callback is made): a
+        # profiler created before set_logger_dir() of its run writes into that run's directory
+        self._dir = logger.get_logger_dir()
+        if self._dir is None or not os.path.isdir(self._dir):
+            raise RuntimeError("GraphProfiler writes into the logger directory, which is not set "
+                               "(or does not exist): call logger.set_logger_dir() before training.")
 
     def _before_run(self, _):
         return self._run_args
