@@ -22,7 +22,7 @@ extensions = [
 
 source_suffix = {'.rst': 'restructuredtext', '.md': 'markdown'}
 root_doc = 'index'
-exclude_patterns = ['_build', 'README.md']
+exclude_patterns = ['_build', 'README.md', '_data']
 templates_path = []
 
 myst_heading_anchors = 4           # [text](page.md#a-heading) links resolve
@@ -46,3 +46,20 @@ html_static_path = ['_static']
 html_favicon = '_static/favicon.svg'
 html_show_sourcelink = False
 html_copy_source = False
+
+
+def _draw_run_curves(app):
+    """The training curves shown in checkpoints.md, drawn by the library's own plotter from a real
+    run's stats.json (examples/basics/mnist-convnet.py, default settings) when the site is built."""
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.makedirs(os.path.join(here, '_generated'), exist_ok=True)
+    run_dir = os.path.join(here, '_data', 'mnist-convnet')
+    subprocess.run([sys.executable, '-m', 'tensorpack_lite.utils.plot', run_dir,
+                    '--keys', '^(validation_)?(accuracy|cross_entropy_loss)$',
+                    '--output', os.path.join(here, '_generated', 'mnist-convnet-curves.png')],
+                   check=True, env=dict(os.environ, MPLBACKEND='Agg', TF_CPP_MIN_LOG_LEVEL='2'))
+
+
+def setup(app):
+    app.connect('builder-inited', _draw_run_curves)

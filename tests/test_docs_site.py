@@ -189,3 +189,34 @@ def test_the_links_of_the_three_pages_land_on_their_anchors_in_the_browser(serve
         if not found:
             lost.append((path, anchor))
     assert lost == [] and missing == [], (lost[:10], missing[:10])
+
+
+class _Images(html.parser.HTMLParser):
+    """The images a page shows (img src, object data)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sources = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        source = attrs.get('src') if tag == 'img' else attrs.get('data') if tag == 'object' else None
+        if source:
+            self.sources.append(source)
+
+
+def test_the_flow_guides_carry_diagrams_drawn_at_build_time_and_checkpoints_a_real_runs_curves(docs_site):
+    for page in ('architecture.html', 'input_source.html', 'distributed.html', 'checkpoints.html'):
+        images = _Images()
+        with open(os.path.join(docs_site, page), encoding='utf-8') as f:
+            images.feed(f.read())
+        wanted = 'mnist-convnet-curves.png' if page == 'checkpoints.html' else 'graphviz-'
+        drawn = [s for s in images.sources if wanted in s]
+        assert drawn, (page, images.sources)
+        path = os.path.join(docs_site, posixpath.normpath(posixpath.join(posixpath.dirname(page), drawn[0])))
+        with open(path, 'rb') as f:
+            head = f.read(4096)
+        if wanted == 'graphviz-':
+            assert b'<svg' in head, page               # Graphviz's SVG, with the diagram's nodes
+        else:
+            assert head.startswith(b'\x89PNG') and os.path.getsize(path) > 20000, page
