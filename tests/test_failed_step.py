@@ -230,10 +230,13 @@ config = get_default_sess_config()
 if sys.argv[1] == 'default-order':   # TensorFlow's own order of the passes
     config.graph_options.rewrite_options.auto_mixed_precision_cpu = 1
 logger.set_logger_dir(sys.argv[2], action='d')
+trainer = SimpleTrainer()
+# the path is what is tested here; each stage's bound at its default is tested in-process
+trainer.SESSION_PROBE_TIMEOUT, trainer.CLOSE_TIMEOUT, trainer.EXIT_TIMEOUT = 2.0, 1.0, 3.0
 launch_train_with_config(TrainConfig(
     model=Net(), data=QueueInput(DataFromList(batches, shuffle=False)), callbacks=[ModelSaver()],
     steps_per_epoch=4, max_epoch=1, session_creator=NewSessionCreator(config=config),
-    mixed_precision='fp16' if sys.argv[1] == 'fp16' else None), SimpleTrainer())
+    mixed_precision='fp16' if sys.argv[1] == 'fp16' else None), trainer)
 print('TRAINED')
 """
 

@@ -390,6 +390,7 @@ def main(argv):
         from helpers import BreakSessionAt
         callbacks.insert(0, BreakSessionAt(args.break_session_at_step))
         trainer.SESSION_PROBE_TIMEOUT = 1.0    # the broken session never answers
+        trainer.EXIT_TIMEOUT = 2.0             # the exit once DumpWeights was abandoned
     batch_norm = None if args.batch_norm is None else args.batch_norm.replace('none', '')
     model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm,
                       lr_variable=isinstance(policy, ScaleLearningRate))

@@ -17,8 +17,8 @@ from .crop import CenterCrop, GoogleNetRandomCropAndResize, RandomCrop, RandomCr
 from .deform import GaussianDeform, GaussianMap
 from .external import Albumentations, IAAugmentor
 from .geometry import Affine, Rotation, RotationAndCropValid, Shift
-from .imgproc import (Brightness, BrightnessScale, Clip, Contrast, Gamma, GaussianBlur, Hue, Lighting,
-                      MeanVarianceNormalize, MinMaxNormalize, Saturation)
+from .imgproc import (Brightness, BrightnessScale, Clip, ClippedPhotometricAugmentor, Contrast, Gamma,
+                      GaussianBlur, Hue, Lighting, MeanVarianceNormalize, MinMaxNormalize, Saturation)
 from .meta import Identity, MapImage, RandomApplyAug, RandomChooseAug, RandomOrderAug
 from .misc import Flip, RandomResize, Resize, ResizeShortestEdge, Transpose
 from .noise import GaussianNoise, JpegNoise, SaltPepperNoise
@@ -41,6 +41,7 @@ __all__ = [
     # geometry
     'Shift', 'Rotation', 'RotationAndCropValid', 'Affine',
     # imgproc
+    'ClippedPhotometricAugmentor',
     'Hue', 'Brightness', 'BrightnessScale', 'Contrast', 'MeanVarianceNormalize', 'GaussianBlur', 'Gamma',
     'Clip', 'Saturation', 'Lighting', 'MinMaxNormalize',
     # meta
