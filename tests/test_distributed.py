@@ -500,7 +500,7 @@ def test_a_worker_whose_session_breaks_ends_and_the_other_names_it(tmp_path):
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
 @pytest.mark.parametrize('trainer, num_worker, num_ps, rate_mbit', [
-    ('collective', 4, 0, 20), ('replicated', 2, 2, 20), ('ps', 3, 1, 200)])
+    ('collective', 4, 0, 20), ('replicated', 2, 2, 20)])
 def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(
         tmp_path, trainer, num_worker, num_ps, rate_mbit):
     """Every task in a network namespace of its own (cluster/netns.py), its link limited to

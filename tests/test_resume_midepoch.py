@@ -69,9 +69,8 @@ def uninterrupted(tmp_path_factory):
     return weights
 
 
-@pytest.mark.parametrize('args', [('--input', 'queue'), ('--input', 'feed'),
-                                  ('--input', 'queue', '--towers', '2')],
-                         ids=['QueueInput', 'FeedInput', 'QueueInput+StagingInput-2-towers'])
+@pytest.mark.parametrize('args', [('--input', 'feed'), ('--input', 'queue', '--towers', '2')],
+                         ids=['FeedInput', 'QueueInput+StagingInput-2-towers'])   # QueueInput: in the second
 def test_sigterm_mid_epoch_redoes_no_step_and_ends_as_never_stopped(tmp_path, uninterrupted, args):
     output = _run(tmp_path, *args, '--sigterm-at', '45', expect=143)
     assert os.path.isfile(os.path.join(str(tmp_path), 'model-45.resume')), output[-3000:]
