@@ -19,6 +19,7 @@ Example::
     ClusterConfig.from_tf_config().task_name       # '/job:worker/task:1'
 """
 
+import contextlib
 import json
 import numbers
 import os
@@ -27,7 +28,7 @@ import threading
 import time
 
 __all__ = ['JOBS', 'CHIEF_JOBS', 'ClusterConfig', 'LostTaskError', 'TaskWatchdog', 'local_cluster',
-           'cluster_of_addresses']
+           'cluster_of_addresses', 'cluster_of_rank', 'held_free_port']
 
 JOBS = ('worker', 'ps')
 """The jobs of the trainers' cluster: 'worker' (required; task 0 is the chief) and 'ps'."""
@@ -328,10 +329,18 @@ def _first_line(err):
     return lines[0] if lines else type(err).__name__
 
 
-def _free_port():
+@contextlib.contextmanager
+def held_free_port():
+    """A port free on every interface of this machine (as a TensorFlow server binds), kept bound
+    inside the block so that nothing else on the machine is given it meanwhile."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(('', 0))   # all interfaces, as a TensorFlow server binds
-        return sock.getsockname()[1]
+        sock.bind(('', 0))
+        yield sock.getsockname()[1]
+
+
+def _free_port():
+    with held_free_port() as port:
+        return port
 
 
 def local_cluster(num_worker, num_ps=0, host='localhost'):
@@ -354,6 +363,15 @@ def cluster_of_addresses(addresses, num_worker):
     if len(addresses) > num_worker:
         cluster['ps'] = list(addresses[num_worker:])
     return cluster
+
+
+def cluster_of_rank(addresses, num_ps, rank, source='given'):
+    """The :class:`ClusterConfig` of ``addresses`` (one per task: the workers, then the last
+    ``num_ps`` the ps tasks) as task ``rank`` of that list sees it: how launchers that number
+    their tasks (Slurm, MPI) map onto the cluster."""
+    num_worker = len(addresses) - num_ps
+    job, index = ('worker', rank) if rank < num_worker else ('ps', rank - num_worker)
+    return ClusterConfig(cluster_of_addresses(addresses, num_worker), job, index, source=source)
 
 
 class TaskWatchdog:

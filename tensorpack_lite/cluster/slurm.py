@@ -27,7 +27,7 @@ import os
 import re
 import zlib
 
-from .config import ClusterConfig
+from .config import cluster_of_rank
 
 __all__ = ['expand_hostlist', 'expand_tasks_per_node', 'step_base_port', 'reserved_ports', 'slurm_cluster',
            'in_slurm_step', 'NUM_PS_VARIABLE', 'PORT_VARIABLE',
@@ -215,10 +215,5 @@ def slurm_cluster(environ=None, num_ps=None):
                          "distribution over {} puts it at {}: set TF_CONFIG for every task".format(
                              procid, environ['SLURM_LOCALID'], distribution, environ['SLURM_STEP_NODELIST'],
                              locals_[procid]))
-    num_worker = num_tasks - num_ps
-    cluster = {'worker': addresses[:num_worker]}
-    if num_ps:
-        cluster['ps'] = addresses[num_worker:]
-    job, index = ('worker', procid) if procid < num_worker else ('ps', procid - num_worker)
-    return ClusterConfig(cluster, job, index, source='Slurm job step {}.{}'.format(
+    return cluster_of_rank(addresses, num_ps, procid, source='Slurm job step {}.{}'.format(
         environ.get('SLURM_JOB_ID', '?'), environ.get('SLURM_STEP_ID', '?')))

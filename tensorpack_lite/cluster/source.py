@@ -21,7 +21,7 @@ import os
 import socket
 
 from ..utils import logger
-from .config import ClusterConfig, cluster_of_addresses
+from .config import ClusterConfig, cluster_of_rank, held_free_port
 from .slurm import NUM_PS_VARIABLE, in_slurm_step, slurm_cluster
 
 __all__ = ['find_cluster', 'mpi_rank_and_size', 'MPI_RANK_VARIABLES', 'DEFAULT_PORT']
@@ -86,12 +86,10 @@ def find_cluster(hosts=None, rank=None, num_ps=None, environ=None):
     return cluster
 
 
-def _task_of_rank(rank, num_tasks, num_ps):
+def _check_num_ps(num_ps, num_tasks):
     if not 0 <= num_ps < num_tasks:
         raise ValueError("find_cluster: {} parameter-server task(s) leave no worker among {} task(s)".format(
             num_ps, num_tasks))
-    num_worker = num_tasks - num_ps
-    return ('worker', rank) if rank < num_worker else ('ps', rank - num_worker)
 
 
 def _from_hosts(hosts, rank, num_ps, environ):
@@ -105,9 +103,8 @@ def _from_hosts(hosts, rank, num_ps, environ):
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(addresses):
         raise ValueError("find_cluster: rank {!r} is not an index of the {} hosts".format(
             rank, len(addresses)))
-    job, index = _task_of_rank(rank, len(addresses), num_ps)
-    return ClusterConfig(cluster_of_addresses(addresses, len(addresses) - num_ps), job, index,
-                         source='hosts=')
+    _check_num_ps(num_ps, len(addresses))
+    return cluster_of_rank(addresses, num_ps, rank, source='hosts=')
 
 
 def _launcher_rank(environ, num_hosts):
@@ -140,9 +137,8 @@ def _from_mpi(num_ps, environ):
                            "against another MPI; use that MPI's mpiexec".format(
                                name, rank, size, world.Get_rank(), world.Get_size()))
     # the port stays bound until every rank has its own, so two ranks on one host never pick the same
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
-        held.bind(('', 0))
-        mine = '{}:{}'.format(socket.gethostname(), held.getsockname()[1]).encode()
+    with held_free_port() as port:
+        mine = '{}:{}'.format(socket.gethostname(), port).encode()
         if len(mine) > _ADDRESS_BYTES:
             raise ValueError("find_cluster: the host name of rank {} is too long: {!r}".format(rank, mine))
         send = np.zeros(_ADDRESS_BYTES, np.uint8)
@@ -150,6 +146,5 @@ def _from_mpi(num_ps, environ):
         gathered = np.zeros((size, _ADDRESS_BYTES), np.uint8)
         world.Allgather(send, gathered)
     addresses = [bytes(row).rstrip(b'\0').decode() for row in gathered]
-    job, index = _task_of_rank(rank, size, num_ps)
-    return ClusterConfig(cluster_of_addresses(addresses, size - num_ps), job, index,
-                         source='MPI ({} {} of {})'.format(name, rank, size))
+    _check_num_ps(num_ps, size)
+    return cluster_of_rank(addresses, num_ps, rank, source='MPI ({} {} of {})'.format(name, rank, size))
