@@ -213,24 +213,25 @@ def _build_docs_site(say):
     return out, None
 
 
+def _selected_tests_use(session, fixture):
+    """Whether a test this run will run asks for ``fixture`` (never in --collect-only)."""
+    return not session.config.option.collectonly and \
+        any(fixture in getattr(item, 'fixturenames', ()) for item in session.items)
+
+
 def pytest_collection_finish(session):
-    """Make the Horovod environment and the documentation site ready before the first test, if a
-    selected test needs them."""
-    session.config.docs_site = (os.environ.get(DOCS_SITE_VARIABLE), None)
-    if not session.config.docs_site[0] and not session.config.option.collectonly and \
-            any('docs_site' in getattr(item, 'fixturenames', ()) for item in session.items):
-        reporter = session.config.pluginmanager.get_plugin('terminalreporter')
-        session.config.docs_site = _build_docs_site(reporter.write_line if reporter is not None else print)
-    session.config.horovod_env = (os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON'), None)
-    if session.config.horovod_env[0] or session.config.option.collectonly:
-        return
-    if not any('horovod_python' in getattr(item, 'fixturenames', ()) for item in session.items):
-        return
+    """Make the documentation site and the Horovod environment ready before the first test, if a
+    selected test needs them and the environment does not name them already."""
     reporter = session.config.pluginmanager.get_plugin('terminalreporter')
     say = reporter.write_line if reporter is not None else print
-    say('[horovod_env] making the Horovod environment ready (the first build on a machine takes '
-        '5-15 minutes)')
-    session.config.horovod_env = _build_horovod_env(say)
+    session.config.docs_site = (os.environ.get(DOCS_SITE_VARIABLE), None)
+    if not session.config.docs_site[0] and _selected_tests_use(session, 'docs_site'):
+        session.config.docs_site = _build_docs_site(say)
+    session.config.horovod_env = (os.environ.get('TENSORPACK_LITE_HOROVOD_PYTHON'), None)
+    if not session.config.horovod_env[0] and _selected_tests_use(session, 'horovod_python'):
+        say('[horovod_env] making the Horovod environment ready (the first build on a machine takes '
+            '5-15 minutes)')
+        session.config.horovod_env = _build_horovod_env(say)
 
 
 @pytest.fixture(scope='session')

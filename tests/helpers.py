@@ -28,6 +28,23 @@ __all__ = ['LogRecords', 'capture_logs', 'ReadBack', 'RecordCost', 'AssignValues
            'HANG_TIMEOUT', 'run_or_hang', 'wait_until', 'VirtualClock', 'BreakingSession', 'BreakSessionAt']
 
 
+# ----- mixed precision -----------------------------------------------------------------------
+
+def expected_precision_path(mode):
+    """The path a mixed-precision mode should take here, from the CPU's flags (written out here,
+    not taken from the library): the tests compare it with the path measured at the first step."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            flags = {flag for line in f if line.startswith('flags') for flag in line.split(':', 1)[1].split()}
+    except OSError:
+        flags = set()
+    if mode == 'fp16':
+        return 'emulated'      # no GPU can run TensorFlow here
+    if not flags & {'avx512f', 'avx_ne_convert'}:
+        return 'float32'       # TensorFlow's oneDNN bfloat16 rewrite leaves the graph alone
+    return 'native' if flags & {'avx512_bf16', 'amx_bf16'} else 'emulated'
+
+
 # ----- logging -------------------------------------------------------------------------------
 
 class LogRecords(list):

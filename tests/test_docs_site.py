@@ -23,11 +23,11 @@ PAGES = {'home': 'index.html', 'guide': 'distributed.html', 'api': 'api/train.ht
 
 
 class _Links(html.parser.HTMLParser):
-    """The ids and the hrefs of one HTML page."""
+    """The ids, the hrefs and the images (img src, object data) of one HTML page."""
 
     def __init__(self):
         super().__init__()
-        self.ids, self.hrefs = set(), []
+        self.ids, self.hrefs, self.images = set(), [], []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
@@ -35,6 +35,9 @@ class _Links(html.parser.HTMLParser):
             self.ids.add(attrs['id'])
         if tag == 'a' and attrs.get('href'):
             self.hrefs.append(attrs['href'])
+        image = attrs.get('src') if tag == 'img' else attrs.get('data') if tag == 'object' else None
+        if image:
+            self.images.append(image)
 
 
 def parse(path):
@@ -191,28 +194,12 @@ def test_the_links_of_the_three_pages_land_on_their_anchors_in_the_browser(serve
     assert lost == [] and missing == [], (lost[:10], missing[:10])
 
 
-class _Images(html.parser.HTMLParser):
-    """The images a page shows (img src, object data)."""
-
-    def __init__(self):
-        super().__init__()
-        self.sources = []
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        source = attrs.get('src') if tag == 'img' else attrs.get('data') if tag == 'object' else None
-        if source:
-            self.sources.append(source)
-
-
 def test_the_flow_guides_carry_diagrams_drawn_at_build_time_and_checkpoints_a_real_runs_curves(docs_site):
     for page in ('architecture.html', 'input_source.html', 'distributed.html', 'checkpoints.html'):
-        images = _Images()
-        with open(os.path.join(docs_site, page), encoding='utf-8') as f:
-            images.feed(f.read())
+        images = parse(os.path.join(docs_site, page)).images
         wanted = 'mnist-convnet-curves.png' if page == 'checkpoints.html' else 'graphviz-'
-        drawn = [s for s in images.sources if wanted in s]
-        assert drawn, (page, images.sources)
+        drawn = [source for source in images if wanted in source]
+        assert drawn, (page, images)
         path = os.path.join(docs_site, posixpath.normpath(posixpath.join(posixpath.dirname(page), drawn[0])))
         with open(path, 'rb') as f:
             head = f.read(4096)

@@ -23,7 +23,7 @@ from tensorpack_lite.train import (AsyncMultiGPUTrainer, ModelDesc, SimpleTraine
                                    TrainConfig, launch_train_with_config)
 from tensorpack_lite.utils import logger
 
-from helpers import capture_logs
+from helpers import capture_logs, expected_precision_path
 
 FEATURES = 8
 OVERFLOW = 1e30
@@ -301,11 +301,7 @@ def test_measured_path_of_each_case(mode, computing, flags, gpus, path, words):
 
 
 def test_the_first_step_measures_the_path_this_machine_takes(say_machine_fact):
-    flags = mixed_precision.cpu_flags()
-    if not flags & {'avx512f', 'avx_ne_convert'}:
-        expected = 'float32'
-    else:
-        expected = 'native' if flags & {'avx512_bf16', 'amx_bf16'} else 'emulated'
+    expected = expected_precision_path('bf16')
     with capture_logs() as records:
         trainer = train('bf16')
     report = trainer.precision_report

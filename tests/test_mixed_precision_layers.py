@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import BreakingSession
+from helpers import BreakingSession, expected_precision_path
 
 from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith, Conv2D, Conv2DTranspose,
                              Dropout, FixedUnPooling, FullyConnected, GlobalAvgPooling, InstanceNorm,
@@ -27,23 +27,11 @@ from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith
                              launch_train_with_config)
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
-from tensorpack_lite.tfutils import mixed_precision
 from tensorpack_lite.tfutils.mixed_precision import MixedPrecision, MixedPrecisionError
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAST_NAME = {'fp16': 'CastToFp16', 'bf16': 'CastToBf16'}
-
-
-def expected_path(mode):
-    """The path the mode should take here, from the CPU's flags and the GPUs, as the library's
-    warning before training says; each test compares it with the path measured at the first step."""
-    flags = mixed_precision.cpu_flags()
-    if mode == 'fp16':
-        return 'emulated'      # no GPU can run TensorFlow here
-    if not flags & {'avx512f', 'avx_ne_convert'}:
-        return 'float32'       # TensorFlow's oneDNN bfloat16 rewrite leaves the graph alone
-    return 'native' if flags & {'avx512_bf16', 'amx_bf16'} else 'emulated'
 
 
 class StepGraph(Callback):
@@ -79,7 +67,7 @@ class StepGraph(Callback):
 
     def assert_trained(self, mode):
         report = self.trainer.precision_report
-        assert report.path == expected_path(mode), report.message
+        assert report.path == expected_precision_path(mode), report.message
         if report.path == 'float32':
             assert not self.casts(mode), report.message
         else:

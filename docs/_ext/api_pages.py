@@ -153,7 +153,6 @@ def homes(found):
             return len(os.path.commonprefix([module_name.split('.'), defined_in.split('.')]))
         # equally close: the more specific module (tfutils.tower before tfutils), then the first listed
         result[key] = max(modules, key=lambda m: (closeness(m), m.count('.'), -modules.index(m)))
-        _HOME_NAMES.add('{}.{}'.format(result[key], getattr(obj, '__name__', '')))
     return result
 
 
@@ -187,8 +186,13 @@ def module_page(module_name, names, home_of):
 
 
 def write_pages(app):
+    """Write the pages, and note the names the reference resolver needs (see _ours)."""
     found = exported()
     home_of = homes(found)
+    for module_name, names in found.items():
+        _OUR_NAMES.update(name for name, _ in names)
+        _HOME_NAMES.update('{}.{}'.format(module_name, getattr(obj, '__name__', name)) for name, obj in names
+                           if home_of.get(id(obj)) == module_name)
     directory = os.path.join(app.srcdir, PAGE_DIR)
     os.makedirs(directory, exist_ok=True)
     for module_name, names in found.items():
@@ -225,12 +229,9 @@ def _ours(target):
 
 
 _OUR_NAMES = set()
+"""Every name a listed module exports."""
 _HOME_NAMES = set()
-
-
-def collect_names(app):
-    for names in exported().values():
-        _OUR_NAMES.update(name for name, _ in names)
+"""The full names of the objects exported by several modules, in their home module."""
 
 
 def resolve_short_names(app, env, node, contnode):
@@ -279,6 +280,5 @@ def drop_foreign_docstrings(app, what, name, obj, options, lines):
 def setup(app):
     app.connect('autodoc-process-docstring', drop_foreign_docstrings)
     app.connect('builder-inited', write_pages)
-    app.connect('builder-inited', collect_names)
     app.connect('missing-reference', resolve_short_names)
     return {'parallel_read_safe': True, 'parallel_write_safe': True}
