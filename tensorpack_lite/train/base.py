@@ -104,6 +104,11 @@ class Trainer:
     may take (then the process ends with status 1; see
     :func:`~tensorpack_lite.utils.concurrency.bound_exit`)."""
 
+    config_parameters = None
+    """The settings of the ``TrainConfig`` the trainer was launched with
+    (``TrainConfig.parameters()``, set by ``launch_train_with_config``); None otherwise."""
+
+    _stop_request = None
     _mixed_precision = None
     precision_report = None
     """With a mixed-precision mode, its :class:`PrecisionReport`: after the first step, which path
@@ -169,6 +174,38 @@ class Trainer:
             return False
         self._callbacks.append(cb)
         return True
+
+    def run_parameters(self):
+        """The parameters of the run, as experiment trackers record them (see
+        :func:`~tensorpack_lite.callbacks.tracking.run_parameters`): :attr:`config_parameters`,
+        then the trainer's class, :attr:`world_size`, the mixed-precision mode, and, once
+        training started, ``steps_per_epoch`` and ``max_epoch``."""
+        params = dict(self.config_parameters or {})
+        params.update(trainer=type(self).__name__, world_size=self.world_size)
+        if self.mixed_precision is not None:
+            params['mixed_precision'] = self.mixed_precision.mode
+        if self.loop.schedule is not None:
+            params.update(steps_per_epoch=self.loop.steps_per_epoch, max_epoch=self.loop.max_epoch)
+        return params
+
+    def request_stop(self, reason):
+        """End training as finished (not failed, not preempted), on every process of the run:
+        what :class:`~tensorpack_lite.callbacks.EarlyStopping` calls from a trigger. A single
+        process stops now (``StopTraining`` is raised from here). The trainers of several
+        processes carry the request as they carry a preemption, so that every process stops after
+        the same step, one or two steps later (see docs/callbacks.md).
+
+        Args:
+            reason (str): why, for the log.
+        """
+        if not isinstance(reason, str) or not reason:
+            raise TypeError("request_stop() takes the reason as a non-empty str, got {!r}".format(reason))
+        self._on_stop_request(reason)
+
+    def _on_stop_request(self, reason):
+        """Act on :meth:`request_stop` (template: a trainer of several processes records it for
+        :meth:`_check_preemption`)."""
+        raise StopTraining(reason)
 
     def run_step(self):
         """Run one training step. By default runs ``self.train_op`` in the hooked session;
@@ -414,9 +451,12 @@ class Trainer:
 
     def _check_preemption(self):
         """Before each step: raise :class:`~tensorpack_lite.cluster.preemption.Preempted` when
-        training must stop because of SIGTERM (template: the distributed trainers stop every
+        training must stop because of SIGTERM, ``StopTraining`` when a stop was requested
+        (:meth:`request_stop`) and recorded (template: the distributed trainers stop every
         worker after the same step)."""
         self._preemption.check()
+        if self._stop_request is not None:
+            raise StopTraining(self._stop_request)
 
     def _end_training(self, failure):
         """Run the callbacks' ``after_train`` and close the session; after ``failure`` (a

@@ -129,6 +129,27 @@ class TrainConfig:
     starting_epoch = _schedule_property('starting_epoch')
     max_epoch = _schedule_property('max_epoch')
 
+    def parameters(self):
+        """The settings of the run this config describes, as a flat dict of names to strings and
+        numbers: what an experiment tracker records as the run's parameters (see
+        :func:`~tensorpack_lite.callbacks.tracking.run_parameters`). Where the run starts
+        (``starting_epoch``) is not one of them: a resumed run is the same run.
+
+        Example::
+
+            TrainConfig(model=Model(), dataflow=df, max_epoch=5).parameters()
+            # {'model': 'Model', 'input': 'BatchData', 'steps_per_epoch': 100, 'max_epoch': 5, ...}
+        """
+        source = self.dataflow if self.dataflow is not None else self.data
+        named = {'model': self.model, 'input': source, 'session_init': self.session_init}
+        params = {key: type(value).__name__ for key, value in named.items() if value is not None}
+        params.update(steps_per_epoch=self.steps_per_epoch, max_epoch=self.max_epoch,
+                      callbacks=', '.join(str(cb) for cb in self.callbacks + self.extra_callbacks),
+                      elastic=type(self.elastic).__name__)
+        if self.mixed_precision is not None:
+            params['mixed_precision'] = self.mixed_precision.mode
+        return params
+
     def _input_size(self):
         source = self.dataflow if self.dataflow is not None else self.data
         try:

@@ -64,6 +64,7 @@ def launch_train_with_config(config, trainer):
     if config.dataflow is None and config.data is None:
         raise ValueError("TrainConfig needs dataflow= or data= for launch_train_with_config()")
     model = config.model
+    trainer.config_parameters = config.parameters()
     if config.mixed_precision is not None:
         trainer.mixed_precision = config.mixed_precision
     _restart_epoch_if_resized(config, trainer)
