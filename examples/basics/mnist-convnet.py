@@ -11,9 +11,14 @@ read from the standard IDX files in DIR (gzipped or not).
     python examples/basics/mnist-convnet.py --data ~/mnist_data  # MNIST
     python examples/basics/mnist-convnet.py --max-epoch 2 --steps-per-epoch 5  # smoke run
     python examples/basics/mnist-convnet.py --mixed-precision bf16  # bfloat16 (docs/mixed_precision.md)
+    python examples/basics/mnist-convnet.py --resume --mlflow http://127.0.0.1:5000  # tracked in MLflow
+    python examples/basics/mnist-convnet.py --early-stop 3  # stop when validation accuracy stalls
 
 Logs, ``stats.json``, TensorBoard events and checkpoints go to ``train_log/mnist-convnet``
-(``--logdir``); an existing directory there is replaced.
+(``--logdir``); an existing directory there is replaced, unless ``--resume`` is given: then a
+run stopped there (Ctrl-C, SIGTERM, a crash) goes on from its last checkpoint. ``--mlflow
+URI`` tracks the run in MLflow (``pip install mlflow``; docs/callbacks.md), in the same MLflow
+run after a resume.
 """
 
 import argparse
@@ -21,9 +26,11 @@ import argparse
 import numpy as np
 
 from tensorpack_lite import (
-    BatchData, BNReLU, ClassificationError, Conv2D, InferenceRunner, LinearWrap, MaxSaver, ModelDesc,
-    ModelSaver, ProxyDataFlow, ScalarStats, ScheduledHyperParamSetter, SimpleTrainer, TrainConfig,
-    argscope, l2_regularizer, launch_train_with_config, logger, regularize_cost)
+    DEFAULT_MONITORS, AutoResumeTrainConfig, BatchData, BNReLU, ClassificationError, Conv2D, EarlyStopping,
+    InferenceRunner,
+    LinearWrap, MaxSaver, MLflowMonitor, ModelDesc, ModelSaver, ProxyDataFlow, ScalarStats,
+    ScheduledHyperParamSetter, SimpleTrainer, TrainConfig, argscope, l2_regularizer,
+    launch_train_with_config, logger, regularize_cost)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.dataflow.dataset import Digits, Mnist
 from tensorpack_lite.tfutils.summary import add_moving_summary, add_param_summary
@@ -122,16 +129,25 @@ def lr_schedule(epochs):
 def get_config(args):
     train, test = get_data(args.data, args.batch, args.shift)
     epochs = args.max_epoch
-    return TrainConfig(
+    callbacks = [
+        ModelSaver(),
+        InferenceRunner(test, [ScalarStats(['cross_entropy_loss', 'accuracy']),
+                               ClassificationError('incorrect_vector')]),
+        MaxSaver('validation_accuracy'),
+        ScheduledHyperParamSetter('learning_rate', lr_schedule(epochs)),
+    ]
+    if args.early_stop:
+        callbacks.append(EarlyStopping('validation_accuracy', patience=args.early_stop, mode='max'))
+    monitors = None
+    if args.mlflow:
+        monitors = DEFAULT_MONITORS() + [MLflowMonitor(args.mlflow, experiment_name='mnist-convnet',
+                                                       params={'batch': args.batch, 'shift': args.shift})]
+    config_class = AutoResumeTrainConfig if args.resume else TrainConfig
+    return config_class(
         model=Model(),
         dataflow=train,
-        callbacks=[
-            ModelSaver(),
-            InferenceRunner(test, [ScalarStats(['cross_entropy_loss', 'accuracy']),
-                                   ClassificationError('incorrect_vector')]),
-            MaxSaver('validation_accuracy'),
-            ScheduledHyperParamSetter('learning_rate', lr_schedule(epochs)),
-        ],
+        callbacks=callbacks,
+        monitors=monitors,
         steps_per_epoch=args.steps_per_epoch or len(train),
         max_epoch=epochs,
         mixed_precision=args.mixed_precision)
@@ -148,11 +164,17 @@ def main():
     parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'],
                         help='compute in 16 bits (docs/mixed_precision.md; default: float32)')
     parser.add_argument('--logdir', default='train_log/mnist-convnet',
-                        help='where logs, stats.json and checkpoints go (replaced if it exists; '
-                             'default %(default)s)')
+                        help='where logs, stats.json and checkpoints go (replaced if it exists, unless '
+                             '--resume; default %(default)s)')
+    parser.add_argument('--resume', action='store_true',
+                        help='go on from the last checkpoint in --logdir, if any')
+    parser.add_argument('--mlflow', metavar='URI',
+                        help='track the run in MLflow at this tracking URI, e.g. http://127.0.0.1:5000')
+    parser.add_argument('--early-stop', type=int, metavar='EPOCHS',
+                        help='stop after this many epochs without a better validation accuracy')
     args = parser.parse_args()
 
-    logger.set_logger_dir(args.logdir, action='d')
+    logger.set_logger_dir(args.logdir, action='k' if args.resume else 'd')
     config = get_config(args)
     trainer = SimpleTrainer()
     launch_train_with_config(config, trainer)

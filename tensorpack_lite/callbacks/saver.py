@@ -12,7 +12,6 @@ A checkpoint is ``<prefix>.index`` plus ``<prefix>.data-*`` files; load one with
 """
 
 import contextlib
-import difflib
 import functools
 import json
 import os
@@ -32,6 +31,7 @@ from ..tfutils.varmanip import (CheckpointStateError, find_step_checkpoints, get
                                 read_checkpoint_state)
 from ..utils import logger
 from ..utils.fs import write_atomically
+from .stat_reader import StatReader
 
 __all__ = ['ModelSaver', 'MinSaver', 'MaxSaver', 'CheckpointWriteError']
 
@@ -503,17 +503,13 @@ class MinSaver(Callback):
     """
 
     def __init__(self, monitor_stat, reverse=False, filename=None, checkpoint_dir=None):
-        if not isinstance(monitor_stat, str) or not monitor_stat:
-            raise TypeError("{}: monitor_stat must be the name of a statistic, got {!r}".format(
-                type(self).__name__, monitor_stat))
+        self._stat = StatReader(self, monitor_stat)
         self.monitor_stat = monitor_stat
         self.reverse = bool(reverse)
         self.filename = filename or '{}-{}'.format(self._kind, monitor_stat.replace('/', '_'))
         self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self.best = None
-        self._last_seen_step = None
         self._checked = False
-        self._declared = None   # the statistics the callbacks declare (set before the first step)
 
     def __str__(self):
         return "{}('{}')".format(type(self).__name__, self.monitor_stat)
@@ -577,45 +573,7 @@ class MinSaver(Callback):
     def _before_epoch(self):
         if not self._checked:  # before the first step, once every callback is ready
             self._checked = True
-            self._check_stat_is_declared()
-
-    def _check_stat_is_declared(self):
-        """Compare ``monitor_stat`` with the statistics the trainer's callbacks declare."""
-        callbacks = getattr(self.trainer, 'callbacks', None)
-        if not isinstance(callbacks, tuple):
-            return  # not run by a Trainer: nothing to compare with
-        producers, undeclared = {}, []
-        for cb in callbacks:
-            names = cb.stat_names()
-            if names is None:
-                undeclared.append(str(cb))
-            for name in names or []:
-                producers.setdefault(name, cb)
-        self._declared = set(producers)
-        producer = producers.get(self.monitor_stat)
-        if producer is not None:
-            if self in callbacks and callbacks.index(producer) > callbacks.index(self):
-                logger.warn("{}: '{}' is put by {}, which comes after it in the callbacks: each "
-                            "trigger would see the previous value. Place {} after {}.".format(
-                                self, self.monitor_stat, producer, self, producer))
-            return
-        suggestion = self._suggest()
-        if not undeclared:
-            raise KeyError("{}: the statistic '{}' was never put into trainer.monitors and none of the "
-                           "callbacks declares it (checked before training).{}".format(
-                               self, self.monitor_stat, suggestion))
-        if difflib.get_close_matches(self.monitor_stat, self._declared, n=1, cutoff=0.6):
-            logger.warn("{}: no callback declares the statistic '{}' ({} cannot tell what they "
-                        "put).{}".format(self, self.monitor_stat, ', '.join(undeclared), suggestion))
-
-    def _suggest(self):
-        """The closest declared names and all of them, for an error message."""
-        if self._declared is None:
-            return ""
-        close = difflib.get_close_matches(self.monitor_stat, sorted(self._declared), n=3, cutoff=0.6)
-        return "{} The callbacks declare: {}.".format(
-            " Did you mean {}?".format(' or '.join("'{}'".format(c) for c in close)) if close else "",
-            ', '.join(sorted(self._declared)) or 'nothing')
+            self._stat.check()
 
     def _is_better(self, value):
         if self.best is None:
@@ -623,18 +581,10 @@ class MinSaver(Callback):
         return value > self.best[1] if self.reverse else value < self.best[1]
 
     def _trigger(self):
-        history = self.trainer.monitors.get_history(self.monitor_stat)
-        if not history:
-            if self.monitor_stat in (self._declared or ()):
-                logger.info("{}: '{}' was not put yet.".format(self, self.monitor_stat))
-                return  # declared by a callback on another schedule
-            raise KeyError("{}: the statistic '{}' was never put into trainer.monitors. Check its "
-                           "name, and that the callback producing it comes before {} in the "
-                           "callbacks.{}".format(self, self.monitor_stat, self, self._suggest()))
-        step, value = history[-1]
-        if step == self._last_seen_step:
-            return  # not updated since the last trigger
-        self._last_seen_step = step
+        point = self._stat.new_value()
+        if point is None:
+            return
+        step, value = point
         if value != value:  # NaN
             logger.warn("{}: '{}' is NaN at global_step={}; ignored.".format(self, self.monitor_stat, step))
             return

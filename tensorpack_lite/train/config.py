@@ -143,9 +143,9 @@ class TrainConfig:
         source = self.dataflow if self.dataflow is not None else self.data
         named = {'model': self.model, 'input': source, 'session_init': self.session_init}
         params = {key: type(value).__name__ for key, value in named.items() if value is not None}
+        callbacks = (self.callbacks or []) + (self.extra_callbacks or [])
         params.update(steps_per_epoch=self.steps_per_epoch, max_epoch=self.max_epoch,
-                      callbacks=', '.join(str(cb) for cb in self.callbacks + self.extra_callbacks),
-                      elastic=type(self.elastic).__name__)
+                      callbacks=', '.join(str(cb) for cb in callbacks), elastic=type(self.elastic).__name__)
         if self.mixed_precision is not None:
             params['mixed_precision'] = self.mixed_precision.mode
         return params
