@@ -426,6 +426,36 @@ def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
         assert_replicas_match(resumed_weights[k], load_worker(whole, k)['weights'], atol=1e-6)
 
 
+@pytest.mark.parametrize('trainer, num_ps, stop_at', [('collective', 0, 16)])
+def test_early_stopping_on_the_chief_ends_every_worker_after_the_same_step_as_finished(
+        tmp_path, trainer, num_ps, stop_at):
+    """The chief's EarlyStopping('score', patience=3) on a scripted score (3, 2, 2.5, 2.6, 2.7, 1, ...
+    by epoch, 3 steps each): epochs 3, 4 and 5 do not beat epoch 2, so the chief asks to stop after
+    epoch 5 (global step 15). The request travels as a preemption does, in the collective vote of
+    the next step: both workers stop after step 16, with the same weights, and exit 0 (finished,
+    not preempted); the chief's last checkpoint is that step's, its stats.json ends with epoch 5.
+    (The parameter-server trainers carry it as a proposal of step + 2 at the chief's barrier, the
+    path of their SIGTERM test above; the barrier keeps the reason: test_distributed_graph.py.)"""
+    logdir = tmp_path / 'logs'
+    args = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 8, '--per-worker-logdir',
+            '--logdir', logdir, '--early-stop', '3:3,2,2.5,2.6,2.7,1,1,1']
+    run = Run(tmp_path, 2, num_ps, args)
+    output = run.output
+    assert [run.returncode('worker', k) for k in range(2)] == [0, 0], output[-6000:]
+    asked = (r"\[worker 0\] .*EarlyStopping\('score'\): 'score' is 2\.7 at global_step=15, the 3 value\(s\) "
+             r"in a row not better than its best 2 at global_step=6")
+    assert re.search(asked, output), output[-6000:]
+    for k in range(2):
+        assert re.search(r'\[worker {}\] .*Training was stopped by StopTraining: every worker stops after '
+                         r'global step {}'.format(k, stop_at), output), output[-6000:]
+    assert 'preempted' not in output.lower()
+    stopped = [load_worker(tmp_path, k) for k in range(2)]
+    assert [w['global_step'] for w in stopped] == [stop_at, stop_at]
+    assert_replicas_match(stopped[1]['weights'], stopped[0]['weights'], atol=0)
+    assert stats_epochs(logdir / 'worker0') == [1, 2, 3, 4, 5]
+    assert (logdir / 'worker0' / 'model-{}.index'.format(stop_at)).exists()
+
+
 @pytest.mark.parametrize('trainer, damage', [('collective', 'dies-saving'), ('ps', 'loses-data')])
 def test_a_chief_killed_with_a_damaged_checkpoint_resumes_every_worker_from_the_same_step(
         tmp_path, trainer, damage):

@@ -18,6 +18,7 @@ from tensorpack_lite.graph_builder.distributed import (CollectiveAllReduceBuilde
                                                        DistributedParameterServerBuilder,
                                                        DistributedReplicatedBuilder)
 from tensorpack_lite.tfutils.distributed import FinishBarrier, cluster_of_server, create_server
+from tensorpack_lite.tfutils.preemption_vote import PREEMPTED, REQUESTED
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
@@ -428,19 +429,24 @@ def test_the_finish_barrier_lets_the_chief_go_only_after_every_worker_left(two_w
 
 
 def test_the_smallest_proposed_stop_step_stands_and_every_worker_reads_it(two_workers):
-    """Each worker proposes from its own session; the chief's number is the minimum, and a
-    new prepare() (a new run of training) forgets it."""
+    """Each worker proposes from its own session; the chief's number is the minimum, a SIGTERM
+    wins over a requested stop as the reason, and a new prepare() (a new run of training)
+    forgets both."""
     chief, other = FinishBarrier(two_workers[0]), FinishBarrier(two_workers[1])
     chief.prepare()
     assert chief.stop_step() == other.stop_step() == FinishBarrier.NEVER
+    assert other.agreed_stop() == (FinishBarrier.NEVER, None)
+    chief.propose_stop(10, REQUESTED)      # e.g. the chief's EarlyStopping
+    assert other.agreed_stop() == (10, REQUESTED)
     other.propose_stop(9)
     assert chief.stop_step() == other.stop_step() == 9
+    assert chief.agreed_stop() == (9, PREEMPTED)
     chief.propose_stop(12)       # later than the standing one: no change
     assert other.stop_step() == 9
-    chief.propose_stop(8)
-    assert other.stop_step() == 8
+    chief.propose_stop(8, REQUESTED)
+    assert other.agreed_stop() == (8, PREEMPTED)     # SIGTERM was proposed: it stays the reason
     chief.prepare()
-    assert other.stop_step() == FinishBarrier.NEVER
+    assert other.agreed_stop() == (FinishBarrier.NEVER, None)
     for barrier in (chief, other):
         barrier.close()
 

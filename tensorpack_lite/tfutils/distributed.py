@@ -23,6 +23,7 @@ from ..utils import logger
 from ..utils.concurrency import run_with_timeout
 from ..utils.gpu import num_tensorflow_gpus
 from .common import get_default_sess_config
+from .preemption_vote import PREEMPTED, REQUESTED
 
 __all__ = ['create_server', 'cluster_of_server', 'DistributedSessionCreator',
            'get_distributed_session_creator', 'build_worker_done_op', 'serve_until_workers_finish',
@@ -298,7 +299,9 @@ class FinishBarrier:
     vector always find it.
 
     The stop step is a number on the chief, first "never": a worker that must stop early (it
-    received SIGTERM) proposes one (:meth:`propose_stop`) and the smallest proposal stands. The
+    received SIGTERM, or training asked to stop: ``Trainer.request_stop``) proposes one
+    (:meth:`propose_stop`) and the smallest proposal stands; why is kept beside it (a SIGTERM
+    wins over a request). The
     workers of a synchronous trainer run their steps in lock-step (no worker finishes step
     ``k + 1`` before every worker has begun it), so a worker that proposes, after its step
     ``k``, to stop after step ``k + 2`` is heard by every other worker in time: each reads the
@@ -325,6 +328,7 @@ class FinishBarrier:
     ARRIVED, LEAVING = 1, 2
     NEVER = np.iinfo(np.int64).max
     """The stop step while no worker proposed one."""
+    _WHY_CODES = {REQUESTED: 1, PREEMPTED: 2}    # the largest proposed stands
 
     def __init__(self, server, timeout=600.0, lost_after=5.0, leave_timeout=30.0, interval=0.2):
         self.cluster = cluster_of_server(server)
@@ -340,14 +344,19 @@ class FinishBarrier:
                                   collections=[], use_resource=False, name='tensorpack_lite_finish_barrier')
             stop = tfv1.Variable(tf.constant([self.NEVER], tf.int64), trainable=False, collections=[],
                                  use_resource=False, name='tensorpack_lite_stop_step')
+            why = tfv1.Variable(tf.constant([0], tf.int64), trainable=False, collections=[],
+                                use_resource=False, name='tensorpack_lite_stop_why')
             self._index = tfv1.placeholder(tf.int32, [], name='index')
             self._mark = tfv1.placeholder(tf.int32, [], name='mark')
             self._proposal = tfv1.placeholder(tf.int64, [], name='proposal')
-            self._init = tf.group(state.initializer, stop.initializer)
+            self._why = tfv1.placeholder(tf.int64, [], name='why')
+            self._init = tf.group(state.initializer, stop.initializer, why.initializer)
             self._set = tfv1.scatter_update(state, [self._index], [self._mark]).op
-            self._propose = tfv1.scatter_min(stop, [0], [self._proposal], use_locking=True).op
+            self._propose = tf.group(tfv1.scatter_min(stop, [0], [self._proposal], use_locking=True),
+                                     tfv1.scatter_max(why, [0], [self._why], use_locking=True))
             self._read = tf.identity(state)
             self._read_stop = tf.identity(stop)[0]
+            self._read_agreed = [tf.identity(stop)[0], tf.identity(why)[0]]
             self._ping = tf.no_op()
         self._sess = None
 
@@ -397,14 +406,22 @@ class FinishBarrier:
         """The meeting point now: per worker, 0 (not arrived), :attr:`ARRIVED` or :attr:`LEAVING`."""
         return self._run(self._read)
 
-    def propose_stop(self, step):
-        """Propose that every worker stop once it has run ``step`` steps (global step); the
-        smallest proposal stands. A worker proposes ``k + 2`` after its step ``k``."""
-        self._run(self._propose, {self._proposal: int(step)})
+    def propose_stop(self, step, why=PREEMPTED):
+        """Propose that every worker stop once it has run ``step`` steps (global step), because
+        of ``why`` (:data:`PREEMPTED` or :data:`REQUESTED`); the smallest proposal stands. A worker
+        proposes ``k + 2`` after its step ``k``."""
+        self._run(self._propose, {self._proposal: int(step), self._why: self._WHY_CODES[why]})
 
     def stop_step(self):
         """The global step after which every worker stops, :attr:`NEVER` while none was proposed."""
         return int(self._run(self._read_stop))
+
+    def agreed_stop(self):
+        """``(stop step, why)``: :meth:`stop_step`, and :data:`PREEMPTED` when a worker proposed
+        because of SIGTERM, else :data:`REQUESTED` (None while none was proposed)."""
+        step, code = self._run(self._read_agreed)
+        why = {code_: why_ for why_, code_ in self._WHY_CODES.items()}.get(int(code))
+        return int(step), why
 
     def _mark_self(self, mark):
         self._run(self._set, {self._index: self.cluster.task_index, self._mark: mark})

@@ -48,11 +48,12 @@ from ..tfutils.collective import cluster_group, collective_mean
 from ..tfutils.common import get_global_step_value, get_global_step_var
 from ..tfutils.distributed import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
                                    cluster_of_server, serve_until_workers_finish)
-from ..tfutils.preemption_vote import PreemptionVote
+from ..tfutils.preemption_vote import PREEMPTED, REQUESTED, PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
+from .base import StopTraining
 from .trainers import _DataParallelTrainer
 
 __all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'DistributedTrainerReplicated',
@@ -103,8 +104,9 @@ class _StopWatchingAfterLastStep(tfv1.train.SessionRunHook):
 
 
 class _AgreedStop:
-    """When one worker is preempted (SIGTERM), every worker stops after the same step: the
-    preempted worker proposes, after its step ``k``, to stop after step ``k + 2`` at the
+    """When one worker is preempted (SIGTERM), or the chief asks to stop (``request_stop``), every
+    worker stops after the same step: that worker proposes, after its step ``k``, to stop after
+    step ``k + 2`` at the
     :class:`FinishBarrier` on the chief (see there why every worker hears of it in time). What
     the parameter-server trainers do; :class:`CollectiveAllReduceTrainer` has a cheaper way,
     a vote in its all-reduce (:class:`PreemptionVote`).
@@ -125,20 +127,28 @@ class _AgreedStop:
     def __init__(self, barrier):
         self._barrier = barrier
         self._pending = None      # the DaemonCall of the read started after the last step
-        self.proposed = None
+        self.proposed = {}        # why -> the step proposed
 
-    def due(self, global_step, sigterm_received):
-        """Called before each step, ``global_step`` steps done: propose a stop if SIGTERM came;
-        return the agreed stop step once it is reached, else None."""
-        if sigterm_received and self.proposed is None:
-            self.proposed = global_step + self.MARGIN
-            self._barrier.propose_stop(self.proposed)
-            logger.info("{} proposed that every worker stop after global step {}.".format(
-                self._barrier.cluster.task_name, self.proposed))
+    def due(self, global_step, sigterm_received, stop_request=None):
+        """Called before each step, ``global_step`` steps done: propose a stop if SIGTERM came or
+        a stop was requested (``stop_request``: why); once the agreed stop step is reached,
+        return it and why (:data:`PREEMPTED` or :data:`REQUESTED`), else None."""
+        if sigterm_received:
+            self._propose(global_step, PREEMPTED, 'SIGTERM')
+        if stop_request is not None:
+            self._propose(global_step, REQUESTED, stop_request)
         # the wait is bounded by the barrier's call timeout (and a loss ends the loop anyway)
-        agreed = self._pending.result() if self._pending is not None else FinishBarrier.NEVER
-        self._pending = DaemonCall(self._barrier.stop_step, 'stop-step')
-        return agreed if agreed <= global_step else None
+        step, why = self._pending.result() if self._pending is not None else (FinishBarrier.NEVER, None)
+        self._pending = DaemonCall(self._barrier.agreed_stop, 'stop-step')
+        return (step, why) if step <= global_step else None
+
+    def _propose(self, global_step, why, reason):
+        if why in self.proposed:
+            return
+        self.proposed[why] = global_step + self.MARGIN
+        self._barrier.propose_stop(self.proposed[why], why)
+        logger.info("{} proposed that every worker stop after global step {} ({}).".format(
+            self._barrier.cluster.task_name, self.proposed[why], reason))
 
     def close(self):
         """Stop reading. A read still running is left to end on its own; the exit then waits
@@ -405,18 +415,29 @@ class DistributedTrainerBase(_DataParallelTrainer):
 
     def _check_preemption(self):
         """SIGTERM on any worker stops every worker after the same step (:class:`_AgreedStop`):
-        the chief writes that step's checkpoint, every worker exits with status 143."""
+        the chief writes that step's checkpoint, every worker exits with status 143. A stop the
+        chief requested (:meth:`request_stop`) ends every worker after the same step as finished."""
         if self._agreed_stop is None:
             self._agreed_stop = _AgreedStop(self.finish_barrier)
-        stop_step = self._agreed_stop.due(self.loop.global_step, self._preemption.received)
-        if stop_step is not None:
-            self._stop_together(stop_step)
+        agreed = self._agreed_stop.due(self.loop.global_step, self._preemption.received, self._stop_request)
+        if agreed is not None:
+            self._stop_together(*agreed)
 
-    def _stop_together(self, stop_step):
-        """Every worker stops now, after ``stop_step``, because one was preempted."""
+    def _on_stop_request(self, reason):
+        """Every worker stops after the same step (:meth:`_check_preemption` carries it)."""
+        if self._stop_request is None:
+            logger.info("{} asks every worker to stop: {}".format(self.cluster.task_name, reason))
+            self._stop_request = reason
+
+    def _stop_together(self, stop_step, why=PREEMPTED):
+        """Every worker stops now, after ``stop_step``, because one was preempted (or, ``why``
+        :data:`REQUESTED`, because a stop was requested: training ends as finished)."""
         self.stop_watching()       # the others end now too: that is no loss
         self.ended_together = True
-        raise Preempted.together(self._preemption.received, 'worker', stop_step)
+        if why == PREEMPTED:
+            raise Preempted.together(self._preemption.received, 'worker', stop_step)
+        raise StopTraining("every worker stops after global step {}: {}".format(
+            stop_step, self._stop_request or 'the chief asked to stop.'))
 
     def _trainer_hooks(self):
         return super()._trainer_hooks() + [_StopWatchingAfterLastStep(self)]
@@ -651,8 +672,9 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         the next step's gradients (:class:`PreemptionVote`), so every worker sees it in the same
         step and stops after it; the chief writes that step's checkpoint, every worker exits with
         status 143."""
-        if self._vote.due(self.sess, self._preemption.received, self.cluster.task_name):
-            self._stop_together(self.loop.global_step)
+        why = self._vote.due(self.sess, self._preemption.received, self.cluster.task_name, self._stop_request)
+        if why is not None:
+            self._stop_together(self.loop.global_step, why)
 
     def _session_device_filters(self):
         return self._builder.session_device_filters()

@@ -38,7 +38,7 @@ from ..input_source.input_source_base import FeedfreeInput
 from ..loop.callback import Callback
 from ..loop.state import Schedule
 from ..tfutils.common import get_global_step_value
-from ..tfutils.preemption_vote import PreemptionVote
+from ..tfutils.preemption_vote import PREEMPTED, REQUESTED, PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..tfutils.tower_context import TrainTowerContext
@@ -398,8 +398,21 @@ class HorovodTrainer(SingleCostTrainer):
         rank 0 writes that step's checkpoint, every rank exits with status 143."""
         if self._vote is None:     # no all-reduce of this trainer's in the step
             return super()._check_preemption()
-        if self._vote.due(self.sess, self._preemption.received, 'Rank {}'.format(self._rank)):
+        why = self._vote.due(self.sess, self._preemption.received, 'Rank {}'.format(self._rank),
+                             self._stop_request)
+        if why == PREEMPTED:
             raise Preempted.together(self._preemption.received, 'rank', self.loop.global_step)
+        if why == REQUESTED:
+            raise StopTraining("every rank stops after global step {}: {}".format(
+                self.loop.global_step, self._stop_request or 'rank 0 asked to stop.'))
+
+    def _on_stop_request(self, reason):
+        """With an all-reduce, every rank stops after the same step (the vote carries it)."""
+        if self._vote is None:
+            return super()._on_stop_request(reason)
+        if self._stop_request is None:
+            logger.info("Rank {} asks every rank to stop: {}".format(self._rank, reason))
+            self._stop_request = reason
 
     def _run_epochs(self):
         try:

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from tensorpack_lite.callbacks.early_stopping import EarlyStopping
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
@@ -184,6 +185,19 @@ class PauseAtStep(Callback):
             time.sleep(0.05)
 
 
+class ScriptedScore(Callback):
+    """Puts the statistic 'score' at each epoch's end: ``values[epoch - 1]`` (for EarlyStopping)."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def _trigger_epoch(self):
+        self.trainer.monitors.put_scalar('score', self.values[self.epoch_num - 1])
+
+    def _stat_names(self):
+        return ['score']
+
+
 class ChiefCutWhileSaving(ModelSaver):
     """The chief's ModelSaver; at global step ``step`` it creates the file ``OUT/saving`` and
     waits (up to 120 s) for the file ``OUT/cut`` (the test cuts the chief's link, then creates
@@ -277,6 +291,8 @@ def parse_args(argv):
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
     parser.add_argument('--pause-at-step', type=int, help='see PauseAtStep')
+    parser.add_argument('--early-stop', help="PATIENCE:V1,V2,...: the chief's EarlyStopping('score', "
+                        "patience=PATIENCE) on the score V<epoch> (ScriptedScore)")
     parser.add_argument('--chief-cut-saving', type=int,
                         help="the chief saves global step N's checkpoint once its link is cut (see "
                              "ChiefCutWhileSaving)")
@@ -380,6 +396,10 @@ def main(argv):
     elif logger.get_logger_dir():
         # ChiefLosesData damages the checkpoint of the step before: written when its trigger returns
         callbacks.append(ModelSaver(background=not args.chief_loses_data))
+    if args.early_stop and trainer.is_chief:
+        patience, _, values = args.early_stop.partition(':')
+        callbacks += [ScriptedScore([float(v) for v in values.split(',')]),
+                      EarlyStopping('score', patience=int(patience))]
     if args.chief_loses_data and trainer.is_chief:
         callbacks.append(ChiefLosesData(args.chief_loses_data, marker))
     if args.die_at_step and trainer.task_index == args.die_task:
