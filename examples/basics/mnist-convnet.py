@@ -130,14 +130,14 @@ def get_config(args):
     train, test = get_data(args.data, args.batch, args.shift)
     epochs = args.max_epoch
     callbacks = [
-        ModelSaver(),
         InferenceRunner(test, [ScalarStats(['cross_entropy_loss', 'accuracy']),
                                ClassificationError('incorrect_vector')]),
+        ModelSaver(),
         MaxSaver('validation_accuracy'),
         ScheduledHyperParamSetter('learning_rate', lr_schedule(epochs)),
     ]
-    if args.early_stop:
-        callbacks.append(EarlyStopping('validation_accuracy', patience=args.early_stop, mode='max'))
+    if args.early_stop:   # after the InferenceRunner, before ModelSaver (see EarlyStopping)
+        callbacks.insert(1, EarlyStopping('validation_accuracy', patience=args.early_stop, mode='max'))
     monitors = None
     if args.mlflow:
         monitors = DEFAULT_MONITORS() + [MLflowMonitor(args.mlflow, experiment_name='mnist-convnet',

@@ -9,7 +9,10 @@ from .group import Callbacks
 from .hooks import CallbackToHook, HookToCallback, TFLocalCLIDebugHook
 from .inference import BinaryClassificationStats, ClassificationError, Inferencer, ScalarStats
 from .inference_runner import DataParallelInferenceRunner, InferenceRunner, InferenceRunnerBase
+from .early_stopping import EarlyStopping
+from .hparams import TensorBoardHParams
 from .misc import EstimatedTimeLeft
+from .mlflow_monitor import MLflowMonitor
 from .monitor import (CometMLMonitor, JSONWriter, MonitorBase, Monitors, NoOpMonitor, ScalarPrinter,
                       SendMonitorData, TFEventWriter)
 from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParamSetter,
@@ -22,6 +25,7 @@ from .stats import InjectShell, SendStat
 from .steps import MaintainStepCounter, ProgressBar, SessionRunTimeout, TensorPrinter
 from .summary import MergeAllSummaries, MovingAverageSummary, SimpleMovingAverage
 from .trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
+from .wandb_monitor import WandbMonitor
 
 __all__ = [
     'Callback', 'CallbackFactory', 'ProxyCallback', 'Callbacks',
@@ -32,9 +36,9 @@ __all__ = [
     'BinaryClassificationStats', 'ClassificationError', 'Inferencer', 'ScalarStats', 'InferenceRunner',
     'InferenceRunnerBase',
     'DataParallelInferenceRunner',
-    'EstimatedTimeLeft',
+    'EarlyStopping', 'EstimatedTimeLeft',
     'CometMLMonitor', 'JSONWriter', 'MonitorBase', 'Monitors', 'NoOpMonitor', 'ScalarPrinter',
-    'SendMonitorData', 'TFEventWriter',
+    'SendMonitorData', 'TFEventWriter', 'MLflowMonitor', 'WandbMonitor', 'TensorBoardHParams',
     'GraphVarParam', 'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter',
     'HyperParamSetterWithFunc', 'ObjAttrParam', 'ScheduledHyperParamSetter', 'StatMonitorParamSetter',
     'GPUMemoryTracker', 'GPUUtilizationTracker', 'GraphProfiler', 'HostMemoryTracker',

@@ -191,21 +191,24 @@ class Trainer:
     def request_stop(self, reason):
         """End training as finished (not failed, not preempted), on every process of the run:
         what :class:`~tensorpack_lite.callbacks.EarlyStopping` calls from a trigger. A single
-        process stops now (``StopTraining`` is raised from here). The trainers of several
-        processes carry the request as they carry a preemption, so that every process stops after
-        the same step, one or two steps later (see docs/callbacks.md).
+        process stops once the callbacks of the current step (or epoch) are done. The trainers of
+        several processes carry the request as they carry a preemption, so that every process
+        stops after the same step, one or two steps later (see docs/callbacks.md).
 
         Args:
             reason (str): why, for the log.
         """
         if not isinstance(reason, str) or not reason:
             raise TypeError("request_stop() takes the reason as a non-empty str, got {!r}".format(reason))
-        self._on_stop_request(reason)
+        if self._stop_request is None:
+            self._stop_request = reason
 
-    def _on_stop_request(self, reason):
-        """Act on :meth:`request_stop` (template: a trainer of several processes records it for
-        :meth:`_check_preemption`)."""
-        raise StopTraining(reason)
+    def _stop_if_requested(self):
+        """After the callbacks of each step and each epoch: end training (``StopTraining``) when a
+        stop was requested (template: the trainers of several processes stop at the step they
+        agree on, in :meth:`_check_preemption`)."""
+        if self._stop_request is not None:
+            raise StopTraining(self._stop_request)
 
     def run_step(self):
         """Run one training step. By default runs ``self.train_op`` in the hooked session;
@@ -443,10 +446,12 @@ class Trainer:
                 self.run_step()
                 loop.step_finished()
                 callbacks.trigger_step()
+                self._stop_if_requested()
             callbacks.after_epoch()
             logger.info("Epoch {} (global_step {}) finished, time:{}.".format(
                 epoch, loop.global_step, humanize_time_delta(time.time() - start)))
             callbacks.trigger_epoch()
+            self._stop_if_requested()
         logger.info("Training has finished!")
 
     def _check_preemption(self):

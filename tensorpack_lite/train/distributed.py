@@ -423,11 +423,8 @@ class DistributedTrainerBase(_DataParallelTrainer):
         if agreed is not None:
             self._stop_together(*agreed)
 
-    def _on_stop_request(self, reason):
-        """Every worker stops after the same step (:meth:`_check_preemption` carries it)."""
-        if self._stop_request is None:
-            logger.info("{} asks every worker to stop: {}".format(self.cluster.task_name, reason))
-            self._stop_request = reason
+    def _stop_if_requested(self):
+        """Not here: every worker stops after the step they agree on (:meth:`_check_preemption`)."""
 
     def _stop_together(self, stop_step, why=PREEMPTED):
         """Every worker stops now, after ``stop_step``, because one was preempted (or, ``why``

@@ -406,13 +406,11 @@ class HorovodTrainer(SingleCostTrainer):
             raise StopTraining("every rank stops after global step {}: {}".format(
                 self.loop.global_step, self._stop_request or 'rank 0 asked to stop.'))
 
-    def _on_stop_request(self, reason):
-        """With an all-reduce, every rank stops after the same step (the vote carries it)."""
+    def _stop_if_requested(self):
+        """With an all-reduce, every rank stops after the step the vote agrees on
+        (:meth:`_check_preemption`)."""
         if self._vote is None:
-            return super()._on_stop_request(reason)
-        if self._stop_request is None:
-            logger.info("Rank {} asks every rank to stop: {}".format(self._rank, reason))
-            self._stop_request = reason
+            super()._stop_if_requested()
 
     def _run_epochs(self):
         try:

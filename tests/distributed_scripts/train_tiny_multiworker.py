@@ -398,8 +398,8 @@ def main(argv):
         callbacks.append(ModelSaver(background=not args.chief_loses_data))
     if args.early_stop and trainer.is_chief:
         patience, _, values = args.early_stop.partition(':')
-        callbacks += [ScriptedScore([float(v) for v in values.split(',')]),
-                      EarlyStopping('score', patience=int(patience))]
+        callbacks[:0] = [ScriptedScore([float(v) for v in values.split(',')]),   # before ModelSaver
+                         EarlyStopping('score', patience=int(patience))]
     if args.chief_loses_data and trainer.is_chief:
         callbacks.append(ChiefLosesData(args.chief_loses_data, marker))
     if args.die_at_step and trainer.task_index == args.die_task:
