@@ -196,8 +196,8 @@ def test_an_error_ends_the_run_failed_with_the_error_and_a_rerun_goes_on_in_it(s
 
 def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kept(server, tmp_path):
     """The server stops at step 3 of 6 (once it has steps 1 and 2): training goes on and ends with
-    the weights of a run without the monitor, one warning says the server did not take the values, and the end does
-    not wait for it: what was not sent is written to mlflow-unsent.json. With the server back, the
+    the weights of a run without the monitor, one warning says the server did not take the
+    values, and the end does not wait for it: what was not sent is written to mlflow-unsent.json. With the server back, the
     run resumed in the directory (2 epochs more) sends them first, then its own: every step
     once, FINISHED."""
     logger.set_logger_dir(str(tmp_path / 'plain'), action='k')
@@ -216,7 +216,8 @@ def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kep
     warned = [m for m in logs.messages_at(logging.WARNING) if m.startswith(str(monitor))]
     assert len(warned) == 2, warned
     assert re.match(r"MLflowMonitor\(.*\) did not take the values \(MlflowException: .*\)\. "
-                    r"Training goes on; the values are kept \(at most 100000\) and sent when it answers\.", warned[0])
+                    r"Training goes on; the values are kept \(at most 100000\) and sent when it answers\.",
+                    warned[0])
     assert re.match(r"MLflowMonitor\(.*\): \d+ item\(s\) were not sent \(the server does not answer\); "
                     r"kept in .*mlflow-unsent.json, sent by the next run in this directory\.", warned[1])
     with open(tmp_path / 'tracked' / MLflowMonitor.UNSENT) as f:
@@ -264,7 +265,8 @@ def test_the_main_example_sigtermed_and_resumed_is_one_finished_run_with_every_s
     stats.json once, the checkpoint and stats.json as artifacts."""
     logdir = tmp_path / 'log'
     command = [sys.executable, os.path.join(REPO, 'examples', 'basics', 'mnist-convnet.py'),
-               '--max-epoch', '3', '--steps-per-epoch', '6', '--logdir', str(logdir), '--resume', '--mlflow', server.uri]
+               '--max-epoch', '3', '--steps-per-epoch', '6', '--logdir', str(logdir), '--resume',
+               '--mlflow', server.uri]
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             cwd=str(tmp_path))
