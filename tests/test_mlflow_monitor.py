@@ -197,9 +197,9 @@ def test_an_error_ends_the_run_failed_with_the_error_and_a_rerun_goes_on_in_it(s
 def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kept(server, tmp_path):
     """The server stops at step 3 of 6 (once it has steps 1 and 2): training goes on and ends with
     the weights of a run without the monitor, one warning says the server did not take the
-    values, and the end does not wait for it: what was not sent is written to mlflow-unsent.json. With the server back, the
-    run resumed in the directory (2 epochs more) sends them first, then its own: every step
-    once, FINISHED."""
+    values, and the end does not wait for it: what was not sent is written to mlflow-unsent.json.
+    With the server back, the run resumed in the directory (2 epochs more) sends them first, then
+    its own: every step once, FINISHED."""
     logger.set_logger_dir(str(tmp_path / 'plain'), action='k')
     reference = train(3, None)
     logger.set_logger_dir(str(tmp_path / 'tracked'), action='k')
