@@ -69,6 +69,9 @@ CONTRACT_MODULES = [
 MORE_MODULES = [
     # what the contract's docstrings refer to, and what a researcher extending the library reads
     'tensorpack_lite.train.distributed',
+    'tensorpack_lite.callbacks.tracking',
+    'tensorpack_lite.callbacks.stat_reader',
+    'tensorpack_lite.utils.outbox',
     'tensorpack_lite.loop.resume_state',
     'tensorpack_lite.input_source.data_position',
     'tensorpack_lite.dataflow.state',

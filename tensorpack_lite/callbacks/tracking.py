@@ -1,8 +1,8 @@
-"""What the experiment trackers share (:class:`~tensorpack_lite.callbacks.mlflow_monitor.MLflowMonitor`,
-:class:`~tensorpack_lite.callbacks.wandb_monitor.WandbMonitor`,
-:class:`~tensorpack_lite.callbacks.hparams.TensorBoardHParams`): the parameters of a run, how it
-ended, and a file in the logger directory that keeps a tracker's own record (its run id), so
-that a run resumed in that directory goes on in the same tracked run.
+"""What the experiment trackers share (:class:`~tensorpack_lite.callbacks.MLflowMonitor`,
+:class:`~tensorpack_lite.callbacks.WandbMonitor`,
+:class:`~tensorpack_lite.callbacks.TensorBoardHParams`): the parameters of a run, how it ended,
+and a file in the logger directory that keeps a tracker's own record (its run id), so that a run
+resumed in that directory goes on in the same tracked run.
 """
 
 import json
