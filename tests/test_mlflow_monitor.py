@@ -261,8 +261,8 @@ def test_bad_arguments_are_named(kwargs, error):
 
 def test_the_main_example_sigtermed_and_resumed_is_one_finished_run_with_every_step_once(server, tmp_path):
     """The README's example with --mlflow and --resume, SIGTERMed once its first epoch has ended,
-    then run again: it exits 143, then 0; MLflow has one run, FINISHED, each metric at each step of
-    stats.json once, the checkpoint and stats.json as artifacts."""
+    then run again: it exits 143 (the run KILLED, with why), then 0; MLflow has one run, FINISHED,
+    each metric at each step of stats.json once, the checkpoint and stats.json as artifacts."""
     logdir = tmp_path / 'log'
     command = [sys.executable, os.path.join(REPO, 'examples', 'basics', 'mnist-convnet.py'),
                '--max-epoch', '3', '--steps-per-epoch', '6', '--logdir', str(logdir), '--resume',
@@ -281,13 +281,16 @@ def test_the_main_example_sigtermed_and_resumed_is_one_finished_run_with_every_s
         assert proc.wait(HANG_TIMEOUT) == 143, ''.join(output)[-5000:]
     finally:
         kill_process_tree(proc)
+    client = MlflowClient(server.uri)
+    stopped = client.get_run(run_record(str(logdir))['run_id'])
+    assert stopped.info.status == 'KILLED'
+    assert stopped.data.tags['tensorpack_lite.error'].startswith('Preempted: ')
     resumed = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                              cwd=str(tmp_path), timeout=HANG_TIMEOUT)
     text = resumed.stdout.decode(errors='replace')
     assert resumed.returncode == 0, text[-5000:]
     run_id = run_record(str(logdir))['run_id']
-    assert 'goes on in the run {}'.format(run_id) in text
-    client = MlflowClient(server.uri)
+    assert run_id == stopped.info.run_id and 'goes on in the run {}'.format(run_id) in text
     experiment = client.get_experiment_by_name('mnist-convnet')
     runs = client.search_runs([experiment.experiment_id])
     assert [r.info.run_id for r in runs] == [run_id]

@@ -71,7 +71,7 @@ class MLflowMonitor(MonitorBase):
 
     def __init__(self, tracking_uri=None, experiment_name=None, run_name=None, params=None, tags=None,
                  log_checkpoint=True, flush_timeout=30.0, answer_timeout=10.0, max_buffered=100000):
-        mlflow = import_optional('mlflow', purpose='MLflowMonitor')
+        mlflow = import_optional('mlflow', extra='mlflow', purpose='MLflowMonitor')
         check_parameters(params, 'MLflowMonitor')
         check_parameters(tags, 'MLflowMonitor (tags)')
         for name, value in (('flush_timeout', flush_timeout), ('answer_timeout', answer_timeout)):

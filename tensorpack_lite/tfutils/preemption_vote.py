@@ -59,9 +59,9 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         (some process voted before the last step) and why: :data:`PREEMPTED` (some process
         received SIGTERM), :data:`REQUESTED`, or None (not now)."""
         if sigterm_received:
-            self._cast(sess, PREEMPTED, "{} voted to stop (SIGTERM)".format(voter))
+            self._cast(sess, PREEMPTED, "{} voted to stop".format(voter))
         if stop_request is not None:
-            self._cast(sess, REQUESTED, "{} asked to stop ({})".format(voter, stop_request))
+            self._cast(sess, REQUESTED, "{} asked to stop ({})".format(voter, stop_request.rstrip('.')))
         if self.total[0] > 0:
             return PREEMPTED
         return REQUESTED if self.total[1] > 0 else None

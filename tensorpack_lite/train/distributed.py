@@ -134,7 +134,7 @@ class _AgreedStop:
         a stop was requested (``stop_request``: why); once the agreed stop step is reached,
         return it and why (:data:`PREEMPTED` or :data:`REQUESTED`), else None."""
         if sigterm_received:
-            self._propose(global_step, PREEMPTED, 'SIGTERM')
+            self._propose(global_step, PREEMPTED, None)
         if stop_request is not None:
             self._propose(global_step, REQUESTED, stop_request)
         # the wait is bounded by the barrier's call timeout (and a loss ends the loop anyway)
@@ -147,8 +147,9 @@ class _AgreedStop:
             return
         self.proposed[why] = global_step + self.MARGIN
         self._barrier.propose_stop(self.proposed[why], why)
-        logger.info("{} proposed that every worker stop after global step {} ({}).".format(
-            self._barrier.cluster.task_name, self.proposed[why], reason))
+        logger.info("{} proposed that every worker stop after global step {}{}.".format(
+            self._barrier.cluster.task_name, self.proposed[why],
+            '' if why == PREEMPTED else ' ({})'.format(reason.rstrip('.'))))
 
     def close(self):
         """Stop reading. A read still running is left to end on its own; the exit then waits
