@@ -3,7 +3,9 @@
 import glob
 import json
 import os
+import socket
 import time
+import urllib.parse
 
 from ..libinfo import __version__
 from ..tfutils.collect_env import collect_env_info
@@ -189,7 +191,8 @@ class MLflowMonitor(MonitorBase):
                 self._outbox.put({'op': 'artifact', 'path': path, 'dir': 'checkpoint'})
         status, why = run_outcome(self.trainer.loop)
         self._outbox.put({'op': 'end', 'status': status, 'why': why})
-        if self._outbox.drain(self._flush_timeout):
+        reachable = self._server_takes_connections()
+        if reachable and self._outbox.drain(self._flush_timeout):
             self._outbox.close()
             if os.path.isfile(self._unsent_path):
                 os.remove(self._unsent_path)
@@ -199,8 +202,23 @@ class MLflowMonitor(MonitorBase):
         write_atomically(self._unsent_path, lambda f: json.dump(kept, f), mode='w')
         logger.warn("{}: {} item(s) were not sent (the server {}); kept in {}, sent by the next run in this "
                     "directory.".format(self, len(unsent),
-                                        'does not answer' if self._outbox.failing else 'was too slow',
+                                        'does not answer' if self._outbox.failing or not reachable
+                                        else 'was too slow',
                                         self._unsent_path))
+
+    def _server_takes_connections(self):
+        """False when the tracking URI names a server that refuses a connection now (then the end
+        of training does not wait for it: MLflow's client would retry for minutes); True for
+        other URIs (a local database) and for a server that takes it."""
+        address = urllib.parse.urlsplit(self.tracking_uri)
+        if address.scheme not in ('http', 'https') or not address.hostname:
+            return True
+        port = address.port or (443 if address.scheme == 'https' else 80)
+        try:
+            socket.create_connection((address.hostname, port), timeout=min(self._answer_timeout, 2.0)).close()
+        except OSError:
+            return False
+        return True
 
     def _last_checkpoint_files(self, directory):
         try:
