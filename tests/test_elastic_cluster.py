@@ -103,29 +103,29 @@ def tiny_model_steps(weights, x, y, lr, batch, steps, accumulators, momentum=0.9
             weights[name] = weights[name] - lr * accumulators[name]
 
 
-def test_3_2_3_workers_scaling_the_learning_rate_keep_an_epochs_data_and_make_the_scaled_updates(tmp_path):
-    """``ScaleLearningRate(4)``, 4 datapoints per worker, 48 an epoch: 4, 6, then 4 steps per epoch
-    at 0.05 x 3/4, 2/4, 3/4; the weights are those of momentum SGD with those rates on batches of
-    12, 8, 12 (computed here in float64). (Growth to the reference size: test_elastic.py's 2 -> 1
-    -> 2 towers of ScaleLearningRate(2), in one process.)"""
+def test_4_3_2_4_workers_scaling_the_learning_rate_keep_an_epochs_data_and_make_the_scaled_updates(tmp_path):
+    """``ScaleLearningRate(4)``, 4 datapoints per worker, 48 an epoch: 3, 4, 6, then 3 steps per epoch
+    at 0.05 x 4/4, 3/4, 2/4, 4/4; the weights are those of momentum SGD with those rates on
+    batches of 16, 12, 8, 16 (computed here in float64)."""
     logdir = tmp_path / 'logs'
     lines = []
-    for epochs, num_worker in enumerate([3, 2, 3], start=1):
+    for epochs, num_worker in enumerate([4, 3, 2, 4], start=1):
         out = tmp_path / 'run{}'.format(epochs)
         lines += resize_lines(run_epochs(out, num_worker, epochs, logdir, elastic='scale:4',
                                          extra=['--samples', 48]))
     scale = ("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended with "
              "{}: ScaleLearningRate(4) keeps each replica's batch; the learning rate is 'learning_rate' x {} "
              "(was x {}) and an epoch is {} steps (was {}), the same data.")
-    assert lines == [scale.format(2, 2, 1, 3, '1/2', '3/4', 6, 4), scale.format(3, 3, 2, 2, '3/4', '1/2', 4, 6)]
-    assert stats(logdir) == [(1, 4, 3, 12, 4), (2, 10, 2, 8, 6), (3, 14, 3, 12, 4)]
+    assert lines == [scale.format(2, 3, 1, 4, '3/4', 1, 4, 3), scale.format(3, 2, 2, 3, '1/2', '3/4', 6, 4),
+                     scale.format(4, 4, 3, 2, 1, '1/2', 3, 6)]
+    assert stats(logdir) == [(1, 3, 4, 16, 3), (2, 7, 3, 12, 4), (3, 13, 2, 8, 6), (4, 16, 4, 16, 3)]
 
     weights, accumulators, x, y = initial_state(48)
-    for num_worker in [3, 2, 3]:
+    for num_worker in [4, 3, 2, 4]:
         tiny_model_steps(weights, x, y, LR * num_worker / 4, 4 * num_worker, 12 // num_worker, accumulators)
-    for k in range(3):
-        worker = load_worker(tmp_path / 'run3', k)
-        assert worker['global_step'] == 14
+    for k in range(4):
+        worker = load_worker(tmp_path / 'run4', k)
+        assert worker['global_step'] == 16
         assert_replicas_match(worker['weights'], weights, atol=1e-5)
 
 
