@@ -268,11 +268,15 @@ def test_without_epoch_broadcasts_a_worker_may_end_while_its_peer_is_still_at_it
 
 
 def test_a_worker_that_does_not_finish_in_time_is_named_by_the_chief(tmp_path):
-    """Worker 1 holds 12 s after its last step; the chief waits 1 s at the finish barrier
-    (FINISH_TIMEOUT), then fails naming it. Worker 1, arriving later, finds the chief gone and
-    names it. Both exit 1."""
+    """Worker 1 holds after its last step (until the chief's process has ended); the chief waits
+    1 s at the finish barrier (FINISH_TIMEOUT), then fails naming it. Worker 1, arriving later,
+    finds the chief gone and names it. Both exit 1."""
+    def release_once_the_chief_ended(run):
+        if run.process('worker', 0).poll() is not None:
+            (tmp_path / 'release-worker1').touch()
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 1,
-                               '--worker1-holds', 12, '--finish-timeout', 1])
+                               '--worker1-holds', HANG_TIMEOUT, '--finish-timeout', 1],
+              while_running=release_once_the_chief_ended)
     assert [run.returncode('worker', k) for k in range(2)] == [1, 1], run.output[-6000:]
     assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): training ended here, but '
                      r'worker 1 \(localhost:\d+\) did not finish within 1 s', run.output), run.output[-6000:]

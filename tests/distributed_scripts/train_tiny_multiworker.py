@@ -112,18 +112,20 @@ class DumpWeights(Callback):
 
 
 class HoldAfterLastStep(Callback):
-    """Right after the last training step (before training ends), waits
-    ``seconds``, then creates the file ``marker``."""
+    """Right after the last training step (before training ends), waits ``seconds`` (or until
+    the file ``release`` exists, when given), then creates the file ``marker``."""
 
     _chief_only = False
 
-    def __init__(self, seconds, marker):
-        self.seconds, self.marker = seconds, marker
+    def __init__(self, seconds, marker, release=None):
+        self.seconds, self.marker, self.release = seconds, marker, release
 
     def _after_run(self, run_context, run_values):
         loop = self.trainer.loop
         if loop.epoch_num == loop.max_epoch and loop.local_step == loop.steps_per_epoch - 1:
-            time.sleep(self.seconds)
+            deadline = time.monotonic() + self.seconds
+            while time.monotonic() < deadline and not (self.release and os.path.exists(self.release)):
+                time.sleep(0.05)
             open(self.marker, 'w').close()
 
 
@@ -385,7 +387,8 @@ def main(argv):
     held = os.path.join(args.out, 'worker1-held') if args.worker1_holds else None
     callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held)]
     if held and trainer.task_index == 1:
-        callbacks.append(HoldAfterLastStep(args.worker1_holds, held))
+        release = os.path.join(args.out, 'release-worker1')
+        callbacks.append(HoldAfterLastStep(args.worker1_holds, held, release))
     marker = os.path.join(args.out, 'chief-died')
     if args.pause_at_step:
         callbacks.append(PauseAtStep(args.pause_at_step, args.out))
