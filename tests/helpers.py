@@ -119,6 +119,17 @@ class RecordCost(Callback):
         self.costs.append(float(values.results[0]))
 
 
+class RaiseAt(Callback):
+    """Raises ``error`` after global step ``step``."""
+
+    def __init__(self, step, error):
+        self.step, self.error = step, error
+
+    def _trigger_step(self):
+        if self.global_step == self.step:
+            raise self.error
+
+
 class AssignValues(SessionInit):
     """Sets variables from a dict op name -> value (a checkpoint-free restore); every name
     must be a variable of the graph. Plain data, so it pickles into worker processes."""

@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT, BreakSessionAt
+from helpers import HANG_TIMEOUT, BreakSessionAt, RaiseAt
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, MinSaver, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
@@ -88,15 +88,6 @@ class Record(Callback):
         self.at_step[self.global_step] = values(self.trainer.sess)
         if self._check is not None:
             self.checks[self.global_step] = self._check()
-
-
-class RaiseAt(Callback):
-    def __init__(self, step, error):
-        self.step, self.error = step, error
-
-    def _trigger_step(self):
-        if self.global_step == self.step:
-            raise self.error
 
 
 class Gate:

@@ -4,7 +4,6 @@ parse the plugin data), after real trainings of a tiny model: finished, failed i
 killed then resumed in the same directory."""
 
 import glob
-import json
 import logging
 import os
 
@@ -30,13 +29,12 @@ from tensorpack_lite.compat import tfv1  # noqa: E402
 from tensorpack_lite.dataflow import BatchData, DataFromList  # noqa: E402
 from tensorpack_lite.train import (AutoResumeTrainConfig, SimpleTrainer, TrainConfig,  # noqa: E402
                                    launch_train_with_config)
-from tensorpack_lite.utils import logger  # noqa: E402
+from tensorpack_lite.utils import logger, stats_json  # noqa: E402
 
 from helpers import LineRegression  # noqa: E402
 
 STEPS = 2          # per epoch: 8 points in batches of 4
 PARAMS = {'lr': 0.3, 'depth': 18, 'augment': True, 'arch': 'line', 'seed': np.int64(7)}
-BOOKKEEPING = {'epoch_num', 'global_step', 'world_size', 'steps_per_epoch', 'global_batch'}
 
 
 class PutMetrics(Callback):
@@ -123,14 +121,8 @@ def metric_values(session):
 def last_in_stats(directory):
     """The global step and last value of every scalar in ``stats.json``, the value in float32 as
     TensorBoard's scalars hold it."""
-    with open(os.path.join(directory, 'stats.json')) as f:
-        records = json.load(f)
-    last = {}
-    for record in records:
-        for name, value in record.items():
-            if name not in BOOKKEEPING:
-                last[name] = (record['global_step'], float(np.float32(value)))
-    return last
+    history = stats_json.scalar_history(stats_json.load_records(directory))
+    return {name: (points[-1][0], float(np.float32(points[-1][1]))) for name, points in history.items()}
 
 
 def hparams_files(directory):

@@ -23,13 +23,12 @@ from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.train import (DEFAULT_MONITORS, AutoResumeTrainConfig, SimpleTrainer,
                                    launch_train_with_config)
-from tensorpack_lite.utils import logger
+from tensorpack_lite.utils import logger, stats_json
 
 mlflow = pytest.importorskip('mlflow')
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOT_METRICS = {'epoch_num', 'global_step', 'world_size', 'steps_per_epoch', 'global_batch'}
 
 
 class MlflowServer:
@@ -118,13 +117,8 @@ def train(max_epoch, monitor, at=None):
 
 def history(client, run_id, directory):
     """``{metric: [(step, value)]}`` as MLflow has it, and as stats.json in ``directory`` has it."""
-    with open(os.path.join(directory, 'stats.json')) as f:
-        records = json.load(f)
-    expected = {}
-    for record in records:
-        for key, value in record.items():
-            if key not in NOT_METRICS:
-                expected.setdefault(key, []).append((record['global_step'], pytest.approx(value)))
+    expected = {key: [(step, pytest.approx(value)) for step, value in points]
+                for key, points in stats_json.scalar_history(stats_json.load_records(directory)).items()}
     got = {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in expected}
     return got, expected
 

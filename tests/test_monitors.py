@@ -474,3 +474,13 @@ def test_send_monitor_data_bad_arguments():
         SendMonitorData('echo {}', ['metric'])
     with pytest.raises(TypeError, match='command'):
         SendMonitorData(['echo'], ['metric'])
+
+
+def test_the_statistics_of_records_leave_out_the_position_and_the_run_shape():
+    records = [{'cost': 2.0, 'epoch_num': 1, 'global_step': 3},
+               {'cost': 1.5, 'val-error': 0.25, 'epoch_num': 1, 'global_step': 4, 'world_size': 2,
+                'steps_per_epoch': 4, 'global_batch': 16},
+               {'cost': 1.0, 'epoch_num': 2, 'global_step': 8, 'world_size': 2, 'steps_per_epoch': 4}]
+    assert stats_json.scalars_of(records[1]) == {'cost': 1.5, 'val-error': 0.25}
+    assert stats_json.scalar_history(records) == {'cost': [(3, 2.0), (4, 1.5), (8, 1.0)],
+                                                  'val-error': [(4, 0.25)]}

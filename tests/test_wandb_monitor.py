@@ -14,7 +14,7 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers import capture_logs
+from helpers import RaiseAt, capture_logs
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.monitor import JSONWriter
@@ -25,7 +25,7 @@ from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer, TrainConfig,
                                    launch_train_with_config)
 from tensorpack_lite.train.base import StopTraining, Trainer
-from tensorpack_lite.utils import logger
+from tensorpack_lite.utils import logger, stats_json
 
 wandb = pytest.importorskip('wandb')
 wandb_internal_pb2 = pytest.importorskip('wandb.proto.wandb_internal_pb2')
@@ -33,7 +33,6 @@ wandb_internal_pb2 = pytest.importorskip('wandb.proto.wandb_internal_pb2')
 from tensorpack_lite.callbacks.wandb_monitor import WandbMonitor  # noqa: E402
 
 STEPS = 3   # per epoch: 6 points in batches of 2
-BOOKKEEPING = {'epoch_num', 'global_step', 'world_size', 'steps_per_epoch', 'global_batch'}
 """The keys JSONWriter adds to the scalars of a stats.json record."""
 
 
@@ -134,11 +133,9 @@ def _read_when_complete(path, timeout=30):
 
 def stats_by_step(logdir):
     """The scalars of stats.json by global step: {step: {name: value}}."""
-    with open(os.path.join(logdir, 'stats.json')) as f:
-        records = json.load(f)
     steps = {}
-    for record in records:
-        scalars = {k: v for k, v in record.items() if k not in BOOKKEEPING}
+    for record in stats_json.load_records(logdir):
+        scalars = stats_json.scalars_of(record)
         if scalars:
             steps.setdefault(record['global_step'], {}).update(scalars)
     return steps
@@ -191,17 +188,6 @@ class PutScalars(Callback):
         monitors.put_scalar('half-step', step * 0.5)
         monitors.put_scalar('twice', -1.0)
         monitors.put_scalar('twice', step + 0.25)
-
-
-class RaiseAt(Callback):
-    """Raises ``error`` after global step ``step``."""
-
-    def __init__(self, step, error):
-        self.step, self.error = step, error
-
-    def _trigger_step(self):
-        if self.global_step == self.step:
-            raise self.error
 
 
 def train(logdir, max_epoch, callbacks=(), config_class=TrainConfig, **kwargs):

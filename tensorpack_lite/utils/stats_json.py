@@ -26,13 +26,17 @@ from datetime import datetime
 
 from .fs import write_atomically
 
-__all__ = ['FILENAME', 'X_KEYS', 'stats_path', 'load_records', 'last_epoch', 'write_records',
-           'epoch_of', 'finished_epochs', 'backup_path', 'remove_stale_temporaries']
+__all__ = ['FILENAME', 'X_KEYS', 'RUN_SHAPE_KEYS', 'stats_path', 'load_records', 'last_epoch',
+           'write_records', 'epoch_of', 'finished_epochs', 'scalars_of', 'scalar_history', 'backup_path',
+           'remove_stale_temporaries']
 
 FILENAME = 'stats.json'
 
 X_KEYS = ('epoch_num', 'global_step')
 """The keys every record has (the position of the run when it was made)."""
+
+RUN_SHAPE_KEYS = ('world_size', 'steps_per_epoch', 'global_batch')
+"""The keys an epoch-end record adds about the run that trained the epoch (``JSONWriter``)."""
 
 _TEMPORARY = re.compile(r'^{}\.[0-9a-f]+\.tmp$'.format(re.escape(FILENAME)))
 """The temporary files of :func:`write_records` (``stats.json.<hex>.tmp``)."""
@@ -58,6 +62,25 @@ def load_records(directory):
         raise ValueError("'{}' should hold a list of records, got a {}".format(
             fname, type(records).__name__))
     return records
+
+
+def scalars_of(record):
+    """The statistics of ``record``: its keys other than :data:`X_KEYS` and :data:`RUN_SHAPE_KEYS`."""
+    return {key: value for key, value in record.items() if key not in X_KEYS + RUN_SHAPE_KEYS}
+
+
+def scalar_history(records):
+    """``{name: [(global_step, value), ...]}`` of every statistic in ``records``, in their order.
+
+    Example::
+
+        scalar_history(load_records('train_log/run1'))['cost'][-1]    # (global step, last cost)
+    """
+    history = {}
+    for record in records:
+        for name, value in scalars_of(record).items():
+            history.setdefault(name, []).append((record['global_step'], value))
+    return history
 
 
 def epoch_of(record):
