@@ -233,6 +233,7 @@ def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kep
 def test_with_no_argument_it_follows_mlflows_environment_variables_and_a_sqlite_store(tmp_path, monkeypatch):
     monkeypatch.setenv('MLFLOW_TRACKING_URI', 'sqlite:///{}/store.db'.format(tmp_path))
     monkeypatch.setenv('MLFLOW_EXPERIMENT_NAME', 'from-the-environment')
+    monkeypatch.chdir(tmp_path)     # MLflow puts the artifacts of a sqlite:/// store in ./mlruns
     logger.set_logger_dir(str(tmp_path / 'log'), action='k')
     monitor = MLflowMonitor()
     assert monitor.chief_only
@@ -242,6 +243,8 @@ def test_with_no_argument_it_follows_mlflows_environment_variables_and_a_sqlite_
     assert client.get_experiment(run.info.experiment_id).name == 'from-the-environment'
     assert run.info.status == 'FINISHED'
     assert [m.step for m in client.get_metric_history(monitor.run_id, 'step_value')] == [1, 2]
+    assert 'stats.json' in artifacts(client, monitor.run_id)
+    assert list(tmp_path.glob('mlruns/*/{}/artifacts/stats.json'.format(monitor.run_id)))
 
 
 @pytest.mark.parametrize('kwargs, error', [
