@@ -40,7 +40,8 @@ class MLflowMonitor(MonitorBase):
     server refuses the connection, fails, or does not answer within ``answer_timeout``, one
     warning says so, and the values are kept (at most ``max_buffered``) and sent when it
     answers. At the end, the monitor waits for the rest to be sent while the server takes them
-    (at most ``flush_timeout`` seconds); what is still unsent then is written to
+    (at most ``flush_timeout`` seconds; after an error or SIGTERM at most a quarter of the
+    trainer's ``AFTER_FAILURE_TIMEOUT``, 5 s); what is still unsent then is written to
     ``mlflow-unsent.json`` and sent first by the next run in the directory.
 
     Only the chief reports. Parameters are ``run_parameters(trainer, params)`` (the trainer's and
@@ -192,7 +193,7 @@ class MLflowMonitor(MonitorBase):
         status, why = run_outcome(self.trainer.loop)
         self._outbox.put({'op': 'end', 'status': status, 'why': why})
         reachable = self._server_takes_connections()
-        if reachable and self._outbox.drain(self._flush_timeout):
+        if reachable and self._outbox.drain(self._flush_time()):
             self._outbox.close()
             if os.path.isfile(self._unsent_path):
                 os.remove(self._unsent_path)
@@ -205,6 +206,14 @@ class MLflowMonitor(MonitorBase):
                                         'does not answer' if self._outbox.failing or not reachable
                                         else 'was too slow',
                                         self._unsent_path))
+
+    def _flush_time(self):
+        """How long the end of training may wait for the values to be sent: ``flush_timeout``, and
+        after a failure or SIGTERM at most a quarter of the time the trainer gives every callback's
+        ``after_train`` then (``AFTER_FAILURE_TIMEOUT``)."""
+        if self.trainer.loop.failure is None:
+            return self._flush_timeout
+        return min(self._flush_timeout, getattr(self.trainer, 'AFTER_FAILURE_TIMEOUT', 20.0) / 4)
 
     def _server_takes_connections(self):
         """False when the tracking URI names a server that refuses a connection now (then the end
