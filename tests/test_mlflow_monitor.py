@@ -21,7 +21,7 @@ from test_minsaver_resume import Model, dataflow
 from tensorpack_lite.callbacks import Callback, MLflowMonitor, ModelSaver
 from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.compat import tfv1
-from tensorpack_lite.train import (DEFAULT_MONITORS, AutoResumeTrainConfig, SimpleTrainer,
+from tensorpack_lite.train import (DEFAULT_MONITORS, AutoResumeTrainConfig, SimpleTrainer, TrainConfig,
                                    launch_train_with_config)
 from tensorpack_lite.utils import logger, stats_json
 
@@ -254,6 +254,16 @@ def test_with_no_argument_it_follows_mlflows_environment_variables_and_a_sqlite_
 def test_bad_arguments_are_named(kwargs, error):
     with pytest.raises((TypeError, ValueError), match=error):
         MLflowMonitor('sqlite:///unused.db', **kwargs)
+
+
+def test_without_a_logger_directory_it_says_so_before_the_session_exists(monkeypatch):
+    monkeypatch.setattr(logger, 'get_logger_dir', lambda: None)
+    with pytest.raises(ValueError, match=r"MLflowMonitor keeps its run's id in the logger directory.*"
+                                         r"call logger.set_logger_dir\(\) first"):
+        with tfv1.Graph().as_default():
+            launch_train_with_config(TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=1,
+                                                 monitors=[MLflowMonitor('sqlite:///unused.db')]),
+                                     SimpleTrainer())
 
 
 def test_the_main_example_sigtermed_and_resumed_is_one_finished_run_with_every_step_once(server, tmp_path):

@@ -106,11 +106,13 @@ class MLflowMonitor(MonitorBase):
 
     # ----- the training thread ------------------------------------------------------------------
 
-    def _before_train(self):
-        directory = logger.get_logger_dir()
-        if directory is None:
+    def _setup_graph(self):
+        if logger.get_logger_dir() is None:
             raise ValueError("MLflowMonitor keeps its run's id in the logger directory, so that a resumed "
                              "run goes on in the same MLflow run: call logger.set_logger_dir() first.")
+
+    def _before_train(self):
+        directory = logger.get_logger_dir()
         self._record = TrackerRecord(self.RECORD, directory)
         self._unsent_path = os.path.join(directory, self.UNSENT)
         earlier = self._record.read()
