@@ -9,7 +9,7 @@ import pytest
 
 from helpers import capture_logs
 from test_minsaver_resume import STEPS, Model, ScriptedStat, dataflow
-from tensorpack_lite.callbacks import EarlyStopping, MinSaver, ModelSaver
+from tensorpack_lite.callbacks import EarlyStopping, MinSaver, ModelSaver, PeriodicTrigger
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.train import AutoResumeTrainConfig, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils import logger
@@ -65,6 +65,33 @@ def test_training_stops_after_the_epoch_that_makes_patience_values_without_impro
     assert es.stopped_at == (None if stop_epoch is None else stop_epoch * STEPS)
     assert es.best == (best[0] * STEPS, best[1])
     assert trainer.loop.failure is None          # finished, not failed
+
+
+class StepStat(DeclaredStat):
+    """Puts ``values[global_step]`` as statistic ``name`` at each trigger."""
+
+    def _trigger(self):
+        self.trainer.monitors.put_scalar(self.name, self.values[self.global_step])
+
+
+def test_on_a_schedule_of_steps_it_counts_each_new_value_and_stops_after_that_step(tmp_path):
+    """A statistic put every 3 steps (as an InferenceRunner in PeriodicTrigger(every_k_steps=3)
+    would) and EarlyStopping on the same schedule, 2 steps an epoch: values 4 (step 3), 3 (6), 3.5
+    (9), 3.4 (12): patience 2 ends training after step 12 (the end of epoch 6); patience 1 after
+    step 9, in the middle of epoch 5, whose stats.json record has the value of step 9."""
+    values = {3: 4, 6: 3, 9: 3.5, 12: 3.4, 15: 1}
+    for patience, stop_step, epoch in ((2, 12, 6), (1, 9, 5)):
+        logger.set_logger_dir(str(tmp_path / str(patience)), action='k')
+        es = EarlyStopping('val-error', patience=patience)
+        callbacks = [PeriodicTrigger(StepStat('val-error', values), every_k_steps=3),
+                     PeriodicTrigger(es, every_k_steps=3), ModelSaver()]
+        trainer = train(None, 10, es, callbacks=callbacks)
+        assert trainer.loop.global_step == stop_step == es.stopped_at and trainer.loop.epoch_num == epoch
+        assert es.best == (6, 3)
+        with open(tmp_path / str(patience) / 'stats.json') as f:
+            last = json.load(f)[-1]
+        assert (last['val-error'], last['global_step'], last['epoch_num']) == (
+            values[stop_step], stop_step, epoch)
 
 
 def test_a_resumed_run_keeps_its_patience_and_a_run_it_stopped_stays_stopped(tmp_path):
