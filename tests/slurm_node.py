@@ -6,6 +6,7 @@ all of it stopped and removed by :meth:`SlurmNode.close`. Commands reach it thro
 
 import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -14,10 +15,13 @@ import tempfile
 import time
 
 DAEMONS = ('munged', 'slurmctld', 'slurmd')
-COMMANDS = ('srun', 'sbatch', 'scancel', 'sinfo', 'squeue')
+COMMANDS = ('srun', 'sbatch', 'scancel', 'scontrol', 'sinfo', 'squeue')
 START_TIMEOUT = 60.0
 KILL_WAIT = 30
 """Slurm's KillWait here (its default): seconds from a cancelled job's SIGTERM to its SIGKILL."""
+JOB_ENDED = ('BOOT_FAIL', 'CANCELLED', 'COMPLETED', 'DEADLINE', 'FAILED', 'NODE_FAIL', 'OUT_OF_MEMORY',
+             'PREEMPTED', 'TIMEOUT')
+"""The states of a job that has ended (``scontrol show job``'s JobState)."""
 
 
 def unavailable():
@@ -166,6 +170,22 @@ class SlurmNode:
             raise AssertionError("{} did not end within {} s:\n{}".format(
                 ' '.join(argv), timeout, output[-6000:]))
         return proc.returncode, output
+
+    def wait_for_job(self, job_id, timeout):
+        """Wait until the batch job ``job_id`` has ended; returns its exit code (128 + the signal
+        that ended it), as ``sbatch --wait`` does. Polled with ``scontrol show job`` every 0.1 s:
+        ``sbatch --wait`` first looks 2 s after the submission, then 8 s later, then 32 s later."""
+        deadline = time.monotonic() + timeout
+        while True:
+            out = subprocess.run(['scontrol', '-o', 'show', 'job', str(job_id)], capture_output=True,
+                                 text=True, env=self.env(), timeout=30).stdout
+            state = re.search(r'\bJobState=(\S+)', out)
+            if state and state.group(1) in JOB_ENDED:
+                code, sig = map(int, re.search(r'\bExitCode=(\d+):(\d+)', out).groups())
+                return 128 + sig if sig else code
+            if time.monotonic() > deadline:
+                raise AssertionError("job {} did not end within {} s:\n{}".format(job_id, timeout, out))
+            time.sleep(0.1)
 
     def cancel_all(self):
         subprocess.run(['scancel', '--full', '--user', 'root'], capture_output=True, env=self.env(),

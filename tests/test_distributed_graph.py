@@ -500,8 +500,10 @@ import os, sys
 from tensorpack_lite.tfutils.distributed import FinishBarrier, create_server
 from tensorpack_lite.cluster.config import LostTaskError, local_cluster
 server = create_server(local_cluster(2), 'worker', 1)      # the chief's server is never started
+FinishBarrier.MIN_CALL_TIMEOUT = 1.0     # the wait for the chief's first answer (10 s otherwise)
+barrier = FinishBarrier(server, lost_after=1)
 try:
-    FinishBarrier(server, lost_after=1).connect()
+    barrier.connect()
     print('connected?!')
 except LostTaskError as err:
     print('LostTaskError:', err)

@@ -232,7 +232,7 @@ if sys.argv[1] == 'default-order':   # TensorFlow's own order of the passes
 logger.set_logger_dir(sys.argv[2], action='d')
 trainer = SimpleTrainer()
 # the path is what is tested here; each stage's bound at its default is tested in-process
-trainer.SESSION_PROBE_TIMEOUT, trainer.CLOSE_TIMEOUT, trainer.EXIT_TIMEOUT = 2.0, 1.0, 3.0
+trainer.SESSION_PROBE_TIMEOUT, trainer.CLOSE_TIMEOUT, trainer.EXIT_TIMEOUT = 1.0, 1.0, 3.0
 launch_train_with_config(TrainConfig(
     model=Net(), data=QueueInput(DataFromList(batches, shuffle=False)), callbacks=[ModelSaver()],
     steps_per_epoch=4, max_epoch=1, session_creator=NewSessionCreator(config=config),

@@ -48,13 +48,16 @@ def srun(node, tasks, argv, options=(), **env):
 
 
 def sbatch(node, tasks, argv, out_dir):
-    """``sbatch --wait`` of a batch script that runs ``srun argv`` (the job's tasks); returns
+    """``sbatch`` of a batch script that runs ``srun argv`` (the job's tasks), waited for until
+    the job has ended (slurm_node.SlurmNode.wait_for_job: ``sbatch --wait`` looks late); returns
     (exit code, the job's output)."""
     script = out_dir / 'job.sh'
     script.write_text('#!/bin/sh\nexec srun --kill-on-bad-exit=1 {}\n'.format(
         ' '.join(map(shlex.quote, argv))))
-    command = ['sbatch', '--wait', '-n', str(tasks), '-o', str(out_dir / 'job.out'), str(script)]
+    command = ['sbatch', '--parsable', '-n', str(tasks), '-o', str(out_dir / 'job.out'), str(script)]
     code, output = node.run(command, RUN_TIMEOUT, **ENV)
+    assert code == 0, output + node.logs()
+    code = node.wait_for_job(output.strip().split(';')[0], RUN_TIMEOUT)
     return code, output + (out_dir / 'job.out').read_text()
 
 

@@ -328,6 +328,10 @@ class FinishBarrier:
     ARRIVED, LEAVING = 1, 2
     NEVER = np.iinfo(np.int64).max
     """The stop step while no worker proposed one."""
+
+    MIN_CALL_TIMEOUT = 10.0
+    """The least seconds one call to the chief may take before the chief counts as lost
+    (``lost_after`` when larger)."""
     _WHY_CODES = {REQUESTED: 1, PREEMPTED: 2}    # the largest proposed stands
 
     def __init__(self, server, timeout=600.0, lost_after=5.0, leave_timeout=30.0, interval=0.2):
@@ -336,7 +340,7 @@ class FinishBarrier:
             raise ValueError("FinishBarrier is for workers, not {}".format(self.cluster.task_name))
         self.timeout, self.lost_after = float(timeout), float(lost_after)
         self.leave_timeout, self.interval = float(leave_timeout), float(interval)
-        self._chief_timeout = max(self.lost_after, 10.0)    # for one call to the chief
+        self._chief_timeout = max(self.lost_after, self.MIN_CALL_TIMEOUT)    # for one call to the chief
         self._server = server
         self._graph = tf.Graph()
         with self._graph.as_default(), tf.device(COLLECTIVE_GROUP_LEADER + '/device:CPU:0'):

@@ -4,13 +4,16 @@ file and one that writes a file.
 
     python attack_tf_server.py TIMEOUT_S SECRET_PATH PLANTED_PATH HOST:PORT@DEVICE...
 
-Prints one JSON line per target: ``{"target": ..., "read": <the file's text or null>, "error":
-<the error or null>}``.
+Prints one JSON line per target, in their order: ``{"target": ..., "read": <the file's text or
+null>, "error": <the error or null>}``. The targets are attacked at the same time (each in a
+session of its own, with its own timeout): a job that does not answer costs TIMEOUT_S once, not
+once per target.
 """
 
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -33,10 +36,14 @@ def attack(tf, target, device, secret, planted, timeout):
 def main(timeout, secret, planted, *targets):
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
-    for target in targets:
+
+    def run(target):
         address, device = target.split('@', 1)
-        result = attack(tf, address, device, secret, planted, float(timeout))
-        print(json.dumps(dict(result, target=target)), flush=True)
+        return dict(attack(tf, address, device, secret, planted, float(timeout)), target=target)
+
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+        for result in pool.map(run, targets):
+            print(json.dumps(result), flush=True)
 
 
 if __name__ == '__main__':

@@ -314,6 +314,7 @@ def parse_args(argv):
     parser.add_argument('--finish-timeout', type=float, help="the trainer's FINISH_TIMEOUT")
     parser.add_argument('--exit-after-loss-timeout', type=float, help="the trainer's EXIT_AFTER_LOSS_TIMEOUT")
     parser.add_argument('--after-failure-timeout', type=float, help="the trainer's AFTER_FAILURE_TIMEOUT")
+    parser.add_argument('--abort-timeout', type=float, help="the trainer's ABORT_TIMEOUT")
     return parser.parse_args(argv)
 
 
@@ -346,6 +347,8 @@ def make_trainer(args, server):
         trainer.EXIT_AFTER_LOSS_TIMEOUT = args.exit_after_loss_timeout
     if args.after_failure_timeout is not None:
         trainer.AFTER_FAILURE_TIMEOUT = args.after_failure_timeout
+    if args.abort_timeout is not None:
+        trainer.ABORT_TIMEOUT = args.abort_timeout
     if args.no_epoch_broadcast:
         trainer.BROADCAST_EVERY_EPOCH = False
     return trainer
