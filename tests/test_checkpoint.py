@@ -304,7 +304,7 @@ def test_min_saver_copy_is_crash_safe(tmp_path, monkeypatch):
             m.setattr(patch_target, patch)
             with pytest.raises(OSError):
                 saver.trigger()
-        saver._last_seen_step = None  # let the same statistic be considered again
+        saver._stat.last_seen_step = None  # let the same statistic be considered again
         saved = load_chkpt_vars(best)
         assert int(saved['global_step']) == 10 and np.all(saved['w'] == 1.0)  # previous best intact
         assert saver.best == (10, 2.0)

@@ -250,6 +250,10 @@ def test_killed_then_resumed_run_is_one_session_with_the_final_status(resumed):
     assert final['val-error'] == last_in_stats(directory)['val-error']
     assert final['first-only'][1] == last_in_stats(directory)['first-only'][1] == 5.0
     assert len(hparams_files(directory)) == 1                          # the first attempt's file replaced
+    # TensorBoard reads the files in name order: this monitor's last, or the earlier steps of the
+    # TFEventWriter's would purge the final values written at the last step
+    names = sorted(os.path.basename(path) for path in glob.glob(os.path.join(directory, 'events.out.*')))
+    assert names[-1].endswith('.hparams') and len(names) == 3
 
 
 def test_without_a_logger_directory_it_is_a_noop(log_records):

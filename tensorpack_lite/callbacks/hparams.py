@@ -2,7 +2,6 @@
 :class:`TensorBoardHParams`."""
 
 import glob
-import itertools
 import os
 import time
 import types
@@ -11,11 +10,11 @@ from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.develop import import_optional
 from .monitor_group import MonitorBase, NoOpMonitor
+from .monitor_writers import event_file_suffix
 from .tracking import FAILED, FINISHED, KILLED, check_parameters, run_outcome, run_parameters
 
 __all__ = ['TensorBoardHParams']
 
-_FILE_SEQ = itertools.count()
 _MARK = '.hparams'   # how the names of this monitor's event files end
 
 # TensorBoard's session status for each way a run ends (tracking.run_outcome). TensorBoard has no
@@ -158,7 +157,9 @@ class TensorBoardHParams(MonitorBase):
         params = self._run_params = run_parameters(self.trainer, self._params, str(self))
         start = self._tb.summary_v2.hparams_pb(params, trial_id=self._trial_id,
                                                start_time_secs=started or time.time())
-        suffix = '.{}.{:04d}{}'.format(os.getpid(), next(_FILE_SEQ), _MARK)
+        # after TFEventWriter's file in TensorBoard's order: read before it, the final values
+        # written here at the last step would be purged by its earlier steps of the same tags
+        suffix = event_file_suffix() + _MARK
         self._writer = tfv1.summary.FileWriter(self._logdir, filename_suffix=suffix)
         step = self.global_step
         if self._metrics is not None:

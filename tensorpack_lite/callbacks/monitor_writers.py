@@ -16,10 +16,19 @@ from ..utils import logger, stats_json
 from ..utils.fs import write_atomically
 from .monitor_group import MonitorBase, NoOpMonitor
 
-__all__ = ['TFEventWriter', 'JSONWriter', 'ScalarPrinter']
+__all__ = ['TFEventWriter', 'JSONWriter', 'ScalarPrinter', 'event_file_suffix']
 
 
 _EVENT_FILE_SEQ = itertools.count()
+
+
+def event_file_suffix():
+    """A suffix for the name of a new event file of this process, ``.<pid>.<number>``: the numbers
+    grow with each file made (by any monitor), so that files made in the same second sort, as
+    TensorBoard reads them, in the order they were made. TensorFlow names event files after the
+    current second only: without it, two writers opened in the same second in one directory would
+    truncate each other's file."""
+    return '.{}.{:04d}'.format(os.getpid(), next(_EVENT_FILE_SEQ))
 
 
 class TFEventWriter(MonitorBase):
@@ -72,12 +81,8 @@ class TFEventWriter(MonitorBase):
         return self._logdir
 
     def _new_writer(self):
-        # TensorFlow names event files after the current second only; two writers opened in
-        # the same second in one directory (a quick restart, or split_files with short epochs)
-        # would truncate each other's file. A per-writer suffix keeps every file distinct.
-        suffix = '.{}.{:04d}'.format(os.getpid(), next(_EVENT_FILE_SEQ))
         return tfv1.summary.FileWriter(self._logdir, max_queue=self._max_queue,
-                                       flush_secs=self._flush_secs, filename_suffix=suffix)
+                                       flush_secs=self._flush_secs, filename_suffix=event_file_suffix())
 
     def _setup_graph(self):
         self._writer = self._new_writer()
