@@ -63,7 +63,8 @@ class Server:
             [os.path.join(os.path.dirname(sys.executable), 'mlflow'), 'server', '--backend-store-uri',
              'sqlite:///{}/mlflow.db'.format(self.directory), '--artifacts-destination',
              os.path.join(self.directory, 'artifacts'), '--host', '127.0.0.1', '--port', str(self.port),
-             '--workers', '1'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             '--workers', '1'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION='false'))
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:

@@ -48,7 +48,9 @@ class MlflowServer:
                    '--artifacts-destination', os.path.join(self.directory, 'artifacts'),
                    '--host', '127.0.0.1', '--port', str(self.port), '--workers', '1']
         self.log = open(os.path.join(self.directory, 'server.log'), 'ab')
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+        # without MLflow's job runner: 8 more processes, none of which a tracking server needs
+        env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION='false')
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
         print('[test] starting an MLflow tracking server on port {} (a few seconds)'.format(self.port),
               flush=True)
@@ -272,7 +274,7 @@ def test_the_main_example_sigtermed_and_resumed_is_one_finished_run_with_every_s
     each metric at each step of stats.json once, the checkpoint and stats.json as artifacts."""
     logdir = tmp_path / 'log'
     command = [sys.executable, os.path.join(REPO, 'examples', 'basics', 'mnist-convnet.py'),
-               '--max-epoch', '3', '--steps-per-epoch', '6', '--logdir', str(logdir), '--resume',
+               '--max-epoch', '2', '--steps-per-epoch', '6', '--logdir', str(logdir), '--resume',
                '--mlflow', server.uri]
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -304,11 +306,11 @@ def test_the_main_example_sigtermed_and_resumed_is_one_finished_run_with_every_s
     run = runs[0]
     assert run.info.status == 'FINISHED'
     params = run.data.params
-    assert (params['batch'], params['shift'], params['max_epoch']) == ('64', '3', '3')
+    assert (params['batch'], params['shift'], params['max_epoch']) == ('64', '3', '2')
     got, expected = history(client, run_id, str(logdir))
     assert got == expected
-    assert [s for s, _ in got['validation_accuracy']] == [6, 12, 18]
+    assert [s for s, _ in got['validation_accuracy']] == [6, 12]
     assert 'stats.json' in artifacts(client, run_id)
-    assert 'checkpoint/model-18.index' in artifacts(client, run_id, 'checkpoint')
+    assert 'checkpoint/model-12.index' in artifacts(client, run_id, 'checkpoint')
     print('[test] MLflow run {}: status {}, {} metrics, steps of validation_accuracy {}'.format(
         run_id, run.info.status, len(got), [s for s, _ in got['validation_accuracy']]))
