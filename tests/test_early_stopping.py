@@ -77,8 +77,9 @@ class StepStat(DeclaredStat):
 def test_on_a_schedule_of_steps_it_counts_each_new_value_and_stops_after_that_step(tmp_path):
     """A statistic put every 3 steps (as an InferenceRunner in PeriodicTrigger(every_k_steps=3)
     would) and EarlyStopping on the same schedule, 2 steps an epoch: values 4 (step 3), 3 (6), 3.5
-    (9), 3.4 (12): patience 2 ends training after step 12 (the end of epoch 6); patience 1 after
-    step 9, in the middle of epoch 5, whose stats.json record has the value of step 9."""
+    (9), 3.4 (12): patience 2 ends training after step 12, once epoch 6 has ended (its end is in
+    stats.json); patience 1 after step 9, in the middle of epoch 5, whose stats.json record has
+    the value of step 9."""
     values = {3: 4, 6: 3, 9: 3.5, 12: 3.4, 15: 1}
     for patience, stop_step, epoch in ((2, 12, 6), (1, 9, 5)):
         logger.set_logger_dir(str(tmp_path / str(patience)), action='k')
@@ -92,6 +93,7 @@ def test_on_a_schedule_of_steps_it_counts_each_new_value_and_stops_after_that_st
             last = json.load(f)[-1]
         assert (last['val-error'], last['global_step'], last['epoch_num']) == (
             values[stop_step], stop_step, epoch)
+        assert ('steps_per_epoch' in last) == (stop_step % 2 == 0)    # the epoch's end was recorded
 
 
 def test_a_resumed_run_keeps_its_patience_and_a_run_it_stopped_stays_stopped(tmp_path):

@@ -446,7 +446,8 @@ class Trainer:
                 self.run_step()
                 loop.step_finished()
                 callbacks.trigger_step()
-                self._stop_if_requested()
+                if not loop.is_last_step_of_epoch:   # else once the epoch has ended
+                    self._stop_if_requested()
             callbacks.after_epoch()
             logger.info("Epoch {} (global_step {}) finished, time:{}.".format(
                 epoch, loop.global_step, humanize_time_delta(time.time() - start)))
