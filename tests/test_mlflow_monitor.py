@@ -106,12 +106,12 @@ class PutEveryStep(Callback):
         return ['step_value']
 
 
-def train(max_epoch, monitor, at=None):
+def train(max_epoch, monitor, at=None, more=()):
     """Train the linear model of test_minsaver_resume (2 steps an epoch), resuming what the logger
     directory holds; returns the weights of the last checkpoint."""
     with tfv1.Graph().as_default():
         config = AutoResumeTrainConfig(model=Model(), dataflow=dataflow(), max_epoch=max_epoch,
-                                       callbacks=[ModelSaver(), PutEveryStep(at)],
+                                       callbacks=[ModelSaver(), PutEveryStep(at), *more],
                                        monitors=DEFAULT_MONITORS() + ([monitor] if monitor else []))
         launch_train_with_config(config, SimpleTrainer())
     return tfv1.train.load_variable(logger.get_logger_dir(), 'w')
@@ -232,6 +232,11 @@ def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kep
     assert not (tmp_path / 'tracked' / MLflowMonitor.UNSENT).exists()
 
 
+class PutOddName(Callback):
+    def _trigger_epoch(self):
+        self.trainer.monitors.put_scalar('top-1 (%)', 50.0)
+
+
 def test_with_no_argument_it_follows_mlflows_environment_variables_and_a_sqlite_store(tmp_path, monkeypatch):
     monkeypatch.setenv('MLFLOW_TRACKING_URI', 'sqlite:///{}/store.db'.format(tmp_path))
     monkeypatch.setenv('MLFLOW_EXPERIMENT_NAME', 'from-the-environment')
@@ -239,8 +244,12 @@ def test_with_no_argument_it_follows_mlflows_environment_variables_and_a_sqlite_
     logger.set_logger_dir(str(tmp_path / 'log'), action='k')
     monitor = MLflowMonitor()
     assert monitor.chief_only
-    train(1, monitor)
+    with capture_logs() as logs:
+        train(1, monitor, more=[PutOddName()])
+    assert "MLflowMonitor(sqlite:///{}/store.db): MLflow does not take the name 'top-1 (%)': logged as " \
+           "'top-1 ___'.".format(tmp_path) in logs.messages(logging.WARNING)
     client = MlflowClient('sqlite:///{}/store.db'.format(tmp_path))
+    assert [(m.step, m.value) for m in client.get_metric_history(monitor.run_id, 'top-1 ___')] == [(2, 50.0)]
     run = client.get_run(monitor.run_id)
     assert client.get_experiment(run.info.experiment_id).name == 'from-the-environment'
     assert run.info.status == 'FINISHED'

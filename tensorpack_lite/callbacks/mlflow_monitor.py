@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import socket
 import time
 import urllib.parse
@@ -18,6 +19,10 @@ from .monitor_group import MonitorBase
 from .tracking import FINISHED, TrackerRecord, check_parameters, run_outcome, run_parameters
 
 __all__ = ['MLflowMonitor']
+
+# what MLflow takes in a metric's name; other characters become '_' (a refused name would cost
+# the batch it travels in)
+_NOT_IN_NAMES = re.compile(r'[^\w\-. :/]')
 
 # errors of the tracking server that sending again cannot fix
 _REFUSALS = frozenset(['INVALID_PARAMETER_VALUE', 'RESOURCE_DOES_NOT_EXIST', 'RESOURCE_ALREADY_EXISTS',
@@ -98,6 +103,7 @@ class MLflowMonitor(MonitorBase):
         self._pending_step = None
         self._logged_until = -1     # the steps up to this one were logged by an earlier attempt
         self._skipped = 0
+        self._renamed = set()
 
     _chief_only = True
 
@@ -155,6 +161,12 @@ class MLflowMonitor(MonitorBase):
         return items
 
     def process_scalar(self, name, value):
+        if _NOT_IN_NAMES.search(name):
+            key = _NOT_IN_NAMES.sub('_', name)
+            if name not in self._renamed:
+                self._renamed.add(name)
+                logger.warn("{}: MLflow does not take the name '{}': logged as '{}'.".format(self, name, key))
+            name = key
         step = self.global_step
         if step <= self._logged_until:
             self._skipped += 1
