@@ -466,14 +466,15 @@ def test_early_stopping_on_the_chief_ends_every_worker_after_the_same_step_as_fi
     assert (logdir / 'worker0' / 'model-{}.index'.format(stop_at)).exists()
 
 
-@pytest.mark.parametrize('trainer, damage', [('collective', 'dies-saving'), ('ps', 'loses-data')])
+@pytest.mark.parametrize('trainer, damage', [('collective', 'dies-saving'), ('collective', 'loses-data')])
 def test_a_chief_killed_with_a_damaged_checkpoint_resumes_every_worker_from_the_same_step(
         tmp_path, trainer, damage):
     """--max-restarts 1, 2 workers (only the chief has a log directory), 4 epochs of 3 steps:
     the chief is SIGKILLed while it writes model-9 (its data file written, not its index), or
     after epoch 3 was recorded with model-9's data file cut to half. The restarted chief
     resumes from model-6, the other worker follows its schedule, and stats.json holds every
-    epoch once."""
+    epoch once. (Collective workers: what the damage changes is the chief's resume point; a
+    parameter-server job restarted by the launcher is the link-cut-while-saving test's.)"""
     logdir = tmp_path / 'logs'
     args = ['--trainer', trainer, '--lr', 0.05, '--epochs', 4, '--logdir', logdir,
             '--chief-{}'.format(damage), 9]
