@@ -25,6 +25,7 @@ pytest.importorskip('mpi4py', reason='the MPI engine needs mpi4py: pip install "
 import test_mpi as mpi_tests  # noqa: E402  (its helpers: one process on the combined batch, ...)
 
 RUN_TIMEOUT = mpi_tests.RUN_TIMEOUT
+PEER_TIMEOUT = 6   # $TENSORPACK_MPI_PEER_TIMEOUT of the loss tests (default 10): 12 heartbeats of 0.5 s
 LOST = re.compile(r'MPI rank (\d+) \(pid (\d+) on (\S+)\) has not been heard from for [\d.]+ s '
                   r'\(it died, hangs or its link is cut\) while rank (\d+) waited for it in (\w+); '
                   r'aborting the job\.')
@@ -98,10 +99,10 @@ def test_two_hosts_train_like_one_process_on_the_combined_batch(tmp_path):
 class Job:
     """mpiexec (a NetnsCluster's command) in a session of its own, its output read as it comes."""
 
-    def __init__(self, command, cwd):
+    def __init__(self, command, cwd, **env):
         self.lines, self.cwd = [], cwd
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=mpi_tests.rank_env(), cwd=str(cwd),
+                                     text=True, env=dict(mpi_tests.rank_env(), **env), cwd=str(cwd),
                                      start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -155,7 +156,8 @@ def run_and_lose_host1(net, tmp_path, lose):
     argv = wrapper + [sys.executable, mpi_tests.SCRIPT, '--out', str(tmp_path), '--batch',
                       str(mpi_tests.BATCH), '--steps-per-epoch', str(mpi_tests.STEPS), '--epochs', '1000000',
                       '--lr', str(mpi_tests.LR)]
-    job = Job(net.mpiexec_command(mpi_tests.MPIEXEC, [0, 1], argv, options=options), tmp_path)
+    job = Job(net.mpiexec_command(mpi_tests.MPIEXEC, [0, 1], argv, options=options), tmp_path,
+              TENSORPACK_MPI_PEER_TIMEOUT=str(PEER_TIMEOUT))   # what is named does not depend on it
     try:
         pid, = job.wait_for(r'MPI rank 1 of 2 \(local rank 0 of 1\) is pid (\d+) on ')
         job.wait_for(r'Start Epoch 2 \.\.\.', count=2)
