@@ -10,13 +10,14 @@ import urllib.parse
 
 from ..libinfo import __version__
 from ..tfutils.collect_env import collect_env_info
-from ..tfutils.varmanip import get_checkpoint_path
+from ..loop.resume_state import resume_state_path
+from ..tfutils.varmanip import checkpoint_files
 from ..utils import logger, stats_json
 from ..utils.develop import import_optional
 from ..utils.fs import write_atomically
 from ..utils.outbox import Outbox, PermanentSendError
 from .monitor_group import MonitorBase
-from .tracking import FINISHED, TrackerRecord, check_parameters, run_outcome, run_parameters
+from .tracking import FINISHED, TrackerRecord, check_parameters, last_checkpoint, run_outcome, run_parameters
 
 __all__ = ['MLflowMonitor']
 
@@ -244,11 +245,11 @@ class MLflowMonitor(MonitorBase):
         return True
 
     def _last_checkpoint_files(self, directory):
-        try:
-            prefix = get_checkpoint_path(directory)
-        except (FileNotFoundError, ValueError):
+        """The files of the newest checkpoint: its data, index and resume states."""
+        prefix = last_checkpoint(directory)
+        if prefix is None:
             return []
-        return sorted(glob.glob(glob.escape(prefix) + '.*'))
+        return checkpoint_files(prefix) + sorted(glob.glob(glob.escape(resume_state_path(prefix)) + '*'))
 
     # ----- the outbox's thread --------------------------------------------------------------------
 

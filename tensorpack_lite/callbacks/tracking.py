@@ -11,10 +11,12 @@ import os
 from collections.abc import Mapping
 
 from ..cluster.preemption import Preempted
+from ..tfutils.varmanip import get_checkpoint_path
 from ..utils import logger
 from ..utils.fs import write_atomically
 
-__all__ = ['run_parameters', 'run_outcome', 'TrackerRecord', 'FINISHED', 'FAILED', 'KILLED']
+__all__ = ['run_parameters', 'run_outcome', 'last_checkpoint', 'TrackerRecord',
+           'FINISHED', 'FAILED', 'KILLED']
 
 FINISHED, FAILED, KILLED = 'FINISHED', 'FAILED', 'KILLED'
 """How a run ended, in MLflow's words: it ran its schedule or was stopped on purpose
@@ -73,6 +75,16 @@ def run_outcome(loop):
     if isinstance(failure.error, (Preempted, KeyboardInterrupt)):
         return KILLED, failure.describe()
     return FAILED, failure.describe()
+
+
+def last_checkpoint(directory):
+    """The prefix of the newest checkpoint of ``directory`` that reads back whole
+    (:func:`~tensorpack_lite.tfutils.varmanip.get_checkpoint_path`), or None when there is none:
+    what a tracker keeps of the run at its end."""
+    try:
+        return get_checkpoint_path(directory)
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 class TrackerRecord:

@@ -4,11 +4,12 @@ import os
 import shutil
 
 from ..tfutils.collect_env import collect_env_info
-from ..tfutils.varmanip import get_checkpoint_path
+from ..tfutils.varmanip import checkpoint_files
 from ..utils import logger, stats_json
 from ..utils.develop import import_optional
 from .monitor_group import MonitorBase
-from .tracking import FINISHED, KILLED, TrackerRecord, check_parameters, run_outcome, run_parameters
+from .tracking import (FINISHED, KILLED, TrackerRecord, check_parameters, last_checkpoint, run_outcome,
+                       run_parameters)
 
 __all__ = ['WandbMonitor']
 
@@ -242,14 +243,9 @@ class WandbMonitor(MonitorBase):
         stats = stats_json.stats_path(self._logdir)
         if os.path.isfile(stats):
             paths.append(stats)
-        try:
-            prefix = get_checkpoint_path(self._logdir)
-        except (FileNotFoundError, ValueError):
-            prefix = None    # no checkpoint (or none that reads back): nothing to save
-        if prefix is not None:
-            folder, base = os.path.split(prefix)
-            paths += sorted(os.path.join(folder, f) for f in os.listdir(folder)
-                            if f == base + '.index' or f.startswith(base + '.data-'))
+        prefix = last_checkpoint(self._logdir)
+        if prefix is not None:    # else no checkpoint (or none that reads back): nothing to save
+            paths += checkpoint_files(prefix)
         for path in paths:
             self._save_file(path)
 

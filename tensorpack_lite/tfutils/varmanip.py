@@ -24,7 +24,7 @@ from .common import get_op_tensor_name
 __all__ = ['variable_of_tensor', 'SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
            'load_checkpoint_vars', 'save_checkpoint_vars', 'get_all_checkpoints', 'load_npz_file',
            'get_checkpoint_path', 'CheckpointStateError', 'read_checkpoint_state', 'find_step_checkpoints',
-           'verify_checkpoint', 'latest_intact_checkpoint', 'move_checkpoint_aside']
+           'verify_checkpoint', 'latest_intact_checkpoint', 'move_checkpoint_aside', 'checkpoint_files']
 
 
 _FILE_SUFFIX = re.compile(r'\.(index|meta|data-\d+-of-\d+)$')
@@ -144,6 +144,15 @@ def _read_tensor(reader, prefix, name):
     except Exception as err:
         raise ValueError("Checkpoint '{}' is corrupt: cannot read tensor '{}': {}".format(
             prefix, name, err)) from err
+
+
+def checkpoint_files(prefix):
+    """The paths of the files of checkpoint ``prefix`` that exist: its ``.data-*`` shards, then its
+    ``.index`` (not the temporary files of a write in progress)."""
+    dirname, base = os.path.split(prefix)
+    shards = sorted(os.path.join(dirname, f) for f in os.listdir(dirname or '.')
+                    if f.startswith(base + '.data-') and _DATA_SHARD.search(f))
+    return shards + ([prefix + '.index'] if os.path.isfile(prefix + '.index') else [])
 
 
 def move_checkpoint_aside(prefix, tag):

@@ -461,8 +461,7 @@ class Trainer:
         (:meth:`request_stop`) and recorded (template: the distributed trainers stop every
         worker after the same step)."""
         self._preemption.check()
-        if self._stop_request is not None:
-            raise StopTraining(self._stop_request)
+        self._stop_if_requested()
 
     def _end_training(self, failure):
         """Run the callbacks' ``after_train`` and close the session; after ``failure`` (a
