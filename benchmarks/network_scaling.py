@@ -156,7 +156,69 @@ def sample_ps_task(out, task_index):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 
-def build_model(batch, hidden):
+MLP_LAYERS = (784, 2000, 2000, 10)
+"""``--model mlp``: the layers of a multi-layer perceptron with 22.4 MB of float32 gradients and
+real compute (about 34 GFLOP a step at a batch of 1024)."""
+
+
+CNN_CONVS = (64, 64, 'pool', 128, 128, 'pool')
+"""``--model cnn``: 3x3 convolutions (channels) and 2x2 max-poolings on 32x32x3 images, then
+fully connected 8192 -> 512 -> 10: 18 MB of float32 gradients, 94 % of them in the first fully
+connected layer, whose gradient backprop makes first, before the convolutions' costly part."""
+
+
+def build_model(batch, hidden, model='wide'):
+    """The model of ``--model``: ``'wide'`` (:func:`wide_model`), ``'mlp'`` (:data:`MLP_LAYERS`)
+    or ``'cnn'`` (:data:`CNN_CONVS`), both :func:`classifier_model`."""
+    if model == 'cnn':
+        return classifier_model(batch, [32, 32, 3], CNN_CONVS, (512, 10))
+    if model == 'mlp':
+        return classifier_model(batch, MLP_LAYERS[:1], (), MLP_LAYERS[1:])
+    return wide_model(batch, hidden)
+
+
+def classifier_model(batch, input_shape, convs, widths):
+    """3x3 convolutions of ``convs`` channels (``'pool'``: a 2x2 max-pooling), then fully
+    connected layers of ``widths`` units, relu between them; softmax cross-entropy against
+    random soft targets; SGD."""
+    from tensorpack_lite.compat import tf, tfv1
+    from tensorpack_lite.train import ModelDesc
+
+    def weight(name, shape, fan_in):
+        initializer = tfv1.random_normal_initializer(stddev=fan_in ** -0.5)
+        return tfv1.get_variable(name, shape, initializer=initializer)
+
+    class Classifier(ModelDesc):
+        def inputs(self):
+            return [tf.TensorSpec([batch] + list(input_shape), tf.float32, 'x'),
+                    tf.TensorSpec([batch, widths[-1]], tf.float32, 'y')]
+
+        def build_graph(self, x, y):
+            out = x
+            for index, channels in enumerate(convs):
+                if channels == 'pool':
+                    out = tf.nn.max_pool2d(out, 2, 2, 'VALID')
+                    continue
+                fan_in = 9 * out.shape[-1]
+                kernel = weight('conv{}/W'.format(index), [3, 3, out.shape[-1], channels], fan_in)
+                out = tf.nn.relu(tf.nn.conv2d(out, kernel, 1, 'SAME'))
+            out = tf.reshape(out, [batch, -1])
+            for index, width in enumerate(widths):
+                fan_in = out.shape[1]
+                out = tf.matmul(out, weight('fc{}/W'.format(index), [fan_in, width], fan_in)) + \
+                    tfv1.get_variable('fc{}/b'.format(index), [width], initializer=tfv1.zeros_initializer())
+                if index < len(widths) - 1:
+                    out = tf.nn.relu(out)
+            loss = tf.nn.softmax_cross_entropy_with_logits(labels=tf.nn.softmax(y), logits=out)
+            return tf.reduce_mean(loss, name='cost')
+
+        def optimizer(self):
+            return tfv1.train.GradientDescentOptimizer(1e-3)
+
+    return Classifier()
+
+
+def wide_model(batch, hidden):
     from tensorpack_lite.compat import tf, tfv1
     from tensorpack_lite.train import ModelDesc
 
@@ -211,8 +273,9 @@ def gradient_bytes():
                if not v.op.name.startswith('tower'))
 
 
-def make_trainer(variant, no_spin):
-    """The trainer of ``variant`` on a server from TF_CONFIG (on a ps task: serves, then exits)."""
+def make_trainer(variant, no_spin, settings=()):
+    """The trainer of ``variant`` on a server from TF_CONFIG (on a ps task: serves, then exits);
+    ``settings``: ``NAME=VALUE`` attributes of a collective trainer's builder to set (``--set``)."""
     from tensorpack_lite.tfutils.distributed import create_server
     from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer,
                                                    DistributedTrainerParameterServer,
@@ -224,10 +287,26 @@ def make_trainer(variant, no_spin):
         config.experimental.disable_thread_spinning = True
     server = create_server(config=config)
     if variant in RING_VARIANTS:
+        from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
+        for setting in settings:
+            name, _, value = setting.partition('=')
+            if not hasattr(CollectiveAllReduceBuilder, name):
+                raise SystemExit("--set {}: CollectiveAllReduceBuilder has no attribute {}".format(
+                    setting, name))
+            setattr(CollectiveAllReduceBuilder, name, type(getattr(CollectiveAllReduceBuilder, name))(value))
         return CollectiveAllReduceTrainer(['/cpu:0'], server, compression=RING_VARIANTS[variant])
     if variant == 'replicated':
         return DistributedTrainerReplicated(['/cpu:0'], server)
     return DistributedTrainerParameterServer(['/cpu:0'], server)
+
+
+def timeline_callback(directory, steps):
+    """The chief's :class:`~tensorpack_lite.callbacks.CommunicationTimeline` of the steps run at
+    the global steps ``steps`` (of the warm-up epoch), written into ``directory``."""
+    from tensorpack_lite.callbacks import CommunicationTimeline, EnableCallbackIf
+    from tensorpack_lite.utils import logger
+    logger.set_logger_dir(directory, action='k')
+    return EnableCallbackIf(CommunicationTimeline(), lambda self: self.trainer.global_step in steps)
 
 
 def task_main(args):
@@ -242,14 +321,18 @@ def task_main(args):
         task = json.loads(os.environ['TF_CONFIG'])['task']
         if task['type'] == 'ps':
             sample_ps_task(args.out, task['index'])
-        trainer = make_trainer(args.variant, args.no_spin)
+        trainer = make_trainer(args.variant, args.no_spin, args.set)
         index = trainer.task_index
     from tensorpack_lite.input_source import DummyConstantInput
     from tensorpack_lite.train import TrainConfig, launch_train_with_config
     meter = step_meter()
-    config = TrainConfig(model=build_model(args.batch, args.hidden),
-                         data=DummyConstantInput([[args.batch, FEATURES], [args.batch]]),
-                         callbacks=[meter], extra_callbacks=[], monitors=[],
+    callbacks = [meter]
+    if args.timeline and index == 0:
+        callbacks.append(timeline_callback(args.timeline, range(max(args.steps - 4, 1), args.steps - 1)))
+    model = build_model(args.batch, args.hidden, args.model)
+    shapes = [spec.shape.as_list() for spec in model.inputs()]
+    config = TrainConfig(model=model, data=DummyConstantInput(shapes),
+                         callbacks=callbacks, extra_callbacks=[], monitors=[],
                          steps_per_epoch=args.steps, max_epoch=args.epochs)
     launch_train_with_config(config, trainer)
     write_result(args.out, 'worker{}'.format(index),
@@ -377,8 +460,12 @@ def run_once(args, variant, num_worker, log_dir):
     out = tempfile.mkdtemp(prefix='{}-{}.'.format(variant, num_worker), dir=log_dir)
     command = [sys.executable, os.path.abspath(__file__), '--task', '--variant', variant, '--out', out,
                '--hidden', str(args.hidden), '--batch', str(args.batch), '--steps', str(args.steps),
-               '--epochs', str(args.epochs)] + (['--no-spin'] if args.no_spin else [])
-    with NetnsCluster(num_worker + num_ps, rate_mbit=args.rate_mbit) as net:
+               '--epochs', str(args.epochs), '--model', args.model] \
+        + (['--no-spin'] if args.no_spin else []) \
+        + ['--set'] + list(getattr(args, 'set', [])) \
+        + (['--timeline', os.path.join(args.timeline, '{}-N{}'.format(variant, num_worker))]
+           if getattr(args, 'timeline', None) else [])
+    with NetnsCluster(num_worker + num_ps, rate_mbit=args.rate_mbit or None) as net:
         if variant == 'mpi':
             code, text = _launch_ranks(args, command, net, num_worker)
         else:
@@ -542,7 +629,12 @@ def parse_args():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--workers', type=int, nargs='+', default=[2, 3, 4], help='numbers of workers N')
     parser.add_argument('--variants', nargs='+', default=DEFAULT_VARIANTS, choices=VARIANTS)
-    parser.add_argument('--rate-mbit', type=float, default=100, help="every host's link, Mbit/s each way")
+    parser.add_argument('--rate-mbit', type=float, default=100,
+                        help="every host's link, Mbit/s each way (0: no limit)")
+    parser.add_argument('--model', choices=('wide', 'mlp', 'cnn'), default='wide',
+                        help="'wide': 6 -> hidden -> 1 (S = 32 x hidden bytes, almost no compute); 'mlp': "
+                             "784-2000-2000-10 (S = 22.4 MB); 'cnn': 4 convolutions and 2 fully connected "
+                             "layers (S = 18 MB)")
     parser.add_argument('--hidden', type=int, default=1 << 18, help='hidden units: S = 32 x hidden bytes')
     parser.add_argument('--batch', type=int, default=8, help='batch per worker')
     parser.add_argument('--steps', type=int, default=5,
@@ -553,6 +645,10 @@ def parse_args():
     parser.add_argument('--quick', action='store_true', help='N = 2 and 4, 2 epochs')
     parser.add_argument('--no-spin', action='store_true',
                         help="TensorFlow servers with experimental.disable_thread_spinning")
+    parser.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE',
+                        help="set attributes of the collective trainers' builder, e.g. NUM_PACKS=8")
+    parser.add_argument('--timeline', help="the chief writes the timelines of three steps of the warm-up "
+                                           "epoch of each run here (CommunicationTimeline)")
     parser.add_argument('--log-dir', help="keep each run's output and results there (default: a temporary "
                                           "directory)")
     parser.add_argument('--task', action='store_true', help=argparse.SUPPRESS)

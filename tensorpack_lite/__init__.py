@@ -62,9 +62,9 @@ _TENSORFLOW_NAMES = {
     'callbacks': (
         'BinaryClassificationStats', 'Callback', 'CheckpointWriteError', 'CallbackFactory',
         'Callbacks', 'CallbackToHook', 'CheckNumerics', 'ClassificationError', 'CometMLMonitor',
-        'DataParallelInferenceRunner', 'DumpParamAsImage', 'DumpTensor', 'DumpTensorAsImage',
-        'DumpTensors', 'EarlyStopping', 'EnableCallbackIf', 'EstimatedTimeLeft', 'GPUMemoryTracker',
-        'GPUUtilizationTracker', 'GraphProfiler', 'GraphVarParam', 'HookToCallback',
+        'CommunicationTimeline', 'DataParallelInferenceRunner', 'DumpParamAsImage', 'DumpTensor',
+        'DumpTensorAsImage', 'DumpTensors', 'EarlyStopping', 'EnableCallbackIf', 'EstimatedTimeLeft',
+        'GPUMemoryTracker', 'GPUUtilizationTracker', 'GraphProfiler', 'GraphVarParam', 'HookToCallback',
         'HostMemoryTracker', 'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter',
         'HyperParamSetterWithFunc', 'Inferencer', 'InferenceRunner', 'InferenceRunnerBase',
         'InjectShell', 'JSONWriter', 'MaxSaver', 'MergeAllSummaries', 'MinSaver', 'MLflowMonitor',

@@ -186,6 +186,58 @@ def test_collective_all_reduce_cuts_pieces_of_8_mb_by_default(lone_server):
     assert sizes == [1747632, 1747632, 1747616, 2 << 20]   # 20 MB in 3 (64-byte multiples), 8 MB whole
 
 
+def test_collective_pieces_follow_backprop_and_none_starts_before_the_one_ahead():
+    """The gradients of a 3-layer MLP travel in backprop's order: the middle layer's weight
+    first, then the pack holding the first layer's; each piece's all-reduce waits for the op
+    packing the piece before it (the launch order), not for that piece's all-reduce to end."""
+    server = create_server(local_cluster(1), 'worker', 0)    # its own: a server keeps each key's shape
+    builder = CollectiveAllReduceBuilder(['/cpu:0'], server, average=False)
+    builder.NUM_PACKS = 3
+    x = tf.random.normal([4, 30], seed=2)
+    variables, out = [], x
+    for index, (fan_in, fan_out) in enumerate([(30, 200), (200, 100), (100, 5)]):
+        w = tfv1.get_variable('fc{}/W'.format(index), [fan_in, fan_out])
+        b = tfv1.get_variable('fc{}/b'.format(index), [fan_out], initializer=tfv1.zeros_initializer())
+        variables += [w, b]
+        out = tf.nn.relu(tf.matmul(out, w) + b)
+    grads = tf.gradients(tf.reduce_sum(out), variables)
+    with tf.device(builder.raw_devices[0]):
+        reduced = builder.all_reduce([grads])[0]
+    collectives = [op for op in tfv1.get_default_graph().get_operations() if op.type == 'CollectiveReduceV2']
+    carried = [{g.op.name for g in grads} & _ancestor_names(op) for op in collectives]
+    names = [g.op.name for g in grads]         # fc0/W, fc0/b, fc1/W, fc1/b, fc2/W, fc2/b
+    # packs of at most 1/3 of the 26805 elements: fc1/W (20000) alone, ready before the pack of
+    # the others, whose last tensor is the first layer's
+    assert carried == [{names[2]}, {names[4], names[5], names[3], names[0], names[1]}]
+    assert not _waits_for(collectives[0])
+    for before, op in zip(collectives, collectives[1:]):
+        assert _waits_for(op) == [before.inputs[0].op], op.name
+    with tfv1.Session(server.target) as sess:        # a group of one device gives the tensors back
+        sess.run(tfv1.global_variables_initializer())
+        want, got = sess.run([grads, reduced])
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+
+
+def _waits_for(op):
+    """The control inputs of ``op`` and of the ops of its inputs (the keys of a collective are
+    constants made under the same control dependencies)."""
+    found = list(op.control_inputs)
+    for tensor in op.inputs:
+        found += [c for c in tensor.op.control_inputs if c not in found]
+    return found
+
+
+def _ancestor_names(op):
+    seen, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        if current.name not in seen:
+            seen.add(current.name)
+            stack.extend(t.op for t in current.inputs)
+    return seen
+
+
 def three_tower_values(rng):
     """Per tower, gradients of 3 x 700 elements, magnitudes 1e-4 to 1e4 (fp16 subnormals among
     them), whose 16-bit roundings differ from them."""

@@ -329,6 +329,12 @@ def test_ranks_average_like_one_process_and_stay_bit_identical(num, tmp_path):
     assert len(set(ranks[0]['step_hashes'])) == STEPS * EPOCHS   # the weights changed every step
     assert_bit_identical(ranks)
     assert_close(ranks[0]['weights'], reference_weights(num, LR), rtol=1e-4, atol=1e-5)
+    # the gradients (168 bytes with the preemption vote) in groups of >= 1/4 of them, in the order
+    # backprop makes them: the vote and the last layer's weight first, the first layer's bias last;
+    # the second call runs after the first
+    calls = ranks[0]['allreduce_calls']
+    assert [c['shapes'] for c in calls] == [[[2], [5, 1], [6, 5]], [[5]]], calls
+    assert calls[1]['after'] == [calls[0]['name']] and calls[0]['after'] == [], calls
 
 
 @needs_mpiexec

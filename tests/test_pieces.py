@@ -97,18 +97,40 @@ def test_pack_refuses_a_tensor_unlike_the_planned_one_naming_it():
 
 def test_a_tensor_larger_than_a_pack_travels_whole_and_one_larger_than_the_cut_in_pieces():
     """The MLP 784-1024-1024-10 with packs of a quarter of its 1.9 M elements: the two big
-    weights are pieces of their own, not copied; the small rest shares one; a cut limit of
-    2**19 elements cuts the 1024 x 1024 weight in two."""
+    weights are pieces of their own, not copied; the small rest shares one, which comes after
+    the pieces whose tensors all come before its last; a cut limit of 2**19 elements cuts the
+    1024 x 1024 weight in two."""
     shapes = [[784, 1024], [1024], [1024, 1024], [1024], [1024, 10], [10]]
     with tf.Graph().as_default():
         tensors = [tf.zeros(shape) for shape in shapes]
         plan = PiecePlan(tensors, cut_elements=lambda dtype: 1 << 20, pack_elements=lambda dtype: 477000)
-        assert [[s.index for s in piece] for piece in plan.pieces] == [[0], [1, 3, 4, 5], [2]]
-        assert [p.op.type for p in plan.pack(tensors)] == ['Reshape', 'ConcatV2', 'Reshape']
+        assert [[s.index for s in piece] for piece in plan.pieces] == [[0], [2], [1, 3, 4, 5]]
+        assert [p.op.type for p in plan.pack(tensors)] == ['Reshape', 'Reshape', 'ConcatV2']
         cut = PiecePlan(tensors, cut_elements=lambda dtype: 1 << 19, pack_elements=lambda dtype: 477000)
     assert [[(s.index, s.start, s.stop) for s in piece] for piece in cut.pieces] == \
-        [[(0, 0, 401408)], [(0, 401408, 802816)], [(1, 0, 1024), (3, 0, 1024), (4, 0, 10240), (5, 0, 10)],
-         [(2, 0, 524288)], [(2, 524288, 1048576)]]
+        [[(0, 0, 401408)], [(0, 401408, 802816)], [(2, 0, 524288)], [(2, 524288, 1048576)],
+         [(1, 0, 1024), (3, 0, 1024), (4, 0, 10240), (5, 0, 10)]]
+
+
+def test_pieces_follow_the_order_given_each_after_the_last_tensor_it_holds():
+    """In backprop's order (the last layer's gradients first), the small tensors share one pack
+    whose last tensor (the first layer's bias) comes after the middle weight: the pack comes
+    second; the first layer's weight, after the pack's last tensor but one, comes last."""
+    shapes = [[784, 1024], [1024], [1024, 1024], [1024], [1024, 10], [10]]
+    with tf.Graph().as_default():
+        tensors = [tf.random.normal(shape) for shape in shapes]
+        plan = PiecePlan(tensors, cut_elements=lambda dtype: 1 << 20, pack_elements=lambda dtype: 477000,
+                         order=[5, 4, 3, 2, 1, 0])
+        assert plan.order == [5, 4, 3, 2, 1, 0]
+        assert [[(s.index, s.offset) for s in piece] for piece in plan.pieces] == \
+            [[(2, 0)], [(5, 0), (4, 16), (3, 10256), (1, 11280)], [(0, 0)]]
+        back = plan.unpack(plan.pack(tensors))
+        with tfv1.Session() as sess:
+            want, got = sess.run([tensors, back])
+        for w, g in zip(want, got):
+            assert g.shape == w.shape and np.array_equal(g, w)
+        with pytest.raises(ValueError, match='order must hold each of the 6'):
+            PiecePlan(tensors, pack_elements=lambda dtype: 100, order=[0, 1, 2, 3, 4, 4])
 
 
 def test_without_a_cut_limit_no_tensor_is_cut_and_a_plan_needs_a_limit():

@@ -18,8 +18,8 @@ from .monitor import (CometMLMonitor, JSONWriter, MonitorBase, Monitors, NoOpMon
 from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParamSetter,
                     HyperParamSetterWithFunc, ObjAttrParam, ScheduledHyperParamSetter,
                     StatMonitorParamSetter)
-from .prof import (GPUMemoryTracker, GPUUtilizationTracker, GraphProfiler, HostMemoryTracker,
-                   PeakMemoryTracker, ThroughputTracker)
+from .prof import (CommunicationTimeline, GPUMemoryTracker, GPUUtilizationTracker, GraphProfiler,
+                   HostMemoryTracker, PeakMemoryTracker, ThroughputTracker)
 from .saver import CheckpointWriteError, MaxSaver, MinSaver, ModelSaver
 from .stats import InjectShell, SendStat
 from .steps import MaintainStepCounter, ProgressBar, SessionRunTimeout, TensorPrinter
@@ -41,7 +41,8 @@ __all__ = [
     'SendMonitorData', 'TFEventWriter', 'MLflowMonitor', 'WandbMonitor', 'TensorBoardHParams',
     'GraphVarParam', 'HumanHyperParamSetter', 'HyperParam', 'HyperParamSetter',
     'HyperParamSetterWithFunc', 'ObjAttrParam', 'ScheduledHyperParamSetter', 'StatMonitorParamSetter',
-    'GPUMemoryTracker', 'GPUUtilizationTracker', 'GraphProfiler', 'HostMemoryTracker',
+    'GPUMemoryTracker', 'GPUUtilizationTracker', 'GraphProfiler', 'CommunicationTimeline',
+    'HostMemoryTracker',
     'PeakMemoryTracker', 'ThroughputTracker',
     'MaxSaver', 'MinSaver', 'ModelSaver', 'CheckpointWriteError',
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',

@@ -1,9 +1,10 @@
 """Callbacks that measure the training: speed, host and GPU memory, GPU utilization, and
-a profiler tracing the session runs (the GPU trackers live in :mod:`.gpu_trackers`).
+a profiler tracing the session runs and the timeline of gradient communication it gives (the
+GPU trackers live in :mod:`.gpu_trackers`).
 
 The trackers put their numbers into ``trainer.monitors`` once per epoch. The GPU trackers
 need a GPU: without one they log a single warning and then do nothing. :class:`GraphProfiler`
-writes trace files into the logger directory.
+and :class:`CommunicationTimeline` write trace files into the logger directory.
 
 Example::
 
@@ -13,6 +14,7 @@ Example::
         steps_per_epoch=1000, max_epoch=10)
 """
 
+import json
 import numbers
 import os
 import time
@@ -21,12 +23,13 @@ import psutil
 
 from ..compat import tfv1
 from ..loop.callback import Callback
+from ..tfutils.step_timeline import StepTimeline
 from ..utils import logger
 from ..utils.fs import write_atomically
 from .gpu_trackers import GPUMemoryTracker, GPUUtilizationTracker, PeakMemoryTracker
 
 __all__ = ['ThroughputTracker', 'PeakMemoryTracker', 'GPUMemoryTracker', 'GPUUtilizationTracker',
-           'HostMemoryTracker', 'GraphProfiler']
+           'HostMemoryTracker', 'GraphProfiler', 'CommunicationTimeline']
 
 
 class ThroughputTracker(Callback):
@@ -205,3 +208,48 @@ class GraphProfiler(Callback):
         event.tagged_run_metadata.tag = 'trace-{}'.format(self.global_step)
         event.tagged_run_metadata.run_metadata = metadata.SerializeToString()
         self.trainer.monitors.put_event(event)
+
+
+class CommunicationTimeline(GraphProfiler):
+    """A :class:`GraphProfiler` that also shows when the gradients' all-reduces ran against when
+    backprop produced the gradients, from each traced step's stats (see
+    :class:`~tensorpack_lite.tfutils.step_timeline.StepTimeline`):
+
+    * ``timeline-<step>.svg``: a row of ops per thread, the gradients' ready times and a row per
+      communication piece (waiting: light, running: dark), to open in a browser;
+    * ``timeline-<step>.json``: the same pieces and the summary, as numbers (seconds, bytes);
+    * ``chrome-trace-<step>.json`` (``dump_tracing``), as :class:`GraphProfiler`;
+    * a log line: the step, the seconds of communication, how many of them ran before the last
+      gradient was ready (hidden behind backprop), and how long the communication went on after.
+
+    Example: the chief's timeline of step 12 of a distributed run::
+
+        EnableCallbackIf(CommunicationTimeline(), lambda self: self.trainer.global_step == 12)
+    """
+
+    def __init__(self, dump_tracing=True):
+        """
+        Args:
+            dump_tracing (bool): also write the Chrome trace files.
+        """
+        super().__init__(dump_tracing=dump_tracing)
+
+    def _after_run(self, run_context, run_values):
+        super()._after_run(run_context, run_values)
+        timeline = StepTimeline(self.graph, run_values.run_metadata.step_stats)
+        title = 'step {}'.format(self.global_step)
+        picture = timeline.to_svg(title=title)
+        write_atomically(self._path('timeline-{}.svg'), lambda f: f.write(picture), mode='w', durable=False)
+        numbers = json.dumps(timeline.to_dict(), indent=1)
+        write_atomically(self._path('timeline-{}.json'), lambda f: f.write(numbers), mode='w', durable=False)
+        summary = timeline.summary()
+        if not summary['pieces']:
+            logger.info("CommunicationTimeline: {} took {:.1f} ms and communicated nothing.".format(
+                title, summary['step'] * 1e3))
+            return
+        logger.info(
+            "CommunicationTimeline: {} took {:.1f} ms; {} pieces ({:.2f} MB) ran {:.1f} ms, {:.1f} ms of it "
+            "before the last gradient was ready ({:.1f} ms into the step), then {:.1f} ms more: {}".format(
+                title, summary['step'] * 1e3, summary['pieces'], summary['bytes'] / 1e6,
+                summary['communication'] * 1e3, summary['overlapped'] * 1e3, summary['last_ready'] * 1e3,
+                summary['after_compute'] * 1e3, self._path('timeline-{}.svg')))

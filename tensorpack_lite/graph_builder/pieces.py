@@ -45,10 +45,15 @@ class PiecePlan:
     A tensor of more than ``cut_elements(dtype)`` elements is cut into pieces of its own, of
     about equal sizes (``cut_elements`` None: none is cut); one of more than
     ``pack_elements(dtype)`` (by default ``cut_elements(dtype)``) is a piece of its own, whole;
-    the smaller ones are packed, in their order and by dtype, into flat pieces of at most
-    ``pack_elements(dtype)`` elements, each segment at a 64-byte offset (zeros fill the gaps).
-    Every tower of every worker builds the same plan from tensors of the same shapes, so the
-    k-th pieces of all of them form one collective all-reduce.
+    the smaller ones are packed, by dtype, into flat pieces of at most ``pack_elements(dtype)``
+    elements, each segment at a 64-byte offset (zeros fill the gaps). The tensors are taken in
+    ``order`` (indices; by default as given), and the pieces are sorted by the place in it of
+    their last tensor: with :func:`~tensorpack_lite.graph_builder.backprop_order.backprop_order`,
+    in the order they can start while backprop runs. A pack fills with the small tensors in that
+    order, past the large ones between them (a pack of its own for a few kilobytes would make
+    an all-reduce whose 2 (N - 1) hops wait behind the large ones on a loaded link). Every tower
+    of every worker builds the same plan from tensors of the same shapes, so the k-th pieces of
+    all of them form one collective all-reduce.
 
     Example::
 
@@ -60,17 +65,24 @@ class PiecePlan:
 
     Attributes:
         pieces: one list of :class:`Segment` per piece, in the order of :meth:`pack`.
+        order: the order the tensors were taken in.
     """
 
-    def __init__(self, tensors, cut_elements=None, pack_elements=None):
+    def __init__(self, tensors, cut_elements=None, pack_elements=None, order=None):
         self._shapes = [tensor.shape for tensor in tensors]
         self._dtypes = [tensor.dtype.base_dtype for tensor in tensors]
         pack_elements = pack_elements or cut_elements
         if pack_elements is None:
             raise ValueError("PiecePlan: give cut_elements, pack_elements or both")
+        order = list(range(len(tensors)) if order is None else order)
+        if sorted(order) != list(range(len(tensors))):
+            raise ValueError("PiecePlan: order must hold each of the {} tensors' indices once, got {}".format(
+                len(tensors), order))
+        self.order = order
         self.pieces = []
         filling = {}                                # dtype -> the piece being filled
-        for index, dtype in enumerate(self._dtypes):
+        for index in order:
+            dtype = self._dtypes[index]
             size = self._shapes[index].num_elements()
             cut_limit = max(1, int(cut_elements(dtype))) if cut_elements else None
             pack_limit = max(1, int(pack_elements(dtype)))
@@ -92,6 +104,8 @@ class PiecePlan:
                     self.pieces.append(piece)
                     filling[dtype] = piece
                 piece.append(Segment(index, 0, size, offset))
+        position = {index: rank for rank, index in enumerate(order)}
+        self.pieces.sort(key=lambda piece: max(position[segment.index] for segment in piece))
 
     @staticmethod
     def _length(piece):

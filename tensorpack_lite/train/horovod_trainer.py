@@ -32,6 +32,7 @@ from ..compat import tf, tfv1
 from ..dataflow.base import ProxyDataFlow
 from ..dataflow.state import get_dataflow_state, set_dataflow_state
 from ..graph_builder import mpi_ops
+from ..graph_builder.backprop_order import backprop_order, consecutive_groups
 from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
 from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
 from ..input_source.input_source_base import FeedfreeInput
@@ -199,6 +200,15 @@ class HorovodTrainer(SingleCostTrainer):
     BROADCAST_EVERY_EPOCH = True
     """Broadcast the variables of rank 0 at the end of every epoch too."""
 
+    MPI_GROUPS = 4
+    """The MPI engine all-reduces the gradients in groups of at least 1 / MPI_GROUPS of their
+    bytes (about this many, and a last one of what is left), taken in the order backprop
+    completes them
+    (:func:`~tensorpack_lite.graph_builder.backprop_order.consecutive_groups` of
+    :func:`~tensorpack_lite.graph_builder.backprop_order.backprop_order`), one MPI call each,
+    one after the other: the first group travels while backprop computes the rest (Horovod
+    fuses what is ready by itself)."""
+
     def __init__(self, average=True, compression=None, gpus=None):
         self.devices = None if gpus is None else interpret_towers(gpus, type(self).__name__)
         hvd, self.engine = import_engine()
@@ -285,12 +295,24 @@ class HorovodTrainer(SingleCostTrainer):
         if self._size > 1:
             op = self.hvd.Average if self._average else self.hvd.Sum
             with tf.name_scope('AllReduce'):
-                if self.hvd is mpi_ops:   # one fused buffer, one MPI call per step
-                    tensors = mpi_ops.grouped_allreduce(tensors, op=op, compression=self._compression)
+                if self.hvd is mpi_ops:
+                    tensors = self._mpi_allreduce_in_backprop_order(tensors, op)
                 else:
                     tensors = [self.hvd.allreduce(t, op=op, compression=self._compression) for t in tensors]
         self._vote.set_total(tensors.pop())
         return tensors
+
+    def _mpi_allreduce_in_backprop_order(self, tensors, op):
+        """The MPI engine's reduction of ``tensors``: groups of :attr:`MPI_GROUPS` (see there)."""
+        sizes = [(t.shape.num_elements() or 0) * t.dtype.size for t in tensors]
+        groups = consecutive_groups(backprop_order(tensors), sizes, -(-sum(sizes) // self.MPI_GROUPS))
+        reduced = [None] * len(tensors)
+        for group in groups:
+            outputs = mpi_ops.grouped_allreduce([tensors[i] for i in group], op=op,
+                                                compression=self._compression)
+            for index, output in zip(group, outputs):
+                reduced[index] = output
+        return reduced
 
     def _ordered(self):
         """Collectives built inside run in creation order (the MPI engine needs it; Horovod

@@ -94,9 +94,13 @@ class DumpWeights(Callback):
         variables = _weights_and_statistics()
         names = [v.op.name for v in variables]
         values = self.trainer.sess.run(variables)
+        calls = [op for op in self.trainer.sess.graph.get_operations()
+                 if op.type == 'PyFunc' and op.name.startswith('AllReduce/')]
         with open(self.path, 'w') as f:
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
                        'step_hashes': self.step_hashes, 'engine': self.trainer.engine,
+                       'allreduce_calls': [{'name': op.name, 'shapes': [t.shape.as_list() for t in op.inputs],
+                                            'after': [c.name for c in op.control_inputs]} for op in calls],
                        'local_rank': self.trainer.hvd.local_rank(),
                        'local_size': self.trainer.hvd.local_size(),
                        'weights': {n: v.tolist() for n, v in zip(names, values)}}, f)
