@@ -390,7 +390,8 @@ def all_reduce_rounds(args, num_worker, names):
     return times, cores
 
 
-def _load():
+def load_average():
+    """The machine's load averages over 1, 5 and 15 minutes, as a line."""
     return '{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg()) if hasattr(os, 'getloadavg') else 'unknown'
 
 
@@ -418,7 +419,7 @@ def print_allreduce(args, num_worker, times, cores):
     print("  cores kept busy by the reporting process (its CPU seconds over wall seconds, median over "
           "rounds), at " + ' / '.join(str(size) for size in args.sizes) + " MB: " + ', '.join(busy))
     print("  (ms, MB/s, and the median, smallest and largest of the per-round speed ratios to {}); "
-          "load average now: {}".format(base, _load()), flush=True)
+          "load average now: {}".format(base, load_average()), flush=True)
 
 
 def main():
@@ -451,7 +452,7 @@ def main():
          'train': train_worker}[args.role](args)
         return
 
-    print("load average at the start: {}".format(_load()), flush=True)
+    print("load average at the start: {}".format(load_average()), flush=True)
     if not args.skip_allreduce:
         names = list(args.variants) + ([] if args.skip_mwms else ['mwms'])
         if args.skip_mpi:

@@ -66,7 +66,7 @@ import tempfile
 import threading
 import time
 
-from multiworker import mpiexec_path
+from multiworker import load_average, mpiexec_path
 from processes import worker_env
 
 FEATURES = 6
@@ -493,10 +493,6 @@ def run_once(args, variant, num_worker, log_dir):
 
 # ----- the driver: rounds, table, goals -----------------------------------------------------------
 
-def _load():
-    return '{:.2f} {:.2f} {:.2f}'.format(*os.getloadavg())
-
-
 def machine_line():
     """The CPU's model name (mixed_precision.py's cpu_description when it imports), the cores,
     TensorFlow's and Python's versions."""
@@ -680,7 +676,7 @@ def main():
     print("links of {:g} Mbit/s ({:.2f} MB/s) each way; S = {:.2f} MB of float32 gradients; {} epochs of {} "
           "steps (the first epoch and each epoch's first step not timed), {} round(s); load average "
           "{}".format(args.rate_mbit, args.rate_mbit / 8, size / MB, args.epochs, args.steps, args.rounds,
-                      _load()), flush=True)
+                      load_average()), flush=True)
     runs = [(v, n) for n in args.workers for v in args.variants]
     results, failed, began = {}, [], time.monotonic()
     with tempfile.TemporaryDirectory(prefix='network_scaling.') as temporary:
@@ -700,7 +696,7 @@ def main():
     from tabulate import tabulate
     headers, rows = table(args, results)
     print("\n{:g} Mbit/s links, S = {:.2f} MB; {:.0f} s in all; load average at the end {}".format(
-        args.rate_mbit, size / MB, time.monotonic() - began, _load()))
+        args.rate_mbit, size / MB, time.monotonic() - began, load_average()))
     print(tabulate(rows, headers=headers, disable_numparse=True, stralign='right'))
     for line in goals(args, results):
         print(line)

@@ -85,9 +85,9 @@ def ready_bound(pieces, communication):
     return max(p['ready'] + share / total * communication for p, share in zip(pieces, later))
 
 
-def link_limit(args, variant, num_worker, size):
-    """Seconds the busiest worker's link needs per step for its bytes at ``--rate-mbit``."""
-    return scaling.bottleneck_bytes(variant, num_worker, size) * 8 / (args.rate_mbit * 1e6)
+def link_seconds(args, sent):
+    """Seconds a link of ``--rate-mbit`` needs to send ``sent`` bytes."""
+    return sent * 8 / (args.rate_mbit * 1e6)
 
 
 def table(args, results):
@@ -102,8 +102,8 @@ def table(args, results):
             if not all(runs.values()):
                 continue
             step = {row: statistics.median(r.step for r in runs[row]) for row in ROWS}
-            limit = link_limit(args, variant, num_worker, runs['both'][0].size)
-            wire = statistics.median(max(r.sent) for r in runs['communication']) * 8 / (args.rate_mbit * 1e6)
+            limit = link_seconds(args, scaling.bottleneck_bytes(variant, num_worker, runs['both'][0].size))
+            wire = link_seconds(args, statistics.median(max(r.sent) for r in runs['communication']))
             overlap = step['both'] / max(step['compute'], step['communication'])
             traced = [pieces for run in results[(engine, num_worker, 'pieces')] for pieces in run]
             bound = statistics.median(ready_bound(pieces, step['communication']) for pieces in traced)
@@ -161,7 +161,7 @@ def main():
     print(scaling.machine_line(), flush=True)
     print("limited links: {:g} Mbit/s each way; batches {} and {} per worker; {} epochs of {} steps (the "
           "first epoch and each epoch's first step not timed); load average {}".format(
-              args.rate_mbit, args.batch, args.small_batch, args.epochs, args.steps, scaling._load()),
+              args.rate_mbit, args.batch, args.small_batch, args.epochs, args.steps, scaling.load_average()),
           flush=True)
     runs = [(e, n, row) for e in args.engines for n in args.workers for row in ROWS]
     results, failed, began = {}, [], time.monotonic()
@@ -190,7 +190,8 @@ def main():
                       flush=True)
     from tabulate import tabulate
     headers, rows = table(args, results)
-    print("\n{:.0f} s in all; load average at the end {}".format(time.monotonic() - began, scaling._load()))
+    print("\n{:.0f} s in all; load average at the end {}".format(
+        time.monotonic() - began, scaling.load_average()))
     print(tabulate(rows, headers=headers, disable_numparse=True, stralign='right'))
     if failed:
         print("failed runs: {}".format(', '.join('{} N={} {}'.format(*f) for f in failed)))

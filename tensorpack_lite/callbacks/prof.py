@@ -240,9 +240,10 @@ class CommunicationTimeline(GraphProfiler):
         title = 'step {}'.format(self.global_step)
         picture = timeline.to_svg(title=title)
         write_atomically(self._path('timeline-{}.svg'), lambda f: f.write(picture), mode='w', durable=False)
-        numbers = json.dumps(timeline.to_dict(), indent=1)
-        write_atomically(self._path('timeline-{}.json'), lambda f: f.write(numbers), mode='w', durable=False)
-        summary = timeline.summary()
+        numbers = timeline.to_dict()
+        text = json.dumps(numbers, indent=1)
+        write_atomically(self._path('timeline-{}.json'), lambda f: f.write(text), mode='w', durable=False)
+        summary = numbers['summary']
         if not summary['pieces']:
             logger.info("CommunicationTimeline: {} took {:.1f} ms and communicated nothing.".format(
                 title, summary['step'] * 1e3))
