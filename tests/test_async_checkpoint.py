@@ -1,4 +1,4 @@
-"""Checkpoints written in the background (tfutils/async_checkpoint.py, ModelSaver(background=True)).
+"""Checkpoints written in the background (checkpoint/writer.py, ModelSaver(background=True)).
 
 Ordering is controlled, never timed: :class:`Gate` holds chosen background saves before
 TensorFlow writes anything and lets each go only when something waits for it (so a save can
@@ -17,10 +17,9 @@ from helpers import HANG_TIMEOUT, BreakSessionAt, RaiseAt
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, MinSaver, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.loop.resume_state import ResumeState
-from tensorpack_lite.tfutils import async_checkpoint
-from tensorpack_lite.tfutils.async_checkpoint import (BackgroundCheckpointWriter, CheckpointSaveError,
-                                                      host_cpu)
+from tensorpack_lite.checkpoint import files as checkpoint_files
+from tensorpack_lite.checkpoint.resume_state import ResumeState
+from tensorpack_lite.checkpoint.writer import BackgroundCheckpointWriter, CheckpointSaveError, host_cpu
 from tensorpack_lite.tfutils.common import get_global_step_var
 from tensorpack_lite.tfutils.distributed import create_server
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
@@ -412,10 +411,10 @@ def test_temporaries_of_a_cut_write_are_never_an_index(tmp_path):
     for name in names:
         open(str(tmp_path / name), 'w').close()
     os.makedirs(str(tmp_path / 'model-1_temp'))
-    async_checkpoint.remove_checkpoint_files(str(tmp_path / 'model-1'), temporaries_only=True)
+    checkpoint_files.remove_checkpoint(str(tmp_path / 'model-1'), temporaries_only=True)
     assert sorted(os.listdir(str(tmp_path))) == ['model-1.data-00000-of-00001', 'model-1.resume',
                                                  'model-10.index']
-    async_checkpoint.remove_checkpoint_files(str(tmp_path / 'model-1'), [str(tmp_path / 'model-1.resume')])
+    checkpoint_files.remove_checkpoint(str(tmp_path / 'model-1'), [str(tmp_path / 'model-1.resume')])
     assert os.listdir(str(tmp_path)) == ['model-10.index']
 
 

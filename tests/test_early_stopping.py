@@ -10,6 +10,7 @@ import pytest
 from helpers import capture_logs
 from test_minsaver_resume import STEPS, Model, ScriptedStat, dataflow
 from tensorpack_lite.callbacks import EarlyStopping, MinSaver, ModelSaver, PeriodicTrigger
+from tensorpack_lite.checkpoint.resume_state import ResumeState
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.train import AutoResumeTrainConfig, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils import logger
@@ -142,15 +143,17 @@ def test_bad_arguments_are_named(kwargs, message):
         EarlyStopping('')
 
 
-def test_placed_after_model_saver_it_warns_that_a_checkpoint_would_keep_its_state_of_the_trigger_before(
-        tmp_path):
+def test_placed_after_model_saver_its_state_of_the_same_trigger_is_in_the_checkpoint(tmp_path):
     logger.set_logger_dir(str(tmp_path), action='k')
     es = EarlyStopping('val-error', patience=1)
     with capture_logs() as logs:
         train([None, 1, 1], 2, es, callbacks=[ModelSaver(), ScriptedStat('val-error', [None, 1, 1]), es])
-    assert ("EarlyStopping('val-error') comes after ModelSaver in the callbacks: a checkpoint would keep "
-            "its state of the trigger before") in "\n".join(logs.messages(logging.WARNING))
+    assert not [m for m in logs.messages(logging.WARNING) if 'EarlyStopping' in m]
     assert es.stopped_at == 2 * STEPS
+    states = ResumeState.read(str(tmp_path / 'model-{}'.format(2 * STEPS))).callbacks.values()
+    saved = [state for state in states if isinstance(state, dict) and 'stopped_at' in state]
+    assert saved == [{'best': [STEPS, 1.0], 'waited': 1, 'last_seen_step': 2 * STEPS,
+                      'stopped_at': 2 * STEPS}]
 
 
 def test_a_misspelled_statistic_is_an_error_before_the_first_step(tmp_path):

@@ -21,7 +21,8 @@ from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrain
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer
-from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, RunShape, ScaleLearningRate
+from tensorpack_lite.checkpoint.resume_point import RunShape
+from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, ScaleLearningRate
 from tensorpack_lite.utils import stats_json
 
 W0 = np.linspace(-1, 1, 4).reshape(4, 1).astype('float32')

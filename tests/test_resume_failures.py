@@ -81,8 +81,8 @@ DRIVER = textwrap.dedent('''
         (SIGTERM, a preemption notice, sent twice, and once more when training ends, before
         the last checkpoint: the second and third change nothing), fail (an exception) or fill
         (fill the disk, training goes on); where is step (after global step n), epoch (at epoch
-        n's end, after the savers, before the monitors) or write (inside the n-th write of
-        stats.json, after the temporary file, before its rename)."""
+        n's end, once every callback and monitor has run and the checkpoint is written) or write
+        (inside the n-th write of stats.json, after the temporary file, before its rename)."""
 
         def __init__(self, spec):
             self.how, self.where, number = spec.split(':')
@@ -106,7 +106,7 @@ DRIVER = textwrap.dedent('''
 
         def _trigger_epoch(self):
             if self.where == 'epoch' and self.epoch_num == self.number:
-                self._stop()
+                self.trainer.loop.after_callbacks(self, self._stop)
 
         def _after_train(self):
             if self.how == 'term':
@@ -179,7 +179,7 @@ DRIVER = textwrap.dedent('''
 
 STEPS, EPOCHS = 4, 6
 
-KILLS = ['kill:epoch:1',   # after epoch 1's checkpoint, before its record: stats.json is []
+KILLS = ['kill:epoch:1',   # after epoch 1's record and checkpoint
          'kill:step:6',    # mid-epoch 2, right after a mid-epoch validation
          'kill:write:3',   # inside the write of epoch 3's record: a stale stats.json.<hex>.tmp
          'fail:step:18',   # an error mid-epoch 5: its mid-epoch records are written, model-18 saved
@@ -288,7 +288,7 @@ def test_random_kills_with_mid_epoch_validation_resume_every_time(runs):
     assert int(killed['best']['global_step']) == best_step
 
     out = killed['outputs']
-    assert 'starting from scratch' in out[1]                      # 7c: stats.json is [], model-4 exists
+    assert 'Setting starting_epoch to 2' in out[1]                # the record comes before the checkpoint
     assert 'Setting starting_epoch to 2' in out[2]
     assert 'Setting starting_epoch to 3' in out[3]                # model-12 exists, epoch 3 unrecorded
     assert "Removed '" in out[3] and '.tmp' in out[3]            # 7d: the stale temporary

@@ -44,6 +44,12 @@ def _steps_run_twice(logdir):
     return sorted(step for step, count in counts.items() if count > 1)
 
 
+def _steps_counted(logdir):
+    """The steps the run's stateful callback (placed after ModelSaver) counted, across resumes."""
+    with open(os.path.join(str(logdir), 'count.txt')) as f:
+        return int(f.read())
+
+
 def _epochs_recorded(logdir):
     with open(os.path.join(str(logdir), 'stats.json')) as f:
         return [r['epoch_num'] for r in json.load(f) if 'steps_per_epoch' in r]
@@ -78,6 +84,7 @@ def test_sigterm_mid_epoch_redoes_no_step_and_ends_as_never_stopped(tmp_path, un
     assert "Resuming from checkpoint {} (step 15 of 30 of epoch 2, global step 45)".format(
         os.path.join(str(tmp_path), 'model-45')) in output
     assert _steps_run_twice(tmp_path) == []
+    assert _steps_counted(tmp_path) == LAST_STEP
     assert _epochs_recorded(tmp_path) == [1, 2, 3]
     difference = _max_difference(_weights(tmp_path), uninterrupted(*args))
     print("SIGTERM at step 45, {}: 0 steps twice, max |w - uninterrupted| = {:.3g}".format(
@@ -94,6 +101,8 @@ def test_sigkill_redoes_at_most_the_steps_since_the_last_checkpoint(tmp_path, un
     output = _run(tmp_path, *args)
     assert "(step 10 of 30 of epoch 2, global step 40)" in output
     assert _steps_run_twice(tmp_path) == list(range(41, 48))
+    # the checkpoint of step 40 holds the callback's state after step 40, though placed after ModelSaver
+    assert _steps_counted(tmp_path) == LAST_STEP
     assert _epochs_recorded(tmp_path) == [1, 2, 3]
     difference = _max_difference(_weights(tmp_path), uninterrupted('--input', 'queue'))
     print("SIGKILL at step 47, checkpoints every 10 steps: steps 41-47 twice, max |w - uninterrupted| = "

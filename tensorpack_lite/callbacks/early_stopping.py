@@ -4,7 +4,6 @@ import math
 
 from ..loop.callback import Callback
 from ..utils import logger
-from .saver import ModelSaver
 from .stat_reader import StatReader
 
 __all__ = ['EarlyStopping']
@@ -28,10 +27,9 @@ class EarlyStopping(Callback):
     run) is saved with every checkpoint: a resumed run does not start its patience again, and a
     run it stopped, started again, stops before its first step.
 
-    Place it after the callback that puts ``monitor`` and before :class:`ModelSaver`: a checkpoint
-    keeps the states of the callbacks as they are when ModelSaver runs, so one placed after it
-    would resume without the last value it saw (a warning says so). The name is checked before
-    the first step, as :class:`MinSaver` checks its own.
+    Place it after the callback that puts ``monitor``; where it stands relative to
+    :class:`ModelSaver` does not matter (a checkpoint holds every callback's state after the
+    whole step). The name is checked before the first step, as :class:`MinSaver` checks its own.
 
     Args:
         monitor (str): the statistic, e.g. ``'val-error'``.
@@ -86,17 +84,6 @@ class EarlyStopping(Callback):
         if not self._checked:   # before the first step, once every callback is ready
             self._checked = True
             self._stat.check()
-            self._check_place()
-
-    def _check_place(self):
-        callbacks = getattr(self.trainer, 'callbacks', ())
-        if self not in callbacks:
-            return
-        before = [cb for cb in callbacks[:callbacks.index(self)] if isinstance(cb, ModelSaver)]
-        if before:
-            logger.warn("{} comes after {} in the callbacks: a checkpoint would keep its state of the "
-                        "trigger before, and a run resumed from it would not count the last value. "
-                        "Place it before {}.".format(self, before[0], before[0]))
 
     def improves(self, value):
         """Whether ``value`` beats the best so far by more than ``min_delta``."""

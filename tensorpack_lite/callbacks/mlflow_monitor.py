@@ -1,6 +1,5 @@
 """A monitor that tracks the run in MLflow: :class:`MLflowMonitor`."""
 
-import glob
 import json
 import os
 import re
@@ -8,10 +7,9 @@ import socket
 import time
 import urllib.parse
 
+from ..checkpoint.files import checkpoint_files
 from ..libinfo import __version__
 from ..tfutils.collect_env import collect_env_info
-from ..loop.resume_state import resume_state_path
-from ..tfutils.varmanip import checkpoint_files
 from ..utils import logger, stats_json
 from ..utils.develop import import_optional
 from ..utils.fs import write_atomically
@@ -249,7 +247,7 @@ class MLflowMonitor(MonitorBase):
         prefix = last_checkpoint(directory)
         if prefix is None:
             return []
-        return checkpoint_files(prefix) + sorted(glob.glob(glob.escape(resume_state_path(prefix)) + '*'))
+        return checkpoint_files(prefix, resume=True)
 
     # ----- the outbox's thread --------------------------------------------------------------------
 

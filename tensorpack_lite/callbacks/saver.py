@@ -15,27 +15,20 @@ import contextlib
 import functools
 import json
 import os
-import re
-import shutil
-import time
 import weakref
 from datetime import datetime
 
+from ..checkpoint.commit import CheckpointCommit, Rotation
+from ..checkpoint.copy import copy_checkpoint, recover_copy
+from ..checkpoint.directory import clean_interrupted_writes, get_checkpoint_path, step_of
+from ..checkpoint.writer import BackgroundCheckpointWriter, CheckpointSaveError, CheckpointWriter, host_cpu
 from ..compat import tfv1
 from ..loop.callback import Callback
-from ..loop.resume_state import resume_state_path
-from ..tfutils.async_checkpoint import (BackgroundCheckpointWriter, CheckpointSaveError, CheckpointWriter,
-                                        host_cpu, remove_checkpoint_files)
 from ..tfutils.common import get_global_step_var
-from ..tfutils.varmanip import (CheckpointStateError, find_step_checkpoints, get_checkpoint_path,
-                                read_checkpoint_state)
 from ..utils import logger
-from ..utils.fs import write_atomically
 from .stat_reader import StatReader
 
 __all__ = ['ModelSaver', 'MinSaver', 'MaxSaver', 'CheckpointWriteError']
-
-_STEP_SUFFIX = re.compile(r'-(\d+)$')
 
 
 def _default_checkpoint_dir(checkpoint_dir):
@@ -62,19 +55,6 @@ def _prepare_checkpoint_dir(callback):
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (e.g. the disk is full); training stops."""
-
-
-_STATE_FILE = 'checkpoint'
-
-
-def _write_checkpoint_state(directory, paths):
-    """Write the ``checkpoint`` state file listing ``paths`` (oldest first, the last is the
-    latest) relative to ``directory``, in one rename."""
-    names = [os.path.relpath(path, directory) for path in paths]
-    lines = ['model_checkpoint_path: "{}"'.format(names[-1])]
-    lines += ['all_model_checkpoint_paths: "{}"'.format(name) for name in names]
-    write_atomically(os.path.join(directory, _STATE_FILE),
-                     lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
 
 
 _WRITING = weakref.WeakSet()
@@ -118,16 +98,20 @@ class ModelSaver(Callback):
       next trigger or when training ends.
     * The ``checkpoint`` state file always names complete checkpoints: the files are written
       first, then the state file is replaced in one rename, and only then are checkpoints
-      beyond ``max_to_keep`` deleted.
+      beyond ``max_to_keep`` deleted (:mod:`tensorpack_lite.checkpoint.commit`). An old
+      checkpoint that cannot be deleted is one warning naming the file, tried again at the next
+      save; training goes on and the new checkpoint stays.
+    * Before the first step, what an interrupted write left (TensorFlow's temporaries, data
+      without an index) is removed, in one line.
     * The newest checkpoint, the newest one with a resume state, and the two newest taken at
       the end of an epoch (saved at an epoch's last step, the step a resumed run started from,
       or a global step that is a multiple of ``steps_per_epoch``) are never deleted, whatever
       ``max_to_keep`` says: they are what :class:`AutoResumeTrainConfig` resumes from, and
       checkpoints saved while a step failed (no resume state) must not push them out.
 
-    Checkpoints listed in an existing ``checkpoint`` file (an earlier run in the same
-    directory) stay listed and count towards ``max_to_keep``; when that file is missing or
-    unreadable, the ``model-<step>`` checkpoints found by their files take its place. Nothing
+    The checkpoints of an earlier run in the same directory (those the ``checkpoint`` file lists
+    and the ``<name>-<step>`` ones found by their files) stay listed and count towards
+    ``max_to_keep``, oldest step first. Nothing
     an earlier run wrote is deleted before this run has saved a checkpoint of its own: the
     rotation follows a save, and a save that fails leaves an earlier checkpoint of the same
     step as it was.
@@ -164,15 +148,13 @@ class ModelSaver(Callback):
         if isinstance(var_collections, str):
             var_collections = [var_collections]
         self.var_collections = list(var_collections)
-        self._max_to_keep = max_to_keep or 0
-        self._keep_every_secs = (keep_checkpoint_every_n_hours or 0) * 3600.
         self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self.background = bool(background)
         self._last_saved_step = None
         self._failed_step = None   # the step at which training stopped because a write failed
-        self._kept = []            # [(global_step, path)], oldest first
-        self._epoch_ends = set()   # global steps known to end an epoch (see _to_delete)
-        self._last_preserved = time.time()
+        self._rotation = Rotation(max_to_keep, (keep_checkpoint_every_n_hours or 0) * 3600.,
+                                  self.RESUME_POINTS_KEPT)
+        self._commit = None        # the CheckpointCommit of this process, once set up
         self._writer = CheckpointWriter(None)   # nothing in flight before the graph is set up
 
     @property
@@ -189,6 +171,7 @@ class ModelSaver(Callback):
                             "(a resumed run starts its data at an epoch's start).".format(self._owner))
             else:
                 os.makedirs(self.checkpoint_dir, exist_ok=True)
+                self._commit = CheckpointCommit(self.checkpoint_dir, self._rotation, self._owner)
             return
         _prepare_checkpoint_dir(self)
         variables = []
@@ -205,6 +188,7 @@ class ModelSaver(Callback):
             var_list=variables, max_to_keep=0,
             write_version=tfv1.train.SaverDef.V2, save_relative_paths=True)
         tfv1.add_to_collection(tfv1.GraphKeys.SAVERS, self.saver)
+        self._commit = CheckpointCommit(self.checkpoint_dir, self._rotation)
         self._writer = self._make_writer(variables, step_var)
 
     def _make_writer(self, variables, step_var):
@@ -217,16 +201,19 @@ class ModelSaver(Callback):
 
     def _companions(self, prefix):
         """The files of checkpoint ``prefix`` besides TensorFlow's (this process's)."""
-        return [resume_state_path(prefix, self._owner)]
+        return [self._commit.resume_state_path(prefix)]
 
     def _before_train(self):
         schedule = self.trainer.loop.schedule
         if schedule.starting_epoch > 1 and not schedule.first_step:   # resumed where an epoch ended
-            self._epoch_ends.add(self.global_step)
-        if self._owner is not None:
-            self._kept = self._earlier_own_states()
+            self._rotation.epoch_ends.add(self.global_step)
+        if self._commit is None:
             return
-        self._kept = self._earlier_checkpoints()
+        if self._owner is None:
+            clean_interrupted_writes(self.checkpoint_dir)   # nothing of this run is being written yet
+        self._commit.start()
+        if self._owner is not None:
+            return
         # The graph is complete now.
         time_str = datetime.now().strftime('%m%d-%H%M%S')
         self.saver.export_meta_graph(
@@ -234,38 +221,12 @@ class ModelSaver(Callback):
             collection_list=self.graph.get_all_collection_keys())
         _WRITING.add(self)
 
-    def _earlier_own_states(self):
-        """``[(step, prefix)]`` of this process's resume states an earlier run left, oldest first."""
-        if self.checkpoint_dir is None:
-            return []
-        suffix = resume_state_path('', self._owner)
-        kept = []
-        for fname in os.listdir(self.checkpoint_dir):
-            match = _STEP_SUFFIX.search(fname[:-len(suffix)]) if fname.endswith(suffix) else None
-            if match and fname.startswith('model-'):
-                kept.append((int(match.group(1)), os.path.join(self.checkpoint_dir, fname[:-len(suffix)])))
-        return sorted(kept)
-
-    def _earlier_checkpoints(self):
-        """``[(step, prefix)]`` of the checkpoints an earlier run left, oldest first: those the
-        state file lists, or when it is unreadable or missing, those found by their files."""
-        try:
-            paths = read_checkpoint_state(self.checkpoint_dir)
-        except CheckpointStateError as err:
-            logger.info("ModelSaver: {}; the checkpoints are found by their files, and the state "
-                        "file is rewritten at the next save.".format(err))
-            paths = None
-        if not paths:
-            found = find_step_checkpoints(self.checkpoint_dir)
-            paths = [found[step] for step in sorted(found)]
-        kept = []
-        for path in paths:
-            match = _STEP_SUFFIX.search(path)
-            if match and os.path.isfile(path + '.index'):
-                kept.append((int(match.group(1)), path))
-        return kept
-
     def _trigger(self):
+        # Once every callback of this trigger has run, so that the resume state holds their
+        # states after the step (whatever their order), and the variables after their ops.
+        self.trainer.loop.after_callbacks(self, self._save)
+
+    def _save(self):
         step = self.global_step
         if step == self._last_saved_step or self.checkpoint_dir is None:   # None: not the chief
             return
@@ -276,20 +237,14 @@ class ModelSaver(Callback):
         with self._write_errors():
             self._writer.copy(sess)    # waits for the checkpoint in flight: its error comes here
             self._writer.start_save(sess, self.path, step,
-                                    functools.partial(self._complete, step, state, epoch_end))
+                                    functools.partial(self._complete, step, state, epoch_end),
+                                    lambda path: self._commit.delete_dropped())
         self._last_saved_step = step
 
     def _complete(self, step, state, epoch_end, path):
-        """The files of checkpoint ``path`` (of ``step``) are written: its resume state, then the
-        state file and the rotation (in the writer's thread when writing in the background)."""
-        if state is not None:
-            state.write(path, self._owner)
-        elif os.path.exists(resume_state_path(path, self._owner)):   # an earlier run's, of the same step
-            os.remove(resume_state_path(path, self._owner))
-        self._kept = [(s, p) for s, p in self._kept if s != step] + [(step, path)]
-        if epoch_end:
-            self._epoch_ends.add(step)
-        self._rotate()
+        """The files of checkpoint ``path`` (of ``step``) are written: commit it (its resume state,
+        then the state file listing it), in the writer's thread when writing in the background."""
+        self._commit.commit(step, path, state, epoch_end, self.trainer.steps_per_epoch)
         if self._owner is None:
             logger.info("Model saved to {}.".format(path))
 
@@ -314,38 +269,6 @@ class ModelSaver(Callback):
         with self._write_errors():
             self._writer.wait()
 
-    def _to_delete(self):
-        """The checkpoints beyond ``max_to_keep``, except the protected resume points."""
-        if not self._max_to_keep:
-            return []
-        steps_per_epoch = self.trainer.steps_per_epoch
-        epoch_ends = [s for s, _ in self._kept if s in self._epoch_ends or s % steps_per_epoch == 0]
-        resumable = [s for s, p in self._kept if os.path.exists(resume_state_path(p, self._owner))]
-        protected = set(epoch_ends[-self.RESUME_POINTS_KEPT:] + resumable[-1:] + [self._kept[-1][0]])
-        others = [(s, p) for s, p in self._kept if s not in protected]
-        room = max(self._max_to_keep - len(protected), 0)
-        return others[:len(others) - room] if room < len(others) else []
-
-    def _rotate(self):
-        """List the kept checkpoints in the state file, then delete the others."""
-        dropped = self._to_delete()
-        now = time.time()
-        for item in list(dropped):
-            if self._keep_every_secs and now - self._last_preserved >= self._keep_every_secs:
-                self._last_preserved = now
-                dropped.remove(item)  # kept for good: forgotten by the rotation
-                self._kept.remove(item)
-        self._kept = [item for item in self._kept if item not in dropped]
-        if self._owner is not None:      # another process: its own files only
-            for _, path in dropped:
-                for own in self._companions(path):
-                    if os.path.exists(own):
-                        os.remove(own)
-            return
-        _write_checkpoint_state(self.checkpoint_dir, [p for _, p in self._kept])
-        for _, path in dropped:
-            remove_checkpoint_files(path, self._companions(path))
-
     def _after_train(self):
         _WRITING.discard(self)
         if self.global_step == self._failed_step:   # training stopped because a write failed: not again
@@ -353,7 +276,7 @@ class ModelSaver(Callback):
         if not self.session_usable("the checkpoint at the end of training (the newest written is kept)"):
             return self._discard_writing()
         try:
-            self._trigger()
+            self._save()
         finally:
             self._finish_writing()
 
@@ -375,93 +298,17 @@ class _ResumeStateOnly:
     def copy(self, sess):
         pass
 
-    def start_save(self, sess, path_prefix, global_step, done):
-        done('{}-{}'.format(path_prefix, global_step))
+    def start_save(self, sess, path_prefix, global_step, commit, then=None):
+        path = '{}-{}'.format(path_prefix, global_step)
+        commit(path)
+        if then is not None:
+            then(path)
 
     def wait(self):
         pass
 
     def close(self, finish=True):
         return None
-
-
-# ---------------------------------------------------------------------------------------------
-# A crash-safe copy of a checkpoint (several files), with a record of it, onto another prefix.
-# ---------------------------------------------------------------------------------------------
-
-_TMP = '.tmp'
-_COMMIT = '.commit'
-
-
-def _checkpoint_files(prefix):
-    """The suffixes of the files of checkpoint ``prefix``: ``.index`` and ``.data-*``."""
-    dirname, base = os.path.split(prefix)
-    suffixes = [f[len(base):] for f in os.listdir(dirname or '.')
-                if f.startswith(base + '.data-') and not f.endswith((_TMP, _COMMIT))]
-    return sorted(suffixes) + ['.index']
-
-
-def _finish_copy(dst, names):
-    """Move the complete temporary files named ``names`` into place (in that order: the data
-    shards, the index, the record), remove data shards of the previous checkpoint that the
-    new one does not have, drop the marker."""
-    dirname, base = os.path.split(dst)
-    for name in names:
-        path = os.path.join(dirname, name)
-        if os.path.exists(path + _TMP):
-            os.replace(path + _TMP, path)
-    for suffix in _checkpoint_files(dst):
-        if base + suffix not in names:
-            os.remove(dst + suffix)
-    os.remove(dst + _COMMIT)
-
-
-def _recover_copy(dst, record):
-    """Complete a copy onto ``dst`` that was interrupted after every file was written (the
-    marker exists), or discard the leftovers of one interrupted earlier (the temporary
-    files of ``dst`` and of its ``record``)."""
-    if os.path.isfile(dst + _COMMIT):
-        with open(dst + _COMMIT) as f:
-            names = json.load(f)
-        logger.info("Completing the interrupted update of checkpoint {}.".format(dst))
-        _finish_copy(dst, names)
-        return
-    dirname, base = os.path.split(dst)
-    for fname in os.listdir(dirname or '.'):
-        if fname.startswith(base + '.') and fname.endswith(_TMP):
-            os.remove(os.path.join(dirname, fname))
-    if os.path.exists(record + _TMP):
-        os.remove(record + _TMP)
-
-
-def _write_synced(path, write, mode):
-    with open(path, mode) as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _copy_checkpoint(src, dst, record, content):
-    """Copy checkpoint ``src`` to prefix ``dst`` and write ``content`` (a JSON-able dict) to
-    the file ``record``, all or nothing: the files are first written under temporary names
-    (the slow part, which leaves the old ones untouched), then a marker listing them is
-    written, then they are renamed into place. A crash before the marker leaves the previous
-    checkpoint and record; one after it is completed by :func:`_recover_copy`."""
-    _recover_copy(dst, record)
-    base = os.path.basename(dst)
-    names = [base + suffix for suffix in _checkpoint_files(src)] + [os.path.basename(record)]
-    try:
-        for suffix in _checkpoint_files(src):
-            shutil.copyfile(src + suffix, dst + suffix + _TMP)
-            with open(dst + suffix + _TMP, 'rb+') as f:
-                os.fsync(f.fileno())
-        _write_synced(record + _TMP, lambda f: json.dump(content, f), 'w')
-        _write_synced(dst + _COMMIT + _TMP, lambda f: json.dump(names, f), 'w')
-        os.replace(dst + _COMMIT + _TMP, dst + _COMMIT)
-    except BaseException:
-        _recover_copy(dst, record)  # no marker yet: removes the partial copies
-        raise
-    _finish_copy(dst, names)
 
 
 class MinSaver(Callback):
@@ -533,7 +380,7 @@ class MinSaver(Callback):
         _prepare_checkpoint_dir(self)
 
     def _before_train(self):
-        _recover_copy(self.best_path, self.record_path)
+        recover_copy(self.best_path, self.record_path)
         self.best = self._read_record()
         if self.best is not None:
             logger.info("{}: the best {} so far is {:.5g}, at global_step={} (recorded in {}).".format(
@@ -581,6 +428,10 @@ class MinSaver(Callback):
         return value > self.best[1] if self.reverse else value < self.best[1]
 
     def _trigger(self):
+        # After ModelSaver has saved at this trigger (it also waits for the whole trigger).
+        self.trainer.loop.after_callbacks(self, self._save_if_better)
+
+    def _save_if_better(self):
         point = self._stat.new_value()
         if point is None:
             return
@@ -600,13 +451,12 @@ class MinSaver(Callback):
             raise RuntimeError("{}: there is no checkpoint to copy in '{}'. Put a ModelSaver "
                                "saving there before {} in the callbacks.".format(
                                    self, self.checkpoint_dir, self)) from err
-        match = re.search(r'-(\d+)$', src)
-        if match and int(match.group(1)) != step:
+        if step_of(src) not in (None, step):
             logger.warn("{}: the latest checkpoint {} is not from global_step={}, when '{}' was "
                         "put; it is copied anyway.".format(self, src, step, self.monitor_stat))
         record = {'monitor_stat': self.monitor_stat, 'kind': self._kind, 'global_step': int(step),
                   'value': float(value), 'checkpoint': os.path.basename(src)}
-        _copy_checkpoint(src, self.best_path, self.record_path, record)
+        copy_checkpoint(src, self.best_path, self.record_path, record)
         logger.info("Model at global_step={} with {} {}={:.5g} saved to {}.".format(
             step, 'maximum' if self.reverse else 'minimum', self.monitor_stat, value, self.best_path))
 

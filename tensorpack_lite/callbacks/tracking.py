@@ -10,8 +10,8 @@ import numbers
 import os
 from collections.abc import Mapping
 
+from ..checkpoint.directory import get_checkpoint_path
 from ..cluster.preemption import Preempted
-from ..tfutils.varmanip import get_checkpoint_path
 from ..utils import logger
 from ..utils.fs import write_atomically
 
@@ -79,7 +79,7 @@ def run_outcome(loop):
 
 def last_checkpoint(directory):
     """The prefix of the newest checkpoint of ``directory`` that reads back whole
-    (:func:`~tensorpack_lite.tfutils.varmanip.get_checkpoint_path`), or None when there is none:
+    (:func:`~tensorpack_lite.checkpoint.directory.get_checkpoint_path`), or None when there is none:
     what a tracker keeps of the run at its end."""
     try:
         return get_checkpoint_path(directory)

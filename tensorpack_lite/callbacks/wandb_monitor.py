@@ -3,8 +3,8 @@
 import os
 import shutil
 
+from ..checkpoint.files import checkpoint_files
 from ..tfutils.collect_env import collect_env_info
-from ..tfutils.varmanip import checkpoint_files
 from ..utils import logger, stats_json
 from ..utils.develop import import_optional
 from .monitor_group import MonitorBase

@@ -8,10 +8,12 @@ it; callbacks read it (``self.trainer.loop``) instead of working the answers out
         ...   # fetch something once, with the last step of the epoch
 """
 
+import contextlib
 import numbers
 
 from ..tfutils.common import get_global_step_value
 from ..tfutils.session_failure import leaves_session_unusable
+from .callback import name_culprit
 
 __all__ = ['Schedule', 'TrainLoop', 'RunFailure']
 
@@ -142,6 +144,7 @@ class TrainLoop:
         self._runs_in_step = 0
         self._steps_done = 0
         self._in_step = False
+        self._deferred = None   # [(callback, action)] while the callbacks of a trigger run
 
     # ----- advanced by the trainer ------------------------------------------------------------
 
@@ -192,6 +195,35 @@ class TrainLoop:
         """Record ``error`` as the end of training; returns its :class:`RunFailure`."""
         self.failure = RunFailure(error)
         return self.failure
+
+    @contextlib.contextmanager
+    def trigger(self):
+        """Around the callbacks of a step's or an epoch's trigger (``callbacks.trigger_step()``):
+        when they have all run, the actions they left with :meth:`after_callbacks` run, in order."""
+        self._deferred = []
+        try:
+            yield
+            while self._deferred:
+                callback, action = self._deferred.pop(0)
+                try:
+                    action()
+                except Exception as err:
+                    name_culprit(err, callback, 'trigger')
+                    raise
+        finally:
+            self._deferred = None
+
+    # ----- asked by callbacks ---------------------------------------------------------------------
+
+    def after_callbacks(self, callback, action):
+        """Run ``action()`` once every callback of the current trigger (of a step or an epoch) has
+        run, whatever their order; now when no trigger is running (e.g. in ``after_train``). What
+        depends on the state of the whole step waits so: a checkpoint, whose resume state holds
+        every callback's state after that step. An error it raises names ``callback``."""
+        if self._deferred is None:
+            action()
+        else:
+            self._deferred.append((callback, action))
 
     # ----- read by everyone ---------------------------------------------------------------------
 

@@ -14,10 +14,12 @@ import os
 
 import numpy as np
 
+from ..checkpoint.directory import get_checkpoint_path
+from ..checkpoint.verify import checked_reader
 from ..compat import tf, tfv1
 from ..utils import logger
 from .common import get_op_tensor_name
-from .varmanip import SessionUpdate, _checked_reader, get_checkpoint_path, is_training_name, load_npz_file
+from .varmanip import SessionUpdate, is_training_name, load_npz_file
 
 __all__ = ['SessionInit', 'JustCurrentSession', 'SaverRestore', 'SaverRestoreRelaxed',
            'DictRestore', 'ChainInit', 'SmartInit', 'get_model_loader']
@@ -114,7 +116,7 @@ class SaverRestore(SessionInit):
             raise ValueError("SaverRestore takes a TensorFlow checkpoint, got '{}'; load a dict of "
                              "arrays with DictRestore or SmartInit.".format(model_path))
         self.path = get_checkpoint_path(model_path)
-        _checked_reader(self.path)  # a corrupt checkpoint fails now, not when training starts
+        checked_reader(self.path)  # a corrupt checkpoint fails now, not when training starts
         self.prefix = prefix.rstrip('/') if prefix else None
         if isinstance(ignore, str):
             ignore = [ignore]
@@ -167,7 +169,7 @@ class SaverRestore(SessionInit):
         return None
 
     def _setup_graph(self):
-        reader = _checked_reader(self.path)
+        reader = checked_reader(self.path)
         matched = self._match_vars(reader)
         mismatches = [m for m in (self._mismatch(reader, n, v) for n, v in matched) if m]
         if mismatches:
@@ -201,7 +203,7 @@ class SaverRestoreRelaxed(SaverRestore):
     """
 
     def _setup_graph(self):
-        reader = _checked_reader(self.path)
+        reader = checked_reader(self.path)
         self._pairs, skipped = [], []
         for name, var in self._match_vars(reader):
             shape = reader.get_variable_to_shape_map()[name]
@@ -223,7 +225,7 @@ class SaverRestoreRelaxed(SaverRestore):
         if not hasattr(self, '_pairs'):
             self._setup_graph()
         logger.info("Restoring {} variables from checkpoint {} ...".format(len(self._pairs), self.path))
-        reader = _checked_reader(self.path)
+        reader = checked_reader(self.path)
         values = {}
         for name, var in self._pairs:
             try:

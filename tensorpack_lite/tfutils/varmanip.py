@@ -7,7 +7,9 @@ Example::
     save_chkpt_vars(params, 'train_log/halved.npz')     # loadable with SmartInit / DictRestore
 
 Checkpoints are TensorFlow V2 checkpoints (``<prefix>.index`` + ``<prefix>.data-*``), the
-format written by ``tf.compat.v1.train.Saver`` and :class:`ModelSaver`.
+format written by ``tf.compat.v1.train.Saver`` and :class:`ModelSaver`; finding and checking them
+is :mod:`tensorpack_lite.checkpoint`'s (``get_checkpoint_path`` and its neighbours are importable
+here too, as in tensorpack).
 """
 
 import os
@@ -16,6 +18,10 @@ import zipfile
 
 import numpy as np
 
+from ..checkpoint.directory import find_step_checkpoints, get_checkpoint_path, latest_intact_checkpoint
+from ..checkpoint.files import checkpoint_files, move_checkpoint_aside
+from ..checkpoint.state_file import CheckpointStateError, read_checkpoint_state
+from ..checkpoint.verify import checked_reader, read_tensor, verify_checkpoint
 from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.fs import write_atomically
@@ -25,11 +31,8 @@ __all__ = ['variable_of_tensor', 'SessionUpdate', 'dump_session_params', 'load_c
            'load_checkpoint_vars', 'save_checkpoint_vars', 'get_all_checkpoints', 'load_npz_file',
            'get_checkpoint_path', 'CheckpointStateError', 'read_checkpoint_state', 'find_step_checkpoints',
            'verify_checkpoint', 'latest_intact_checkpoint', 'move_checkpoint_aside', 'checkpoint_files']
-
-
-_FILE_SUFFIX = re.compile(r'\.(index|meta|data-\d+-of-\d+)$')
-_DATA_SHARD = re.compile(r'\.data-(\d+)-of-(\d+)$')
-_STATE_FILE = 'checkpoint'
+# The checkpoint names above come from the package that owns checkpoints (tensorpack_lite.checkpoint):
+# they stay importable here, tensorpack's path.
 
 
 def variable_of_tensor(tensor):
@@ -45,279 +48,6 @@ def variable_of_tensor(tensor):
             if var.name == tensor.name:
                 return var
     return None
-
-
-_STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"$')
-# TF's own Saver also records when each checkpoint was written.
-_STATE_TIME_LINE = re.compile(
-    r'^(all_model_checkpoint_timestamps|last_preserved_timestamp)\s*:\s*[-+.\deE]+$')
-_STEP_PREFIX = re.compile(r'^(.+)-(\d+)$')
-
-
-class CheckpointStateError(ValueError):
-    """The ``checkpoint`` state file of a directory cannot be read."""
-
-
-def read_checkpoint_state(dirname):
-    """The checkpoint prefixes the ``checkpoint`` state file of ``dirname`` lists (absolute,
-    oldest first, the latest last; [] when there is no state file).
-
-    Raises:
-        CheckpointStateError: the file is unreadable or not a checkpoint state (garbage,
-            zeroed or cut short: every non-empty line must be a ``key: "path"`` entry).
-    """
-    dirname = os.path.abspath(dirname)
-    state_file = os.path.join(dirname, _STATE_FILE)
-    if not os.path.isfile(state_file):
-        return []
-    try:
-        with open(state_file, 'rb') as f:
-            text = f.read().decode('utf-8')
-    except (OSError, UnicodeDecodeError) as err:
-        raise CheckpointStateError("cannot read state file '{}': {}".format(state_file, err)) from err
-    latest, listed = None, []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        if _STATE_TIME_LINE.match(line.strip()):
-            continue
-        match = _STATE_LINE.match(line.strip())
-        if match is None:
-            raise CheckpointStateError("state file '{}' is not a checkpoint state: line {} is {!r}".format(
-                state_file, number, line[:60]))
-        path = re.sub(r'\\(.)', r'\1', match.group(2))
-        path = os.path.normpath(os.path.join(dirname, path))
-        if match.group(1) == 'model_checkpoint_path':
-            latest = path
-        elif path not in listed:
-            listed.append(path)
-    if latest is None:
-        raise CheckpointStateError("state file '{}' names no latest checkpoint".format(state_file))
-    return [path for path in listed if path != latest] + [latest]
-
-
-def find_step_checkpoints(dirname):
-    """``{global_step: prefix}`` of the checkpoints named ``<name>-<step>`` in ``dirname``,
-    found by their own files (an ``.index`` or a ``.data-*`` file), whatever the state file
-    says. When several names share a step, the one with the newest file wins."""
-    dirname = os.path.abspath(dirname)
-    found = {}
-    for fname in os.listdir(dirname):
-        if fname.endswith('.index'):
-            prefix = fname[:-len('.index')]
-        else:
-            match = _DATA_SHARD.search(fname)
-            if match is None:
-                continue
-            prefix = fname[:match.start()]
-        match = _STEP_PREFIX.match(prefix)
-        if match is None:
-            continue
-        path = os.path.join(dirname, prefix)
-        mtime = os.path.getmtime(os.path.join(dirname, fname))
-        step = int(match.group(2))
-        if step not in found or (found[step][0] != path and mtime > found[step][1]):
-            found[step] = (path, mtime)
-    return {step: path for step, (path, _) in found.items()}
-
-
-def verify_checkpoint(prefix):
-    """Check that checkpoint ``prefix`` reads back whole: its ``.index`` exists and parses,
-    every data shard is there and long enough, and every tensor reads back with a correct
-    checksum. Reads the whole checkpoint once, one tensor at a time.
-
-    Raises:
-        FileNotFoundError: there is no ``<prefix>.index``.
-        ValueError: naming the checkpoint and what is wrong with it.
-    """
-    if not os.path.isfile(prefix + '.index'):
-        raise FileNotFoundError("Checkpoint '{}' has no index: '{}' does not exist.".format(
-            prefix, prefix + '.index'))
-    reader = _checked_reader(prefix)
-    for name in reader.get_variable_to_shape_map():
-        _read_tensor(reader, prefix, name)
-
-
-def _read_tensor(reader, prefix, name):
-    try:
-        return np.asarray(reader.get_tensor(name))
-    except Exception as err:
-        raise ValueError("Checkpoint '{}' is corrupt: cannot read tensor '{}': {}".format(
-            prefix, name, err)) from err
-
-
-def checkpoint_files(prefix):
-    """The paths of the files of checkpoint ``prefix`` that exist: its ``.data-*`` shards, then its
-    ``.index`` (not the temporary files of a write in progress)."""
-    dirname, base = os.path.split(prefix)
-    shards = sorted(os.path.join(dirname, f) for f in os.listdir(dirname or '.')
-                    if f.startswith(base + '.data-') and _DATA_SHARD.search(f))
-    return shards + ([prefix + '.index'] if os.path.isfile(prefix + '.index') else [])
-
-
-def move_checkpoint_aside(prefix, tag):
-    """Rename the ``.index``, ``.data-*`` and ``.resume*`` (resume state) files of checkpoint
-    ``prefix`` to the prefix ``<prefix><tag>`` (``<prefix><tag>2``... when taken) and return
-    that prefix. The index goes last, so no new prefix ever has an index without its data."""
-    dirname, base = os.path.split(prefix)
-    files = sorted(f[len(base):] for f in os.listdir(dirname)
-                   if (f.startswith(base + '.data-') and _DATA_SHARD.search(f))
-                   or f.startswith(base + '.resume'))
-    files += ['.index'] if os.path.exists(prefix + '.index') else []
-    number, target = 1, prefix + tag
-    while any(os.path.exists(target + suffix) for suffix in files + ['.index']):
-        number += 1
-        target = '{}{}{}'.format(prefix, tag, number)
-    for suffix in files:
-        os.replace(prefix + suffix, target + suffix)
-    return target
-
-
-def _candidates_in(dirname):
-    """The checkpoints of ``dirname`` to try, newest first, and the problem of its state file
-    (None when it is fine): the state file's latest first and then its other entries, when
-    the state file reads; then every ``<name>-<step>`` checkpoint found by its files, the
-    highest step first."""
-    problems, ordered = [], []
-    try:
-        listed = read_checkpoint_state(dirname)
-    except CheckpointStateError as err:
-        problems.append(str(err))
-        listed = []
-    if listed and not os.path.isfile(listed[-1] + '.index'):
-        problems.append("state file '{}' points to checkpoint '{}', but '{}' does not exist".format(
-            os.path.join(dirname, _STATE_FILE), os.path.basename(listed[-1]), listed[-1] + '.index'))
-    for path in reversed(listed):
-        if os.path.isfile(path + '.index') and path not in ordered:
-            ordered.append(path)
-    on_disk = find_step_checkpoints(dirname)
-    reported = listed[-1:] if problems and listed else []   # its missing index is said already
-    for step in sorted(on_disk, reverse=True):
-        if on_disk[step] not in ordered and on_disk[step] not in reported:
-            ordered.append(on_disk[step])
-    return ordered, problems
-
-
-def latest_intact_checkpoint(dirname, given=None):
-    """The prefix of the newest checkpoint of ``dirname`` that reads back whole (see
-    :func:`verify_checkpoint`), and the list of what was passed over on the way (a line
-    each: a state file that does not read or names files that are gone, checkpoints that
-    do not read back). The state file's latest checkpoint comes first; when it is missing,
-    unreadable or broken, the other checkpoints are found by their own files.
-
-    Raises:
-        FileNotFoundError: there is no checkpoint at all.
-        ValueError: there are checkpoints but none reads back (each one's problem is named).
-    """
-    given = dirname if given is None else given
-    dirname = os.path.abspath(dirname)
-    ordered, problems = _candidates_in(dirname)
-    broken, corrupt = [], False
-    for prefix in ordered:
-        try:
-            verify_checkpoint(prefix)
-        except (OSError, ValueError) as err:
-            broken.append(str(err).rstrip('.'))
-            corrupt = corrupt or not isinstance(err, FileNotFoundError)
-            continue
-        return prefix, problems + ['skipped ' + msg for msg in broken]
-    if not ordered and not os.path.isfile(os.path.join(dirname, _STATE_FILE)):
-        raise FileNotFoundError(
-            "No checkpoint found for '{}': directory '{}' has no '{}' state file (ModelSaver "
-            "writes one next to its checkpoints) and no checkpoint files.".format(
-                given, dirname, _STATE_FILE))
-    error = ValueError if corrupt else FileNotFoundError
-    raise error("No readable checkpoint found for '{}': {}.".format(given, '; '.join(problems + broken)))
-
-
-def _checkpoint_from_state(dirname, given):
-    """The prefix of the newest intact checkpoint of ``dirname``; one warning when something
-    was passed over."""
-    prefix, passed_over = latest_intact_checkpoint(dirname, given)
-    if passed_over:
-        logger.warn("Checkpoint directory '{}': using {}, the newest checkpoint that reads back whole; "
-                    "passed over: {}.".format(os.path.abspath(dirname), os.path.basename(prefix),
-                                              '; '.join(passed_over)))
-    return prefix
-
-
-def get_checkpoint_path(path):
-    """The prefix of the checkpoint that ``path`` designates (an absolute path).
-
-    ``path`` may be a checkpoint prefix (``train_log/model-100``), one of its files
-    (``model-100.index``, ``model-100.data-00000-of-00001``, ``model-100.meta``), a directory
-    of checkpoints or its ``checkpoint`` state file. A directory gives its newest checkpoint
-    that reads back whole (:func:`latest_intact_checkpoint`): the state file's latest, or when
-    that file is missing, unreadable, names files that are gone or a broken checkpoint, the
-    newest ``<name>-<step>`` found by its files, with one warning saying what was passed over.
-
-    Raises:
-        FileNotFoundError: naming what was looked for, when there is no such checkpoint.
-        ValueError: a directory holds checkpoints, but none reads back (each one named).
-
-    Example::
-
-        get_checkpoint_path('train_log/run1')  # '/abs/train_log/run1/model-5000'
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError("A checkpoint path must be a str, got {!r} of type {}".format(
-            path, type(path).__name__))
-    given = os.fspath(path)
-    path = os.path.expanduser(given)
-    if not path:
-        raise FileNotFoundError("An empty string is not a checkpoint path.")
-    if os.path.isdir(path):
-        path = _checkpoint_from_state(path, given)
-    elif os.path.basename(path) == _STATE_FILE and os.path.isfile(path):
-        path = _checkpoint_from_state(os.path.dirname(path) or '.', given)
-    else:
-        prefix = _FILE_SUFFIX.sub('', path)
-        if prefix != path:
-            logger.info("Checkpoint path '{}' is taken as the checkpoint prefix '{}'.".format(path, prefix))
-            path = prefix
-        if not os.path.isfile(path + '.index'):
-            raise FileNotFoundError(
-                "Checkpoint '{}' not found: '{}' does not exist (expected a checkpoint prefix such "
-                "as 'train_log/model-100', one of its files, or a directory with a 'checkpoint' "
-                "state file).".format(given, path + '.index'))
-    return os.path.abspath(path)
-
-
-def _checked_reader(prefix):
-    """A ``CheckpointReader`` for ``prefix``, after checking that the checkpoint looks complete:
-    a readable index, every data shard present, and data files large enough for every tensor.
-
-    Raises ValueError naming the checkpoint when it is corrupt or incomplete. (Values are
-    checksummed by TensorFlow; a corruption these cheap checks miss fails when they are read.)
-    """
-    try:
-        reader = tfv1.train.NewCheckpointReader(prefix)
-        shapes = reader.get_variable_to_shape_map()
-        dtypes = reader.get_variable_to_dtype_map()
-    except Exception as err:  # DataLossError, InvalidArgumentError... from a bad index
-        raise ValueError("Checkpoint '{}' is corrupt or not a TensorFlow checkpoint: cannot read "
-                         "'{}': {}".format(prefix, prefix + '.index', err)) from err
-    shards = {}
-    dirname = os.path.dirname(prefix) or '.'
-    base = os.path.basename(prefix)
-    for fname in os.listdir(dirname):
-        match = _DATA_SHARD.search(fname)
-        if match and fname[:match.start()] == base:
-            shards[int(match.group(1))] = (int(match.group(2)), os.path.join(dirname, fname))
-    totals = {n for n, _ in shards.values()}
-    if shapes and not shards:
-        raise ValueError("Checkpoint '{}' is incomplete: its index lists {} tensors but there is no "
-                         "'{}.data-*' file.".format(prefix, len(shapes), prefix))
-    if len(totals) > 1 or (shards and set(shards) != set(range(totals.pop()))):
-        raise ValueError("Checkpoint '{}' is incomplete or mixed: found data shards {}.".format(
-            prefix, sorted(os.path.basename(p) for _, p in shards.values())))
-    expected = sum(int(np.prod(shape, dtype=np.int64)) * tf.as_dtype(dtypes[name]).size
-                   for name, shape in shapes.items() if dtypes[name] != tf.string)
-    actual = sum(os.path.getsize(p) for _, p in shards.values())
-    if actual < expected:
-        raise ValueError("Checkpoint '{}' is truncated: its data files hold {} bytes, its index "
-                         "needs at least {}.".format(prefix, actual, expected))
-    return reader
 
 
 def _pickle_refusal(path, where=''):
@@ -374,8 +104,8 @@ def load_chkpt_vars(path):
     if os.fspath(path).endswith('.npz'):
         return {get_op_tensor_name(name)[0]: value for name, value in load_npz_file(path).items()}
     prefix = get_checkpoint_path(path)
-    reader = _checked_reader(prefix)
-    return {name: _read_tensor(reader, prefix, name) for name in reader.get_variable_to_shape_map()}
+    reader = checked_reader(prefix)
+    return {name: read_tensor(reader, prefix, name) for name in reader.get_variable_to_shape_map()}
 
 
 load_checkpoint_vars = load_chkpt_vars
@@ -453,13 +183,8 @@ def get_all_checkpoints(dir, prefix='model'):
         get_all_checkpoints('train_log/run1')
         # [('train_log/run1/model-500.index', 500), ('train_log/run1/model-1000.index', 1000)]
     """
-    found = []
-    start = prefix + '-'
-    for fname in os.listdir(dir):
-        step = fname[len(start):-len('.index')]
-        if fname.startswith(start) and fname.endswith('.index') and step.isdigit():
-            found.append((os.path.join(dir, fname), int(step)))
-    return sorted(found, key=lambda item: item[1])
+    found = find_step_checkpoints(dir, name=prefix)
+    return [(os.path.join(dir, os.path.basename(found[step])) + '.index', step) for step in sorted(found)]
 
 
 def dump_session_params(path):

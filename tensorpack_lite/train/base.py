@@ -15,11 +15,12 @@ import time
 
 from ..callbacks.monitor import MonitorBase, Monitors
 from ..callbacks.steps import MaintainStepCounter
+from ..checkpoint.files import resume_state_path
+from ..checkpoint.resume_state import ResumeState
 from ..cluster.preemption import Preempted, PreemptionNotice
 from ..compat import enable_graph_mode, tf, tfv1
 from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
-from ..loop.resume_state import ResumeState, resume_state_path
 from ..loop.state import Schedule, TrainLoop
 from ..tfutils.hooked_session import HookedSession
 from ..tfutils.mixed_precision import MixedPrecision, MixedPrecisionError, PrecisionReport, check_rewrite
@@ -312,7 +313,7 @@ class Trainer:
             raise
 
     def resume_state(self):
-        """The :class:`~tensorpack_lite.loop.resume_state.ResumeState` of the run now: where the
+        """The :class:`~tensorpack_lite.checkpoint.resume_state.ResumeState` of the run now: where the
         loop is and every callback's state (the data position among them), which
         :class:`ModelSaver` writes beside each checkpoint. None while a step runs (after a
         step raised, the variables may hold part of its update: no resume point)."""
@@ -445,13 +446,15 @@ class Trainer:
                 loop.step_started()
                 self.run_step()
                 loop.step_finished()
-                callbacks.trigger_step()
+                with loop.trigger():
+                    callbacks.trigger_step()
                 if not loop.is_last_step_of_epoch:   # else once the epoch has ended
                     self._stop_if_requested()
             callbacks.after_epoch()
             logger.info("Epoch {} (global_step {}) finished, time:{}.".format(
                 epoch, loop.global_step, humanize_time_delta(time.time() - start)))
-            callbacks.trigger_epoch()
+            with loop.trigger():
+                callbacks.trigger_epoch()
             self._stop_if_requested()
         logger.info("Training has finished!")
 
@@ -535,7 +538,7 @@ class Trainer:
               starting_epoch=1, max_epoch=9999999, resume_state=None):
         """Set up callbacks, create and initialize the session, then run the loop.
 
-        ``resume_state`` (a :class:`~tensorpack_lite.loop.resume_state.ResumeState`, as
+        ``resume_state`` (a :class:`~tensorpack_lite.checkpoint.resume_state.ResumeState`, as
         :class:`AutoResumeTrainConfig` finds it) resumes a run at its step: the first epoch is
         ``resume_state.epoch`` from step ``resume_state.steps_done`` (the next epoch when that
         one had ended), and the callbacks take back their states before training.

@@ -3,24 +3,21 @@ the run found in the logger directory. (DEFAULT_CALLBACKS and DEFAULT_MONITORS l
 :mod:`.defaults` and are importable from here too, as in tensorpack.)"""
 
 import os
-import re
-from collections import namedtuple
 
 from ..callbacks.monitor import MonitorBase
+from ..checkpoint.resume_point import ResumeSearch
 from ..compat import tfv1
 from ..dataflow.base import DataFlow
 from ..graph_builder.model_desc import ModelDescBase
 from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback
-from ..loop.resume_state import ResumeState, ResumeStateError
 from ..loop.state import Schedule
 from ..tfutils.mixed_precision import MixedPrecision
 from ..tfutils.sesscreate import NewSessionCreator
-from ..tfutils import varmanip
 from ..tfutils.sessinit import SaverRestore, SessionInit
-from ..utils import logger, stats_json
+from ..utils import logger
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
-from .elastic import ElasticPolicy, NoAdjustment, RunShape
+from .elastic import ElasticPolicy, NoAdjustment
 
 __all__ = ['DEFAULT_CALLBACKS', 'DEFAULT_MONITORS', 'TrainConfig', 'AutoResumeTrainConfig']
 
@@ -113,10 +110,11 @@ class TrainConfig:
                             "got {!r}".format(elastic))
         self.elastic = elastic if elastic is not None else NoAdjustment()
         self.resumed_run = None
-        """The :class:`RunShape` of the epoch this config resumes from, as ``stats.json``
-        recorded it (set by :class:`AutoResumeTrainConfig`; None: not resuming)."""
+        """The :class:`~tensorpack_lite.checkpoint.resume_point.RunShape` of the epoch this config
+        resumes from, as ``stats.json`` recorded it (set by :class:`AutoResumeTrainConfig`; None:
+        not resuming)."""
         self.resume_state = None
-        """The :class:`~tensorpack_lite.loop.resume_state.ResumeState` of the checkpoint this config
+        """The :class:`~tensorpack_lite.checkpoint.resume_state.ResumeState` of the checkpoint this config
         resumes from, when it has one (set by :class:`AutoResumeTrainConfig`): the trainer starts
         at its step and the callbacks take back their states."""
         self.mixed_precision = MixedPrecision.of(mixed_precision)
@@ -169,9 +167,6 @@ class TrainConfig:
         is nothing to do: :class:`AutoResumeTrainConfig` does it."""
 
 
-_CHECKPOINT_STEP = re.compile(r'-(\d+)$')
-
-
 class AutoResumeTrainConfig(TrainConfig):
     """A TrainConfig that continues the run found in the logger directory, if any, at the step
     of its newest complete checkpoint.
@@ -191,7 +186,7 @@ class AutoResumeTrainConfig(TrainConfig):
     Checkpoints are found by their own files (``<name>-<step>.index`` and ``.data-*``) as well
     as through the ``checkpoint`` state file, so a state file that is missing, unreadable or
     names files that are gone costs nothing. From the newest candidate down, each is read back
-    whole (:func:`~tensorpack_lite.tfutils.varmanip.verify_checkpoint`: index, shard sizes,
+    whole (:func:`~tensorpack_lite.checkpoint.verify.verify_checkpoint`: index, shard sizes,
     every tensor with its checksum); one that does not is skipped and its files are renamed
     to ``<prefix>.damaged.*`` (kept, never deleted). One warning says what was passed over
     and where the run goes on from.
@@ -219,7 +214,7 @@ class AutoResumeTrainConfig(TrainConfig):
     def __init__(self, always_resume=True, **kwargs):
         super().__init__(**kwargs)
         directory = logger.get_logger_dir()
-        search = _ResumeSearch(directory, self.steps_per_epoch)
+        search = ResumeSearch(directory, self.steps_per_epoch)
         search.set_broken_aside()
         search.report()
         self._epoch_end_point = search.epoch_end_point
@@ -268,161 +263,12 @@ class AutoResumeTrainConfig(TrainConfig):
 
     @staticmethod
     def find_resume_point(directory, steps_per_epoch):
-        """The :class:`ResumePoint` ``(path, epoch, state)`` of the run in ``directory``, or
-        None when there is nothing to resume (see the class doc for the rule). Checkpoints that do
-        not read back are passed over (one warning) but left as they are. Raises ValueError
+        """The :class:`~tensorpack_lite.checkpoint.resume_point.ResumePoint` ``(path, epoch, state)``
+        of the run in ``directory``, or None when there is nothing to resume (see the class doc for
+        the rule). Checkpoints that do not read back are passed over (one warning) but left as
+        they are. Raises ValueError
         when there is no ``stats.json`` and no checkpoint at the end of an epoch, or when
         ``stats.json`` cannot be read."""
-        search = _ResumeSearch(directory, steps_per_epoch)
+        search = ResumeSearch(directory, steps_per_epoch)
         search.report()
         return search.point
-
-
-class ResumePoint(namedtuple('ResumePoint', ['path', 'epoch', 'state'])):
-    """A checkpoint a run can resume from: its ``path`` (prefix), its ``epoch`` (the last
-    finished one, or the one in progress when its :class:`ResumeState` ``state`` is mid-epoch)
-    and that state (None for a checkpoint without one)."""
-
-    __slots__ = ()
-
-    def describe(self):
-        if self.state is not None and not self.state.at_epoch_end:
-            return self.state.describe()
-        return "end of epoch {}".format(self.epoch)
-
-
-class _ResumeSearch:
-    """The resume point of the run in ``directory`` (``point``: ``(prefix, epoch)`` or None):
-    the newest end-of-epoch checkpoint that ``stats.json`` describes and that reads back
-    whole. The checkpoints are those the ``checkpoint`` state file lists plus those found by
-    their own files; ``passed_over`` says what was skipped and why, ``broken`` lists the
-    prefixes of the checkpoints that did not read back."""
-
-    def __init__(self, directory, steps_per_epoch):
-        self.directory = os.path.abspath(directory) if directory else None
-        self.point, self.passed_over, self.broken, self.moved = None, [], [], {}
-        self.epoch_end_point = None   # the newest resumable end of an epoch, at or before point
-        self.epoch_end_shape = None
-        self.shape = None      # the RunShape of the resume point's epoch
-        if directory:
-            self._search(steps_per_epoch)
-
-    def _checkpoints(self):
-        """``{step: prefix}`` of every checkpoint named ``<name>-<step>``: listed or on disk."""
-        try:
-            listed = varmanip.read_checkpoint_state(self.directory)
-        except varmanip.CheckpointStateError as err:
-            self.passed_over.append(str(err))
-            listed = []
-        steps = {}
-        for path in listed:
-            match = _CHECKPOINT_STEP.search(path)
-            if match and os.path.exists(path + '.index'):
-                steps[int(match.group(1))] = path
-        found = varmanip.find_step_checkpoints(self.directory)
-        for step, path in found.items():
-            steps.setdefault(step, path)
-        gone = [os.path.basename(p) for p in listed if not os.path.exists(p + '.index')]
-        if gone:
-            self.passed_over.append("the state file lists {} whose index is gone".format(', '.join(gone)))
-        if steps and not listed and not self.passed_over:
-            self.passed_over.append("there is no '{}' state file: checkpoints found by their files".format(
-                os.path.join(self.directory, 'checkpoint')))
-        return steps
-
-    def _search(self, steps_per_epoch):
-        steps = self._checkpoints()
-        if not steps:
-            self.passed_over = []   # nothing to resume: nothing worth a warning
-            return
-        records = stats_json.load_records(self.directory)
-        usable = self._usable(steps, records, steps_per_epoch)
-        if not usable:
-            return
-        for step in sorted(usable, reverse=True):
-            try:
-                varmanip.verify_checkpoint(steps[step])
-            except (OSError, ValueError) as err:
-                self.broken.append(steps[step])
-                self.passed_over.append("skipped {}: {}".format(
-                    os.path.basename(steps[step]), str(err).rstrip('.')))
-                continue
-            epoch, state = usable[step]
-            point = ResumePoint(steps[step], epoch, state)
-            if self.point is None:
-                self.point = point
-                self.shape = self._shape_of(records, epoch, step, state)
-                later = sorted(s for s in steps if s > step and steps[s] not in self.broken)
-                if later:
-                    logger.info("Checkpoints after step {} (at steps {}) are passed over: {}.".format(
-                        step, later, "neither a resume state beside them nor stats.json says where "
-                        "they are in the run"))
-            if state is None or state.at_epoch_end:
-                self.epoch_end_point = point
-                self.epoch_end_shape = self._shape_of(records, epoch, step, state)
-                return
-
-    def _usable(self, steps, records, steps_per_epoch):
-        """``{step: (epoch, ResumeState or None)}`` of the checkpoints the run can resume from:
-        those whose resume state says where they are in the run (mid-epoch: when ``stats.json``
-        has recorded the epochs before), and those at the end of an epoch ``stats.json``
-        describes (or, without ``stats.json``, at a multiple of ``steps_per_epoch``)."""
-        states = {}
-        for step, path in steps.items():
-            try:
-                states[step] = ResumeState.read(path)
-            except ResumeStateError as err:
-                self.passed_over.append(str(err))
-                states[step] = None
-        if records is None:  # a run without JSONWriter: trust the newest whole-epoch checkpoint
-            usable = {step: (step // steps_per_epoch, states[step]) for step in steps
-                      if step > 0 and step % steps_per_epoch == 0}
-            usable.update({step: (state.epoch, state) for step, state in states.items()
-                           if state is not None and not state.at_epoch_end})
-            if not usable:
-                raise ValueError("Checkpoints in {} are at steps {}, none at the end of an epoch of {} "
-                                 "steps, and there is no stats.json to tell the epoch.".format(
-                                     self.directory, sorted(steps), steps_per_epoch))
-            return usable
-        described = stats_json.finished_epochs(records, steps_per_epoch)
-        usable = {step: (epoch, states[step]) for epoch, step in described.items() if step in steps}
-        for step, state in states.items():
-            if state is None or state.at_epoch_end or state.global_step != step:
-                continue
-            before = described.get(state.epoch - 1)
-            if state.epoch == 1 or (before is not None and before <= step):
-                usable[step] = (state.epoch, state)
-        if not usable:
-            self.passed_over.append(
-                "{} describes no finished epoch that has a checkpoint (finished epochs: {}; "
-                "checkpoints at steps {} with {} steps per epoch)".format(
-                    stats_json.stats_path(self.directory), sorted(described), sorted(steps),
-                    steps_per_epoch))
-        return usable
-
-    @staticmethod
-    def _shape_of(records, epoch, step, state):
-        """The :class:`RunShape` of epoch ``epoch``'s end record (at ``step``); in the middle of
-        an epoch, the one its resume ``state`` holds; without either, an empty one."""
-        if state is not None and not state.at_epoch_end:
-            return RunShape(world_size=state.world_size, steps_per_epoch=state.steps_per_epoch)
-        ends = [r for r in records or [] if stats_json.epoch_of(r) == epoch and r.get('global_step') == step]
-        return RunShape.of_record(ends[-1]) if ends else RunShape()
-
-    def set_broken_aside(self):
-        """Rename the files of the checkpoints that did not read back to ``<prefix>.damaged``
-        (``.damaged2``... if taken): kept for inspection, no longer taken for checkpoints of
-        the run, and not overwritten when their epoch is trained again."""
-        for prefix in self.broken:
-            self.moved[prefix] = varmanip.move_checkpoint_aside(prefix, '.damaged')
-
-    def report(self):
-        """One warning: what was passed over and where the run goes on from."""
-        if not self.passed_over:
-            return
-        moved = ''.join('; moved {} aside to {}'.format(os.path.basename(p), os.path.basename(to))
-                        for p, to in self.moved.items())
-        outcome = ("resuming from {} ({})".format(os.path.basename(self.point.path), self.point.describe())
-                   if self.point else "starting from scratch")
-        logger.warn("AutoResumeTrainConfig: in {}, {}{}; {}.".format(
-            self.directory, '; '.join(self.passed_over), moved, outcome))

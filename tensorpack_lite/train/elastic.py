@@ -29,6 +29,7 @@ Example::
 
 from fractions import Fraction
 
+from ..checkpoint.resume_point import RunShape
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
 from ..utils import logger
@@ -40,27 +41,6 @@ def _whole(name, value, minimum=1):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError("{} must be an integer >= {}, got {!r}".format(name, minimum, value))
     return value
-
-
-class RunShape:
-    """The size of the run that trained an epoch, as ``stats.json`` recorded it at the
-    epoch's end: ``world_size`` (model replicas), ``global_batch`` (datapoints per step, all
-    replicas together) and ``steps_per_epoch``; each None when not recorded."""
-
-    KEYS = ('world_size', 'global_batch', 'steps_per_epoch')
-
-    def __init__(self, world_size=None, global_batch=None, steps_per_epoch=None):
-        self.world_size, self.global_batch, self.steps_per_epoch = world_size, global_batch, steps_per_epoch
-
-    @classmethod
-    def of_record(cls, record):
-        """The shape an epoch-end record of ``stats.json`` holds (None for what it lacks)."""
-        values = [record.get(key) for key in cls.KEYS]
-        return cls(*[int(v) if isinstance(v, (int, float)) else None for v in values])
-
-    def __repr__(self):
-        return 'RunShape(world_size={}, global_batch={}, steps_per_epoch={})'.format(
-            self.world_size, self.global_batch, self.steps_per_epoch)
 
 
 class ElasticPolicy:

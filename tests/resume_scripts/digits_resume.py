@@ -6,7 +6,9 @@ and compares the end with an uninterrupted run.
     python digits_resume.py LOGDIR [--input queue|feed] [--towers N] [--save-every K] [--sync-save]
                             [--sigterm-at STEP | --sigkill-at STEP]
 
-Every step's global step is appended to LOGDIR/steps.txt (to count the steps run twice).
+Every step's global step is appended to LOGDIR/steps.txt (to count the steps run twice). The
+callback that does it, placed after ModelSaver, also counts the steps in its own state (resumed
+with the checkpoint) and writes the count to LOGDIR/count.txt at the end.
 """
 
 import argparse
@@ -40,16 +42,29 @@ class Model(ModelDesc):
 
 
 class StepLog(Callback):
-    """Appends each step's global step to a file; stops the process at a step when asked."""
+    """Appends each step's global step to a file and counts the steps in its state; stops the
+    process at a step when asked."""
 
     def __init__(self, path, signal_at, signum):
         self._path, self._signal_at, self._signum = path, signal_at, signum
+        self._count = 0
 
     def _trigger_step(self):
+        self._count += 1
         with open(self._path, 'a') as f:
             f.write('{}\n'.format(self.global_step))
         if self.global_step == self._signal_at:
             os.kill(os.getpid(), self._signum)
+
+    def _get_state(self):
+        return {'count': self._count}
+
+    def _set_state(self, state):
+        self._count = state['count']
+
+    def _after_train(self):
+        with open(os.path.join(os.path.dirname(self._path), 'count.txt'), 'w') as f:
+            f.write('{}\n'.format(self._count))
 
 
 def dataflow():

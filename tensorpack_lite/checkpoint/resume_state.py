@@ -17,17 +17,9 @@ import os
 
 from ..utils.fs import write_atomically
 from ..utils.serialize import dumps, loads
+from .files import resume_state_path
 
-__all__ = ['ResumeState', 'ResumeStateError', 'resume_state_path']
-
-SUFFIX = '.resume'
-
-
-def resume_state_path(prefix, owner=None):
-    """The file holding the resume state of checkpoint ``prefix``: ``<prefix>.resume`` for the
-    chief (or a single process), ``<prefix>.resume.<owner>`` for another process of the job (e.g.
-    ``worker-1``), so that processes writing into one directory never overwrite each other's."""
-    return prefix + SUFFIX + ('.' + owner if owner else '')
+__all__ = ['ResumeState', 'ResumeStateError']
 
 
 class ResumeStateError(ValueError):

@@ -11,7 +11,7 @@ Example (what :class:`~tensorpack_lite.callbacks.ModelSaver` does)::
     writer = BackgroundCheckpointWriter(tf.compat.v1.global_variables())   # at graph setup
     ...
     writer.copy(sess)                                  # between two steps: holds the step
-    writer.start_save(sess, 'train_log/model', step, on_complete)    # returns at once
+    writer.start_save(sess, 'train_log/model', step, commit, then)   # returns at once
     ...
     writer.close()                                     # at the end: the save in flight completes
 
@@ -24,16 +24,13 @@ files, never an index of a half-written checkpoint.
 """
 
 import contextlib
-import os
-import shutil
 import threading
 
 from ..compat import tf, tfv1
+from ..utils import logger
+from .files import checkpoint_identity, remove_checkpoint
 
-__all__ = ['CheckpointWriter', 'BackgroundCheckpointWriter', 'CheckpointSaveError',
-           'remove_checkpoint_files', 'checkpoint_identity', 'host_cpu']
-
-_TEMPSTATE = '.tempstate'
+__all__ = ['CheckpointWriter', 'BackgroundCheckpointWriter', 'CheckpointSaveError', 'host_cpu']
 
 
 class CheckpointSaveError(RuntimeError):
@@ -53,57 +50,6 @@ def host_cpu(device):
     return spec.replace(device_type='CPU', device_index=0).to_string()
 
 
-def _checkpoint_file_names(prefix):
-    """The names in the directory of ``prefix`` of its ``.index`` and ``.data-*`` files (none
-    when the directory is missing)."""
-    dirname, base = os.path.split(prefix)
-    try:
-        names = os.listdir(dirname or '.')
-    except FileNotFoundError:
-        return []
-    wanted = (base + '.index', base + '.data-')
-    return sorted(f for f in names if f.startswith(wanted) and _TEMPSTATE not in f)
-
-
-def checkpoint_identity(prefix):
-    """What tells whether checkpoint ``prefix`` was rewritten: ``(name, inode, size, mtime)`` of
-    its ``.index`` and data files (empty when it does not exist)."""
-    dirname = os.path.dirname(prefix)
-    identity = []
-    for name in _checkpoint_file_names(prefix):
-        with contextlib.suppress(FileNotFoundError):
-            info = os.stat(os.path.join(dirname, name))
-            identity.append((name, info.st_ino, info.st_size, info.st_mtime_ns))
-    return tuple(identity)
-
-
-def _remove_file(path):
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
-
-
-def _is_temporary(base, fname):
-    """Whether ``fname`` is a temporary file TensorFlow writes for checkpoint ``base``."""
-    return fname.startswith(base + '_temp') or (fname.startswith(base + '.') and _TEMPSTATE in fname)
-
-
-def remove_checkpoint_files(prefix, companions=(), temporaries_only=False):
-    """Delete checkpoint ``prefix``: its ``.index`` first (so that a half-deleted checkpoint is
-    never taken for a complete one), then the ``companions`` (paths of files that belong to
-    it, e.g. its ``.resume``), then its data shards and TensorFlow's temporary files; only the
-    temporaries with ``temporaries_only``."""
-    dirname, base = os.path.split(prefix)
-    if not temporaries_only:
-        for path in [prefix + '.index'] + list(companions):
-            _remove_file(path)
-    for fname in os.listdir(dirname or '.'):
-        path = os.path.join(dirname, fname)
-        if fname.startswith(base + '_temp'):
-            shutil.rmtree(path, ignore_errors=True)
-        elif _is_temporary(base, fname) or (fname.startswith(base + '.data-') and not temporaries_only):
-            _remove_file(path)
-
-
 class _Save:
     """One checkpoint being written: ``<path_prefix>-<global_step>``."""
 
@@ -115,17 +61,17 @@ class _Save:
         self.thread = None
         self.error = None         # the CheckpointSaveError of a failed write
         self.discarded = False    # abandoned before its files were complete
-        self.committing = False   # its files are complete and ``done`` runs
+        self.committing = False   # its files are complete and ``commit`` runs
 
 
 class CheckpointWriter:
     """Writes checkpoints with ``saver`` in the calling thread: :meth:`start_save` returns once
-    the checkpoint is complete (``done`` included). The protocol of
+    the checkpoint is complete (``commit`` and ``then`` included). The protocol of
     :class:`BackgroundCheckpointWriter`, where :meth:`copy`, :meth:`wait` and :meth:`close` matter.
 
     Args:
         saver (tf.compat.v1.train.Saver): the saver of the checkpoints.
-        companions (callable): ``companions(prefix)``: the paths of the files that ``done``
+        companions (callable): ``companions(prefix)``: the paths of the files that ``commit``
             writes beside checkpoint ``prefix`` (e.g. its ``.resume``), removed with it when its
             write fails. Default: none.
     """
@@ -146,10 +92,12 @@ class CheckpointWriter:
     def copy(self, sess):
         """Make the values to save (nothing here: the saver reads the variables themselves)."""
 
-    def start_save(self, sess, path_prefix, global_step, done):
-        """Write checkpoint ``<path_prefix>-<global_step>``, then call ``done(path)``. A failure
+    def start_save(self, sess, path_prefix, global_step, commit, then=None):
+        """Write checkpoint ``<path_prefix>-<global_step>``, then call ``commit(path)`` (e.g. write
+        its resume state and list it), then ``then(path)`` (e.g. delete older checkpoints).
+        A failure of the write or of ``commit``
         (of either) removes its files and raises :class:`CheckpointSaveError`."""
-        self._write(_Save(path_prefix, global_step), sess, done)
+        self._write(_Save(path_prefix, global_step), sess, commit, then)
 
     def wait(self):
         """Block until the save in flight is complete; raise its :class:`CheckpointSaveError`."""
@@ -159,26 +107,39 @@ class CheckpointWriter:
         prefix of a discarded checkpoint is returned (None when there was none)."""
         return None
 
-    def _write(self, save, sess, done):
+    def _write(self, save, sess, commit, then):
         try:
             path = self.saver.save(sess, save.path_prefix, global_step=save.global_step,
                                    write_meta_graph=False, write_state=False)
-            if self._may_complete(save):
-                done(path)
+            committed = self._may_complete(save)
+            if committed:
+                commit(path)
         except Exception as err:
             with contextlib.suppress(OSError):   # e.g. the directory is gone: nothing to remove
                 self._remove_partial(save)
             raise CheckpointSaveError(save.target, err) from err
+        if committed and then is not None:
+            self._after_commit(then, path)
+
+    @staticmethod
+    def _after_commit(then, path):
+        """``then(path)`` once checkpoint ``path`` is complete and listed: what fails there (e.g.
+        deleting an older checkpoint) costs that checkpoint nothing, and training goes on."""
+        try:
+            then(path)
+        except Exception as err:
+            logger.warn("After checkpoint {} was written: {}: {} (the checkpoint is kept; training goes "
+                        "on).".format(path, type(err).__name__, err))
 
     def _may_complete(self, save):
-        """Whether the files of ``save``, now written, become a checkpoint (``done`` runs)."""
+        """Whether the files of ``save``, now written, become a checkpoint (``commit`` runs)."""
         return True
 
     def _remove_partial(self, save):
         """Remove what ``save`` wrote: everything when it made or changed the checkpoint's files,
         else only TensorFlow's temporaries (an earlier checkpoint of that name stays as it was)."""
         untouched = bool(save.earlier) and checkpoint_identity(save.target) == save.earlier
-        remove_checkpoint_files(save.target, self.companions(save.target), temporaries_only=untouched)
+        remove_checkpoint(save.target, self.companions(save.target), temporaries_only=untouched)
 
 
 class BackgroundCheckpointWriter(CheckpointWriter):
@@ -241,19 +202,20 @@ class BackgroundCheckpointWriter(CheckpointWriter):
         self.wait()
         sess.run(self.copy_op)
 
-    def start_save(self, sess, path_prefix, global_step, done):
+    def start_save(self, sess, path_prefix, global_step, commit, then=None):
         """Write the shadows (as :meth:`copy` left them) to checkpoint
-        ``<path_prefix>-<global_step>`` in a thread, which then calls ``done(path)``."""
+        ``<path_prefix>-<global_step>`` in a thread, which then calls ``commit(path)`` and
+        ``then(path)``."""
         self.wait()
         save = _Save(path_prefix, global_step)
-        save.thread = threading.Thread(target=self._run, args=(save, sess, done), daemon=True,
+        save.thread = threading.Thread(target=self._run, args=(save, sess, commit, then), daemon=True,
                                        name='BackgroundCheckpointWriter')
         self._save = save
         save.thread.start()
 
-    def _run(self, save, sess, done):
+    def _run(self, save, sess, commit, then):
         try:
-            self._write(save, sess, done)
+            self._write(save, sess, commit, then)
         except CheckpointSaveError as err:
             save.error = err
 
@@ -289,5 +251,5 @@ class BackgroundCheckpointWriter(CheckpointWriter):
             save.discarded = not save.committing
         if save.discarded:
             return save.target
-        save.thread.join()   # only ``done`` is left: short
+        save.thread.join()   # only ``commit`` and ``then`` are left: short
         return None
