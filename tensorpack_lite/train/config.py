@@ -183,7 +183,7 @@ class AutoResumeTrainConfig(TrainConfig):
     setters and the statistics history continue, and no step runs twice. One line says where
     (``Resuming from checkpoint .../model-45 (step 15 of 30 of epoch 2, global step 45).``).
 
-    Checkpoints are found by their own files (``<name>-<step>.index`` and ``.data-*``) as well
+    Checkpoints are found by their own files (``<name>-<step>.index``) as well
     as through the ``checkpoint`` state file, so a state file that is missing, unreadable or
     names files that are gone costs nothing. From the newest candidate down, each is read back
     whole (:func:`~tensorpack_lite.checkpoint.verify.verify_checkpoint`: index, shard sizes,
