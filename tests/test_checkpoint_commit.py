@@ -62,9 +62,11 @@ def test_the_next_start_removes_what_an_interrupted_write_left_and_nothing_else(
             'model-7.resume.0123456789ab.tmp',                 # killed during the .resume write
             'checkpoint.abcdef012345.tmp']                     # killed during the state file's
     kept = ['model-7.data-00000-of-00001', 'model-7.index', 'model-7.resume', 'model-7.resume.worker-1',
-            'model-9.resume.worker-1', 'min-val.data-00000-of-00001.tmp', 'stats.json', STATE_FILE]
+            'model-9.resume.worker-1', 'min-val.data-00000-of-00001.tmp', 'stats.json', STATE_FILE,
+            'model-3.data-00000-of-00001']   # listed, so complete once: damaged, set aside by a resume
     touch(tmp_path, *left, size=1000)
     touch(tmp_path, *kept)
+    write_checkpoint_state(str(tmp_path), [str(tmp_path / 'model-3'), str(tmp_path / 'model-7')])
     os.makedirs(str(tmp_path / 'model-8_temp'))              # a sharded saver's parts
     touch(tmp_path / 'model-8_temp', 'part-00000', size=500)
     with capture_logs() as logs:

@@ -20,6 +20,7 @@ from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars, save_chkpt_vars
 from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer, TrainConfig,
                                    launch_train_with_config)
+from tensorpack_lite.utils import stats_json
 
 STEPS = 2  # per epoch: 8 points in batches of 4
 
@@ -339,10 +340,15 @@ def test_a_declared_user_stat_needs_no_warning(logdir, log_records):
     assert saver.best == (STEPS, 0.5)
 
 
-def test_a_saver_placed_before_the_producer_is_warned(logdir, log_records):
-    train_classifier([MinSaver('validation_error'), validation()])
-    assert ("MinSaver('validation_error'): 'validation_error' is put by InferenceRunner(InferenceTower), "
-            "which comes after it in the callbacks") in ' '.join(log_records.messages(logging.WARNING))
+def test_a_saver_placed_before_the_producer_reads_the_value_of_the_same_trigger(logdir, log_records):
+    saver = MinSaver('validation_cost')
+    train_classifier([saver, validation()], max_epoch=3)
+    assert not [m for m in log_records.messages(logging.WARNING) if 'comes after it' in m]
+    values = stats_json.scalar_history(stats_json.load_records(logdir))['validation_cost']
+    assert len(values) == 3
+    first_best = min(values, key=lambda point: (point[1], point[0]))
+    assert saver.best == first_best
+    assert step_of(os.path.join(logdir, 'min-validation_cost')) == first_best[0]
 
 
 def test_undeclared_and_missing_stat_fails_at_the_first_trigger_with_the_known_names(logdir):

@@ -106,7 +106,7 @@ DRIVER = textwrap.dedent('''
 
         def _trigger_epoch(self):
             if self.where == 'epoch' and self.epoch_num == self.number:
-                self.trainer.loop.after_callbacks(self, self._stop)
+                self.after_callbacks(self._stop)
 
         def _after_train(self):
             if self.how == 'term':

@@ -224,7 +224,7 @@ class ModelSaver(Callback):
     def _trigger(self):
         # Once every callback of this trigger has run, so that the resume state holds their
         # states after the step (whatever their order), and the variables after their ops.
-        self.trainer.loop.after_callbacks(self, self._save)
+        self.after_callbacks(self._save)
 
     def _save(self):
         step = self.global_step
@@ -339,8 +339,9 @@ class MinSaver(Callback):
     schedule), and is an error otherwise.
 
     Args:
-        monitor_stat (str): name of the statistic, e.g. 'val-error'. Place MinSaver after
-            the callback that puts it.
+        monitor_stat (str): name of the statistic, e.g. 'val-error'. MinSaver reads it and
+            copies the checkpoint once every callback of its trigger has run, so it may stand
+            anywhere in the callbacks (a ModelSaver saving at the same trigger saves first).
         reverse (bool): keep the largest value instead (see :class:`MaxSaver`).
         filename (str): name of the best checkpoint; defaults to ``min-<monitor_stat>``
             (``max-<monitor_stat>`` when ``reverse``).
@@ -350,7 +351,7 @@ class MinSaver(Callback):
     """
 
     def __init__(self, monitor_stat, reverse=False, filename=None, checkpoint_dir=None):
-        self._stat = StatReader(self, monitor_stat)
+        self._stat = StatReader(self, monitor_stat, after_callbacks=True)   # read in _save_if_better
         self.monitor_stat = monitor_stat
         self.reverse = bool(reverse)
         self.filename = filename or '{}-{}'.format(self._kind, monitor_stat.replace('/', '_'))
@@ -429,7 +430,7 @@ class MinSaver(Callback):
 
     def _trigger(self):
         # After ModelSaver has saved at this trigger (it also waits for the whole trigger).
-        self.trainer.loop.after_callbacks(self, self._save_if_better)
+        self.after_callbacks(self._save_if_better)
 
     def _save_if_better(self):
         point = self._stat.new_value()

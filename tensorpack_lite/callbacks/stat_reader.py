@@ -17,8 +17,9 @@ class StatReader:
     the trainer's callbacks declare: a name no callback puts raises a KeyError suggesting the
     closest ones; when some callbacks cannot tell what they put, a close match only gives a
     warning; a producer placed after the reader gives a warning (each trigger would see the
-    previous value). :meth:`new_value` then gives, at each trigger, the value put since the
-    last call, if any.
+    previous value), unless the reader reads ``after_callbacks`` (once every callback of the
+    trigger has run, see :meth:`~tensorpack_lite.loop.state.TrainLoop.after_callbacks`).
+    :meth:`new_value` then gives, at each trigger, the value put since the last call, if any.
 
     Example::
 
@@ -27,12 +28,13 @@ class StatReader:
         point = self._stat.new_value()                  # in _trigger: (global_step, value) or None
     """
 
-    def __init__(self, reader, name):
+    def __init__(self, reader, name, after_callbacks=False):
         if not isinstance(name, str) or not name:
             raise TypeError("{}: the statistic must be named by a non-empty str, got {!r}".format(
                 type(reader).__name__, name))
         self.reader = reader
         self.name = name
+        self.after_callbacks = after_callbacks
         self.declared = None     # the statistics the callbacks declare (set by check())
         self.last_seen_step = None
 
@@ -53,7 +55,8 @@ class StatReader:
         producer = producers.get(self.name)
         reader = self.reader
         if producer is not None:
-            if reader in callbacks and callbacks.index(producer) > callbacks.index(reader):
+            placed_before = reader in callbacks and callbacks.index(producer) > callbacks.index(reader)
+            if placed_before and not self.after_callbacks:
                 logger.warn("{}: '{}' is put by {}, which comes after it in the callbacks: each "
                             "trigger would see the previous value. Place {} after {}.".format(
                                 reader, self.name, producer, reader, producer))

@@ -72,8 +72,10 @@ def find_resume_states(dirname, owner):
 
 def listed_checkpoints(dirname):
     """``({step: prefix}, problems)``: the checkpoints of ``dirname`` named ``<name>-<step>`` with an
-    index, those the state file lists winning for their step over those found by their files;
-    ``problems`` says what about the state file could not be used (a line each)."""
+    index, those the state file lists winning for their step over those found by their files, and
+    those the state file lists that lost their index but not their data (damaged: a listed
+    checkpoint was complete); ``problems`` says what about the state file could not be used (a
+    line each)."""
     dirname = os.path.abspath(dirname)
     problems = []
     try:
@@ -81,7 +83,8 @@ def listed_checkpoints(dirname):
     except CheckpointStateError as err:
         problems.append(str(err))
         listed = []
-    steps = {step_of(p): p for p in listed if step_of(p) is not None and os.path.isfile(p + '.index')}
+    steps = {step_of(p): p for p in listed
+             if step_of(p) is not None and (os.path.isfile(p + '.index') or data_shards(p))}
     for step, path in find_step_checkpoints(dirname).items():
         steps.setdefault(step, path)
     gone = [os.path.basename(p) for p in listed if not os.path.isfile(p + '.index')]
@@ -213,13 +216,22 @@ def _interrupted_prefixes(dirname, names):
     return sorted(prefixes)
 
 
+def _committed(dirname):
+    """The prefixes the state file of ``dirname`` lists; None when it cannot be read."""
+    try:
+        return set(read_checkpoint_state(dirname))
+    except CheckpointStateError:
+        return None
+
+
 def _leftovers(dirname, names):
     """The paths :func:`clean_interrupted_writes` removes (see there)."""
     paths = []
+    committed = _committed(dirname)
     for base in _interrupted_prefixes(dirname, names):
         prefix = os.path.join(dirname, base)
         paths += temporary_files(prefix)
-        if not os.path.isfile(prefix + '.index'):
+        if committed is not None and prefix not in committed and not os.path.isfile(prefix + '.index'):
             paths += data_shards(prefix) + [p for p in [prefix + RESUME_SUFFIX] if os.path.isfile(p)]
     return paths + [os.path.join(dirname, f) for f in names if is_temporary(STATE_FILE, f)]
 
@@ -234,7 +246,9 @@ def clean_interrupted_writes(dirname):
     """Remove from ``dirname`` what interrupted checkpoint writes left: TensorFlow's and atomic
     writes' temporaries of ``<name>-<step>`` checkpoints and of the state file, and the data
     shards and ``.resume`` of a ``<name>-<step>`` prefix that has no ``.index`` (a write killed
-    before its index, or a deletion cut short). Complete checkpoints are never touched, nor the
+    before its index, or a deletion cut short) and that the state file does not list (a listed
+    one was complete: it is damaged, and set aside by the resume, never deleted; nor is
+    anything when the state file cannot be read). Complete checkpoints are never touched, nor the
     ``.resume.<owner>`` files of other processes. One line names what was removed; a file that
     cannot be removed is one warning each. Call it where no checkpoint of the directory is being
     written. Returns the paths removed."""

@@ -186,6 +186,16 @@ class Callback:
         """The step within the trainer's current epoch (``self.trainer.loop.local_step``)."""
         return self.trainer.loop.local_step
 
+    def after_callbacks(self, action):
+        """Run ``action()`` once every callback of the current trigger has run
+        (:meth:`~tensorpack_lite.loop.state.TrainLoop.after_callbacks`); now for an owner without a
+        training loop (e.g. a test driving the callback alone)."""
+        loop = getattr(self.trainer, 'loop', None)
+        if loop is None:
+            action()
+        else:
+            loop.after_callbacks(self, action)
+
     def session_usable(self, work):
         """Whether the trainer's session can still run things (``self.trainer.loop.session_usable``;
         True for an owner without a training loop, e.g. a predictor running an InputSource's
