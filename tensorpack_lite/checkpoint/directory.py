@@ -37,7 +37,11 @@ def _step_prefixes(dirname, suffix_of):
     """``{prefix basename: file name}`` of the files of ``dirname`` whose ``suffix_of(name)`` (the
     length of the suffix after a ``<name>-<step>`` prefix, or None) matches."""
     found = {}
-    for fname in sorted(os.listdir(dirname)):
+    try:
+        names = sorted(os.listdir(dirname))
+    except FileNotFoundError:
+        return found
+    for fname in names:
         cut = suffix_of(fname)
         if cut is not None and _STEP.match(fname[:cut]):
             found.setdefault(fname[:cut], fname)
@@ -70,6 +74,15 @@ def find_resume_states(dirname, owner):
     return {step_of(base): os.path.join(os.path.abspath(dirname), base) for base in found}
 
 
+def _listed_by_state_file(dirname):
+    """``(prefixes, problems)``: what the state file lists, and why it lists nothing when it
+    cannot be read."""
+    try:
+        return read_checkpoint_state(dirname), []
+    except CheckpointStateError as err:
+        return [], [str(err)]
+
+
 def listed_checkpoints(dirname):
     """``({step: prefix}, problems)``: the checkpoints of ``dirname`` named ``<name>-<step>`` with an
     index, those the state file lists winning for their step over those found by their files, and
@@ -77,12 +90,7 @@ def listed_checkpoints(dirname):
     checkpoint was complete); ``problems`` says what about the state file could not be used (a
     line each)."""
     dirname = os.path.abspath(dirname)
-    problems = []
-    try:
-        listed = read_checkpoint_state(dirname)
-    except CheckpointStateError as err:
-        problems.append(str(err))
-        listed = []
+    listed, problems = _listed_by_state_file(dirname)
     steps = {step_of(p): p for p in listed
              if step_of(p) is not None and (os.path.isfile(p + '.index') or data_shards(p))}
     for step, path in find_step_checkpoints(dirname).items():
@@ -98,12 +106,7 @@ def _candidates_in(dirname):
     """The checkpoints of ``dirname`` to try, newest first, and the problems of its state file:
     the state file's latest first and then its other entries (any name), then every
     ``<name>-<step>`` checkpoint found by its files, the highest step first."""
-    problems = []
-    try:
-        listed = read_checkpoint_state(dirname)
-    except CheckpointStateError as err:
-        problems.append(str(err))
-        listed = []
+    listed, problems = _listed_by_state_file(dirname)
     if listed and not os.path.isfile(listed[-1] + '.index'):
         problems.append("state file '{}' points to checkpoint '{}', but '{}' does not exist".format(
             os.path.join(dirname, STATE_FILE), os.path.basename(listed[-1]), listed[-1] + '.index'))

@@ -10,11 +10,11 @@ A trainer needs a graph with something to run each step. Either set ``trainer.tr
 or subclass it and override :meth:`Trainer.run_step` (e.g. a GAN alternating two ops).
 """
 
-import os
 import time
 
 from ..callbacks.monitor import MonitorBase, Monitors
 from ..callbacks.steps import MaintainStepCounter
+from ..checkpoint.directory import find_resume_states
 from ..checkpoint.files import resume_state_path
 from ..checkpoint.resume_state import ResumeState
 from ..cluster.preemption import Preempted, PreemptionNotice
@@ -337,13 +337,13 @@ class Trainer:
         if self.is_chief or (schedule.starting_epoch == 1 and not schedule.first_step):
             return
         directory = self._own_state_directory()
-        prefix = os.path.join(directory, 'model-{}'.format(global_step)) if directory else None
+        prefix = find_resume_states(directory, self.state_owner).get(global_step) if directory else None
         state = ResumeState.read(prefix, self.state_owner) if prefix else None
         if state is None:
-            logger.warn("{}: no state of its own at global step {} (no {}): its data starts at the "
-                        "beginning of an epoch, not where it was.".format(
-                            self.state_owner, global_step, resume_state_path(prefix, self.state_owner)
-                            if prefix else "logger directory"))
+            logger.warn("{}: no state of its own at global step {} (no '*-{}{}' in {}): its data starts at "
+                        "the beginning of an epoch, not where it was.".format(
+                            self.state_owner, global_step, global_step,
+                            resume_state_path('', self.state_owner), directory or "no logger directory"))
             return
         if state.world_size != self.world_size:    # as the chief does (train/interface.py)
             logger.info("{}: its state at global step {} was saved by {} model replicas, this run has {}: "
