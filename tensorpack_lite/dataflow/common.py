@@ -2,6 +2,7 @@
 caching, plus two debugging helpers (:class:`PrintData`, :class:`TestDataSpeed`)."""
 
 import itertools
+import math
 import time
 from collections import defaultdict, deque
 from collections.abc import Mapping
@@ -10,7 +11,8 @@ from copy import copy
 import numpy as np
 
 from ..utils import logger
-from ..utils.utils import get_rng, get_tqdm
+from ..utils.serialize import dumps
+from ..utils.utils import get_rng, get_tqdm, humanize_time_delta
 from .base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from .epochs import repeat_epochs
 from .state import (DataFlowStateUnsupported, IterationCursor, get_dataflow_state, rng_state,
@@ -22,10 +24,20 @@ __all__ = ['TestDataSpeed', 'PrintData', 'BatchData', 'BatchDataByShape', 'Fixed
            'CacheData']
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+_END = object()
 
 
 def _component_name(key):
     return "component {!r}".format(key)
+
+
+def _size_text(value):
+    """The serialized size of ``value`` (datapoints a state holds), for a log line."""
+    try:
+        size = len(dumps(value))
+    except (TypeError, ValueError):
+        return "not serializable"
+    return "{:.1f} kB".format(size / 1e3) if size < 1e6 else "{:.1f} MB".format(size / 1e6)
 
 
 class TestDataSpeed(ProxyDataFlow):
@@ -335,6 +347,7 @@ class BatchDataByShape(BatchData):
         self.idx = idx
         self.holder = defaultdict(list)
         self._guard = DataFlowReentrantGuard('BatchDataByShape')
+        self._data_noted = False
 
     def reset_state(self):
         super(BatchDataByShape, self).reset_state()
@@ -360,9 +373,17 @@ class BatchDataByShape(BatchData):
 
     def get_state(self):
         """The wrapped DataFlow's state and the datapoints waiting in each shape's holder (copies
-        of those lists: at most ``batch_size - 1`` datapoints per shape)."""
-        return {'ds': get_dataflow_state(self.ds),
-                'holders': [[list(shape), list(dps)] for shape, dps in self.holder.items() if dps]}
+        of those lists: at most ``batch_size - 1`` datapoints per shape). They cannot be read again
+        from ``ds`` at a bounded cost, so the state holds them: one log line says so, with their size,
+        the first time."""
+        holders = [[list(shape), list(dps)] for shape, dps in self.holder.items() if dps]
+        if holders and not self._data_noted:
+            self._data_noted = True
+            waiting = [dp for _, dps in holders for dp in dps]
+            logger.info("BatchDataByShape: its state holds the {} datapoint(s) waiting for a batch of their "
+                        "shape ({}; at most batch_size - 1 = {} per shape).".format(
+                            len(waiting), _size_text(waiting), self.batch_size - 1))
+        return {'ds': get_dataflow_state(self.ds), 'holders': holders}
 
     def set_state(self, state):
         set_dataflow_state(self.ds, state['ds'])
@@ -558,6 +579,9 @@ class RepeatedData(ProxyDataFlow):
 class RepeatedDataPoint(ProxyDataFlow):
     """Produce each datapoint of ``ds`` ``num`` times in a row: dp1, dp1, ..., dp2, dp2, ...
 
+    Its state is ``ds``'s state before the datapoint being repeated (taken once per datapoint
+    of ``ds``) and the repeats left: a restored iteration reads that datapoint again.
+
     Args:
         ds (DataFlow): input dataflow.
         num (int): times each datapoint is repeated (>= 1).
@@ -568,38 +592,57 @@ class RepeatedDataPoint(ProxyDataFlow):
         if self.num < 1:
             raise ValueError("RepeatedDataPoint: num must be >= 1, got {}".format(num))
         super(RepeatedDataPoint, self).__init__(ds)
-        self._current = None    # (datapoint, repeats left after the one produced)
-        self._resume = None
+        self._current = None      # (datapoint, repeats left after the one produced, ds's state before it)
+        self._resume_left = None  # after set_state: repeats left of the first datapoint read
+        self._resume_held = None  # after set_state of a state holding it: (datapoint, repeats left)
 
     def __len__(self):
         return len(self.ds) * self.num
 
     def __iter__(self):
-        pending, self._resume = self._resume, None
-        return self._repeated(pending, iter(self.ds))
+        left, self._resume_left = self._resume_left, None
+        held, self._resume_held = self._resume_held, None
+        before = state_or_error(self.ds)   # before iter(): the position of the datapoint read first
+        return self._repeated(held, left, before, iter(self.ds))
 
-    def _repeated(self, pending, source):
+    def _repeated(self, held, left, before, source):
         try:
-            if pending is not None:
-                yield from self._repeat(*pending)
+            if held is not None:
+                yield from self._repeat(held[0], held[1], None)
             for dp in source:
-                yield from self._repeat(dp, self.num)
+                yield from self._repeat(dp, self.num if left is None else left, before)
+                left = None
+                if not isinstance(before, DataFlowStateUnsupported):
+                    before = state_or_error(self.ds)
         finally:
             self._current = None
 
-    def _repeat(self, dp, times):
+    def _repeat(self, dp, times, before):
         for left in range(times - 1, -1, -1):
-            self._current = (dp, left)
+            self._current = (dp, left, before)
             yield dp
 
     def get_state(self):
-        """The wrapped DataFlow's state, and the datapoint being repeated with its repeats left."""
-        dp, left = self._current or self._resume or (None, 0)
-        return {'ds': get_dataflow_state(self.ds), 'dp': dp if left else None, 'left': left}
+        """The repeats left of the datapoint being repeated, and ``ds``'s state before it (after
+        it when none is left)."""
+        dp, left, before = self._current or (None, 0, None)
+        if self._current is None and self._resume_held is not None:
+            (dp, left), before = self._resume_held, None
+        elif self._current is None and self._resume_left:
+            left, before = self._resume_left, get_dataflow_state(self.ds)
+        if not left:
+            return {'ds': get_dataflow_state(self.ds), 'left': 0}
+        if before is None:   # the datapoint of a state that held it (written by an earlier version)
+            return {'ds': get_dataflow_state(self.ds), 'dp': dp, 'left': left}
+        if isinstance(before, DataFlowStateUnsupported):
+            raise before
+        return {'ds': before, 'left': left}
 
     def set_state(self, state):
         set_dataflow_state(self.ds, state['ds'])
-        self._resume = (state['dp'], state['left']) if state['left'] else None
+        left = int(state['left'])
+        self._resume_left = left if left and 'dp' not in state else None
+        self._resume_held = (state['dp'], left) if left and 'dp' in state else None
 
 
 def _reset_each_once(dataflows):
@@ -971,7 +1014,16 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
 
     Datapoints of one pass over ``ds`` mix with those of the next, so the iterator never
     ends; ``len()`` (``len(ds) * num_reuse``) is the natural epoch size.  Not reentrant.
-    Its state holds the buffer's datapoints (a shallow copy of the buffer per ``get_state``).
+
+    Its state is a few kB whatever the datapoints and the buffer: not the buffer, but an
+    *anchor*, a point of the stream older than every entry of the buffer (``ds``'s state there,
+    the RNG's, the counts), from which :meth:`set_state` reads ``ds`` again to refill the buffer
+    exactly. Anchors are taken every ``buffer_size / num_reuse / 4`` datapoints read (one
+    ``ds.get_state()`` and one RNG copy each) and dropped once the buffer holds no entry read
+    after them, so ``get_state`` copies nothing. A resume reads about ``buffer_size /
+    num_reuse * ln(buffer_size)`` datapoints again (the age of the oldest entry), and at most
+    ``replay_limit`` plus one anchor interval: an entry older than ``replay_limit`` (rare:
+    about one in e^8 states) is kept in the state as it is, said in one log line.
 
     Args:
         ds (DataFlow): input dataflow.
@@ -980,9 +1032,11 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
             duplicates may hurt training).
         shuffle_interval (int): shuffle the buffer after this many datapoints of ``ds``;
             defaults to ``buffer_size // 3``.
+        replay_limit (int): the most datapoints a resume reads again (rounded up to anchors);
+            defaults to ``buffer_size / num_reuse * (ln(buffer_size) + 8)``.
     """
 
-    def __init__(self, ds, buffer_size, num_reuse=1, shuffle_interval=None):
+    def __init__(self, ds, buffer_size, num_reuse=1, shuffle_interval=None, replay_limit=None):
         ProxyDataFlow.__init__(self, ds)
         self.buffer_size = int(buffer_size)
         if self.buffer_size < 1:
@@ -996,71 +1050,223 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self.num_reuse = int(num_reuse)
         if self.num_reuse < 1:
             raise ValueError("LocallyShuffleData: num_reuse must be >= 1, got {}".format(num_reuse))
-        self.q = deque(maxlen=self.buffer_size)
+        turnover = self.buffer_size / self.num_reuse   # datapoints read while the buffer is renewed once
+        self._stride = max(1, int(math.ceil(turnover / 4)))   # datapoints read from one anchor to the next
+        if replay_limit is None:
+            replay_limit = turnover * (math.log(self.buffer_size) + 8)
+        if replay_limit < 0:
+            raise ValueError("LocallyShuffleData: replay_limit must be >= 0, got {}".format(replay_limit))
+        self.replay_limit = int(math.ceil(replay_limit / self._stride)) * self._stride
         self._inf_ds = RepeatedData(ds, -1)
         self._inf_iter = None
-        self._iter_cnt = 0
-        self._entering = None   # (datapoint, times it still enters the buffer) while one waits
+        self._reset_done = False
+        self._kept_noted = False
         self._guard = DataFlowReentrantGuard('LocallyShuffleData')
+        self._start_stream()
+
+    def _start_stream(self):
+        """Forget the stream: nothing read, nothing buffered."""
+        if self._inf_iter is not None:
+            self._inf_iter.close()
+        self._inf_iter = None
+        self._buffer = deque()      # (index of the datapoint in the stream, datapoint), oldest first
+        self._read = 0              # datapoints read from the stream
+        self._produced = 0          # datapoints produced; the entry at offset j is at slot produced + j
+        self._count = 0             # datapoints read since the last shuffle
+        self._entering = None       # (index, datapoint, times it still enters) while one waits for room
+        self._anchors = deque()     # the points a resume can start from, oldest first (never changed)
+        self._live = {}             # an anchor's 'read' -> buffer entries read from it to the next anchor
+        self._kept = deque()        # slots of the entries read before the oldest anchor, in order
+        self._unsupported = None    # why ds has no state, once known
 
     def reset_state(self):
         ProxyDataFlow.reset_state(self)
         RNGDataFlow.reset_state(self)
-        self.q.clear()
-        self._iter_cnt = 0
-        self._entering = None
-        self._inf_iter = iter(self._inf_ds)
+        self._start_stream()
+        self._reset_done = True
 
     def __len__(self):
         return len(self.ds) * self.num_reuse
 
-    def _shuffle_buffer(self):
-        items = list(self.q)
-        self.rng.shuffle(items)
-        self.q.clear()
-        self.q.extend(items)
+    @property
+    def q(self):
+        """The datapoints in the buffer, oldest first (a list)."""
+        return [dp for _, dp in self._buffer]
 
     def __iter__(self):
-        if self._inf_iter is None:
+        if not self._reset_done:
             raise RuntimeError("LocallyShuffleData: call reset_state() once before iterating.")
         with self._guard:
             waiting, self._entering = self._entering, None
             if waiting is not None:  # a datapoint that had made room for itself
-                dp, times = waiting
-                self.q.append(dp)
-                yield from self._enter(dp, times - 1)
-            for dp in self._inf_iter:
-                self._iter_cnt = (self._iter_cnt + 1) % self.shuffle_interval
-                if self._iter_cnt == 0:
+                index, dp, times = waiting
+                self._append(index, dp)
+                yield from self._enter(index, dp, times - 1)
+            while True:
+                index, dp = self._next_input()
+                if dp is _END:
+                    return
+                self._count = (self._count + 1) % self.shuffle_interval
+                if self._count == 0:
                     self._shuffle_buffer()
-                yield from self._enter(dp, self.num_reuse)
+                yield from self._enter(index, dp, self.num_reuse)
 
-    def _enter(self, dp, times):
+    def _next_input(self):
+        """(index, datapoint) of the stream's next datapoint; an anchor is taken before it when due."""
+        if self._read % self._stride == 0 and not (self._anchors and self._anchors[-1]['read'] == self._read):
+            self._add_anchor()
+        if self._inf_iter is None:   # made here, after the first anchor took ds's state
+            self._inf_iter = iter(self._inf_ds)
+        dp = next(self._inf_iter, _END)
+        self._read += 1
+        return self._read - 1, dp
+
+    def _enter(self, index, dp, times):
         """Append ``dp`` ``times`` times to the buffer, producing its oldest entry whenever it is full."""
         for times_left in range(times, 0, -1):
-            if len(self.q) == self.q.maxlen:
-                self._entering = (dp, times_left)
-                yield self.q.popleft()
+            if len(self._buffer) == self.buffer_size:
+                self._entering = (index, dp, times_left)
+                yield self._pop()
                 self._entering = None
-            self.q.append(dp)
+            self._append(index, dp)
+
+    def _shuffle_buffer(self):
+        items = list(self._buffer)
+        self.rng.shuffle(items)
+        self._buffer = deque(items)
+        if self._kept:
+            self._locate_kept()
+
+    # ---- the anchors: which entries a replay from the oldest one rebuilds, which it cannot
+
+    def _segment(self, index):
+        return index - index % self._stride   # the 'read' of the anchor taken before it
+
+    def _append(self, index, dp):
+        self._buffer.append((index, dp))
+        if self._anchors:
+            self._live[self._segment(index)] += 1
+
+    def _pop(self):
+        index, dp = self._buffer.popleft()
+        if self._anchors:
+            if index < self._anchors[0]['read']:
+                self._kept.popleft()
+            else:
+                self._live[self._segment(index)] -= 1
+                while len(self._anchors) > 1 and not self._live[self._anchors[0]['read']]:
+                    del self._live[self._anchors.popleft()['read']]
+        self._produced += 1
+        return dp
+
+    def _add_anchor(self):
+        if self._unsupported is not None:
+            return
+        ds_state = state_or_error(self._inf_ds)
+        if isinstance(ds_state, DataFlowStateUnsupported):
+            self._unsupported = ds_state
+            self._anchors.clear()
+            return
+        first = not self._anchors
+        self._anchors.append({'read': self._read, 'ds': ds_state, 'rng': rng_state(self.rng),
+                              'count': self._count, 'produced': self._produced, 'size': len(self._buffer)})
+        self._live[self._read] = 0
+        dropped = 0
+        while len(self._anchors) > 1 and self._anchors[0]['read'] < self._read - self.replay_limit:
+            dropped += self._live.pop(self._anchors.popleft()['read'])
+        if dropped or (first and self._buffer):   # entries older than every anchor: kept as they are
+            self._locate_kept()
+
+    def _locate_kept(self):
+        oldest = self._anchors[0]['read']
+        self._kept = deque(self._produced + offset for offset, (index, _) in enumerate(self._buffer)
+                           if index < oldest)
+
+    # ---- the state
+
+    def _config(self):
+        return [self.buffer_size, self.num_reuse, self.shuffle_interval]
 
     def get_state(self):
-        """The wrapped DataFlow's state, the buffer's datapoints, the RNG's state (2.5 kB), the
-        count towards the next shuffle and the datapoint waiting to enter the buffer."""
-        dp, times = self._entering or (None, 0)
-        return {'ds': get_dataflow_state(self._inf_ds), 'buffer': list(self.q), 'rng': rng_state(self.rng),
-                'count': self._iter_cnt, 'entering': dp, 'times': times}
+        """The oldest anchor (``ds``'s state, the RNG's and the counts at a point older than every
+        entry of the buffer; shared, not copied), how many datapoints were read and produced since
+        :meth:`reset_state`, and the entries older than every anchor (``kept``; almost always none)."""
+        if self._unsupported is not None:
+            raise self._unsupported
+        if self._anchors:
+            anchor = self._anchors[0]
+        elif not self._buffer and self._entering is None:   # nothing read yet
+            anchor = {'read': self._read, 'ds': get_dataflow_state(self._inf_ds), 'rng': rng_state(self.rng),
+                      'count': self._count, 'produced': self._produced, 'size': 0}
+        else:   # restored from a state of a version that kept the buffer, and not iterated since
+            return self._buffer_state()
+        kept = [[slot - self._produced] + list(self._buffer[slot - self._produced]) for slot in self._kept]
+        if kept and not self._kept_noted:
+            self._kept_noted = True
+            logger.info("LocallyShuffleData: its state holds {} of its buffer's entries as they are ({}; "
+                        "at most buffer_size={}): they entered more than replay_limit={} datapoints ago "
+                        "(rare), or before a restore of a state that held the buffer.".format(
+                            len(kept), _size_text([dp for _, _, dp in kept]), self.buffer_size,
+                            self.replay_limit))
+        return {'config': self._config(), 'anchor': anchor, 'read': self._read, 'produced': self._produced,
+                'kept': kept}
+
+    def _buffer_state(self):
+        index, dp, times = self._entering or (None, None, 0)
+        return {'ds': get_dataflow_state(self._inf_ds), 'buffer': self.q, 'rng': rng_state(self.rng),
+                'count': self._count, 'entering': dp, 'times': times}
 
     def set_state(self, state):
-        if self._inf_iter is not None:
-            self._inf_iter.close()
+        """Go back to ``state``: read ``ds`` again from the anchor, refilling the buffer as it was
+        (one log line says how many datapoints, and how long it took)."""
+        if 'buffer' in state:
+            return self._set_buffer_state(state)
+        if list(state['config']) != self._config():
+            raise ValueError("LocallyShuffleData: a state of [buffer_size, num_reuse, shuffle_interval] {} "
+                             "given to one of {}".format(list(state['config']), self._config()))
+        anchor = state['anchor']
+        self._start_stream()
+        set_dataflow_state(self._inf_ds, anchor['ds'])
+        set_rng_state(self.rng, anchor['rng'])
+        self._read, self._produced = int(anchor['read']), int(anchor['produced'])
+        self._count = int(anchor['count'])
+        # the entries read before the anchor: only their number matters until the last replayed step
+        self._buffer = deque([(-1, None)] * int(anchor['size']))
+        self._anchors.append(anchor)
+        self._live[self._read] = 0
+        self._kept = deque(range(self._produced, self._produced + len(self._buffer)))
+        start, again = time.perf_counter(), int(state['read']) - self._read
+        steps = int(state['produced']) - self._produced
+        if steps:
+            replay = self.__iter__()
+            try:
+                for _ in range(steps):
+                    next(replay)
+            except StopIteration:
+                raise ValueError("LocallyShuffleData: the state is not one of this DataFlow: {} ended before "
+                                 "its position".format(type(self.ds).__name__)) from None
+            finally:
+                replay.close()
+        offsets = [slot - self._produced for slot in self._kept]
+        if self._read != int(state['read']) or offsets != sorted(int(entry[0]) for entry in state['kept']):
+            raise ValueError("LocallyShuffleData: the state is not one of this DataFlow (the replay read {} "
+                             "datapoints, not {})".format(self._read - int(anchor['read']), again))
+        for offset, index, dp in state['kept']:
+            self._buffer[int(offset)] = (int(index), dp)
+        if again:
+            took = humanize_time_delta(time.perf_counter() - start)
+            logger.info("LocallyShuffleData: refilled its buffer by reading {} datapoints of {} again, in {}."
+                        .format(again, type(self.ds).__name__, took))
+
+    def _set_buffer_state(self, state):
+        """A state that holds the buffer (written before the anchors): its entries are kept as
+        they are until they leave the buffer."""
+        self._start_stream()
         set_dataflow_state(self._inf_ds, state['ds'])
-        self._inf_iter = iter(self._inf_ds)
-        self.q.clear()
-        self.q.extend(state['buffer'])
         set_rng_state(self.rng, state['rng'])
-        self._iter_cnt = int(state['count'])
-        self._entering = (state['entering'], int(state['times'])) if state['times'] else None
+        self._buffer = deque((-1, dp) for dp in state['buffer'])
+        self._count = int(state['count'])
+        self._entering = (-1, state['entering'], int(state['times'])) if state['times'] else None
 
 
 class CacheData(ProxyDataFlow):
