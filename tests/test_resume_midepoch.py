@@ -108,3 +108,22 @@ def test_sigkill_redoes_at_most_the_steps_since_the_last_checkpoint(tmp_path, un
     print("SIGKILL at step 47, checkpoints every 10 steps: steps 41-47 twice, max |w - uninterrupted| = "
           "{:.3g}".format(difference))
     assert difference <= 1e-6
+
+
+def test_a_shuffle_buffer_of_big_datapoints_keeps_the_resume_file_small(tmp_path, uninterrupted):
+    """Issue 58: a LocallyShuffleData of 1000 entries over datapoints carrying 20 kB each (20 MB of
+    buffer) behind a QueueInput: the mid-epoch checkpoint's .resume file is a few kB, and the
+    resumed run refills the buffer by reading again and ends with the uninterrupted run's weights."""
+    args = ('--input', 'queue', '--shuffle-buffer', '1000')
+    _run(tmp_path, *args, '--sigterm-at', '45', expect=143)
+    size = os.path.getsize(os.path.join(str(tmp_path), 'model-45.resume'))
+    output = _run(tmp_path, *args)
+    assert "(step 15 of 30 of epoch 2, global step 45)" in output
+    assert 'LocallyShuffleData: refilled its buffer by reading ' in output
+    assert _steps_run_twice(tmp_path) == []
+    assert _epochs_recorded(tmp_path) == [1, 2, 3]
+    difference = _max_difference(_weights(tmp_path), uninterrupted(*args))
+    print("SIGTERM at step 45 over LocallyShuffleData(1000) of 20 kB datapoints: model-45.resume is {} "
+          "bytes, max |w - uninterrupted| = {:.3g}".format(size, difference))
+    assert size < 1000000
+    assert difference <= 1e-6

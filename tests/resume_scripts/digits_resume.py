@@ -4,7 +4,10 @@ AutoResumeTrainConfig. The test runs it, stops it (SIGTERM or SIGKILL at a step)
 and compares the end with an uninterrupted run.
 
     python digits_resume.py LOGDIR [--input queue|feed] [--towers N] [--save-every K] [--sync-save]
-                            [--sigterm-at STEP | --sigkill-at STEP]
+                            [--shuffle-buffer N] [--sigterm-at STEP | --sigkill-at STEP]
+
+``--shuffle-buffer N``: each datapoint also carries 20 kB of bytes (an encoded image, say) through a
+``LocallyShuffleData(N)``, dropped after it.
 
 Every step's global step is appended to LOGDIR/steps.txt (to count the steps run twice). The
 callback that does it, placed after ModelSaver, also counts the steps in its own state (resumed
@@ -16,9 +19,9 @@ import os
 import signal
 
 from tensorpack_lite import (AugmentImageComponent, AutoResumeTrainConfig, BatchData, Callback, DataFromList,
-                             FeedInput, FullyConnected, ModelDesc, ModelSaver, PeriodicTrigger, QueueInput,
-                             ScheduledHyperParamSetter, SimpleTrainer, SyncMultiGPUTrainerReplicated,
-                             imgaug, launch_train_with_config, logger)
+                             FeedInput, FullyConnected, LocallyShuffleData, MapData, ModelDesc, ModelSaver,
+                             PeriodicTrigger, QueueInput, ScheduledHyperParamSetter, SimpleTrainer,
+                             SyncMultiGPUTrainerReplicated, imgaug, launch_train_with_config, logger)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.dataflow.dataset import Digits
 from tensorpack_lite.utils.utils import fix_rng_seed
@@ -67,11 +70,15 @@ class StepLog(Callback):
             f.write('{}\n'.format(self._count))
 
 
-def dataflow():
+def dataflow(shuffle_buffer=0):
     train = Digits('train')
     train.reset_state()
     datapoints = [[image.astype('float32'), label] for image, label in train][:STEPS_PER_EPOCH * BATCH]
+    if shuffle_buffer:
+        datapoints = [dp + [bytes([k % 256]) * 20000] for k, dp in enumerate(datapoints)]
     df = DataFromList(datapoints, shuffle=True)
+    if shuffle_buffer:
+        df = MapData(LocallyShuffleData(df, shuffle_buffer), lambda dp: dp[:2])
     df = AugmentImageComponent(df, [imgaug.Flip(horiz=True)])
     return BatchData(df, BATCH)
 
@@ -83,6 +90,7 @@ def main():
     parser.add_argument('--towers', type=int, default=1)
     parser.add_argument('--save-every', type=int, default=0)
     parser.add_argument('--sync-save', action='store_true', help='ModelSaver(background=False)')
+    parser.add_argument('--shuffle-buffer', type=int, default=0)
     parser.add_argument('--sigterm-at', type=int, default=-1)
     parser.add_argument('--sigkill-at', type=int, default=-1)
     args = parser.parse_args()
@@ -99,7 +107,8 @@ def main():
                  else saver,
                  ScheduledHyperParamSetter('learning_rate', [(1, 0.05), (2, 0.02)]),
                  StepLog(os.path.join(args.logdir, 'steps.txt'), signal_at, signum)]
-    source = QueueInput(dataflow()) if args.input == 'queue' else FeedInput(dataflow())
+    df = dataflow(args.shuffle_buffer)
+    source = QueueInput(df) if args.input == 'queue' else FeedInput(df)
     session_config = tf.ConfigProto(device_count={'CPU': max(args.towers, 1)},
                                     intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
     config = AutoResumeTrainConfig(model=Model(), data=source, callbacks=callbacks, max_epoch=3,
