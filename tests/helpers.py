@@ -24,6 +24,7 @@ from tensorpack_lite.train import ModelDesc
 
 __all__ = ['LogRecords', 'capture_logs', 'ReadBack', 'RecordCost', 'AssignValues',
            'DigitsMLPBase', 'LineRegression', 'LINE_INITIAL_LR', 'cross_entropy_cost', 'labelled_batches',
+           'WhileLoopRNN', 'sequence_samples',
            'assert_records_close', 'varint',
            'HANG_TIMEOUT', 'run_or_hang', 'wait_until', 'VirtualClock', 'BreakingSession', 'BreakSessionAt']
 
@@ -201,6 +202,55 @@ class LineRegression(ModelDesc):
     def optimizer(self):
         lr = tfv1.get_variable('learning_rate', initializer=LINE_INITIAL_LR, trainable=False)
         return tfv1.train.GradientDescentOptimizer(lr)
+
+
+class WhileLoopRNN(ModelDesc):
+    """A recurrent net whose loop is a ``tf.while_loop`` over the :attr:`STEPS` steps of its
+    input, as TF1-era RNN code writes it: TF1 control flow (``Merge``/``NextIteration`` cycles)
+    in a process with ``tf.compat.v1.disable_v2_behavior()`` or ``disable_control_flow_v2()``,
+    a functional ``While`` op otherwise. Inputs 'seq' [None, STEPS, FEATURES] and 'label' [None]
+    (:func:`sequence_samples`); x_t = seq_t in/W, h_t = tanh(x_t + h_{t-1} rnn/W_h + rnn/b),
+    logits = h_STEPS out/W + out/b; the cost is the mean cross-entropy, 'cost'. The weights
+    come from a numpy seed (every run starts equal), in the order of :attr:`VARIABLES`.
+    Needs no tower context."""
+
+    STEPS, FEATURES, HIDDEN, CLASSES = 5, 4, 6, 3
+    VARIABLES = ['in/W', 'rnn/W_h', 'rnn/b', 'out/W', 'out/b']
+
+    def __init__(self, seed=3, lr=0.1):
+        self.seed, self.lr = seed, lr
+
+    def inputs(self):
+        return [tf.TensorSpec([None, self.STEPS, self.FEATURES], tf.float32, 'seq'),
+                tf.TensorSpec([None], tf.int32, 'label')]
+
+    def build_graph(self, seq, label):
+        rng = np.random.RandomState(self.seed)
+        shapes = [(self.FEATURES, self.HIDDEN), (self.HIDDEN, self.HIDDEN), (self.HIDDEN,),
+                  (self.HIDDEN, self.CLASSES), (self.CLASSES,)]
+        w_in, w_h, b, w_out, b_out = [
+            tfv1.get_variable(name, initializer=(rng.randn(*shape) * 0.3).astype('float32'))
+            for name, shape in zip(self.VARIABLES, shapes)]
+        inputs = tf.transpose(tf.tensordot(seq, w_in, 1), [1, 0, 2])     # time-major [STEPS, batch, HIDDEN]
+
+        def step(t, h):
+            return t + 1, tf.tanh(tf.gather(inputs, t) + tf.matmul(h, w_h) + b)
+
+        _, last = tf.while_loop(lambda t, h: t < self.STEPS, step,
+                                [tf.constant(0), tf.zeros_like(inputs[0])], name='rnn_loop')
+        return cross_entropy_cost(tf.matmul(last, w_out) + b_out, label)
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(self.lr)
+
+
+def sequence_samples(num, seed=0):
+    """``num`` deterministic [seq, label] datapoints of :class:`WhileLoopRNN`: the label is the
+    number of the first and last steps whose first feature is positive (0, 1 or 2)."""
+    rng = np.random.RandomState(seed)
+    seq = rng.randn(num, WhileLoopRNN.STEPS, WhileLoopRNN.FEATURES).astype('float32')
+    label = ((seq[:, 0, 0] > 0).astype('int32') + (seq[:, -1, 0] > 0)).astype('int32')
+    return [[x, y] for x, y in zip(seq, label)]
 
 
 def cross_entropy_cost(logits, label):

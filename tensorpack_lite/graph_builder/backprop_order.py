@@ -17,24 +17,59 @@ Example::
 __all__ = ['backprop_order', 'op_depths', 'consecutive_groups']
 
 
+def _before(op):
+    """The ops ``op`` depends on: its inputs' ops, then its control inputs."""
+    return [tensor.op for tensor in op.inputs] + list(op.control_inputs)
+
+
 def op_depths(ops):
     """{op: depth} for ``ops`` and every op they depend on (inputs and control inputs): 0 for
-    an op without any, else 1 + the largest depth among them. One pass over the graph."""
-    depth = {}
+    an op without any, else 1 + the largest depth among them.
+
+    A cycle counts as one op: TF1 loops (``tf.while_loop`` with v1 control flow) are cycles,
+    the ``Merge`` at the top of a frame taking the iteration before from a ``NextIteration``.
+    The ops of a cycle (strongly connected component) share one depth, 1 + the largest depth of
+    what they need from outside it, so a loop's results (its ``Exit`` ops) come after
+    everything the loop needs. One pass over the graph without recursion (Tarjan's algorithm):
+    each op and each edge is visited once."""
+    depth, before, order, low = {}, {}, {}, {}
+    component, on_component = [], set()
+
+    def discover(op):
+        order[op] = low[op] = len(order)
+        before[op] = _before(op)
+        component.append(op)
+        on_component.add(op)
+        return [op, 0]
+
     for root in ops:
-        stack = [root]
-        while stack:
-            op = stack[-1]
-            if op in depth:
-                stack.pop()
+        if root in order:
+            continue
+        walk = [discover(root)]
+        while walk:
+            entry = walk[-1]
+            op, position = entry
+            if position < len(before[op]):
+                entry[1] += 1
+                needed = before[op][position]
+                if needed not in order:
+                    walk.append(discover(needed))
+                elif needed in on_component:
+                    low[op] = min(low[op], order[needed])
                 continue
-            before = [tensor.op for tensor in op.inputs] + list(op.control_inputs)
-            missing = [b for b in before if b not in depth]
-            if missing:
-                stack.extend(missing)
+            walk.pop()
+            if walk:
+                parent = walk[-1][0]
+                low[parent] = min(low[parent], low[op])
+            if low[op] != order[op]:
                 continue
-            stack.pop()
-            depth[op] = 1 + max((depth[b] for b in before), default=-1)
+            members = []
+            while not members or members[-1] is not op:      # the cycle (or op alone) ends here
+                members.append(component.pop())
+                on_component.discard(members[-1])
+            inside = set(members)
+            shared = 1 + max((depth[b] for m in members for b in before[m] if b not in inside), default=-1)
+            depth.update((m, shared) for m in members)
     return depth
 
 

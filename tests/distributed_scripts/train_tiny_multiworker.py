@@ -31,6 +31,9 @@ from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, ScaleLe
 from tensorpack_lite.utils import logger
 from tensorpack_lite.utils.utils import fix_rng_seed
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import BreakSessionAt, RecordCost, WhileLoopRNN, sequence_samples  # noqa: E402  (tests/)
+
 INIT_SEED = 100
 FEATURES = 6
 OVERFLOW_Y = 100.0
@@ -92,12 +95,12 @@ def trained_variables():
 
 class DumpWeights(Callback):
     """On every worker: writes the trainable variables when training ends (and whether the
-    file ``marker`` exists then)."""
+    file ``marker`` exists then, and the costs an :class:`EveryWorkerCost` recorded)."""
 
     _chief_only = False
 
-    def __init__(self, path, marker=None):
-        self.path, self.marker = path, marker
+    def __init__(self, path, marker=None, costs=None):
+        self.path, self.marker, self.costs = path, marker, costs
 
     def _after_train(self):
         variables = trained_variables()
@@ -108,7 +111,14 @@ class DumpWeights(Callback):
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
                        'loss_scale': None if scale is None else [float(scale[0]), int(scale[1])],
                        'marker_existed': bool(self.marker and os.path.exists(self.marker)),
+                       'costs': None if self.costs is None else self.costs.costs,
                        'weights': {v.op.name: x.tolist() for v, x in zip(variables, values)}}, f)
+
+
+class EveryWorkerCost(RecordCost):
+    """The cost of every step, on every worker (helpers.RecordCost is the chief's)."""
+
+    _chief_only = False
 
 
 class HoldAfterLastStep(Callback):
@@ -311,6 +321,12 @@ def parse_args(argv):
                         help="after its server started, wait (up to --startup-timeout s) until the file "
                              "'go' exists in --out")
     parser.add_argument('--startup-timeout', type=float, default=120)
+    parser.add_argument('--model', choices=['tiny', 'rnn'], default='tiny',
+                        help="'rnn': helpers.WhileLoopRNN on helpers.sequence_samples (a tf.while_loop); "
+                             "every worker writes the costs of its steps too")
+    parser.add_argument('--tf1', action='store_true',
+                        help='tf.compat.v1.disable_v2_behavior() first, as TF1-era scripts start (v1 control '
+                             'flow: a tf.while_loop builds Merge/NextIteration cycles)')
     parser.add_argument('--finish-timeout', type=float, help="the trainer's FINISH_TIMEOUT")
     parser.add_argument('--exit-after-loss-timeout', type=float, help="the trainer's EXIT_AFTER_LOSS_TIMEOUT")
     parser.add_argument('--after-failure-timeout', type=float, help="the trainer's AFTER_FAILURE_TIMEOUT")
@@ -367,6 +383,8 @@ def main(argv):
     from tensorpack_lite.tfutils.distributed import create_server
     from tensorpack_lite.train.horovod_trainer import RankShardData
     args = parse_args(argv)
+    if args.tf1:
+        tfv1.disable_v2_behavior()
     server = create_server(config=tfv1.ConfigProto(device_count={'CPU': args.towers}))
     if args.hold_after_server:
         wait_for_file(os.path.join(args.out, 'go'), args.startup_timeout)
@@ -380,7 +398,7 @@ def main(argv):
     if isinstance(policy, KeepGlobalBatch):
         args.batch = policy.per_replica_batch(trainer)
     num = args.samples or args.steps_per_epoch * args.towers * args.batch * trainer.num_worker
-    samples = make_samples(num)
+    samples = make_samples(num) if args.model == 'tiny' else sequence_samples(num)
     if args.overflow_step:
         step_size = args.towers * args.batch * trainer.num_worker
         samples[(args.overflow_step - 1) * step_size + 1][1] = np.float32(OVERFLOW_Y)   # worker 1's
@@ -388,7 +406,10 @@ def main(argv):
         fix_rng_seed(7)
     df = RankShardData(DataFromList(samples, shuffle=args.shuffle), trainer.task_index, trainer.num_worker)
     held = os.path.join(args.out, 'worker1-held') if args.worker1_holds else None
-    callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held)]
+    costs = EveryWorkerCost() if args.model == 'rnn' else None
+    callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held, costs)]
+    if costs is not None:
+        callbacks.insert(0, costs)
     if held and trainer.task_index == 1:
         release = os.path.join(args.out, 'release-worker1')
         callbacks.append(HoldAfterLastStep(args.worker1_holds, held, release))
@@ -412,14 +433,15 @@ def main(argv):
         marker = os.path.join(args.out, 'died-once') if args.die_once else None
         callbacks.append(DieAtStep(args.die_at_step, marker))
     if args.break_session_at_step and trainer.task_index == 1:
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from helpers import BreakSessionAt
         callbacks.insert(0, BreakSessionAt(args.break_session_at_step))
         trainer.SESSION_PROBE_TIMEOUT = 1.0    # the broken session never answers
         trainer.EXIT_TIMEOUT = 2.0             # the exit once DumpWeights was abandoned
     batch_norm = None if args.batch_norm is None else args.batch_norm.replace('none', '')
-    model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm,
-                      lr_variable=isinstance(policy, ScaleLearningRate))
+    if args.model == 'rnn':
+        model = WhileLoopRNN(seed=INIT_SEED + trainer.task_index, lr=args.lr)
+    else:
+        model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm,
+                          lr_variable=isinstance(policy, ScaleLearningRate))
     config = AutoResumeTrainConfig(model=model,
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
                                    steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,

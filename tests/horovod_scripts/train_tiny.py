@@ -30,6 +30,9 @@ from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, StopTrainin
 from tensorpack_lite.train.elastic import KeepGlobalBatch
 from tensorpack_lite.utils import logger
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import RecordCost, WhileLoopRNN, sequence_samples  # noqa: E402  (tests/helpers.py)
+
 INIT_SEED = 100
 FEATURES = 6
 HIDDEN = 5
@@ -74,12 +77,12 @@ def make_samples(num):
 
 class DumpWeights(Callback):
     """Runs on every rank: puts the rank as a scalar each epoch, and writes the final
-    trainable weights when training ends."""
+    trainable weights when training ends (and the costs an :class:`EveryRankCost` recorded)."""
 
     _chief_only = False
 
-    def __init__(self, path, rank):
-        self.path, self.rank = path, rank
+    def __init__(self, path, rank, costs=None):
+        self.path, self.rank, self.costs = path, rank, costs
         self.stopped = None
         self.step_hashes = []
 
@@ -103,7 +106,14 @@ class DumpWeights(Callback):
                                             'after': [c.name for c in op.control_inputs]} for op in calls],
                        'local_rank': self.trainer.hvd.local_rank(),
                        'local_size': self.trainer.hvd.local_size(),
+                       'costs': None if self.costs is None else self.costs.costs,
                        'weights': {n: v.tolist() for n, v in zip(names, values)}}, f)
+
+
+class EveryRankCost(RecordCost):
+    """The cost of every step, on every rank (helpers.RecordCost is rank 0's)."""
+
+    _chief_only = False
 
 
 class StopAtStep(Callback):
@@ -227,12 +237,20 @@ def parse_args(argv):
                         help='rank RANK raises an exception after the engine started, before training')
     parser.add_argument('--keep-global-batch', type=int, metavar='BATCH',
                         help='AutoResumeTrainConfig(elastic=KeepGlobalBatch(BATCH)), which sets --batch')
+    parser.add_argument('--model', choices=['tiny', 'rnn'], default='tiny',
+                        help="'rnn': helpers.WhileLoopRNN on helpers.sequence_samples (a tf.while_loop); "
+                             "every rank writes the costs of its steps too")
+    parser.add_argument('--tf1', action='store_true',
+                        help='tf.compat.v1.disable_v2_behavior() first, as TF1-era scripts start (v1 control '
+                             'flow: a tf.while_loop builds Merge/NextIteration cycles)')
     return parser.parse_args(argv)
 
 
 def main(argv):
     from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData, import_engine
     args = parse_args(argv)
+    if args.tf1:
+        tfv1.disable_v2_behavior()
     hvd, _ = import_engine()
     if args.rank_towers:
         hvd.init()   # (again in HorovodTrainer: hvd.init() may be called twice)
@@ -259,9 +277,13 @@ def main(argv):
         policy = KeepGlobalBatch(args.keep_global_batch)
         args.batch = policy.per_replica_batch(trainer)
     num = args.steps_per_epoch * args.batch * trainer.size * (args.towers or 1)
-    df = BatchData(RankShardData(DataFromList(make_samples(num), shuffle=False), trainer.rank, trainer.size),
+    samples = make_samples(num) if args.model == 'tiny' else sequence_samples(num)
+    df = BatchData(RankShardData(DataFromList(samples, shuffle=False), trainer.rank, trainer.size),
                    args.batch)
-    callbacks = [DumpWeights(os.path.join(args.out, 'rank{}.json'.format(trainer.rank)), trainer.rank)]
+    costs = EveryRankCost() if args.model == 'rnn' else None
+    callbacks = [DumpWeights(os.path.join(args.out, 'rank{}.json'.format(trainer.rank)), trainer.rank, costs)]
+    if costs is not None:
+        callbacks.insert(0, costs)
     if args.logdir:
         callbacks.append(ModelSaver())
     if args.stop_at_step:
@@ -274,7 +296,10 @@ def main(argv):
         callbacks.append(DieAtStep(args.fail[1], args.fail[0], fail=True))
     if args.sigterm:
         callbacks.append(SigtermAtStep(args.sigterm[1], args.sigterm[0]))
-    model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
+    if args.model == 'rnn':
+        model = WhileLoopRNN(seed=INIT_SEED + trainer.rank, lr=args.lr)
+    else:
+        model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
     session_config = None if args.towers is None else tfv1.ConfigProto(device_count={'CPU': args.towers})
     config = (TrainConfig if policy is None and not args.resume else AutoResumeTrainConfig)(
         model=model, dataflow=df, callbacks=callbacks, session_config=session_config,
