@@ -1097,19 +1097,22 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         if not self._reset_done:
             raise RuntimeError("LocallyShuffleData: call reset_state() once before iterating.")
         with self._guard:
-            waiting, self._entering = self._entering, None
-            if waiting is not None:  # a datapoint that had made room for itself
-                index, dp, times = waiting
-                self._append(index, dp)
-                yield from self._enter(index, dp, times - 1)
-            while True:
-                index, dp = self._next_input()
-                if dp is _END:
-                    return
-                self._count = (self._count + 1) % self.shuffle_interval
-                if self._count == 0:
-                    self._shuffle_buffer()
-                yield from self._enter(index, dp, self.num_reuse)
+            yield from self._shuffled()
+
+    def _shuffled(self):
+        waiting, self._entering = self._entering, None
+        if waiting is not None:  # a datapoint that had made room for itself
+            index, dp, times = waiting
+            self._append(index, dp)
+            yield from self._enter(index, dp, times - 1)
+        while True:
+            index, dp = self._next_input()
+            if dp is _END:
+                return
+            self._count = (self._count + 1) % self.shuffle_interval
+            if self._count == 0:
+                self._shuffle_buffer()
+            yield from self._enter(index, dp, self.num_reuse)
 
     def _next_input(self):
         """(index, datapoint) of the stream's next datapoint; an anchor is taken before it when due."""
@@ -1238,7 +1241,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         start, again = time.perf_counter(), int(state['read']) - self._read
         steps = int(state['produced']) - self._produced
         if steps:
-            replay = self.__iter__()
+            replay = self._shuffled()
             try:
                 for _ in range(steps):
                     next(replay)
