@@ -213,6 +213,11 @@ class DaemonCall:
         self._thread.start()
 
     @property
+    def name(self):
+        """The name of its thread."""
+        return self._thread.name
+
+    @property
     def running(self):
         return self._thread.is_alive()
 
