@@ -152,7 +152,7 @@ class Callback:
 
     def get_state(self):
         """The callback's own state, saved with every checkpoint so that a run resumed from it
-        goes on as if never stopped (see :class:`~tensorpack_lite.loop.resume_state.ResumeState`);
+        goes on as if never stopped (see :class:`~tensorpack_lite.checkpoint.resume_state.ResumeState`);
         None when it has none. Called between two steps (possibly inside a trigger)."""
         return self._get_state()
 
