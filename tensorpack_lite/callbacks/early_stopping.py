@@ -4,6 +4,7 @@ import math
 
 from ..loop.callback import Callback
 from ..utils import logger
+from ..utils.argtools import is_int
 from .stat_reader import StatReader
 
 __all__ = ['EarlyStopping']
@@ -50,7 +51,7 @@ class EarlyStopping(Callback):
 
     def __init__(self, monitor, patience=5, mode='min', min_delta=0.0):
         self._stat = StatReader(self, monitor)
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        if not is_int(patience) or patience < 1:
             raise ValueError("EarlyStopping('{}'): patience must be a positive int, got {!r}".format(
                 monitor, patience))
         if mode not in ('min', 'max'):

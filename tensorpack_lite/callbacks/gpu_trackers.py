@@ -15,6 +15,7 @@ import numpy as np
 from ..compat import tf
 from ..loop.callback import Callback
 from ..utils import logger
+from ..utils.argtools import is_int
 from ..utils.concurrency import StoppableThread
 from ..utils.gpu import get_num_gpu, num_tensorflow_gpus
 
@@ -104,7 +105,7 @@ class PeakMemoryTracker(_GPUTracker):
             devices = [devices]
         self._indices = []
         for dev in devices:
-            if isinstance(dev, numbers.Integral) and not isinstance(dev, bool) and dev >= 0:
+            if is_int(dev) and dev >= 0:
                 self._indices.append(int(dev))
                 continue
             match = _GPU_DEVICE.match(dev) if isinstance(dev, str) else None

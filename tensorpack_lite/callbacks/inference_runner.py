@@ -22,6 +22,7 @@ from ..tfutils.hooked_session import HookedSession
 from ..tfutils.inference_tower import build_predict_tower
 from ..tfutils.tower_func import TowerFunc
 from ..utils import logger
+from ..utils.argtools import is_int
 from ..utils.utils import get_tqdm
 from .inference import Inferencer
 
@@ -255,7 +256,7 @@ class InferenceRunner(InferenceRunnerBase):
             raise TypeError("InferenceRunner cannot use a StagingInput (it only stages for "
                             "training steps); give it the wrapped InputSource")
         self._check_tower_args(tower_name, tower_func)
-        if isinstance(device, bool) or not isinstance(device, int):
+        if not is_int(device):
             raise TypeError("InferenceRunner: device must be an int (-1 for the CPU), got {!r}".format(
                 device))
         self._tower_name = tower_name

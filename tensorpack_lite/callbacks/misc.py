@@ -3,7 +3,6 @@
 ``InjectShell`` and ``SendStat`` live in :mod:`.stats`; they are importable from here too,
 tensorpack's path."""
 
-import numbers
 import time
 from collections import deque
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from ..loop.callback import Callback
 from ..utils import logger
+from ..utils.argtools import is_int
 from ..utils.utils import humanize_time_delta
 from .stats import InjectShell, SendStat  # tensorpack's path
 
@@ -44,8 +44,7 @@ class EstimatedTimeLeft(Callback):
             median (bool): use the median of their durations (robust to one slow epoch, e.g.
                 one that ran a long evaluation); the mean when False.
         """
-        if (isinstance(last_k_epochs, bool) or not isinstance(last_k_epochs, numbers.Integral)
-                or last_k_epochs < 1):
+        if not is_int(last_k_epochs) or last_k_epochs < 1:
             raise ValueError("EstimatedTimeLeft: last_k_epochs must be a positive integer, got {!r}"
                              .format(last_k_epochs))
         self._durations = deque(maxlen=int(last_k_epochs))

@@ -7,6 +7,7 @@ import os
 from collections import deque
 
 from ..utils import logger
+from ..utils.argtools import is_int
 from .param_setter import HyperParamSetter
 
 __all__ = ['StatMonitorParamSetter', 'HumanHyperParamSetter']
@@ -51,7 +52,7 @@ class StatMonitorParamSetter(HyperParamSetter):
                 value_func))
         if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
             raise TypeError("StatMonitorParamSetter: threshold must be a number, got {!r}".format(threshold))
-        if isinstance(last_k, bool) or not isinstance(last_k, numbers.Integral) or last_k < 1:
+        if not is_int(last_k) or last_k < 1:
             raise ValueError("StatMonitorParamSetter: last_k must be a positive integer, got {!r}".format(
                 last_k))
         super().__init__(param)

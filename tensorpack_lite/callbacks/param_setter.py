@@ -15,6 +15,7 @@ import numpy as np
 
 from ..loop.callback import Callback
 from ..utils import logger
+from ..utils.argtools import is_int
 from .hyperparam import GraphVarParam, HyperParam
 
 __all__ = ['HyperParamSetter', 'ScheduledHyperParamSetter', 'HyperParamSetterWithFunc']
@@ -173,7 +174,7 @@ def _check_schedule(schedule, unit):
                 owner, index, item, unit, schedule)) from None
         if isinstance(point, float) and point.is_integer():
             point = int(point)
-        if isinstance(point, bool) or not isinstance(point, numbers.Integral) or point < 0:
+        if not is_int(point) or point < 0:
             raise ValueError("{}: schedule[{}] has {} {!r}, which is not a non-negative integer; "
                              "schedule={!r}".format(owner, index, unit, point, schedule))
         if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -1,12 +1,12 @@
 """Callbacks that act on every step: the step counter, a progress bar, a run timeout and a
 tensor printer."""
 
-import numbers
 
 from ..compat import tfv1
 from ..loop.callback import Callback
 from ..tfutils.common import get_global_step_var, get_op_tensor_name
 from ..utils import logger
+from ..utils.argtools import is_int
 from ..utils.naming import GLOBAL_STEP_INCR_OP_NAME
 from ..utils.utils import get_tqdm, get_tqdm_kwargs
 
@@ -131,8 +131,7 @@ class SessionRunTimeout(Callback):
     """
 
     def __init__(self, timeout_in_ms):
-        if isinstance(timeout_in_ms, bool) or not isinstance(timeout_in_ms, numbers.Integral) \
-                or timeout_in_ms <= 0:
+        if not is_int(timeout_in_ms) or timeout_in_ms <= 0:
             raise ValueError("SessionRunTimeout: timeout_in_ms must be a positive integer, got "
                              "{!r}".format(timeout_in_ms))
         self._timeout = int(timeout_in_ms)

@@ -7,7 +7,6 @@
 * :class:`SimpleMovingAverage` averages tensors over a sliding window of steps in Python.
 """
 
-import numbers
 from collections import deque
 
 import numpy as np
@@ -16,6 +15,7 @@ from ..compat import tf, tfv1
 from ..loop.callback import Callback
 from ..tfutils.common import get_op_tensor_name
 from ..utils import logger
+from ..utils.argtools import is_int
 from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 from .graph import _as_operation
 from .monitor_group import summary_scalar_name
@@ -174,7 +174,7 @@ def MergeAllSummaries(period=0, run_alone=False, key=None):
     """
     if key is None:
         key = tfv1.GraphKeys.SUMMARIES
-    if isinstance(period, bool) or not isinstance(period, numbers.Integral) or period < 0:
+    if not is_int(period) or period < 0:
         raise ValueError("MergeAllSummaries: period must be a non-negative integer, got {!r}".format(period))
     if not isinstance(key, str):
         raise TypeError("MergeAllSummaries: key must be a collection name (str), got {!r}".format(key))
@@ -207,8 +207,7 @@ class SimpleMovingAverage(Callback):
         if not isinstance(tensors, (list, tuple)) or not all(isinstance(t, str) for t in tensors):
             raise TypeError("SimpleMovingAverage: tensors must be a tensor name or a list of them, got "
                             "{!r}".format(tensors))
-        if isinstance(window_size, bool) or not isinstance(window_size, numbers.Integral) \
-                or window_size <= 0:
+        if not is_int(window_size) or window_size <= 0:
             raise ValueError("SimpleMovingAverage: window_size must be a positive integer, got "
                              "{!r}".format(window_size))
         self._tensor_names = [get_op_tensor_name(t)[1] for t in tensors]

@@ -17,6 +17,7 @@ import numbers
 import time
 
 from ..loop.callback import Callback, ProxyCallback
+from ..utils.argtools import is_int
 
 __all__ = ['PeriodicTrigger', 'PeriodicCallback', 'EnableCallbackIf']
 
@@ -25,7 +26,7 @@ def _check_period(owner, arg_name, value):
     """None, or a positive integer; anything else is a clear error naming ``owner``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not is_int(value):
         raise TypeError("{}: {} must be a positive integer or None, got {!r} of type {}".format(
             owner, arg_name, value, type(value).__name__))
     if value <= 0:

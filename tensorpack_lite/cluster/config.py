@@ -21,11 +21,12 @@ Example::
 
 import contextlib
 import json
-import numbers
 import os
 import socket
 import threading
 import time
+
+from ..utils.argtools import is_int
 
 __all__ = ['JOBS', 'CHIEF_JOBS', 'ClusterConfig', 'LostTaskError', 'TaskWatchdog', 'local_cluster',
            'cluster_of_addresses', 'cluster_of_rank', 'held_free_port']
@@ -104,8 +105,7 @@ class ClusterConfig:
             raise ValueError("ClusterConfig: job_name must be one of the cluster's jobs {}, got {!r}".format(
                 sorted(self._jobs), job_name))
         num = len(self._jobs[job_name])
-        if isinstance(task_index, bool) or not isinstance(task_index, numbers.Integral) \
-                or not 0 <= task_index < num:
+        if not is_int(task_index) or not 0 <= task_index < num:
             raise ValueError("ClusterConfig: task_index {!r} is out of range: job '{}' has {} task(s), "
                              "indices 0..{}".format(task_index, job_name, num, num - 1))
         self.job_name = job_name
@@ -315,7 +315,7 @@ def _fold_chief(cluster, job_name, task_index):
             raise ValueError("ClusterConfig: task_index {!r} is out of range: job '{}' has 1 task, index "
                              "0".format(task_index, chief))
         return chief, folded, 'worker', 0
-    if job_name == 'worker' and isinstance(task_index, numbers.Integral) and not isinstance(task_index, bool):
+    if job_name == 'worker' and is_int(task_index):
         if not 0 <= task_index < len(workers):
             raise ValueError("ClusterConfig: task_index {!r} is out of range: job 'worker' has {} task(s) "
                              "besides the {}".format(task_index, len(workers), chief))
@@ -347,7 +347,7 @@ def local_cluster(num_worker, num_ps=0, host='localhost'):
     """A cluster of ``num_worker`` workers and ``num_ps`` ps tasks on this machine, on free
     ports picked now: a dict for :class:`ClusterConfig`."""
     for name, value, least in (('num_worker', num_worker, 1), ('num_ps', num_ps, 0)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        if not is_int(value) or value < least:
             raise ValueError("local_cluster: {} must be an integer >= {}, got {!r}".format(
                 name, least, value))
     ports = set()

@@ -21,6 +21,7 @@ import os
 import socket
 
 from ..utils import logger
+from ..utils.argtools import is_int
 from .config import ClusterConfig, cluster_of_rank, held_free_port
 from .slurm import NUM_PS_VARIABLE, in_slurm_step, slurm_cluster
 
@@ -100,7 +101,7 @@ def _from_hosts(hosts, rank, num_ps, environ):
                  for h in hosts]
     if rank is None:
         rank = _launcher_rank(environ, len(addresses))
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(addresses):
+    if not is_int(rank) or not 0 <= rank < len(addresses):
         raise ValueError("find_cluster: rank {!r} is not an index of the {} hosts".format(
             rank, len(addresses)))
     _check_num_ps(num_ps, len(addresses))

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from ..compat import tf, tfv1
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
+from ..utils.argtools import is_int
 from ..utils.gpu import get_num_gpu
 
 __all__ = ['interpret_towers', 'tower_device', 'is_gpu_tower', 'communication_hint',
@@ -25,7 +26,7 @@ __all__ = ['interpret_towers', 'tower_device', 'is_gpu_tower', 'communication_hi
 
 def tower_device(tower):
     """The device string of a tower: ``'/gpu:k'`` for a GPU id ``k``, else the string itself."""
-    if isinstance(tower, numbers.Integral) and not isinstance(tower, bool):
+    if is_int(tower):
         return '/gpu:{}'.format(int(tower))
     return tower
 
@@ -78,7 +79,7 @@ def interpret_towers(gpus, owner='DataParallel'):
     string or a device given twice is a ValueError naming it. CPU devices are checked when the
     session exists (:func:`check_session_devices`).
     """
-    if isinstance(gpus, numbers.Integral) and not isinstance(gpus, bool):
+    if is_int(gpus):
         if gpus <= 0:
             raise ValueError("{}: the number of GPUs must be positive, got {}".format(owner, gpus))
         towers = list(range(int(gpus)))
@@ -91,7 +92,7 @@ def interpret_towers(gpus, owner='DataParallel'):
         raise ValueError("{}: the list of towers is empty".format(owner))
     seen = {}
     for index, tower in enumerate(towers):
-        if isinstance(tower, bool) or not isinstance(tower, (numbers.Integral, str)):
+        if not (is_int(tower) or isinstance(tower, str)):
             raise TypeError("{}: tower {} is {!r}; give a GPU id (int) or a device string".format(
                 owner, index, tower))
         if isinstance(tower, numbers.Integral) and tower < 0:

@@ -13,6 +13,7 @@ import numbers
 
 from ..tfutils.common import get_global_step_value
 from ..tfutils.session_failure import leaves_session_unusable
+from ..utils.argtools import is_int
 from .callback import name_culprit
 
 __all__ = ['Schedule', 'TrainLoop', 'RunFailure']
@@ -21,7 +22,7 @@ __all__ = ['Schedule', 'TrainLoop', 'RunFailure']
 def _whole_number(name, value):
     """``value`` as an int: an integer, or a float with a whole value (``4.0``, as schedules
     computed with a float factor give); anything else raises a TypeError naming ``name``."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if is_int(value):
         return int(value)
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
         return int(value)

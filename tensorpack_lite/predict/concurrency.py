@@ -6,6 +6,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from ..compat import tfv1
+from ..utils.argtools import is_int
 from ..utils.concurrency import ShareSessionThread, StoppableThread
 from .base import AsyncPredictorBase, OnlinePredictor
 
@@ -115,7 +116,7 @@ class MultiThreadAsyncPredictor(AsyncPredictorBase):
             if predictor.return_input:
                 raise ValueError("MultiThreadAsyncPredictor: predictors[{}] has return_input=True, which "
                                  "is not supported".format(index))
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError("MultiThreadAsyncPredictor: batch_size must be a positive int, got {!r}".format(
                 batch_size))
         self._num_inputs_per_task = predictors[0]._num_inputs()

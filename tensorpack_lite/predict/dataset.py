@@ -21,6 +21,7 @@ from abc import ABCMeta, abstractmethod
 
 from ..dataflow.base import DataFlow
 from ..utils import logger
+from ..utils.argtools import is_int
 from ..utils.concurrency import enable_death_signal, start_proc_mask_signal
 from ..utils.utils import change_env, get_tqdm
 from .base import OfflinePredictor
@@ -225,7 +226,7 @@ class MultiProcessDatasetPredictor(DatasetPredictorBase):
                 order they are computed.
         """
         super(MultiProcessDatasetPredictor, self).__init__(config, dataset)
-        if isinstance(nr_proc, bool) or not isinstance(nr_proc, int) or nr_proc < 1:
+        if not is_int(nr_proc) or nr_proc < 1:
             raise ValueError("MultiProcessDatasetPredictor: nr_proc must be a positive int, got "
                              "{!r}".format(nr_proc))
         self.nr_proc = nr_proc

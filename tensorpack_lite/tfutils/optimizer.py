@@ -9,10 +9,10 @@
 All of them work with any graph-mode TensorFlow code, not only with tensorpack_lite trainers.
 """
 
-import numbers
 from contextlib import contextmanager
 
 from ..compat import tf, tfv1
+from ..utils.argtools import is_int
 from .gradproc import FilterNoneGrad, GradientProcessor
 
 __all__ = ['ProxyOptimizer', 'apply_grad_processors', 'PostProcessOptimizer',
@@ -209,7 +209,7 @@ class AccumGradOptimizer(ProxyOptimizer):
                 gradients.
             niter (int): the number of calls to accumulate over, >= 1.
         """
-        if isinstance(niter, bool) or not isinstance(niter, numbers.Integral) or niter < 1:
+        if not is_int(niter) or niter < 1:
             raise ValueError("AccumGradOptimizer: niter must be an integer >= 1, got {!r}".format(
                 niter))
         super(AccumGradOptimizer, self).__init__(opt, 'AccumGrad')

@@ -33,14 +33,15 @@ from ..checkpoint.resume_point import RunShape
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
 from ..utils import logger
+from ..utils.argtools import is_int
 
 __all__ = ['RunShape', 'ElasticPolicy', 'NoAdjustment', 'KeepGlobalBatch', 'ScaleLearningRate']
 
 
 def _whole(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise ValueError("{} must be an integer >= {}, got {!r}".format(name, minimum, value))
-    return value
+    return int(value)
 
 
 class ElasticPolicy:

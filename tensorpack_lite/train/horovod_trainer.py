@@ -44,6 +44,7 @@ from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
+from ..utils.argtools import is_int
 from ..utils.gpu import get_num_gpu
 from .base import StopTraining
 from .tower import SingleCostTrainer
@@ -106,7 +107,7 @@ class RankShardData(ProxyDataFlow):
     def __init__(self, ds, rank, size):
         super().__init__(ds)
         for name, value in (('rank', rank), ('size', size)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if not is_int(value):
                 raise TypeError("RankShardData: {} must be an integer, got {!r}".format(name, value))
         if size < 1:
             raise ValueError("RankShardData: size must be at least 1, got {}".format(size))

@@ -1,13 +1,19 @@
 """Decorators and small helpers about function arguments: memoization, argument mapping,
-call-once guards and shape normalisation."""
+call-once guards, shape normalisation and the type checks of numeric arguments."""
 
 import functools
 import inspect
+import numbers
 
 from . import logger
 
 __all__ = ['map_arg', 'memoized', 'memoized_method', 'memoized_ignoreargs', 'graph_memoized',
-           'shape2d', 'shape4d', 'call_only_once', 'log_once']
+           'shape2d', 'shape4d', 'call_only_once', 'log_once', 'is_int']
+
+
+def is_int(value):
+    """Whether ``value`` is an integer (Python's or numpy's) and not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def memoized(func):

@@ -47,6 +47,7 @@ import re
 import numpy as np
 
 from . import stats_json
+from .argtools import is_int
 from .develop import import_optional
 from .stats_json import X_KEYS
 
@@ -175,7 +176,7 @@ def _compile_keys(keys):
 def _check_arguments(x, smooth):
     if x not in X_KEYS:
         raise ValueError("x must be one of {}, got {!r}".format(', '.join(X_KEYS), x))
-    if isinstance(smooth, bool) or not isinstance(smooth, numbers.Integral) or smooth < 1:
+    if not is_int(smooth) or smooth < 1:
         raise ValueError("smooth must be a positive number of points (1: no smoothing), got {!r}".format(
             smooth))
 
