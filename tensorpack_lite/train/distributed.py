@@ -594,7 +594,9 @@ class DistributedTrainerReplicated(_ParameterServerTrainer):
 
 
 class _BroadcastEveryEpoch(Callback):
-    """Copies the chief's variables to every worker at each epoch's end."""
+    """Copies the chief's variables to every worker (every rank) at each epoch's end, through
+    the trainer's ``broadcast_variables()`` (:class:`CollectiveAllReduceTrainer`,
+    :class:`~tensorpack_lite.train.horovod_trainer.HorovodTrainer`)."""
 
     _chief_only = False
 
