@@ -54,6 +54,7 @@ from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
 from .base import StopTraining
+from .horovod_trainer import _BroadcastEveryEpoch
 from .trainers import _DataParallelTrainer
 
 __all__ = ['DistributedTrainerBase', 'DistributedTrainerParameterServer', 'DistributedTrainerReplicated',
@@ -591,17 +592,6 @@ class DistributedTrainerReplicated(_ParameterServerTrainer):
 
     def vs_name_for_predictor(self, device):
         return 'tower0'
-
-
-class _BroadcastEveryEpoch(Callback):
-    """Copies the chief's variables to every worker (every rank) at each epoch's end, through
-    the trainer's ``broadcast_variables()`` (:class:`CollectiveAllReduceTrainer`,
-    :class:`~tensorpack_lite.train.horovod_trainer.HorovodTrainer`)."""
-
-    _chief_only = False
-
-    def _trigger(self):
-        self.trainer.broadcast_variables()
 
 
 class CollectiveAllReduceTrainer(DistributedTrainerBase):

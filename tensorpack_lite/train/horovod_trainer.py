@@ -36,6 +36,7 @@ from ..graph_builder.backprop_order import backprop_order, consecutive_groups
 from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
 from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
 from ..input_source.input_source_base import FeedfreeInput
+from ..loop.callback import Callback
 from ..loop.state import Schedule
 from ..tfutils.common import get_global_step_value
 from ..tfutils.preemption_vote import PREEMPTED, REQUESTED, PreemptionVote
@@ -46,7 +47,6 @@ from ..utils import logger
 from ..utils.argtools import is_int
 from ..utils.gpu import get_num_gpu
 from .base import StopTraining
-from .distributed import _BroadcastEveryEpoch
 from .tower import SingleCostTrainer
 
 __all__ = ['HorovodTrainer', 'RankShardData']
@@ -134,6 +134,17 @@ class RankShardData(ProxyDataFlow):
 
     def set_state(self, state):
         set_dataflow_state(self.ds, state['ds'])
+
+
+class _BroadcastEveryEpoch(Callback):
+    """Copies the chief's variables to every worker (every rank) at each epoch's end, through
+    the trainer's ``broadcast_variables()`` (:class:`HorovodTrainer`,
+    :class:`~tensorpack_lite.train.distributed.CollectiveAllReduceTrainer`)."""
+
+    _chief_only = False
+
+    def _trigger(self):
+        self.trainer.broadcast_variables()
 
 
 class HorovodTrainer(SingleCostTrainer):
