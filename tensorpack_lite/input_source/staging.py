@@ -6,29 +6,11 @@ from itertools import chain
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
-from ..tfutils.common import ops_run_by
+from ..tfutils.dependency import dependency_of_fetches
 from ..utils import logger
 from .input_source_base import FeedfreeInput
 
 __all__ = ['StagingInput']
-
-
-def _flatten_fetches(graph, fetches):
-    """The ops that running ``fetches`` (nested lists/tuples/dicts of tensors, ops,
-    variables or names) executes directly."""
-    ops = []
-    for item in tf.nest.flatten(fetches):
-        if isinstance(item, str):
-            item = graph.as_graph_element(item)
-        op = item if isinstance(item, tf.Operation) else getattr(item, 'op', None)
-        if isinstance(op, tf.Operation):
-            ops.append(op)
-    return ops
-
-
-def _depends_on(ops, target):
-    """Whether running ``ops`` runs ``target`` (through data or control dependencies)."""
-    return any(op is target for op in ops_run_by(ops))
 
 
 def _maybe_device(device):
@@ -64,7 +46,6 @@ class StagingInput(FeedfreeInput):
             self._source = source
             self.nr_stage = nr_stage
             self._prefilled = False
-            self._dependency_cache = {}
 
         def _setup_graph(self):
             self.stage_op = self._source._get_stage_op()
@@ -84,12 +65,7 @@ class StagingInput(FeedfreeInput):
             logger.info("{} element(s) put into each StagingArea.".format(self.nr_stage))
 
         def _consumes_input(self, ctx):
-            fetches = ctx.original_args.fetches
-            ops = _flatten_fetches(self.graph, fetches)
-            key = tuple(op.name for op in ops)
-            if key not in self._dependency_cache:
-                self._dependency_cache[key] = _depends_on(ops, self._check_dependency_op)
-            return self._dependency_cache[key]
+            return dependency_of_fetches(ctx.original_args.fetches, self._check_dependency_op)
 
         def _before_run(self, ctx):
             # Not in before_train: the source's own callbacks (e.g. starting a queue's thread)

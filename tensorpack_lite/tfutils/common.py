@@ -7,23 +7,7 @@ from .collect_env import collect_env_info
 
 __all__ = ['get_default_sess_config', 'get_global_step_var', 'get_global_step_value',
            'get_op_tensor_name', 'get_tensors_by_names', 'get_op_or_tensor_by_name',
-           'get_tf_version_tuple', 'collect_env_info', 'ops_run_by']
-
-
-def ops_run_by(fetches):
-    """Every op that running ``fetches`` (ops and tensors) runs, each once: the fetched ones
-    and all they depend on through data or control dependencies. A generator: a caller that
-    looks for something can stop at the first op that answers."""
-    seen = set()
-    pending = [f if isinstance(f, tf.Operation) else f.op for f in fetches]
-    while pending:
-        op = pending.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        yield op
-        pending.extend(t.op for t in op.inputs)
-        pending.extend(op.control_inputs)
+           'get_tf_version_tuple', 'collect_env_info']
 
 
 def get_default_sess_config(mem_fraction=0.99):

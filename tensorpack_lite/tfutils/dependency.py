@@ -1,5 +1,6 @@
-"""Whether an op is needed to compute some targets or ``sess.run`` fetches (e.g. to run a
-session hook only with the steps that run a certain op).
+"""What running some ops or ``sess.run`` fetches runs: every op they need (:func:`ops_run_by`),
+and whether a given op is among them (e.g. to run a session hook only with the steps that run a
+certain op). The one place that walks a graph back from fetches.
 
 Example::
 
@@ -10,7 +11,7 @@ Example::
 from ..compat import tf
 from ..utils.argtools import graph_memoized
 
-__all__ = ['dependency_of_targets', 'dependency_of_fetches']
+__all__ = ['dependency_of_targets', 'dependency_of_fetches', 'ops_run_by']
 
 
 def _as_op(thing, graph):
@@ -19,17 +20,20 @@ def _as_op(thing, graph):
     return element if isinstance(element, tf.Operation) else element.op
 
 
-def _ops_needed_by(targets):
-    """Every operation that ``targets`` (operations) need, through inputs and control inputs,
-    the targets included."""
-    seen, stack = set(targets), list(targets)
-    while stack:
-        op = stack.pop()
-        for needed in [t.op for t in op.inputs] + list(op.control_inputs):
-            if needed not in seen:
-                seen.add(needed)
-                stack.append(needed)
-    return seen
+def ops_run_by(fetches):
+    """Every op that running ``fetches`` (ops and tensors) runs, each once: the fetched ones
+    and all they depend on through data or control dependencies. A generator: a caller that
+    looks for something can stop at the first op that answers."""
+    seen = set()
+    pending = [f if isinstance(f, tf.Operation) else f.op for f in fetches]
+    while pending:
+        op = pending.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        yield op
+        pending.extend(t.op for t in op.inputs)
+        pending.extend(op.control_inputs)
 
 
 @graph_memoized
@@ -48,7 +52,7 @@ def dependency_of_targets(targets, op):
         op = op.op
     if not isinstance(op, tf.Operation):
         raise TypeError("dependency_of_targets: op must be a tf.Operation or tf.Tensor, got {!r}".format(op))
-    return op in _ops_needed_by([_as_op(t, op.graph) for t in targets])
+    return any(needed is op for needed in ops_run_by([_as_op(t, op.graph) for t in targets]))
 
 
 def dependency_of_fetches(fetches, op):

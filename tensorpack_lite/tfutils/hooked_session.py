@@ -5,7 +5,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from ..compat import tf, tfv1
 from ..utils.gpu import num_tensorflow_gpus
-from .common import ops_run_by
+from .dependency import ops_run_by
 from .session_failure import leaves_session_unusable, note_session_error
 
 __all__ = ['HookedSession', 'RunRequests', 'CheckedFeeds']
