@@ -277,6 +277,27 @@ def test_gpu_utilization_tracker_puts_mean_per_device(monkeypatch):
     assert not _sampler_threads()
 
 
+def test_gpu_utilization_tracker_tracks_the_gpus_cuda_exposes(monkeypatch, log_records):
+    """'0,-1,1' exposes GPU 0 only (CUDA stops at -1), which get_num_gpu counts and the tracker
+    tracks; GPUs named by UUID disable it, saying why."""
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,-1,1')
+    queried = []
+    monkeypatch.setattr(gpu_trackers, '_query_gpu_utilization',
+                        lambda ids: queried.append(list(ids)) or [40.0])
+    monkeypatch.setattr(GPUUtilizationTracker, 'sample_interval', 0.01)
+    recorder = ScalarRecorder()
+    train(make_trainer(0.0), [GPUUtilizationTracker()], 2, 1, monitors=[recorder])
+    assert queried and all(ids == [0] for ids in queried)
+    assert recorder.scalars == [(1, 'GPUUtil/0', 40.0)]
+
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', 'GPU-8932f937-d72c-4106,1')
+    with tfv1.Graph().as_default():
+        train(make_trainer(0.0), [GPUUtilizationTracker()], 2, 1)
+    warned = [m for m in log_records.messages(logging.WARNING) if 'GPUUtilizationTracker' in m]
+    assert warned == ["GPUUtilizationTracker is disabled: CUDA_VISIBLE_DEVICES='GPU-8932f937-d72c-4106,1' "
+                      "names GPUs by UUID, and utilization is read by index; pass devices=."]
+
+
 def test_gpu_utilization_tracker_disables_itself_when_query_fails(monkeypatch, log_records):
     monkeypatch.setattr(gpu_trackers, '_num_gpus', lambda: 1)
     monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)

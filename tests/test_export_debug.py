@@ -537,5 +537,9 @@ def test_multiprocess_predictor_argument_errors(digits, monkeypatch):
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0')
     with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES='0' has 1"):
         MultiProcessDatasetPredictor(predict_config({}), df, nr_proc=2)
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,-1,1')      # CUDA stops at -1: one GPU
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES='0,-1,1' has 1"):
+        MultiProcessDatasetPredictor(predict_config({}), df, nr_proc=2)
+    assert MultiProcessDatasetPredictor(predict_config({}), df, nr_proc=1)._gpus == ['0']
     on_cpu = MultiProcessDatasetPredictor(predict_config({}), df, nr_proc=2, use_gpu=False)
     assert on_cpu._gpus == ['-1', '-1']

@@ -319,6 +319,25 @@ def test_get_num_gpu_respects_cuda_visible_devices(monkeypatch, value, expected)
     assert gpu.get_num_gpu() == expected
 
 
+@pytest.mark.parametrize('value, expected', [
+    ('', []), ('-1', []), ('0', ['0']), (' 3 , 1 ', ['3', '1']),
+    ('0,-1,1', ['0']),                     # a negative entry ends the list
+    ('0,1,x,2', ['0', '1']),               # so does an invalid one
+    ('GPU-8932f937-d72c-4106,1', ['GPU-8932f937-d72c-4106', '1']),
+    ('MIG-4b1c7d2a-11e0-5c5b-9f0f-0e7b4d2a1c3e', ['MIG-4b1c7d2a-11e0-5c5b-9f0f-0e7b4d2a1c3e']),
+])
+def test_cuda_visible_devices_are_read_by_cudas_rule(value, expected):
+    assert gpu.parse_cuda_visible_devices(value) == expected
+    assert gpu.cuda_visible_devices({'CUDA_VISIBLE_DEVICES': value}) == expected
+
+
+def test_an_unset_cuda_visible_devices_is_none_not_empty(monkeypatch):
+    monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+    assert gpu.cuda_visible_devices() is None and gpu.cuda_visible_devices({}) is None
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '2,-1')
+    assert gpu.cuda_visible_devices() == ['2']
+
+
 def test_get_num_gpu_is_int(monkeypatch):
     monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
     n = gpu.get_num_gpu()

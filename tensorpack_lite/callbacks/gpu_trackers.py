@@ -17,7 +17,7 @@ from ..loop.callback import Callback
 from ..utils import logger
 from ..utils.argtools import is_int
 from ..utils.concurrency import StoppableThread
-from ..utils.gpu import get_num_gpu, num_tensorflow_gpus
+from ..utils.gpu import cuda_visible_devices, get_num_gpu, num_tensorflow_gpus
 
 __all__ = ['PeakMemoryTracker', 'GPUMemoryTracker', 'GPUUtilizationTracker']
 
@@ -243,8 +243,9 @@ class GPUUtilizationTracker(_GPUTracker):
     def __init__(self, devices=None):
         """
         Args:
-            devices (list[int]): physical GPU ids to track. Default: those in
-                ``$CUDA_VISIBLE_DEVICES``, or else every GPU.
+            devices (list[int]): physical GPU ids to track. Default: those
+                ``$CUDA_VISIBLE_DEVICES`` exposes (:func:`~tensorpack_lite.utils.gpu.cuda_visible_devices`),
+                or else every GPU.
         """
         if devices is not None:
             devices = [devices] if isinstance(devices, (str, numbers.Integral)) else list(devices)
@@ -258,16 +259,15 @@ class GPUUtilizationTracker(_GPUTracker):
 
     def _setup_gpus(self, num_gpu):
         if self._devices is None:
-            env = os.environ.get('CUDA_VISIBLE_DEVICES')
-            if env is None:
+            visible = cuda_visible_devices()
+            if visible is None:
                 self._devices = list(range(num_gpu))
+            elif not all(x.isdigit() for x in visible):
+                self._disable("CUDA_VISIBLE_DEVICES={!r} names GPUs by UUID, and utilization is read by "
+                              "index; pass devices=".format(os.environ['CUDA_VISIBLE_DEVICES']))
+                return
             else:
-                ids = [x.strip() for x in env.split(',') if x.strip()]
-                if not all(x.isdigit() for x in ids):
-                    self._disable("CUDA_VISIBLE_DEVICES={!r} is not a list of GPU ids; pass "
-                                  "devices=".format(env))
-                    return
-                self._devices = [int(x) for x in ids]
+                self._devices = [int(x) for x in visible]
         if not self._devices:
             self._disable("no GPU to track")
 

@@ -23,6 +23,7 @@ from ..dataflow.base import DataFlow
 from ..utils import logger
 from ..utils.argtools import is_int
 from ..utils.concurrency import enable_death_signal, start_proc_mask_signal
+from ..utils.gpu import cuda_visible_devices
 from ..utils.utils import change_env, get_tqdm
 from .base import OfflinePredictor
 from .config import PredictConfig
@@ -256,14 +257,14 @@ class MultiProcessDatasetPredictor(DatasetPredictorBase):
     def _assign_gpus(nr_proc, use_gpu):
         if not use_gpu:
             return ['-1'] * nr_proc
-        visible = os.environ.get('CUDA_VISIBLE_DEVICES')
-        if visible is None:
+        gpus = cuda_visible_devices()
+        if gpus is None:
             return [str(i) for i in range(nr_proc)]
-        gpus = [g.strip() for g in visible.split(',') if g.strip() and g.strip() != '-1']
         if nr_proc > len(gpus):
             raise ValueError("MultiProcessDatasetPredictor: nr_proc={} workers with use_gpu=True "
                              "need as many GPUs, but CUDA_VISIBLE_DEVICES='{}' has {}; use "
-                             "use_gpu=False or fewer processes.".format(nr_proc, visible, len(gpus)))
+                             "use_gpu=False or fewer processes.".format(
+                                 nr_proc, os.environ['CUDA_VISIBLE_DEVICES'], len(gpus)))
         return gpus[:nr_proc]
 
     def _start_workers(self, tasks, results):

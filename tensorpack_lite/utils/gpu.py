@@ -8,25 +8,37 @@ import shutil
 from . import logger
 from .utils import change_env
 
-__all__ = ['get_num_gpu', 'get_nr_gpu', 'change_gpu', 'num_tensorflow_gpus']
+__all__ = ['get_num_gpu', 'get_nr_gpu', 'change_gpu', 'num_tensorflow_gpus', 'parse_cuda_visible_devices',
+           'cuda_visible_devices']
 
 _NVIDIA_SMI_TIMEOUT = 5
 
 
-def _count_cuda_visible_devices(value):
-    """Number of devices CUDA exposes for a CUDA_VISIBLE_DEVICES value.
+_DEVICE_ENTRY = re.compile(r'\d+|(?:GPU|MIG)-\S*')
 
-    CUDA reads the comma-separated list up to the first invalid entry, so '' and '-1' hide
-    every GPU and '0,-1,1' exposes one. Entries are indices or 'GPU-…'/'MIG-…' UUIDs.
+
+def parse_cuda_visible_devices(value):
+    """The devices a ``CUDA_VISIBLE_DEVICES`` value exposes, in order, as CUDA reads it: the
+    comma-separated entries up to the first one that is not a device (a negative or invalid
+    index stops the list), each an index (``'3'``) or a UUID (``'GPU-...'``, ``'MIG-...'``).
+
+    ``''`` and ``'-1'`` give ``[]``; ``'0,-1,1'`` gives ``['0']``. Indices past the machine's
+    last GPU, which CUDA also stops at, are not known here and are kept.
     """
-    count = 0
+    devices = []
     for entry in value.split(','):
         entry = entry.strip()
-        if re.fullmatch(r'\d+', entry) or re.match(r'(GPU|MIG)-', entry):
-            count += 1
-        else:
+        if not _DEVICE_ENTRY.fullmatch(entry):
             break
-    return count
+        devices.append(entry)
+    return devices
+
+
+def cuda_visible_devices(environ=None):
+    """:func:`parse_cuda_visible_devices` of ``$CUDA_VISIBLE_DEVICES``; None when it is not set
+    (then every GPU of the machine is visible)."""
+    value = (os.environ if environ is None else environ).get('CUDA_VISIBLE_DEVICES')
+    return None if value is None else parse_cuda_visible_devices(value)
 
 
 def _count_with_nvidia_smi():
@@ -65,9 +77,9 @@ def get_num_gpu():
     ``nvidia-smi`` at all; TensorFlow is asked only when ``nvidia-smi`` exists but fails.
     """
     try:
-        env = os.environ.get('CUDA_VISIBLE_DEVICES')
-        if env is not None:
-            return _count_cuda_visible_devices(env)
+        visible = cuda_visible_devices()
+        if visible is not None:
+            return len(visible)
         if shutil.which('nvidia-smi') is None:
             return 0
         num = _count_with_nvidia_smi()
