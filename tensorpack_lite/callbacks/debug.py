@@ -21,7 +21,7 @@ import numpy as np
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
-from ..tfutils.common import get_op_tensor_name
+from ..tfutils.common import check_tensor_names, get_op_tensor_name
 from ..tfutils.summary import encode_png
 from ..tfutils.varmanip import variable_of_tensor
 from ..utils import logger
@@ -106,19 +106,6 @@ class _EpochEndValues(Callback):
         return values
 
 
-def _check_name_list(owner, names):
-    if isinstance(names, str) or not isinstance(names, (list, tuple)):
-        raise TypeError("{}: names must be a list of tensor names, got {!r}".format(owner, names))
-    if not names:
-        raise ValueError("{}: names must not be empty.".format(owner))
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise TypeError("{}: every name must be a non-empty str, got {!r}".format(owner, name))
-    if len(set(names)) != len(names):
-        raise ValueError("{}: duplicate names in {}".format(owner, list(names)))
-    return list(names)
-
-
 class DumpTensors(_EpochEndValues):
     """After every epoch, save the values of some tensors to
     ``<logger_dir>/DumpTensor-<global_step>.npz``, keyed by the given names.
@@ -138,7 +125,7 @@ class DumpTensors(_EpochEndValues):
             names (list[str]): names of tensors or variables (``'fc0/W'`` or ``'fc0/W:0'``);
                 a name not in the graph is looked up in the first training tower.
         """
-        self._names = _check_name_list('DumpTensors', names)
+        self._names = check_tensor_names(names, 'DumpTensors', empty=False)
         self.last_dump = None
         """The path of the latest dump."""
 

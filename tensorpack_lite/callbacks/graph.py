@@ -12,7 +12,7 @@ The dump callbacks (``DumpTensors``, ``DumpTensor``, ``DumpTensorAsImage``,
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
-from ..tfutils.common import get_op_or_tensor_by_name
+from ..tfutils.common import check_tensor_names, get_op_or_tensor_by_name
 from ..utils import logger
 from .debug import DumpParamAsImage, DumpTensor, DumpTensorAsImage, DumpTensors  # tensorpack's path
 
@@ -201,9 +201,7 @@ class ProcessTensors(Callback):
     """
 
     def __init__(self, names, fn):
-        if isinstance(names, str) or not isinstance(names, (list, tuple)):
-            raise TypeError("ProcessTensors: names must be a list or tuple of tensor names, got "
-                            "{!r}".format(names))
+        names = check_tensor_names(names, 'ProcessTensors')
         if not callable(fn):
             raise TypeError("ProcessTensors: fn must be callable, got {!r}".format(fn))
         self._names = list(names)

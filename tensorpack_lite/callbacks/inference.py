@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from ..loop.callback import Callback
-from ..tfutils.common import get_op_tensor_name
+from ..tfutils.common import check_tensor_names, get_op_tensor_name
 from ..utils.stats import BinaryStatistics, RatioCounter
 
 __all__ = ['Inferencer', 'ScalarStats', 'ClassificationError', 'BinaryClassificationStats']
@@ -57,14 +57,7 @@ class Inferencer(Callback):
 
     def get_fetches(self):
         """The names of the tensors (``'name:0'``) this inferencer needs from the tower."""
-        names = self._get_fetches()
-        if isinstance(names, str) or not isinstance(names, (list, tuple)):
-            raise TypeError("{}._get_fetches() must return a list of tensor names, got {!r}".format(
-                self, names))
-        for name in names:
-            if not isinstance(name, str):
-                raise TypeError("{}._get_fetches() must return tensor names (str), got {!r}".format(
-                    self, name))
+        names = check_tensor_names(self._get_fetches(), str(self), 'what _get_fetches() returns')
         return [get_op_tensor_name(name)[1] for name in names]
 
     def _get_fetches(self):
@@ -101,18 +94,6 @@ class Inferencer(Callback):
         return None
 
 
-def _check_names(owner, names, arg):
-    if isinstance(names, str):
-        names = [names]
-    if not isinstance(names, (list, tuple)) or not names:
-        raise TypeError("{}: {} must be a tensor name or a non-empty list of them, got {!r}".format(
-            owner, arg, names))
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise TypeError("{}: {} must hold tensor names, got {!r}".format(owner, arg, name))
-    return list(names)
-
-
 class ScalarStats(Inferencer):
     """The mean over batches of scalar tensors, reported as ``<prefix>_<name>``.
 
@@ -130,7 +111,7 @@ class ScalarStats(Inferencer):
     """
 
     def __init__(self, names, prefix='validation'):
-        self.names = _check_names('ScalarStats', names, 'names')
+        self.names = check_tensor_names(names, 'ScalarStats', one_name=True, empty=False)
         self.prefix = prefix
         self.stats = []
 
@@ -176,8 +157,8 @@ class ClassificationError(Inferencer):
     """
 
     def __init__(self, wrong_tensor_name='incorrect_vector', summary_name='validation_error'):
-        self.wrong_tensor_name = _check_names('ClassificationError', wrong_tensor_name,
-                                              'wrong_tensor_name')[0]
+        self.wrong_tensor_name = check_tensor_names(
+            wrong_tensor_name, 'ClassificationError', 'wrong_tensor_name', one_name=True, empty=False)[0]
         self.summary_name = summary_name
         self.err_stat = RatioCounter()
 

@@ -4,7 +4,7 @@ tensor printer."""
 
 from ..compat import tfv1
 from ..loop.callback import Callback
-from ..tfutils.common import get_global_step_var, get_op_tensor_name
+from ..tfutils.common import check_tensor_names, get_global_step_var, get_op_tensor_name
 from ..utils import logger
 from ..utils.argtools import is_int
 from ..utils.naming import GLOBAL_STEP_INCR_OP_NAME
@@ -37,17 +37,6 @@ class MaintainStepCounter(Callback):
         return self._fetches
 
 
-def _check_names(owner, names):
-    """A list of tensor names; a single string is a clear error (it is not a list of names)."""
-    if isinstance(names, str) or not isinstance(names, (list, tuple)):
-        raise TypeError("{}: names must be a list or tuple of tensor names, got {!r}".format(owner, names))
-    for name in names:
-        if not isinstance(name, str):
-            raise TypeError("{}: tensor names must be strings, got {!r} of type {}".format(
-                owner, name, type(name).__name__))
-    return list(names)
-
-
 class ProgressBar(Callback):
     """A tqdm progress bar for each epoch, optionally showing the latest values of some
     scalar tensors (fetched along with the first ``hooked_sess.run`` of each step).
@@ -66,7 +55,7 @@ class ProgressBar(Callback):
     _chief_only = False
 
     def __init__(self, names=(), **tqdm_kwargs):
-        names = _check_names('ProgressBar', names)
+        names = check_tensor_names(names, 'ProgressBar')
         self._names = [get_op_tensor_name(n)[1] for n in names]
         self._tags = [get_op_tensor_name(n)[0].split('/')[-1] for n in names]
         self._extra_tqdm_kwargs = tqdm_kwargs
@@ -157,7 +146,7 @@ class TensorPrinter(Callback):
     """
 
     def __init__(self, names):
-        names = _check_names('TensorPrinter', names)
+        names = check_tensor_names(names, 'TensorPrinter')
         self._names = [get_op_tensor_name(n)[1] for n in names]
 
     def _setup_graph(self):

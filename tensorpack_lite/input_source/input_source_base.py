@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from ..compat import tfv1
 from ..loop.callback import Callback
+from ..tfutils.common import check_tensor_names
 from ..tfutils.inference_tower import build_or_reuse_placeholder
 from ..tfutils.tower_func import check_input_signature
 from ..utils.argtools import call_only_once, memoized_method
@@ -186,26 +187,13 @@ class ProxyInputSource(InputSource):
         self._input.set_state(state)
 
 
-def _check_input_names(names):
-    if isinstance(names, str) or not isinstance(names, (list, tuple)):
-        raise TypeError("remap_input_source: names must be a list of input names, got {!r}".format(names))
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise TypeError("remap_input_source: every name must be a non-empty str, got {!r}".format(name))
-    if len(set(names)) != len(names):
-        raise ValueError("remap_input_source: duplicate names in {}".format(list(names)))
-    if not names:
-        raise ValueError("remap_input_source: names must not be empty")
-    return tuple(names)
-
-
 class _RemappedInput(ProxyInputSource):
     """The source made by :func:`remap_input_source`: the wrapped source gives the inputs
     ``names``, placeholders give the others."""
 
     def __init__(self, input, names):
         super().__init__(input)
-        self._names = _check_input_names(names)
+        self._names = tuple(check_tensor_names(names, 'remap_input_source', empty=False))
 
     def _setup(self, input_signature):
         specs = {spec.name: spec for spec in input_signature}

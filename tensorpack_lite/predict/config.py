@@ -2,22 +2,13 @@
 
 from ..compat import tfv1
 from ..graph_builder.model_desc import ModelDescBase
+from ..tfutils.common import check_tensor_names
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..tfutils.tower_func import TowerFunc
 from ..utils import logger
 
 __all__ = ['PredictConfig']
-
-
-def _check_names(names, arg):
-    if isinstance(names, str) or not isinstance(names, (list, tuple)):
-        raise TypeError("PredictConfig: {} must be a list of str, got {!r}".format(arg, names))
-    bad = [n for n in names if not isinstance(n, str) or not n]
-    if bad:
-        raise TypeError("PredictConfig: every item of {} must be a non-empty str; got {!r} "
-                        "in {!r}".format(arg, bad[0], list(names)))
-    return list(names)
 
 
 class PredictConfig(object):
@@ -99,16 +90,14 @@ class PredictConfig(object):
 
         if input_names is None:
             input_names = [spec.name for spec in self.input_signature]
-        self.input_names = _check_names(input_names, 'input_names')
+        self.input_names = check_tensor_names(input_names, 'PredictConfig', 'input_names')
         if not self.input_names:
             logger.warning("PredictConfig has empty input_names: the predictor takes no "
                            "inputs.")
         if output_names is None:
             raise ValueError("PredictConfig: output_names is required (the names of the "
                              "tensors to predict).")
-        self.output_names = _check_names(output_names, 'output_names')
-        if not self.output_names:
-            raise ValueError("PredictConfig: output_names must not be empty.")
+        self.output_names = check_tensor_names(output_names, 'PredictConfig', 'output_names', empty=False)
 
         if session_creator is None:
             session_creator = NewSessionCreator()

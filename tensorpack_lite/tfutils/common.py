@@ -7,7 +7,7 @@ from .collect_env import collect_env_info
 
 __all__ = ['get_default_sess_config', 'get_global_step_var', 'get_global_step_value',
            'get_op_tensor_name', 'get_tensors_by_names', 'get_op_or_tensor_by_name',
-           'get_tf_version_tuple', 'collect_env_info']
+           'get_tf_version_tuple', 'collect_env_info', 'check_tensor_names']
 
 
 def get_default_sess_config(mem_fraction=0.99):
@@ -47,6 +47,35 @@ def get_op_tensor_name(name):
     if ':' in name and name.rsplit(':', 1)[1].isdigit():
         return name.rsplit(':', 1)[0], name
     return name, name + ':0'
+
+
+def check_tensor_names(names, owner, arg='names', one_name=False, empty=True):
+    """``names`` as a list, checked by the library's one rule for lists of tensor names: a list
+    or tuple of non-empty str, each naming a tensor once (``'x'`` and ``'x:0'`` are one).
+
+    Args:
+        owner (str), arg (str): who takes ``names`` and as what, for the errors.
+        one_name (bool): a single str stands for a list of it (else it is an error).
+        empty (bool): whether a list of no name is fine.
+
+    Raises:
+        TypeError or ValueError, naming ``owner``, ``arg`` and the culprit.
+    """
+    if one_name and isinstance(names, str):
+        names = [names]
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise TypeError("{}: {} must be a list of tensor names, got {!r}".format(owner, arg, names))
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise TypeError("{}: {} must hold tensor names (non-empty str), got {!r} at index {} of "
+                            "{!r}".format(owner, arg, name, index, list(names)))
+    if not names and not empty:
+        raise ValueError("{}: {} must not be empty".format(owner, arg))
+    tensors = [get_op_tensor_name(name)[1] for name in names]
+    duplicates = sorted({t for t in tensors if tensors.count(t) > 1})
+    if duplicates:
+        raise ValueError("{}: {} has duplicate names {} in {!r}".format(owner, arg, duplicates, list(names)))
+    return list(names)
 
 
 def get_tensors_by_names(names):

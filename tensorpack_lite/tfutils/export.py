@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from ..compat import enable_graph_mode, tfv1
 from ..utils import logger
 from ..utils.fs import write_atomically
-from .common import get_op_tensor_name
+from .common import check_tensor_names
 from .inference_tower import build_predict_tower
 from .sesscreate import create_initialized_session
 
@@ -35,14 +35,6 @@ __all__ = ['ModelExporter']
 
 def _op_name(tensor):
     return tensor.name.rsplit(':', 1)[0]
-
-
-def _check_unique(names, arg):
-    tensor_names = [get_op_tensor_name(n)[1] for n in names]
-    dups = sorted({n for n in tensor_names if tensor_names.count(n) > 1})
-    if dups:
-        raise ValueError("ModelExporter: PredictConfig.{} has duplicate names {}; the exported "
-                         "signature needs one key per tensor.".format(arg, dups))
 
 
 def _keyword_name(name):
@@ -80,8 +72,8 @@ class ModelExporter(object):
         if not all(hasattr(config, attr) for attr in _PREDICT_CONFIG_ATTRIBUTES):
             raise TypeError("ModelExporter takes a PredictConfig, got {!r}".format(config))
         enable_graph_mode()
-        _check_unique(config.input_names, 'input_names')
-        _check_unique(config.output_names, 'output_names')
+        for arg in ('input_names', 'output_names'):     # the exported signature has one key per tensor
+            check_tensor_names(getattr(config, arg), 'ModelExporter', 'PredictConfig.' + arg)
         self.config = config
 
     @contextmanager
