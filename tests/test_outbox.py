@@ -67,6 +67,8 @@ def test_a_receiver_that_is_down_keeps_the_items_warns_once_and_gets_them_all_wh
 
 
 def test_a_receiver_that_hangs_counts_as_failing_after_answer_timeout_and_close_returns_what_is_unsent():
+    """close() returns what no send has: 'a', handed to the hung call, is not returned, and
+    reaches the receiver once when the call ends."""
     receiver = Receiver()
     receiver.hold = threading.Event()
     with capture_logs() as logs:
@@ -76,10 +78,46 @@ def test_a_receiver_that_hangs_counts_as_failing_after_answer_timeout_and_close_
         outbox.put('b')           # the put that finds the call past its timeout warns
         assert not outbox.drain(120)                   # does not wait for the hung call
         assert not receiver.hold.is_set() and receiver.got == []
-        assert outbox.close() == ['a', 'b']
+        assert outbox.close() == ['b'] and outbox.in_flight == 1
     assert warnings_of(logs) == ["test receiver did not answer within 0.05 s. Training goes on; the values "
                                  "are kept (at most 100000) and sent when it answers."]
     receiver.hold.set()
+    assert wait_until(lambda: receiver.got == ['a'])
+    assert outbox.sent == 1 and receiver.calls == 1
+
+
+def close_while_a_send_runs(receiver_ends):
+    """close(timeout) called while a send of ['a', 'b'] holds; the send ends (``receiver_ends``)
+    once close() waits. Returns (what close returned, the receiver, the outbox)."""
+    receiver = Receiver(take=1)
+    receiver.hold = threading.Event()
+    outbox = Outbox(receiver, 'test receiver')
+    outbox.put('a')
+    outbox.put('b')
+    assert wait_until(lambda: receiver.calls == 1)
+    outbox.put('c')                                  # not handed to the running send
+    returned = []
+    closing = threading.Thread(target=lambda: returned.append(outbox.close(timeout=120)))
+    closing.start()
+    assert wait_until(lambda: outbox.closed)
+    receiver_ends(receiver)
+    receiver.hold.set()
+    closing.join(120)
+    assert not closing.is_alive()
+    return returned[0], receiver, outbox
+
+
+def test_close_waits_for_a_send_in_progress_and_returns_what_it_did_not_take():
+    returned, receiver, outbox = close_while_a_send_runs(lambda receiver: None)
+    assert receiver.got == ['a'] and returned == ['b', 'c'] and outbox.in_flight == 0
+
+
+def test_close_returns_the_items_of_a_send_that_failed_while_it_waited():
+    def fail(receiver):
+        receiver.down = True
+    returned, receiver, outbox = close_while_a_send_runs(fail)
+    assert receiver.got == [] and returned == ['a', 'b', 'c'] and outbox.in_flight == 0
+    assert receiver.calls == 1                       # closed: not tried again
 
 
 def test_past_max_items_the_oldest_are_dropped_with_one_warning():

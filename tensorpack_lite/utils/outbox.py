@@ -74,6 +74,8 @@ class Outbox:
         self._warned = False
 
         self.sent = 0
+        self.in_flight = 0
+        """The items of the send still running when :meth:`close` returned."""
         self.dropped = 0
         """Items dropped because more than ``max_items`` were waiting."""
         self._warned_full = False
@@ -140,13 +142,29 @@ class Outbox:
                 self._cond.wait(max(left, 0.01))
             return not self._items
 
-    def close(self):
-        """Stop sending (a send in progress finishes on its own) and return the items not
-        sent, oldest first: the caller may keep them for another time."""
+    @property
+    def closed(self):
+        """Whether :meth:`close` was called."""
+        with self._cond:
+            return self._closing
+
+    def close(self, timeout=0.0):
+        """Stop sending and return, oldest first, the items not sent: the caller may keep them
+        for another time. A send in progress is waited for at most ``timeout`` seconds (what it
+        did not take is returned). The items of a send still running then are not returned, since
+        it may yet deliver them (returning them would send them twice): :attr:`in_flight` says
+        how many."""
+        deadline = time.monotonic() + timeout
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-            return list(self._items)
+            while self._sending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self.in_flight = self._sending
+            return list(self._items)[self._sending:]
 
     def _run(self):
         pause = self.FIRST_PAUSE
