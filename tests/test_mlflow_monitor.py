@@ -232,6 +232,31 @@ def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kep
     assert not (tmp_path / 'tracked' / MLflowMonitor.UNSENT).exists()
 
 
+class PutRefusedName(Callback):
+    """Puts 'tower0//cost' after every step: MLflow refuses a name that is not a normalized path,
+    whichever the batch it travels in."""
+
+    def _trigger_step(self):
+        self.trainer.monitors.put_scalar('tower0//cost', 1.0)
+
+
+def test_a_metric_the_server_refuses_drops_only_itself(server, tmp_path):
+    logger.set_logger_dir(str(tmp_path), action='k')
+    monitor = MLflowMonitor(server.uri, experiment_name='monitor-test')
+    with capture_logs() as logs:
+        train(3, monitor, more=[PutRefusedName()])
+    client = MlflowClient(server.uri)
+    assert client.get_run(monitor.run_id).info.status == 'FINISHED'
+    got, expected = history(client, monitor.run_id, str(tmp_path))
+    assert expected.pop('tower0//cost') and got.pop('tower0//cost') == []
+    assert got == expected and [s for s, _ in got['step_value']] == [1, 2, 3, 4, 5, 6]
+    errors = logs.messages_at(logging.ERROR)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("{}: the server refused the metric 'tower0//cost', whose values are dropped "
+                                "(the other metrics are sent): ".format(monitor))
+    assert not (tmp_path / MLflowMonitor.UNSENT).exists()
+
+
 class PutOddName(Callback):
     def _trigger_epoch(self):
         self.trainer.monitors.put_scalar('top-1 (%)', 50.0)

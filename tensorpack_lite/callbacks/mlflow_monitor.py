@@ -1,5 +1,6 @@
 """A monitor that tracks the run in MLflow: :class:`MLflowMonitor`."""
 
+import collections
 import json
 import os
 import re
@@ -19,13 +20,18 @@ from .tracking import FINISHED, TrackerRecord, check_parameters, last_checkpoint
 
 __all__ = ['MLflowMonitor']
 
-# what MLflow takes in a metric's name; other characters become '_' (a refused name would cost
-# the batch it travels in)
+# what MLflow takes in a metric's name; other characters become '_' (a name the server refuses
+# anyway is dropped alone, with one error)
 _NOT_IN_NAMES = re.compile(r'[^\w\-. :/]')
 
 # errors of the tracking server that sending again cannot fix
 _REFUSALS = frozenset(['INVALID_PARAMETER_VALUE', 'RESOURCE_DOES_NOT_EXIST', 'RESOURCE_ALREADY_EXISTS',
                        'BAD_REQUEST', 'PERMISSION_DENIED', 'INVALID_STATE', 'UNAUTHENTICATED'])
+# the refusal of a batch that one of its values can cause (the others are about the run)
+_VALUE_REFUSED = 'INVALID_PARAMETER_VALUE'
+# seconds the end of training waits for a call to the server in progress once it stops waiting
+# for the rest (a call that fails gives its values back to mlflow-unsent.json)
+_CALL_END_WAIT = 1.0
 
 
 class MLflowMonitor(MonitorBase):
@@ -45,8 +51,10 @@ class MLflowMonitor(MonitorBase):
     warning says so, and the values are kept (at most ``max_buffered``) and sent when it
     answers. At the end, the monitor waits for the rest to be sent while the server takes them
     (at most ``flush_timeout`` seconds; after an error or SIGTERM at most a quarter of the
-    trainer's ``AFTER_FAILURE_TIMEOUT``, 5 s); what is still unsent then is written to
-    ``mlflow-unsent.json`` and sent first by the next run in the directory.
+    trainer's ``AFTER_FAILURE_TIMEOUT``, 5 s, then at most 1 s for a call in progress to end);
+    what is still unsent then is written to ``mlflow-unsent.json`` and sent first by the next
+    run in the directory. A metric the server refuses (e.g. a name it does not take) is
+    dropped alone, with one error naming it: the other values of its batch are sent.
 
     Only the chief reports. Parameters are ``run_parameters(trainer, params)`` (the trainer's and
     the ``TrainConfig``'s settings, then ``params``); ``collect_env_info()`` is the artifact
@@ -103,6 +111,7 @@ class MLflowMonitor(MonitorBase):
         self._logged_until = -1     # the steps up to this one were logged by an earlier attempt
         self._skipped = 0
         self._renamed = set()
+        self._refused = set()       # the names of metrics the server refused (their values are dropped)
 
     _chief_only = True
 
@@ -211,7 +220,7 @@ class MLflowMonitor(MonitorBase):
             if os.path.isfile(self._unsent_path):
                 os.remove(self._unsent_path)
             return
-        unsent = self._outbox.close()
+        unsent = self._outbox.close(timeout=_CALL_END_WAIT)
         kept = {'tracking_uri': self.tracking_uri, 'items': unsent}
         write_atomically(self._unsent_path, lambda f: json.dump(kept, f), mode='w')
         logger.warn("{}: {} item(s) were not sent (the server {}); kept in {}, sent by the next run in this "
@@ -219,6 +228,9 @@ class MLflowMonitor(MonitorBase):
                                         'does not answer' if self._outbox.failing or not reachable
                                         else 'was too slow',
                                         self._unsent_path))
+        if self._outbox.in_flight:
+            logger.warn("{}: {} more item(s) were being sent when training ended: not kept, since the server "
+                        "may still take them.".format(self, self._outbox.in_flight))
 
     def _flush_time(self):
         """How long the end of training may wait for the values to be sent: ``flush_timeout``, and
@@ -254,18 +266,51 @@ class MLflowMonitor(MonitorBase):
     def _send(self, items):
         """Send the leading items (see :class:`Outbox`); returns how many were sent."""
         first = items[0]
+        if first['op'] == 'metric':
+            return self._send_metric_items(_leading(items, 'metric'))
         try:
-            if first['op'] == 'metric':
-                metrics = [item for item in _leading(items, 'metric')]
-                self._send_metrics(metrics)
-                return len(metrics)
             getattr(self, '_send_' + first['op'])(first)
             return 1
         except self._mlflow.exceptions.MlflowException as err:
             if err.error_code in _REFUSALS and first['op'] != 'open':   # without a run, nothing else goes
-                raise PermanentSendError(len(_leading(items, first['op'])) if first['op'] == 'metric' else 1,
-                                         str(err).splitlines()[0]) from err
+                raise PermanentSendError(1, _first_line(err)) from err
             raise
+
+    def _send_metric_items(self, metrics):
+        """Send ``metrics`` in as few batches as the server takes: a batch refused for one of its
+        values is split in halves until the value refused is alone, and only that metric's
+        values are dropped (its name, logged once, is not sent again). Returns how many leading
+        items are done (sent or dropped); raises as :class:`Outbox` expects when none is."""
+        MlflowException = self._mlflow.exceptions.MlflowException
+        chunks, done = collections.deque([metrics]), 0
+        while chunks:
+            chunk = chunks.popleft()
+            wanted = [item for item in chunk if item['key'] not in self._refused]
+            try:
+                if wanted:
+                    self._send_metrics(wanted)
+            except MlflowException as err:
+                if err.error_code == _VALUE_REFUSED and len(wanted) > 1:
+                    half = len(chunk) // 2
+                    chunks.extendleft([chunk[half:], chunk[:half]])
+                    continue
+                if err.error_code == _VALUE_REFUSED:
+                    key = wanted[0]['key']
+                    self._refused.add(key)
+                    logger.error("{}: the server refused the metric '{}', whose values are dropped (the "
+                                 "other metrics are sent): {}".format(self, key, _first_line(err)))
+                elif done:
+                    return done     # the rest goes in the next call, which says what failed
+                elif err.error_code in _REFUSALS:
+                    raise PermanentSendError(len(metrics), _first_line(err)) from err
+                else:
+                    raise
+            except Exception:
+                if done:
+                    return done
+                raise
+            done += len(chunk)
+        return done
 
     def _send_open(self, item):
         """Reopen the recorded run, or create one; then log the parameters and the environment."""
@@ -330,6 +375,10 @@ class MLflowMonitor(MonitorBase):
 
     def _write_record(self):
         self._record.write(dict(self._earlier, tracking_uri=self.tracking_uri))
+
+
+def _first_line(err):
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 def _leading(items, op):
