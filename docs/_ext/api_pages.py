@@ -102,6 +102,7 @@ MORE_MODULES = [
     'tensorpack_lite.dataflow.imgaug.imgproc',
     'tensorpack_lite.utils.stats_json',
     'tensorpack_lite.utils.zmq_security',
+    'tensorpack_lite.utils.mpi_launcher',
     'tensorpack_lite.compat',
     # processes and clusters
     'tensorpack_lite.cluster.source',

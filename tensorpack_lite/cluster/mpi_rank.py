@@ -29,6 +29,8 @@ import signal
 import sys
 import time
 
+from ..utils.mpi_launcher import mpi_rank
+
 __all__ = ['run_rank', 'main', 'ABORT_FD_VARIABLE']
 
 DEFAULT_GRACE = 10.0
@@ -86,7 +88,7 @@ def run_rank(command, grace=DEFAULT_GRACE):
     except BlockingIOError:
         aborting = False
     sys.stderr.write("mpi_rank: MPI rank {} (pid {}) was ended by signal {} ({}){}\n".format(
-        os.environ.get('PMI_RANK', '?'), pid, number, signal.Signals(number).name,
+        mpi_rank() or '?', pid, number, signal.Signals(number).name,
         ' while aborting the job' if aborting else ''))
     sys.stderr.flush()
     if aborting or _another_rank_ends(grace):

@@ -6,8 +6,8 @@ order and says which one it used.
 2. ``TF_CONFIG`` (cluster managers and :mod:`~tensorpack_lite.cluster.launch` set it).
 3. a Slurm job step (``srun``; :mod:`~tensorpack_lite.cluster.slurm`).
 4. an MPI launcher's environment (``mpiexec``): the rank and size from its variables
-   (:data:`MPI_RANK_VARIABLES`); every rank picks a free port on its host and the ranks
-   exchange ``host:port`` once through mpi4py (extra ``[mpi]``).
+   (:data:`~tensorpack_lite.utils.mpi_launcher.MPI_LAUNCHERS`); every rank picks a free port on
+   its host and the ranks exchange ``host:port`` once through mpi4py (extra ``[mpi]``).
 
 The first that applies wins; none is a ValueError saying what to set. The returned
 :class:`~tensorpack_lite.cluster.config.ClusterConfig` names its source (``.source``) and one
@@ -22,33 +22,16 @@ import socket
 
 from ..utils import logger
 from ..utils.argtools import is_int
+from ..utils.mpi_launcher import MPI_LAUNCHERS, mpi_rank_and_size
 from .config import ClusterConfig, cluster_of_rank, held_free_port
 from .slurm import NUM_PS_VARIABLE, in_slurm_step, slurm_cluster
 
-__all__ = ['find_cluster', 'mpi_rank_and_size', 'MPI_RANK_VARIABLES', 'DEFAULT_PORT']
-
-MPI_RANK_VARIABLES = (
-    ('PMI_RANK', 'PMI_SIZE'),                                 # MPICH's and Intel MPI's mpiexec (Hydra)
-    ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE'),         # Open MPI's mpirun
-    ('MV2_COMM_WORLD_RANK', 'MV2_COMM_WORLD_SIZE'),           # MVAPICH's mpirun_rsh
-)
-"""(rank, size) environment variables an MPI launcher gives each process it starts."""
+__all__ = ['find_cluster', 'mpi_rank_and_size', 'DEFAULT_PORT']
 
 DEFAULT_PORT = 2222
 """The port of a ``hosts=`` entry given without one (TensorFlow's customary port)."""
 
 _ADDRESS_BYTES = 272   # a host name (at most 255 bytes), ':' and a port, zero-padded
-
-
-def mpi_rank_and_size(environ=None):
-    """``(rank, size, 'VARIABLE_RANK')`` from an MPI launcher's environment, or None when no
-    launcher started this process."""
-    environ = os.environ if environ is None else environ
-    for rank_name, size_name in MPI_RANK_VARIABLES:
-        rank, size = environ.get(rank_name, ''), environ.get(size_name, '')
-        if rank.isdigit() and size.isdigit():
-            return int(rank), int(size), rank_name
-    return None
 
 
 def find_cluster(hosts=None, rank=None, num_ps=None, environ=None):
@@ -81,7 +64,7 @@ def find_cluster(hosts=None, rank=None, num_ps=None, environ=None):
             "No cluster: none of its sources applies. Give hosts= (every task's 'host:port'), set "
             "TF_CONFIG for every task (python -m tensorpack_lite.cluster.launch does), start the tasks "
             "with srun (Slurm) or with mpiexec (MPI: {})".format(
-                ', '.join(rank for rank, _ in MPI_RANK_VARIABLES)))
+                ', '.join(rank for rank, _, _ in MPI_LAUNCHERS)))
     logger.info("[cluster] {} of {} task(s), from {}.".format(
         cluster.describe(cluster.job_name, cluster.task_index), len(cluster.tasks()), cluster.source))
     return cluster

@@ -40,6 +40,7 @@ import numpy as np
 from ..cluster.mpi_rank import ABORT_FD_VARIABLE
 from ..compat import tf, tfv1
 from ..utils import logger
+from ..utils.mpi_launcher import MPI_LAUNCHERS
 
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
@@ -416,11 +417,9 @@ LAUNCHER_SIZES = (
     ('SLURM_STEP_NUM_TASKS', "Slurm started {n} tasks in this step, but its MPI support is off "
                              "(MpiDefault=none, the default): start it with 'srun --mpi=pmi2' (or "
                              "--mpi=pmix), or set MpiDefault=pmi2 in slurm.conf"),
-    ('OMPI_COMM_WORLD_SIZE', "Open MPI's launcher started {n} processes: " + _OTHER_MPI),
-    ('PMI_SIZE', "a PMI launcher (mpiexec) started {n} processes: " + _OTHER_MPI),
-    ('MV2_COMM_WORLD_SIZE', "MVAPICH's launcher started {n} processes: " + _OTHER_MPI),
-)
-"""(environment variable, what it means) of the launchers that tell their task count."""
+) + tuple((size, launcher + " started {n} processes: " + _OTHER_MPI) for _, size, launcher in MPI_LAUNCHERS)
+"""(environment variable, what it means) of the launchers that tell their task count: Slurm's and
+those of :data:`~tensorpack_lite.utils.mpi_launcher.MPI_LAUNCHERS`."""
 
 
 def check_launched_size(size, environ=None):

@@ -11,6 +11,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import logger
+from .mpi_launcher import mpi_rank_and_size
 
 __all__ = ['get_rng', 'fix_rng_seed', 'get_tqdm', 'get_tqdm_kwargs', 'humanize_time_delta',
            'change_env', 'get_time_str', 'execute_only_once', 'PROGRESS_REFRESH_ENV_VAR']
@@ -51,7 +52,7 @@ def _default_refresh_interval(stream):
     """Seconds between progress-bar redraws: quick on a terminal, rare in a log file."""
     if hasattr(stream, 'isatty') and stream.isatty():
         return 0.5
-    if 'SLURM_JOB_ID' in os.environ or 'OMPI_COMM_WORLD_SIZE' in os.environ:
+    if 'SLURM_JOB_ID' in os.environ or mpi_rank_and_size() is not None:
         return 60
     return 180
 
