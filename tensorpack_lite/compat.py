@@ -9,6 +9,8 @@ as tensorpack does.
 ``from tensorpack_lite import tfv1 as tf``.
 """
 
+import importlib
+
 try:
     import tensorflow as tf
 except ImportError as err:  # pragma: no cover - exercised in a subprocess test
@@ -17,7 +19,7 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess test
         "Install one flavour of it, e.g. `pip install tensorflow-cpu` (CPU only), "
         "`pip install tensorflow`, or `pip install 'tensorflow[and-cuda]'`.".format(err)) from err
 
-__all__ = ['tf', 'tfv1', 'is_tf_version_at_least', 'enable_graph_mode']
+__all__ = ['tf', 'tfv1', 'tf_internal', 'is_tf_version_at_least', 'enable_graph_mode']
 
 tfv1 = tf.compat.v1
 
@@ -32,6 +34,13 @@ def enable_graph_mode():
     ``with tf.Graph().as_default()``) calls it first. See docs/differences.md.
     """
     tfv1.disable_eager_execution()
+
+
+def tf_internal(name):
+    """A module of TensorFlow that its public API does not offer, by its path under
+    ``tensorflow`` (``'core.protobuf.config_pb2'``, ``'python.client.timeline'``...), imported on
+    first use: the way the rest of the library reaches them."""
+    return importlib.import_module('tensorflow.' + name)
 
 
 def is_tf_version_at_least(major, minor):

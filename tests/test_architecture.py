@@ -1,6 +1,7 @@
 """The package's structure: every import (also inside functions) points down the layers listed in
-docs/architecture.md, no file or package imports itself back, DataFlow and utils need no
-TensorFlow, and importing the package leaves TensorFlow's mode alone (Keras 3 still trains)."""
+docs/architecture.md, no file or package imports itself back, only compat imports TensorFlow,
+DataFlow and utils need no TensorFlow, and importing the package leaves TensorFlow's mode alone
+(Keras 3 still trains)."""
 
 import ast
 import importlib
@@ -276,6 +277,57 @@ def test_only_contrib_keras_imports_keras(tmp_path):
     probe = tmp_path / 'probe.py'
     probe.write_text("import tf_keras as k\nfrom tensorflow import keras\nimport numpy\n")
     assert keras_imports(str(probe)) == {'tf_keras', 'tensorflow.keras'}
+
+
+def _names_tensorflow(name):
+    return name == 'tensorflow' or name.startswith('tensorflow.')
+
+
+def _called(call):
+    """The name a call calls: ``f`` of ``f()`` and of ``module.f()``."""
+    return getattr(call.func, 'attr', getattr(call.func, 'id', None))
+
+
+def tensorflow_imports(path):
+    """The TensorFlow modules a file imports, at the top or inside functions: ``import`` and
+    ``from ... import`` statements, and ``importlib.import_module()`` / ``__import__()`` of a
+    name that starts as a literal (``'tensorflow.' + name`` counts as ``'tensorflow.'``)."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path, encoding='utf-8').read(), path)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Call) and node.args and _called(node) in ('import_module', '__import__'):
+            literal = node.args[0]
+            while isinstance(literal, ast.BinOp):
+                literal = literal.left
+            is_text = isinstance(literal, ast.Constant) and isinstance(literal.value, str)
+            names = [literal.value] if is_text else []
+        else:
+            continue
+        found.update(n.rstrip('.') for n in names if _names_tensorflow(n))
+    return found
+
+
+def test_only_compat_imports_tensorflow(tmp_path):
+    """docs/architecture.md: compat is the single place TensorFlow is imported (its internal
+    modules through ``compat.tf_internal``)."""
+    users = {name: sorted(tensorflow_imports(path)) for name, path in module_files().items()
+             if tensorflow_imports(path)}
+    assert set(users) == {PACKAGE + '.compat'}, users
+    probe = tmp_path / 'probe.py'
+    probe.write_text("import importlib.util\nimport numpy\n\n\ndef late(name):\n"
+                     "    from tensorflow.core.protobuf import config_pb2\n"
+                     "    import tensorflow.compat.v1 as tfv1\n"
+                     "    importlib.import_module('tensorflow.python.client.timeline')\n"
+                     "    __import__('tensorflow.python.debug')\n"
+                     "    importlib.util.find_spec('tensorflow')\n"
+                     "    importlib.import_module(name)\n"
+                     "    return importlib.import_module('tensorflow.' + name)\n")
+    assert tensorflow_imports(str(probe)) == {'tensorflow.core.protobuf', 'tensorflow.compat.v1',
+                                              'tensorflow.python.client.timeline', 'tensorflow.python.debug',
+                                              'tensorflow'}
 
 
 def test_importing_everything_of_the_core_loads_no_keras_2():

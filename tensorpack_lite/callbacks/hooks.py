@@ -2,7 +2,7 @@
 TensorFlow debugger (tfdbg) as a callback. (:class:`CallbackToHook` is defined with the
 dispatcher, in :mod:`tensorpack_lite.loop.dispatch`.)"""
 
-from ..compat import tfv1
+from ..compat import tf_internal, tfv1
 from ..loop.callback import Callback
 from ..loop.dispatch import CallbackToHook
 
@@ -66,8 +66,7 @@ class TFLocalCLIDebugHook(HookToCallback):
     _chief_only = True
 
     def __init__(self, *args, **kwargs):
-        from tensorflow.python import debug as tfdbg
-        super().__init__(tfdbg.LocalCLIDebugHook(*args, **kwargs))
+        super().__init__(tf_internal('python.debug').LocalCLIDebugHook(*args, **kwargs))
 
     def add_tensor_filter(self, *args, **kwargs):
         """Register a tensor filter with the debugger (see

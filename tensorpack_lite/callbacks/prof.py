@@ -21,7 +21,7 @@ import time
 
 import psutil
 
-from ..compat import tfv1
+from ..compat import tf_internal, tfv1
 from ..loop.callback import Callback
 from ..tfutils.step_timeline import StepTimeline
 from ..utils import logger
@@ -197,7 +197,7 @@ class GraphProfiler(Callback):
         write_atomically(self._path('runmetadata-{}.pb'), lambda f: f.write(data), durable=False)
 
     def _write_tracing(self, metadata):
-        from tensorflow.python.client import timeline
+        timeline = tf_internal('python.client.timeline')
         trace = timeline.Timeline(step_stats=metadata.step_stats).generate_chrome_trace_format(
             show_dataflow=True, show_memory=True)
         write_atomically(self._path('chrome-trace-{}.json'), lambda f: f.write(trace), mode='w',

@@ -4,7 +4,7 @@ the GPU), one step ahead."""
 import contextlib
 from itertools import chain
 
-from ..compat import tf, tfv1
+from ..compat import tf, tf_internal, tfv1
 from ..loop.callback import Callback
 from ..tfutils.dependency import dependency_of_fetches
 from ..utils import logger
@@ -124,7 +124,7 @@ class StagingInput(FeedfreeInput):
         self._input.set_state(state)
 
     def _get_input_tensors(self):
-        from tensorflow.python.ops.data_flow_ops import StagingArea
+        StagingArea = tf_internal('python.ops.data_flow_ops').StagingArea
         inputs = self._input.get_input_tensors()
         with self.cached_name_scope():
             with _maybe_device(self._device):

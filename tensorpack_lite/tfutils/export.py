@@ -23,7 +23,7 @@ import os
 import shutil
 from contextlib import contextmanager
 
-from ..compat import enable_graph_mode, tfv1
+from ..compat import enable_graph_mode, tf_internal, tfv1
 from ..utils import logger
 from ..utils.fs import write_atomically
 from .common import check_tensor_names
@@ -109,7 +109,7 @@ class ModelExporter(object):
             toco_compatible (bool): passed to ``optimize_for_inference``: only make changes
                 TFLite's converter supports.
         """
-        from tensorflow.python.tools import optimize_for_inference_lib
+        optimize_for_inference_lib = tf_internal('python.tools.optimize_for_inference_lib')
 
         with self._inference_session() as (sess, inputs, outputs, _):
             output_ops = [_op_name(t) for t in outputs]

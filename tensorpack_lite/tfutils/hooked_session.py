@@ -1,9 +1,8 @@
 """HookedSession: a session whose ``run`` also runs the ``before_run``/``after_run`` of hooks."""
 
 import numpy as np
-from tensorflow.core.protobuf import config_pb2
 
-from ..compat import tf, tfv1
+from ..compat import tf, tf_internal, tfv1
 from ..utils.gpu import num_tensorflow_gpus
 from .dependency import ops_run_by
 from .session_failure import leaves_session_unusable, note_session_error
@@ -18,6 +17,7 @@ _GRAPH_VALUES = (tf.Tensor, tf.Variable)
 _SessionRunArgs = tfv1.train.SessionRunArgs
 _SessionRunContext = tfv1.train.SessionRunContext
 _SessionRunValues = tfv1.train.SessionRunValues
+_CallableOptions = tf_internal('core.protobuf.config_pb2').CallableOptions
 
 
 class _NotCacheable(Exception):
@@ -89,7 +89,7 @@ class _CompiledRun:
         self._template = self._flatten(fetches)
         self._feeds = [(t, t.dtype.as_numpy_dtype,
                         None if t.shape.rank is None else tuple(t.shape.as_list())) for t in feed_tensors]
-        options = config_pb2.CallableOptions()
+        options = _CallableOptions()
         options.feed.extend(t.name for t in feed_tensors)
         options.fetch.extend(t.name for t in self._tensors)
         options.target.extend(op.name for op in self._targets)

@@ -16,10 +16,7 @@ A trainer takes a mode through ``trainer.mixed_precision = 'bf16'`` (or
 :func:`mixed_precision_session_config`. See docs/mixed_precision.md.
 """
 
-from tensorflow.core.framework import types_pb2
-from tensorflow.core.protobuf import config_pb2
-
-from ..compat import tf, tfv1
+from ..compat import tf, tf_internal, tfv1
 from ..utils import logger
 from ..utils.gpu import get_num_gpu
 from .common import get_default_sess_config
@@ -81,7 +78,7 @@ NATIVE, EMULATED, FLOAT32 = 'native', 'emulated', 'float32'
 """The paths a mode can take, as :class:`PrecisionReport` measures them: 16-bit arithmetic on
 the hardware's own instructions, 16-bit values emulated, or no op rewritten (a float32 run)."""
 
-_TYPE_OF_MODE = {'bf16': types_pb2.DT_BFLOAT16, 'fp16': types_pb2.DT_HALF}
+_TYPE_OF_MODE = {'bf16': tf.bfloat16.as_datatype_enum, 'fp16': tf.float16.as_datatype_enum}
 _NOT_COMPUTING = ('Cast', '_Arg', '_Retval', '_Send', '_Recv', '_HostSend', '_HostRecv', 'Const', 'Identity')
 
 
@@ -240,7 +237,7 @@ def check_rewrite(sess, op, mode):
     included; nothing runs), so that a rewrite TensorFlow cannot apply to this graph stops
     training before it starts instead of at its first step. Raises :class:`MixedPrecisionError`
     naming the cause and what to use instead; ``sess`` is then unusable (close it)."""
-    options = config_pb2.CallableOptions()
+    options = tf_internal('core.protobuf.config_pb2').CallableOptions()
     options.target.append(op.name)
     try:
         sess._make_callable_from_options(options)
