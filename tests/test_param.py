@@ -2,6 +2,7 @@
 by a monitored statistic, from a file), each in a real training of a tiny ModelDesc."""
 
 import json
+import logging
 import os
 
 import numpy as np
@@ -355,10 +356,30 @@ def test_stat_monitor_param_setter_without_the_stat(logdir, log_records):
     recorder = train([StatMonitorParamSetter('learning_rate', 'val-error', lambda x: x * 0.5, 0, 1)],
                      max_epoch=2)
     assert lr_changes(recorder) == []
-    assert ("[StatMonitorParamSetter] No value of 'val-error' was put into the monitors yet."
-            in log_records.messages())
+    warned = [m for m in log_records.messages(logging.WARNING) if "'val-error'" in m]
+    assert warned and all(m.startswith("StatMonitorParamSetter(learning_rate): no value of 'val-error' was "
+                                       "put into trainer.monitors yet, and no callback declares it.")
+                          for m in warned)
     with pytest.raises(ValueError, match="last_k must be a positive integer, got 0"):
         StatMonitorParamSetter('learning_rate', 'val-error', lambda x: x, 0, 0)
+
+
+class PutDeclaredStat(PutStat):
+    def _stat_names(self):
+        return [self.name]
+
+
+def test_stat_monitor_param_setter_checks_the_name_before_training(logdir, log_records):
+    """Read through StatReader: a misspelt name is named before the first step with the closest
+    one the callbacks declare (a warning here, since RecordLR cannot tell what it puts; with
+    every callback declaring, a KeyError), and waited for, as tensorpack's setter did."""
+    setter = StatMonitorParamSetter('learning_rate', 'val-eror', lambda x: x * 0.5, 0, 1)
+    recorder = train([PutDeclaredStat('val-error', [1.0, 1.0]), setter], max_epoch=2)
+    warned = [m for m in log_records.messages(logging.WARNING) if "'val-eror'" in m]
+    assert warned[0] == ("StatMonitorParamSetter(learning_rate): no callback declares the statistic "
+                         "'val-eror' (RecordLR cannot tell what they put). Did you mean 'val-error'? The "
+                         "callbacks declare: learning_rate, val-error.")
+    assert len(warned) == 3 and lr_changes(recorder) == []     # the check, then one per trigger
 
 
 def test_stat_monitor_param_setter_waits_for_new_data(logdir, log_records):

@@ -9,6 +9,7 @@ from collections import deque
 from ..utils import logger
 from ..utils.argtools import is_int
 from .param_setter import HyperParamSetter
+from .stat_reader import StatReader
 
 __all__ = ['StatMonitorParamSetter', 'HumanHyperParamSetter']
 
@@ -17,12 +18,14 @@ class StatMonitorParamSetter(HyperParamSetter):
     """Change a hyper-parameter when a statistic stops improving.
 
     At every trigger (by default after every epoch) the latest value of ``stat_name`` in
-    ``trainer.monitors`` is observed. With ``history`` the last ``last_k`` observations, the
-    parameter becomes ``value_func(old_value)`` when ``min(history) >= history[0] - threshold``
-    (the statistic did not decrease by more than ``threshold``), or, with ``reverse=True``,
-    when ``max(history) <= history[0] + threshold``. A value is observed once (a trigger
-    without a new value observes nothing). After a change the history starts afresh: the
-    next change needs ``last_k`` new observations. Nothing happens before training.
+    ``trainer.monitors`` is observed (through :class:`StatReader`: a name that no callback puts
+    fails before the first step, suggesting the closest). With ``history`` the last ``last_k``
+    observations, the parameter becomes ``value_func(old_value)`` when
+    ``min(history) >= history[0] - threshold`` (the statistic did not decrease by more than
+    ``threshold``), or, with ``reverse=True``, when ``max(history) <= history[0] + threshold``.
+    A value is observed once (a trigger without a new value observes nothing). After a change
+    the history starts afresh: the next change needs ``last_k`` new observations. Nothing
+    happens before training.
 
     The statistic must be put at least as often as this callback is triggered; put it with a
     callback placed before this one (callbacks run in order), or the observation lags by one.
@@ -57,35 +60,36 @@ class StatMonitorParamSetter(HyperParamSetter):
                 last_k))
         super().__init__(param)
         self.stat_name = stat_name
+        self._stat = StatReader(self, stat_name, wait=True)
+        self._checked = False
         self.value_func = value_func
         self.threshold = float(threshold)
         self.last_k = int(last_k)
         self.reverse = bool(reverse)
         self.history = deque(maxlen=self.last_k)
-        self._last_observed_step = None
 
     def _get_state(self):
         return {'history': [list(item) for item in self.history],
-                'last_observed_step': self._last_observed_step}
+                'last_observed_step': self._stat.last_seen_step}
 
     def _set_state(self, state):
         self.history.clear()
         self.history.extend(tuple(item) for item in state['history'])
-        self._last_observed_step = state['last_observed_step']
+        self._stat.last_seen_step = state['last_observed_step']
+
+    def _before_epoch(self):
+        if not self._checked:   # before the first step, once every callback is ready
+            self._checked = True
+            self._stat.check()
 
     def _get_value_to_set(self):
-        records = self.trainer.monitors.get_history(self.stat_name)
-        if not records:
-            logger.warn("[StatMonitorParamSetter] No value of '{}' was put into the monitors yet."
-                        .format(self.stat_name))
+        point = self._stat.new_value()
+        if point is None:
+            if self._stat.last_seen_step is not None:
+                logger.warn("[StatMonitorParamSetter] Triggered, but no new value of '{}' was put since "
+                            "the last time.".format(self.stat_name))
             return None
-        last = records[-1]
-        if last[0] == self._last_observed_step:
-            logger.warn("[StatMonitorParamSetter] Triggered, but no new value of '{}' was put since "
-                        "the last time.".format(self.stat_name))
-            return None
-        self._last_observed_step = last[0]
-        self.history.append(last)
+        self.history.append(point)
         if len(self.history) < self.last_k:
             return None
         values = [value for _, value in self.history]

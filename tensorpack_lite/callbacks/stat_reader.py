@@ -1,7 +1,7 @@
-"""What a callback that reads a statistic of ``trainer.monitors`` (e.g. :class:`MinSaver`,
-:class:`EarlyStopping`) needs: a check of its name, before the first step, against what the
-other callbacks declare they put (:meth:`Callback.stat_names`), and the new value at each
-trigger."""
+"""What a callback that reads a statistic of ``trainer.monitors`` (:class:`MinSaver`,
+:class:`EarlyStopping`, :class:`StatMonitorParamSetter`, :class:`SendStat`) needs: a check of
+its name, before the first step, against what the other callbacks declare they put
+(:meth:`Callback.stat_names`), and the new (or the latest) value at each trigger."""
 
 import difflib
 
@@ -19,7 +19,12 @@ class StatReader:
     warning; a producer placed after the reader gives a warning (each trigger would see the
     previous value), unless the reader reads ``after_callbacks`` (once every callback of the
     trigger has run, see :meth:`~tensorpack_lite.loop.state.TrainLoop.after_callbacks`).
-    :meth:`new_value` then gives, at each trigger, the value put since the last call, if any.
+    :meth:`new_value` then gives, at each trigger, the value put since the last call, if any;
+    :meth:`latest` the last value put, new or not.
+
+    With ``wait``, a statistic not put yet is waited for (None, with a warning) even when no
+    callback declares it, as tensorpack's readers did; :meth:`check` still refuses a name that
+    certainly no callback puts.
 
     Example::
 
@@ -28,13 +33,14 @@ class StatReader:
         point = self._stat.new_value()                  # in _trigger: (global_step, value) or None
     """
 
-    def __init__(self, reader, name, after_callbacks=False):
+    def __init__(self, reader, name, after_callbacks=False, wait=False):
         if not isinstance(name, str) or not name:
             raise TypeError("{}: the statistic must be named by a non-empty str, got {!r}".format(
                 type(reader).__name__, name))
         self.reader = reader
         self.name = name
         self.after_callbacks = after_callbacks
+        self.wait = bool(wait)
         self.declared = None     # the statistics the callbacks declare (set by check())
         self.last_seen_step = None
 
@@ -88,11 +94,26 @@ class StatReader:
             if self.name in (self.declared or ()):
                 logger.info("{}: '{}' was not put yet.".format(self.reader, self.name))
                 return None
-            raise KeyError("{}: the statistic '{}' was never put into trainer.monitors. Check its "
-                           "name, and that the callback producing it comes before {} in the "
-                           "callbacks.{}".format(self.reader, self.name, self.reader, self.suggest()))
+            if self.wait:
+                logger.warn("{}: no value of '{}' was put into trainer.monitors yet, and no callback "
+                            "declares it.{}".format(self.reader, self.name, self.suggest()))
+                return None
+            raise self._never_put()
         step, value = history[-1]
         if step == self.last_seen_step:
             return None  # not updated since the last trigger
         self.last_seen_step = step
         return step, value
+
+    def latest(self):
+        """``(global_step, value)`` of the last value put, new or not; a KeyError naming the
+        statistic (and the closest declared names) when it was never put."""
+        history = self.reader.trainer.monitors.get_history(self.name)
+        if not history:
+            raise self._never_put()
+        return tuple(history[-1])
+
+    def _never_put(self):
+        return KeyError("{}: the statistic '{}' was never put into trainer.monitors. Check its "
+                        "name, and that the callback producing it comes before {} in the "
+                        "callbacks.{}".format(self.reader, self.name, self.reader, self.suggest()))

@@ -8,6 +8,7 @@ import sys
 
 from ..loop.callback import Callback
 from ..utils import logger
+from .stat_reader import StatReader
 
 __all__ = ['InjectShell', 'SendStat']
 
@@ -86,10 +87,10 @@ class SendStat(Callback):
     """At every :meth:`trigger` (by default the end of an epoch), run a shell command with
     the latest values of some statistics substituted in: ``command.format(**values)``.
 
-    The values come from ``trainer.monitors.get_latest``, so the statistics must have been
-    put into the monitors by then (put this callback after those that produce them). A
-    statistic never put is an error naming it; a failing command is logged with its return
-    code and training goes on.
+    The values are the latest put into ``trainer.monitors``, read through :class:`StatReader`:
+    put this callback after those that produce them. A name that no callback puts fails before
+    the first step, and a statistic still never put at a trigger is an error naming it; a
+    failing command is logged with its return code and training goes on.
 
     Example::
 
@@ -122,19 +123,19 @@ class SendStat(Callback):
                                  command, unknown, list(names)))
         self.command = command
         self.names = list(names)
+        self._stats = [StatReader(self, name) for name in self.names]
+        self._checked = False
         self.last_returncode = None
         """The return code of the latest command run."""
 
+    def _before_epoch(self):
+        if not self._checked:   # before the first step, once every callback is ready
+            self._checked = True
+            for stat in self._stats:
+                stat.check()
+
     def _trigger(self):
-        monitors = self.trainer.monitors
-        values = {}
-        for name in self.names:
-            try:
-                values[name] = monitors.get_latest(name)
-            except KeyError:
-                raise KeyError("SendStat: statistic '{}' was never put into trainer.monitors; "
-                               "is it spelled right, and produced by a callback that runs before "
-                               "SendStat?".format(name)) from None
+        values = {stat.name: stat.latest()[1] for stat in self._stats}
         cmd = self.command.format(**values)
         self.last_returncode = subprocess.run(cmd, shell=True).returncode
         if self.last_returncode != 0:
