@@ -16,6 +16,8 @@ import ipaddress
 import os
 import socket
 
+import psutil
+
 from ..utils import logger
 
 __all__ = ['TRUSTED_NETWORK_VARIABLE', 'PRIVATE_NETWORK_VARIABLE', 'PublicAddressError',
@@ -44,12 +46,13 @@ class PublicAddressError(RuntimeError):
 
 def interface_addresses():
     """Every IP address of this machine's network interfaces (in this process's network
-    namespace), loopback included, as strings; IPv4 first."""
-    addresses = _linux_ipv4_addresses() + _linux_ipv6_addresses()
-    if addresses:
-        return addresses
-    found = host_addresses(socket.gethostname()) | host_addresses('localhost')
-    return sorted(found, key=lambda a: (':' in a, a))
+    namespace, from ``psutil.net_if_addrs()``), loopback included, as strings without a scope;
+    IPv4 first."""
+    found = {entry.address.split('%')[0] for entries in psutil.net_if_addrs().values() for entry in entries
+             if entry.family in (socket.AF_INET, socket.AF_INET6)}
+    if not found:
+        found = host_addresses(socket.gethostname()) | host_addresses('localhost')
+    return sorted(found, key=lambda a: (':' in a, ipaddress.ip_address(a)))
 
 
 def host_addresses(host):
@@ -61,81 +64,16 @@ def host_addresses(host):
         return set()
 
 
-def _linux_ipv4_addresses():
-    """The local IPv4 addresses in /proc/net/fib_trie (the leaves marked ``/32 host LOCAL``)."""
-    try:
-        with open('/proc/net/fib_trie') as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    found, last = [], None
-    for line in lines:
-        text = line.strip()
-        if text.startswith(('|--', '+--')):
-            last = text.split()[1]
-        elif text == '/32 host LOCAL' and last is not None and last not in found:
-            found.append(last)
-    return sorted(found, key=lambda a: tuple(int(p) for p in a.split('.')))
-
-
-def _linux_ipv6_addresses():
-    try:
-        with open('/proc/net/if_inet6') as f:
-            rows = [line.split() for line in f if line.strip()]
-    except OSError:
-        return []
-    found = []
-    for row in rows:
-        address = str(ipaddress.IPv6Address(bytes.fromhex(row[0])))
-        if address not in found:
-            found.append(address)
-    return sorted(found)
-
-
-def _socket_inodes(pid):
-    inodes = set()
-    fd_dir = '/proc/{}/fd'.format(pid)
-    try:
-        names = os.listdir(fd_dir)
-    except OSError:
-        return inodes
-    for name in names:
-        try:
-            target = os.readlink(os.path.join(fd_dir, name))
-        except OSError:
-            continue
-        if target.startswith('socket:['):
-            inodes.add(target[len('socket:['):-1])
-    return inodes
-
-
-def _hex_address(text):
-    host, port = text.split(':')
-    raw = bytes.fromhex(host)
-    if len(raw) == 4:
-        address = str(ipaddress.IPv4Address(raw[::-1]))
-    else:   # four 32-bit words, each in host (little-endian) order
-        words = b''.join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
-        address = str(ipaddress.IPv6Address(words))
-    return address, int(port, 16)
-
-
 def listening_sockets(pid='self'):
-    """``[(address, port)]``: the TCP sockets that process ``pid`` listens on (Linux, read from
-    /proc; empty elsewhere). A wildcard bind shows as ``'0.0.0.0'`` or ``'::'``."""
-    inodes = _socket_inodes(pid)
-    found = []
-    for table in ('tcp', 'tcp6'):
-        try:
-            with open('/proc/{}/net/{}'.format(pid, table)) as f:
-                rows = [line.split() for line in f.readlines()[1:]]
-        except OSError:
-            continue
-        for row in rows:
-            if len(row) > 9 and row[3] == '0A' and row[9] in inodes:   # 0A: LISTEN
-                entry = _hex_address(row[1])
-                if entry not in found:
-                    found.append(entry)
+    """``[(address, port)]``: the TCP sockets that process ``pid`` (``'self'``: this one) listens
+    on, as psutil sees them in this process's network namespace (empty where it cannot). A
+    wildcard bind shows as ``'0.0.0.0'`` or ``'::'``."""
+    try:
+        process = psutil.Process(None if pid == 'self' else int(pid))
+        connections = getattr(process, 'net_connections', None) or process.connections   # psutil < 6
+        found = {(c.laddr[0], c.laddr[1]) for c in connections(kind='tcp') if c.status == psutil.CONN_LISTEN}
+    except (psutil.Error, OSError):
+        return []
     return sorted(found, key=lambda e: (e[1], e[0]))
 
 
