@@ -81,3 +81,43 @@ def test_on_ci_a_skip_fails_unless_it_is_a_fact_of_the_machine(tmp_path):
     assert ("skipped on CI (TENSORPACK_LITE_CI=1), where it must run: Skipped: 'ip' not found: install "
             "iproute2") in run.stdout
     assert 'SKIPPED [1] test_skipping.py:10: this kernel has no sch_netem' in run.stdout
+
+
+SKIPPING_AT_COLLECTION = {
+    'test_tracker.py': ("import pytest\n\npytest.importorskip('tensorpack_lite_no_such_tracker')\n\n\n"
+                        "def test_never_collected():\n    pass\n"),
+    'test_netem.py': ("import pytest\n\n"
+                      "pytest.skip('this kernel has no sch_netem', allow_module_level=True)\n"),
+    'test_other.py': "def test_runs():\n    pass\n",
+}
+
+
+def run_pytest_with_conftest(tmp_path, ci):
+    for name, text in SKIPPING_AT_COLLECTION.items():
+        (tmp_path / name).write_text(text)
+    command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'conftest', '-rfs', '.']
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'tests') + os.pathsep + REPO)
+    env.pop('TENSORPACK_LITE_CI', None)
+    if ci:
+        env['TENSORPACK_LITE_CI'] = '1'
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
+
+
+def test_on_ci_a_module_that_skips_at_collection_fails_unless_it_is_a_fact_of_the_machine(tmp_path):
+    """A module-level importorskip is reported while collecting, before the hook above could see
+    it: on CI, conftest turns the module into one test that skips again, judged as any skip."""
+    run = run_pytest_with_conftest(tmp_path, ci=True)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1 and '1 failed, 1 passed, 1 skipped' in run.stdout, out
+    assert 'FAILED test_tracker.py::skipped at collection' in run.stdout, out
+    assert ("skipped on CI (TENSORPACK_LITE_CI=1), where it must run: Skipped: could not import "
+            "'tensorpack_lite_no_such_tracker'") in run.stdout, out
+    assert 'SKIPPED [1] test_netem.py:3: this kernel has no sch_netem' in run.stdout, out
+
+
+def test_outside_ci_a_module_that_skips_at_collection_is_one_skip(tmp_path):
+    run = run_pytest_with_conftest(tmp_path, ci=False)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and '1 passed, 2 skipped' in run.stdout, out
+    assert ("SKIPPED [1] test_tracker.py:3: could not import 'tensorpack_lite_no_such_tracker'"
+            in run.stdout), out
