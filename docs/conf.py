@@ -16,7 +16,7 @@ extensions = [
     'myst_parser',                 # the guides are Markdown, readable on GitHub as they are
     'sphinx.ext.autodoc',          # the API pages come from the docstrings
     'sphinx.ext.napoleon',         # Google-style Args/Returns, as tensorpack wrote them
-    'sphinx.ext.graphviz',         # diagrams drawn from source at build time
+    'diagrams',                    # docs/_ext/diagrams.py: the committed diagrams match their sources
     'api_pages',                   # docs/_ext/api_pages.py: one page per module, checks
 ]
 
@@ -37,8 +37,6 @@ napoleon_use_rtype = False
 
 nitpicky = True                    # an unresolved reference of the package is a warning (-W: an error)
 suppress_warnings = []
-
-graphviz_output_format = 'svg'
 
 html_theme = 'furo'
 html_title = 'tensorpack_lite {}'.format(version)

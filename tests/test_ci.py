@@ -121,3 +121,38 @@ def test_outside_ci_a_module_that_skips_at_collection_is_one_skip(tmp_path):
     assert run.returncode == 0 and '1 passed, 2 skipped' in run.stdout, out
     assert ("SKIPPED [1] test_tracker.py:3: could not import 'tensorpack_lite_no_such_tracker'"
             in run.stdout), out
+
+
+def test_without_extras_hides_dot_and_chromium_from_the_path_and_keeps_the_rest(tmp_path):
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    for name in ('dot', 'chromium', 'chromedriver', 'a-tool-of-the-same-directory'):
+        (bin_dir / name).write_text('#!/bin/sh\necho "$0"\n')
+        (bin_dir / name).chmod(0o755)
+    env = dict(os.environ, PATH=str(bin_dir) + os.pathsep + os.environ['PATH'])
+    show = ('for p in dot chromium chromedriver a-tool-of-the-same-directory; do '
+            'echo "$p=$(command -v $p)"; done')
+    hide = ['bash', os.path.join(REPO, '.ci', 'without_extras.sh')]
+    run = subprocess.run(hide + ['bash', '-c', show], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    found = dict(line.split('=', 1) for line in run.stdout.splitlines())
+    assert found['dot'] == found['chromium'] == found['chromedriver'] == '', found
+    tool = found['a-tool-of-the-same-directory']
+    assert tool and not tool.startswith(str(bin_dir)) and not os.path.exists(tool), tool  # a link, gone
+    failing = subprocess.run(hide + ['bash', '-c', 'exit 3'], capture_output=True, text=True, timeout=120,
+                             env=env)
+    assert failing.returncode == 3
+
+
+def test_ci_runs_the_docs_command_and_a_slice_of_the_test_command_with_the_extras_hidden():
+    """Before the main run: the README's docs command, then its test command on the tests that
+    use dot, chromium or chromedriver, outside CI mode and with no site built for them."""
+    script = open(os.path.join(REPO, '.ci', 'run'), encoding='utf-8').read()
+    code = [line for line in script.splitlines() if not line.lstrip().startswith('#')]
+    docs = code.index('(cd "$REPO" && bash .ci/without_extras.sh bash -c "$DOCS_COMMAND")')
+    slice_line = code.index('EXTRAS_SLICE="${TEST_COMMAND% tests} tests/test_docs_site.py '
+                            'tests/test_docs_diagrams.py"')
+    run_slice = code.index('(cd "$REPO" && env -u TENSORPACK_LITE_CI bash .ci/without_extras.sh '
+                           'bash -c "$EXTRAS_SLICE")')
+    site = code.index('export TENSORPACK_LITE_DOCS_SITE="$REPO/docs/_build/html"')
+    assert docs < slice_line < run_slice < site
