@@ -15,9 +15,9 @@ import os
 from collections import namedtuple
 
 from ..utils import logger, stats_json
-from .directory import listed_checkpoints
+from .directory import listed_checkpoints, step_of
 from .files import move_checkpoint_aside
-from .state_file import STATE_FILE
+from .state_file import STATE_FILE, CheckpointStateError, read_checkpoint_state
 from .resume_state import ResumeState, ResumeStateError
 from .verify import verify_checkpoint
 
@@ -138,7 +138,13 @@ class ResumeSearch:
                                      self.directory, sorted(steps), steps_per_epoch))
             return usable
         described = stats_json.finished_epochs(records, steps_per_epoch)
+        cut = self._cut_before_resume_state(states)
         usable = {step: (epoch, states[step]) for epoch, step in described.items() if step in steps}
+        for step in sorted(cut & set(usable)):
+            del usable[step]
+            self.passed_over.append("passed over {}: its write was cut before its resume state (it has "
+                                    "none and the state file does not list it)".format(
+                                        os.path.basename(steps[step])))
         for step, state in states.items():
             if state is None or state.at_epoch_end or state.global_step != step:
                 continue
@@ -152,6 +158,19 @@ class ResumeSearch:
                     stats_json.stats_path(self.directory), sorted(described), sorted(steps),
                     steps_per_epoch))
         return usable
+
+    def _cut_before_resume_state(self, states):
+        """The steps of the checkpoints whose write was cut between their index and their resume
+        state: without a resume state and not listed by the state file, in a directory whose
+        checkpoints have resume states. Resumed from, such a checkpoint would not continue as
+        the uninterrupted run (the data position is lost)."""
+        if all(state is None for state in states.values()):
+            return set()   # a run that writes no resume states (an older run, another tool)
+        try:
+            listed = {step_of(prefix) for prefix in read_checkpoint_state(self.directory)}
+        except CheckpointStateError:
+            return set()   # nothing tells which checkpoints were committed
+        return {step for step, state in states.items() if state is None and step not in listed}
 
     @staticmethod
     def _shape_of(records, epoch, step, state):
