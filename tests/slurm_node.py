@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 import time
 
+from tensorpack_lite.cluster.config import free_ports
+
 DAEMONS = ('munged', 'slurmctld', 'slurmd')
 COMMANDS = ('srun', 'sbatch', 'scancel', 'scontrol', 'sinfo', 'squeue')
 START_TIMEOUT = 60.0
@@ -33,17 +35,6 @@ def unavailable():
         return "Slurm is not installed ({} missing): apt-get install slurm-wlm munge (.ci/run does, as " \
                "root)".format(', '.join(missing))
     return None
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(('', 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 RESERVED_PORTS = (23000, 23999)
@@ -103,7 +94,7 @@ class SlurmNode:
         with open(key, 'wb') as f:
             f.write(os.urandom(128))
         os.chmod(key, 0o600)
-        ctld_port, slurmd_port = _free_ports(2)
+        ctld_port, slurmd_port = free_ports(2)
         with open(self.conf, 'w') as f:
             f.write(CONF.format(host=socket.gethostname().split('.')[0], dir=self.dir, ctld_port=ctld_port,
                                 slurmd_port=slurmd_port, cpus=cpus, kill_wait=kill_wait,

@@ -13,7 +13,8 @@ import threading
 import pytest
 
 from helpers import HANG_TIMEOUT, kill_process_tree, run_or_hang, wait_until
-from tensorpack_lite.cluster.config import ClusterConfig, LostTaskError, TaskWatchdog, local_cluster
+from tensorpack_lite.cluster.config import (ClusterConfig, LostTaskError, TaskWatchdog, free_ports,
+                                            held_free_port, local_cluster)
 from tensorpack_lite.cluster.launch import LocalCluster, launch
 from tensorpack_lite.cluster.launch import main as launch_main
 
@@ -24,20 +25,13 @@ CHILD = os.path.join(HERE, 'distributed_scripts', 'launch_child.py')
 
 @pytest.fixture
 def listening():
-    """A socket listening on a free port of this machine: (port, socket)."""
-    sock = socket.socket()
-    sock.bind(('localhost', 0))
-    sock.listen()
-    yield sock.getsockname()[1]
-    sock.close()
+    """A free port of this machine where a socket listens."""
+    with held_free_port('localhost', listen=True) as port:
+        yield port
 
 
 def closed_port():
-    sock = socket.socket()
-    sock.bind(('localhost', 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
+    return free_ports(1, 'localhost')[0]
 
 
 # ----- ClusterConfig ------------------------------------------------------------------------------
@@ -176,19 +170,17 @@ def test_probing_names_the_tasks_that_do_not_answer(listening):
 
 
 def test_watchdog_reports_a_task_that_stops_answering():
-    server = socket.socket()
-    server.bind(('localhost', 0))
-    server.listen()
-    config = ClusterConfig({'worker': ['localhost:{}'.format(closed_port()),
-                                       'localhost:{}'.format(server.getsockname()[1])]}, 'worker', 0)
     reported = []
     lost = threading.Event()
-    watchdog = TaskWatchdog(config, config.other_tasks(), lambda tasks: (reported.append(tasks), lost.set()),
-                            interval=0.05)
-    watchdog.start()
-    try:
-        assert not lost.wait(0.5)     # it answers: nothing reported
-        server.close()
+    with held_free_port('localhost', listen=True) as port:
+        config = ClusterConfig({'worker': ['localhost:{}'.format(closed_port()),
+                                           'localhost:{}'.format(port)]}, 'worker', 0)
+        watchdog = TaskWatchdog(config, config.other_tasks(),
+                                lambda tasks: (reported.append(tasks), lost.set()), interval=0.05)
+        watchdog.start()
+        answered = not lost.wait(0.5)     # it answers: nothing reported
+    try:                                  # its socket is closed now
+        assert answered
         assert lost.wait(HANG_TIMEOUT)
     finally:
         watchdog.stop()

@@ -4,7 +4,6 @@ are in test_distributed.py.) The servers made here live until the test process e
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
                                                DistributedTrainerReplicated)
-from tensorpack_lite.cluster.config import LostTaskError, local_cluster
+from tensorpack_lite.cluster.config import LostTaskError, held_free_port, local_cluster
 
 
 @pytest.fixture(scope='module')
@@ -49,10 +48,7 @@ def test_the_cluster_of_a_server(ps_servers):
 
 
 def test_create_server_refuses_a_taken_port_and_mixed_arguments():
-    with socket.socket() as sock:
-        sock.bind(('', 0))
-        sock.listen()
-        port = sock.getsockname()[1]
+    with held_free_port(listen=True) as port:
         expected = 'Cannot start the server of worker 0 (localhost:{0}): port {0} of this machine is taken'
         with pytest.raises(ValueError, match=re.escape(expected.format(port))):
             create_server({'worker': ['localhost:{}'.format(port)]}, 'worker', 0)

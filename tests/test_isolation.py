@@ -27,6 +27,7 @@ import pytest
 from helpers import HANG_TIMEOUT, kill_process_tree, wait_until
 from tensorpack_lite.cluster import exposure, netns
 from tensorpack_lite.cluster import private_network as private_network_module
+from tensorpack_lite.cluster.config import free_ports
 from tensorpack_lite.cluster.launch import LocalCluster
 from tensorpack_lite.cluster.private_network import HOST_LOOPBACK, PrivateNetwork, PrivateNetworkUnavailable
 
@@ -281,9 +282,7 @@ def test_outbound_connections_work_from_the_private_network(tmp_path):
     host_address = outside_addresses()[-1]
     server = http.server.ThreadingHTTPServer(('', 0), _Hello)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with socket.socket() as probe:
-        probe.bind(('127.0.0.1', 0))
-        zmq_port = probe.getsockname()[1]
+    zmq_port, = free_ports(1, '127.0.0.1')
     feed = subprocess.Popen([sys.executable, '-c', SEND_FEED, str(zmq_port)], env=env(),
                             start_new_session=True)
     script = tmp_path / 'inside.py'

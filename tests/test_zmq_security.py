@@ -22,6 +22,7 @@ import zmq
 
 from helpers import HANG_TIMEOUT, VirtualClock, wait_until
 from tensorpack_lite.callbacks.base import Callback
+from tensorpack_lite.cluster.config import free_ports
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow.base import DataFlow
 from tensorpack_lite.dataflow.parallel import MultiProcessRunnerZMQ
@@ -38,9 +39,7 @@ SEND_TIMEOUT_MS = 3000  # an intruder's send gives up after this long (it is exp
 
 
 def free_tcp_endpoint():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return 'tcp://127.0.0.1:{}'.format(sock.getsockname()[1])
+    return 'tcp://127.0.0.1:{}'.format(free_ports(1, '127.0.0.1')[0])
 
 
 def point(k):

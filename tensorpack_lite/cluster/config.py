@@ -29,7 +29,7 @@ import time
 from ..utils.argtools import is_int
 
 __all__ = ['JOBS', 'CHIEF_JOBS', 'ClusterConfig', 'LostTaskError', 'TaskWatchdog', 'local_cluster',
-           'cluster_of_addresses', 'cluster_of_rank', 'held_free_port']
+           'cluster_of_addresses', 'cluster_of_rank', 'held_free_port', 'free_ports']
 
 JOBS = ('worker', 'ps')
 """The jobs of the trainers' cluster: 'worker' (required; task 0 is the chief) and 'ps'."""
@@ -330,17 +330,23 @@ def _first_line(err):
 
 
 @contextlib.contextmanager
-def held_free_port():
-    """A port free on every interface of this machine (as a TensorFlow server binds), kept bound
-    inside the block so that nothing else on the machine is given it meanwhile."""
+def held_free_port(host='', listen=False):
+    """A TCP port free on ``host`` (default: every interface of this machine, as a TensorFlow
+    server binds), kept bound inside the block so that nothing else on the machine is given it
+    meanwhile; with ``listen``, a socket listens on it (connections to it succeed). The one way
+    the library and its tests pick ports."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(('', 0))
+        sock.bind((host, 0))
+        if listen:
+            sock.listen()
         yield sock.getsockname()[1]
 
 
-def _free_port():
-    with held_free_port() as port:
-        return port
+def free_ports(count, host=''):
+    """``count`` distinct TCP ports free now on ``host`` (see :func:`held_free_port`), each held
+    until all are picked; another process may take one once they are returned."""
+    with contextlib.ExitStack() as stack:
+        return [stack.enter_context(held_free_port(host)) for _ in range(count)]
 
 
 def local_cluster(num_worker, num_ps=0, host='localhost'):
@@ -350,10 +356,8 @@ def local_cluster(num_worker, num_ps=0, host='localhost'):
         if not is_int(value) or value < least:
             raise ValueError("local_cluster: {} must be an integer >= {}, got {!r}".format(
                 name, least, value))
-    ports = set()
-    while len(ports) < num_worker + num_ps:
-        ports.add(_free_port())
-    return cluster_of_addresses(['{}:{}'.format(host, p) for p in sorted(ports)], num_worker)
+    ports = sorted(free_ports(num_worker + num_ps))
+    return cluster_of_addresses(['{}:{}'.format(host, p) for p in ports], num_worker)
 
 
 def cluster_of_addresses(addresses, num_worker):
