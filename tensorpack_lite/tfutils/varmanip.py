@@ -8,7 +8,7 @@ Example::
 
 Checkpoints are TensorFlow V2 checkpoints (``<prefix>.index`` + ``<prefix>.data-*``), the
 format written by ``tf.compat.v1.train.Saver`` and :class:`ModelSaver`; finding and checking them
-is :mod:`tensorpack_lite.checkpoint`'s (``get_checkpoint_path`` and its neighbours are importable
+is ``tensorpack_lite.checkpoint``'s (``get_checkpoint_path`` and its neighbours are importable
 here too, as in tensorpack).
 """
 
