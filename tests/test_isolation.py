@@ -17,6 +17,7 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -321,6 +322,93 @@ def test_where_no_namespace_can_be_made_the_job_runs_and_says_what_it_exposes(tm
     assert text.count('ran ' + exposure.network_namespace()) == 2      # on this machine's network
 
 
+def test_isolation_required_without_a_namespace_starts_no_task(tmp_path, monkeypatch):
+    """LocalCluster(isolation='required') where no namespace can be made: start() raises naming
+    why, and no task ran."""
+    failing = tmp_path / 'holder.py'
+    failing.write_text("print('error cannot make a network namespace: Operation not permitted')\n")
+    monkeypatch.setattr(private_network_module, 'HOLDER', str(failing))
+    marker = tmp_path / 'ran'
+    output = Output()
+    cluster = LocalCluster([sys.executable, '-c', 'open({!r}, "w")'.format(str(marker))], 2, grace=5,
+                           output=output, isolation='required')
+    with pytest.raises(PrivateNetworkUnavailable) as info:
+        cluster.start()
+    assert str(info.value) == (
+        "isolation is required (--isolation required, isolation='required') and no private network can be "
+        "made for the job: cannot make a network namespace: Operation not permitted. No task was started. "
+        "docs/security.md says what a private network needs.")
+    assert cluster.tasks == [] and cluster.network is None and not marker.exists()
+    assert '[worker' not in output.text() and 'WARNING' not in output.text()
+
+
+@pytest.mark.parametrize('kwargs, error', [
+    (dict(isolation='always'), "isolation must be one of auto, required, off, got 'always'"),
+    (dict(isolation='required', isolate=False), "isolation='required' contradicts isolate=False"),
+    (dict(isolation='required', hosts=object()), "isolation='required' is for tasks on this machine"),
+])
+def test_isolation_arguments_are_checked(kwargs, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        LocalCluster(['true'], 1, **kwargs)
+
+
+NO_NAMESPACES = ('echo 0 > /proc/sys/user/max_user_namespaces && '
+                 'echo 0 > /proc/sys/user/max_net_namespaces && exec "$@"')
+"""Run inside ``unshare --user --map-root-user``: the new user namespace (and its descendants)
+may make no more user or network namespaces, a limit the kernel enforces (ENOSPC), as on a
+machine where they are disabled."""
+
+
+def without_namespaces(argv):
+    """``(command, why)``: ``argv`` run where the kernel refuses every new network namespace, and
+    the reason the launcher will give; or skip saying why that cannot be arranged."""
+    if shutil.which('unshare') is None:
+        pytest.skip("needs unshare (util-linux) to take namespaces away from a process")
+    wrapper = ['unshare', '--user', '--map-root-user', 'sh', '-c', NO_NAMESPACES, 'sh']
+    probe = subprocess.run(wrapper + ['true'], capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    if probe.returncode == 0:
+        holder = subprocess.run(wrapper + [sys.executable, '-I', '-S', private_network_module.HOLDER],
+                                input='', capture_output=True, text=True, timeout=HANG_TIMEOUT)
+        line = holder.stdout.strip()
+        assert line.startswith('error ') and 'No space left on device' in line, holder   # the kernel's ENOSPC
+        return wrapper + list(argv), line[len('error '):]
+    reason = private_network_reason()
+    if reason is not None and reason.startswith('cannot make'):
+        return list(argv), reason      # this machine makes none already
+    pytest.skip("cannot take namespaces away from a process here: {}".format(
+        probe.stderr.strip() or 'unshare failed'))
+
+
+@pytest.mark.parametrize('isolation', ['required', 'auto'])
+def test_the_launcher_without_namespaces_refuses_to_start_with_isolation_required(tmp_path, isolation):
+    """The kernel refuses the launcher's namespaces: with --isolation required it starts no task,
+    exits 1 and names the kernel's reason; by default (auto) the job runs on this machine's
+    network after the warning, as before."""
+    task = 'import os; open(os.path.join({!r}, str(os.getpid())), "w")'.format(str(tmp_path))
+    argv = [sys.executable, '-m', 'tensorpack_lite.cluster.launch', '--workers', '2', '--grace', '5',
+            '--timeout', str(HANG_TIMEOUT), '--isolation', isolation, '--', sys.executable, '-c', task]
+    command, why = without_namespaces(argv)
+    run = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=2 * HANG_TIMEOUT)
+    if isolation == 'required':
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert run.stderr == ("[launch] ERROR: isolation is required (--isolation required, "
+                              "isolation='required') and no private network can be made for the job: {}. "
+                              "No task was started. docs/security.md says what a private network "
+                              "needs.\n".format(why))
+        assert list(tmp_path.iterdir()) == [] and '[worker' not in run.stdout
+    else:
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert '[launch] WARNING: no private network ({}): '.format(why) in run.stdout
+        assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_no_isolation_and_isolation_required_contradict():
+    run = subprocess.run([sys.executable, '-m', 'tensorpack_lite.cluster.launch', '--workers', '1',
+                          '--no-isolation', '--isolation', 'required', '--', 'true'],
+                         env=env(), capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert run.returncode == 2 and '--no-isolation contradicts --isolation required' in run.stderr
+
+
 def test_without_slirp4netns_the_network_is_private_and_says_it_has_no_way_out(monkeypatch):
     require_private_network()
     real_which = private_network_module.shutil.which
@@ -433,6 +521,9 @@ def test_multi_host_servers_say_what_they_expose_and_refuse_public_addresses(tmp
                               '(its cluster spans the hosts {0}, {1}): reachable at '.format(private, public))
     assert '{} (private)'.format(private) in warning and '127.0.0.1 (loopback)' in warning
     assert 'public: none' in warning and PUBLIC_ADDRESS not in warning
+    assert warning.endswith("A public address on no interface is not seen here: a cloud instance's public "
+                            "IP (EC2, GCE: NAT), a forwarded port or a load balancer reach the port all the "
+                            "same, as far as the firewall lets them.")     # what "none" cannot promise
     # host 1: refused with the public address named and how to declare trust, then started
     assert [r['started'] for r in results[1]] == [False, True], outputs[1]
     error = results[1][0]['error']

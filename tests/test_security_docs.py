@@ -271,7 +271,8 @@ def test_the_names_it_gives_exist_in_the_code():
     doc, source = read('docs', 'security.md'), package_source()
     for name in ('TENSORPACK_LITE_TRUSTED_NETWORK', 'TENSORPACK_LITE_PRIVATE_NETWORK', 'PublicAddressError',
                  'check_server_exposure', 'describe_listening', 'trusted_network', 'isolate', "'10.0.2.2'",
-                 "'--no-isolation'", 'no private network', 'allow_pickle=False', 'curve_clients',
+                 "'--no-isolation'", "'--isolation'", 'no private network', 'isolation is required',
+                 'PrivateNetworkUnavailable', 'allow_pickle=False', 'curve_clients',
                  'curve_server_key', 'create_curve_keypair'):
         assert name.strip("'") in doc, name
         assert name in source, name

@@ -3,9 +3,11 @@ measured on this machine, and the rule for public addresses.
 
 TensorFlow's distributed runtime authenticates nobody: whoever reaches a task's port runs any
 graph there, as the training user (docs/security.md). So before a task's server starts,
-:func:`check_server_exposure` says where it will be reachable, and refuses when this machine
-has a public address unless the network is declared trusted (``TENSORPACK_LITE_TRUSTED_NETWORK=1``
-or ``create_server(trusted_network=True)``). Inside a launcher job's private network namespace
+:func:`check_server_exposure` says where it will be reachable, and refuses when an interface of
+this machine has a public address unless the network is declared trusted
+(``TENSORPACK_LITE_TRUSTED_NETWORK=1`` or ``create_server(trusted_network=True)``). A public
+address on no interface (NAT: an EC2 or GCE instance's public IP, a forwarded port, a load
+balancer) is not seen. Inside a launcher job's private network namespace
 (:mod:`tensorpack_lite.cluster.private_network`) nothing outside the job reaches it, and it says
 so instead. :func:`describe_listening` gives the same accounting for any engine (MPI ranks).
 
@@ -37,6 +39,11 @@ private network namespace. A process whose own namespace has this identity is in
 _TRUE = ('1', 'true', 'yes', 'on')
 _WILDCARDS = ('0.0.0.0', '::')
 SECURITY_DOC = 'docs/security.md'
+
+
+_UNSEEN = (" A public address on no interface is not seen here: a cloud instance's public IP (EC2, GCE: "
+           "NAT), a forwarded port or a load balancer reach the port all the same, as far as the firewall "
+           "lets them.")
 
 
 class PublicAddressError(RuntimeError):
@@ -215,6 +222,7 @@ def check_server_exposure(who, port, trusted=None, spans_hosts=None, interfaces=
                else "it is not in a launcher's private network")
     logger.warn("The server of {} listens on port {} of every interface ({}): reachable at {}; "
                 "public: {}. Whoever reaches that port can run any graph there as this user (TensorFlow "
-                "authenticates nobody): keep the network private ({}).".format(
+                "authenticates nobody): keep the network private ({}).{}".format(
                     who, port, cluster, describe_addresses(interfaces),
-                    ', '.join(public) + ' (declared trusted)' if public else 'none', SECURITY_DOC))
+                    ', '.join(public) + ' (declared trusted)' if public else 'none', SECURITY_DOC,
+                    '' if public else _UNSEEN))

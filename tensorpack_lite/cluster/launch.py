@@ -8,7 +8,9 @@ the ``TF_CONFIG`` of its task, on free ports.
 The tasks run in a private network namespace of the job (see
 :mod:`tensorpack_lite.cluster.private_network`): their TensorFlow servers, which run any graph for
 whoever connects, answer nothing outside the job. ``--no-isolation`` runs them on this
-machine's network, as tensorpack did (docs/security.md says what that exposes).
+machine's network, as tensorpack did (docs/security.md says what that exposes). Where no
+namespace can be made, the job runs on this machine's network after a warning, unless
+``--isolation required``: then it does not start, and the error says why.
 
 In the script, ``create_server()`` (:mod:`tensorpack_lite.tfutils.distributed`) reads
 ``TF_CONFIG``. Every output line is prefixed with its task (``[worker 1] ...``). When a
@@ -38,7 +40,11 @@ import time
 from .config import CHIEF_JOBS, ClusterConfig, cluster_of_addresses, local_cluster
 from .private_network import PrivateNetwork, PrivateNetworkUnavailable
 
-__all__ = ['Failure', 'LocalCluster', 'launch', 'main']
+__all__ = ['Failure', 'LocalCluster', 'launch', 'main', 'ISOLATIONS']
+
+ISOLATIONS = ('auto', 'required', 'off')
+"""The values of ``isolation`` (``--isolation``): a private network where it can be made, a
+private network or no job, none."""
 
 
 Failure = collections.namedtuple('Failure', ['name', 'job', 'index', 'exit_code'])
@@ -94,7 +100,13 @@ class LocalCluster:
             (``False``) lets any user of this machine, and any host that can reach it, run code
             as you while the job runs; do so only on a machine and network that no one else
             uses. Where a namespace cannot be made, the tasks run on this machine's network
-            and the output says so and why (docs/security.md).
+            and the output says so and why (docs/security.md), unless ``isolation`` is
+            ``'required'``.
+        isolation (str): ``'auto'`` (the default: ``isolate``), ``'required'`` (a private
+            network or no job: :meth:`start` raises
+            :class:`~tensorpack_lite.cluster.private_network.PrivateNetworkUnavailable` saying
+            why, before any task starts; only without ``hosts``) or ``'off'`` (as
+            ``isolate=False``).
 
     Example::
 
@@ -110,10 +122,11 @@ class LocalCluster:
     """The port every task listens on when each has a host of its own (``hosts``)."""
 
     def __init__(self, command, num_worker, num_ps=0, host='localhost', grace=30.0, env=None, output=None,
-                 chief=None, hosts=None, isolate=True):
+                 chief=None, hosts=None, isolate=True, isolation='auto'):
         if isinstance(command, str) or not command:
             raise ValueError("LocalCluster: command must be a non-empty list of arguments, got {!r}".format(
                 command))
+        self._isolation = _isolation(isolation, isolate, hosts)
         self.command = list(command)
         self._hosts = hosts
         self.config = self._cluster(num_worker, num_ps, host, chief)
@@ -124,7 +137,7 @@ class LocalCluster:
         self._tasks = []
         self._failure = None          # (task, exit code) of the first failure
         self._end_by = None           # when the remaining processes are ended
-        self._isolate = bool(isolate) and hosts is None
+        self._isolate = self._isolation != 'off' and hosts is None
         self.network = None
         """The job's :class:`~tensorpack_lite.cluster.private_network.PrivateNetwork` once started
         (None: the tasks run on this machine's network)."""
@@ -222,6 +235,11 @@ class LocalCluster:
         try:
             network.start()
         except PrivateNetworkUnavailable as err:
+            if self._isolation == 'required':
+                raise PrivateNetworkUnavailable(
+                    "isolation is required (--isolation required, isolation='required') and no private "
+                    "network can be made for the job: {}. No task was started. docs/security.md says what "
+                    "a private network needs.".format(err)) from err
             self.say("WARNING: no private network ({}): {}".format(err, exposed))
             return
         self.network = network
@@ -342,10 +360,10 @@ def _worker_to_drop(cluster, streak, num_worker, min_workers, drop_after):
 
 def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=None, chief=None,
            max_restarts=None, restart_delay=1.0, env=None, output=None, hosts=None, min_workers=None,
-           drop_after=3, isolate=True):
+           drop_after=3, isolate=True, isolation='auto'):
     """Run ``command`` as a local cluster (see :class:`LocalCluster`) until it is done,
     passing SIGINT and SIGTERM on to the processes (call it from the main thread). Returns
-    the exit code. ``env``, ``output``, ``hosts`` and ``isolate`` are :class:`LocalCluster`'s
+    the exit code. ``env``, ``output``, ``hosts``, ``isolate`` and ``isolation`` are :class:`LocalCluster`'s
     (each start gets a private network of its own).
 
     After a failure, every process is ended and the whole cluster is started again (on new
@@ -392,7 +410,8 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
         restarts, code = 0, 0
         while not interrupted:   # a signal while waiting to restart: no new start
             cluster = LocalCluster(command, num_worker, num_ps, host=host, grace=grace, env=env,
-                                   output=output, chief=chief, hosts=hosts, isolate=isolate)
+                                   output=output, chief=chief, hosts=hosts, isolate=isolate,
+                                   isolation=isolation)
             current.append(cluster)
             cluster.start()
             code = cluster.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -416,6 +435,21 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 128 + interrupted[0] if interrupted and code == 0 else code
+
+
+def _isolation(isolation, isolate, hosts):
+    """The isolation of a job, ``'auto'``, ``'required'`` or ``'off'``, from LocalCluster's
+    ``isolation`` and ``isolate``."""
+    if isolation not in ISOLATIONS:
+        raise ValueError("isolation must be one of {}, got {!r}".format(', '.join(ISOLATIONS), isolation))
+    if not isolate:
+        if isolation == 'required':
+            raise ValueError("isolation='required' contradicts isolate=False")
+        return 'off'
+    if isolation == 'required' and hosts is not None:
+        raise ValueError("isolation='required' is for tasks on this machine: with hosts, the hosts' "
+                         "network decides who reaches them (docs/security.md)")
+    return isolation
 
 
 def _worker_range(text):
@@ -457,6 +491,11 @@ def main(argv=None):
                              'after which a worker is dropped (default 3)')
     parser.add_argument('--restart-delay', type=float, default=1.0,
                         help='seconds before a restart (default 1)')
+    parser.add_argument('--isolation', choices=ISOLATIONS, default='auto',
+                        help="auto (default): the tasks in a private network of the job where one can be "
+                             "made, else on this machine's network with a warning; required: a private "
+                             "network or the job does not start (exit code 1, saying why); off: as "
+                             "--no-isolation")
     parser.add_argument('--no-isolation', action='store_true',
                         help="run the tasks on this machine's network instead of a private one of the job: "
                              "their TensorFlow servers then run code for any user or host that reaches their "
@@ -470,10 +509,15 @@ def main(argv=None):
         if (args.max_restarts or 0) < 0 or args.restart_delay < 0 or args.drop_after < 1:
             parser.error("--max-restarts and --restart-delay must be >= 0, --drop-after >= 1")
         min_workers, num_worker = args.workers
+        if args.no_isolation and args.isolation == 'required':
+            parser.error("--no-isolation contradicts --isolation required")
         return launch(command, num_worker, args.ps, host=args.host, grace=args.grace, timeout=args.timeout,
                       chief=args.chief, max_restarts=args.max_restarts, restart_delay=args.restart_delay,
                       min_workers=min_workers if min_workers < num_worker else None,
-                      drop_after=args.drop_after, isolate=not args.no_isolation)
+                      drop_after=args.drop_after, isolate=not args.no_isolation, isolation=args.isolation)
+    except PrivateNetworkUnavailable as err:
+        sys.stderr.write("[launch] ERROR: {}\n".format(err))
+        return 1
     except ValueError as err:
         parser.error(str(err))
 
