@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+import psutil
 import pytest
 
 from helpers import HANG_TIMEOUT, kill_process_tree, run_or_hang, wait_until
@@ -17,6 +18,8 @@ from tensorpack_lite.cluster.config import (ClusterConfig, LostTaskError, TaskWa
                                             held_free_port, local_cluster)
 from tensorpack_lite.cluster.launch import LocalCluster, launch
 from tensorpack_lite.cluster.launch import main as launch_main
+from tensorpack_lite.cluster.private_network import PrivateNetwork, PrivateNetworkUnavailable
+from tensorpack_lite.utils import death_signal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -370,3 +373,119 @@ def test_a_bad_command_line_is_refused(capsys):
     assert 'give the command to run after --' in capsys.readouterr().err
     with pytest.raises(ValueError, match='non-empty list of arguments'):
         LocalCluster('python train.py', num_worker=1)
+
+
+# ----- tasks end with their launcher ---------------------------------------------------------------
+
+ORPHAN_BOUND = 30
+"""Seconds after the launcher's death by which its tasks must be gone (they go at once: a hang)."""
+
+needs_linux = pytest.mark.skipif(not sys.platform.startswith('linux'),
+                                 reason='the parent-death signal is Linux-only')
+
+
+def running(process):
+    """Whether a psutil.Process still runs (a zombie waiting for its new parent does not)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def private_network_missing():
+    """None where a private network (without outbound link) can be made here, else why not."""
+    try:
+        with PrivateNetwork(outbound=False):
+            return None
+    except PrivateNetworkUnavailable as err:
+        return str(err)
+
+
+@needs_linux
+@pytest.mark.parametrize('isolate', [False, True], ids=['host-network', 'private-network'])
+def test_tasks_end_with_a_launcher_killed_with_sigkill(tmp_path, isolate):
+    """The launcher of 2 waiting tasks is SIGKILLed (no cleanup runs): the tasks, and in the
+    private network the namespace's holder (and slirp4netns), end with it."""
+    if isolate and private_network_missing():
+        pytest.skip(private_network_missing())
+    command = [sys.executable, '-m', 'tensorpack_lite.cluster.launch', '-n', '2', '--grace', '10']
+    command += ['--no-isolation'] if not isolate else []
+    command += ['--', sys.executable, CHILD, str(tmp_path), '--wait']
+    with open(str(tmp_path / 'launch.txt'), 'wb') as output:
+        proc = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=dict(os.environ, PYTHONPATH=REPO))
+    started = []
+    try:
+        assert wait_until(lambda: len(list(tmp_path.glob('worker*.json'))) == 2 or proc.poll() is not None), \
+            "the tasks did not start"
+        text = (tmp_path / 'launch.txt').read_text()
+        assert proc.poll() is None, text
+        tasks = [json.loads((tmp_path / 'worker{}.json'.format(k)).read_text())['pid'] for k in range(2)]
+        started = psutil.Process(proc.pid).children(recursive=True)
+        assert set(tasks) <= {p.pid for p in started}, text
+        holders = [p for p in started if any('netns_holder' in part for part in p.cmdline())]
+        if isolate:
+            assert 'private network net:[' in text and len(holders) == 1, text
+            if 'through slirp4netns' in text:          # its outbound link ends too
+                assert [p.name() for p in started].count('slirp4netns') == 1, text
+            ours = os.readlink('/proc/self/ns/net')
+            assert all(os.readlink('/proc/{}/ns/net'.format(pid)) != ours for pid in tasks)
+        else:
+            assert 'isolation is turned off' in text and not holders, text
+        proc.kill()
+        proc.wait()
+        assert wait_until(lambda: not any(running(p) for p in started), timeout=ORPHAN_BOUND), \
+            "left running after the launcher was killed: {}".format(
+                [(p.pid, p.cmdline()) for p in started if running(p)])
+    finally:      # pid-reuse safe: the launcher is signalled only unreaped, the others through psutil
+        if proc.poll() is None:
+            kill_process_tree(proc)
+        for process in started:
+            if running(process):
+                process.kill()
+
+
+@needs_linux
+def test_tasks_started_from_a_thread_that_ended_live_on(tmp_path):
+    """The kernel sends the death signal when the *thread* that forked a task ends:
+    LocalCluster.start() in a thread that ends once the tasks run (they asked for the signal
+    before they wrote their files) must not end them: they wait for SIGTERM, which they
+    record, and exit with 0."""
+    output = io.BytesIO()
+    cluster = LocalCluster([sys.executable, CHILD, str(tmp_path), '--wait'], num_worker=2, grace=5,
+                           output=output, isolate=False)
+
+    def start():
+        cluster.start()
+        wait_until(lambda: len(list(tmp_path.glob('worker*.json'))) == 2)
+    starter = threading.Thread(target=start)
+    starter.start()
+    starter.join()
+    try:
+        assert len(list(tmp_path.glob('worker*.json'))) == 2, output.getvalue()
+        # once the thread is gone from the kernel, a death signal tied to it would have been sent
+        assert wait_until(lambda: not os.path.exists('/proc/self/task/{}'.format(starter.native_id)))
+        cluster.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: all(p.poll() is not None for _, _, p in cluster.tasks)), output.getvalue()
+        assert [p.returncode for _, _, p in cluster.tasks] == [0, 0], output.getvalue()
+        assert sorted(p.name for p in tmp_path.glob('*.sigterm')) == ['worker0.sigterm', 'worker1.sigterm']
+    finally:
+        cluster.wait(timeout=HANG_TIMEOUT)
+
+
+@needs_linux
+def test_the_death_signal_script_runs_the_command_in_its_place_unless_the_parent_is_gone(tmp_path):
+    marker = tmp_path / 'ran'
+    command = [sys.executable, '-c', 'import os, sys; open(sys.argv[1], "w").write(str(os.getpid())); '
+                                     'sys.exit(7)', str(marker)]
+    proc = subprocess.Popen(death_signal.command_with_death_signal(command))
+    assert proc.wait(HANG_TIMEOUT) == 7 and marker.read_text() == str(proc.pid)   # exec: the same process
+    marker.unlink()
+    gone = (1 << 22) + 1      # above Linux's largest pid: a parent that ended (and no reused pid)
+    result = subprocess.run(death_signal.command_with_death_signal(command, gone), stderr=subprocess.PIPE,
+                            text=True, timeout=HANG_TIMEOUT)
+    assert result.returncode == 1 and not marker.exists()
+    assert 'the parent (pid {}) ended before'.format(gone) in result.stderr
+    result = subprocess.run(death_signal.command_with_death_signal(['no-such-program-here']),
+                            stderr=subprocess.PIPE, text=True, timeout=HANG_TIMEOUT)
+    assert result.returncode == 127 and 'cannot run no-such-program-here' in result.stderr

@@ -16,7 +16,9 @@ In the script, ``create_server()`` (:mod:`tensorpack_lite.tfutils.distributed`) 
 ``TF_CONFIG``. Every output line is prefixed with its task (``[worker 1] ...``). When a
 process fails, the others get ``grace`` seconds to stop on their own (the distributed
 trainers stop with an error naming the lost task), then they are ended; SIGINT and SIGTERM
-are passed on to every process (a second one ends them at once). With ``--max-restarts N``
+are passed on to every process (a second one ends them at once). The tasks end with the
+launcher however it ends: on Linux each asks the kernel for SIGKILL when the launcher dies
+(SIGKILL and the OOM killer included; :mod:`tensorpack_lite.utils.death_signal`). With ``--max-restarts N``
 a failed cluster is started again, whole, up to N times. With ``--workers MIN:MAX`` it starts
 MAX workers, and a worker that fails ``--drop-after`` times in a row with the same exit code
 is dropped: the cluster restarts with one worker fewer, down to MIN (elastic training: the
@@ -31,12 +33,14 @@ No TensorFlow is imported here.
 import argparse
 import collections
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
 
+from ..utils.death_signal import command_with_death_signal
 from .config import CHIEF_JOBS, ClusterConfig, cluster_of_addresses, local_cluster
 from .private_network import PrivateNetwork, PrivateNetworkUnavailable
 
@@ -56,6 +60,50 @@ the trainers count (the chief is worker 0; on a host of its own, worker ``k`` ru
 def _exit_code(returncode):
     """A process's return code as a shell exit code (signal n -> 128 + n)."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+class _Spawner:
+    """Starts processes from a thread that lasts as long as this process: the main thread, or,
+    for a caller in another thread, one thread started for that on first use.
+
+    Each task asks for SIGKILL when its parent ends (:mod:`tensorpack_lite.utils.death_signal`),
+    and for the kernel the parent is the *thread* that forked it: a task started from a thread
+    that then ends would be killed with that thread."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._requests = None
+        self._pid = None
+
+    def popen(self, *args, **kwargs):
+        """``subprocess.Popen(*args, **kwargs)``, from a lasting thread."""
+        if threading.current_thread() is threading.main_thread():
+            return subprocess.Popen(*args, **kwargs)
+        with self._lock:
+            if self._pid != os.getpid():      # first use, or in a forked child (without the thread)
+                self._requests, self._pid = queue.SimpleQueue(), os.getpid()
+                threading.Thread(target=self._serve, args=(self._requests,), name='launch-spawner',
+                                 daemon=True).start()
+            requests = self._requests
+        outcome, done = {}, threading.Event()
+        requests.put((args, kwargs, outcome, done))
+        done.wait()
+        if 'error' in outcome:
+            raise outcome['error']
+        return outcome['proc']
+
+    @staticmethod
+    def _serve(requests):
+        while True:
+            args, kwargs, outcome, done = requests.get()
+            try:
+                outcome['proc'] = subprocess.Popen(*args, **kwargs)
+            except BaseException as err:  # handed to the caller
+                outcome['error'] = err
+            done.set()
+
+
+_SPAWNER = _Spawner()
 
 
 class _Task:
@@ -209,13 +257,15 @@ class LocalCluster:
         for job, index in self.config.tasks('ps') + self.config.tasks('worker'):
             env = dict(self._env, TF_CONFIG=self.config.for_task(job, index).to_tf_config())
             command = self.command
+            if sys.platform.startswith('linux'):      # the task itself gets SIGKILL when this process ends
+                command = command_with_death_signal(command)
             if self._hosts is not None:
                 host = index + (self.config.num_worker if job == 'ps' else 0)
                 command = self._hosts.command(host, command)
             elif self.network is not None:
                 command, env = self.network.command(command), self.network.environ(env)
-            proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = _SPAWNER.popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
             name = '{} {}'.format(*self.config.given_task(job, index))
             prefix = '[{}] '.format(name).encode('utf-8')
             pump = threading.Thread(target=self._pump, args=(prefix, proc.stdout), daemon=True)

@@ -5,8 +5,6 @@ Nothing here imports TensorFlow at import time; :class:`ShareSessionThread` impo
 """
 
 import atexit
-import ctypes
-import ctypes.util
 import faulthandler
 import multiprocessing as mp
 import os
@@ -20,6 +18,7 @@ from contextlib import contextmanager
 
 from . import logger
 from .argtools import log_once
+from .death_signal import set_parent_death_signal
 
 __all__ = ['StoppableThread', 'LoopThread', 'ShareSessionThread', 'DIE',
            'ensure_proc_terminate', 'start_proc_mask_signal', 'mask_sigint',
@@ -336,12 +335,10 @@ def start_proc_mask_signal(proc):
             p.start()
 
 
-_PR_SET_PDEATHSIG = 1
-
-
 def enable_death_signal(_warn=True, sig=signal.SIGTERM):
     """Ask the Linux kernel to send ``sig`` to the calling process when its parent dies, so
-    that a worker process does not outlive a killed parent. Call it in the child.
+    that a worker process does not outlive a killed parent. Call it in the child
+    (:func:`~tensorpack_lite.utils.death_signal.set_parent_death_signal`).
 
     The default is SIGTERM rather than SIGHUP: a run started under ``nohup`` ignores SIGHUP,
     and that disposition is inherited by its workers.
@@ -352,19 +349,11 @@ def enable_death_signal(_warn=True, sig=signal.SIGTERM):
         logger.debug("enable_death_signal() is a no-op on {}".format(platform.system()))
         return
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True)
-        ret = libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(int(sig)),
-                         ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-    except (OSError, AttributeError) as err:
+        set_parent_death_signal(sig)
+    except OSError as err:
         if _warn:
-            log_once("enable_death_signal(): cannot call prctl ({}); child processes may "
-                     "outlive their parent.".format(err), 'warn')
-        return
-    if ret != 0:
-        err = ctypes.get_errno()
-        if _warn:
-            log_once("enable_death_signal(): prctl(PR_SET_PDEATHSIG) failed: {}"
-                     .format(os.strerror(err)), 'warn')
+            log_once("enable_death_signal(): {}; child processes may outlive their parent.".format(err),
+                     'warn')
 
 
 def _kill_group(p):
