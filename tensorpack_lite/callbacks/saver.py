@@ -21,6 +21,7 @@ from datetime import datetime
 from ..checkpoint.commit import CheckpointCommit, Rotation
 from ..checkpoint.copy import copy_checkpoint, recover_copy
 from ..checkpoint.directory import clean_interrupted_writes, get_checkpoint_path, step_of
+from ..checkpoint.remote import is_remote_url, mirror_for, mirror_of_url
 from ..checkpoint.writer import BackgroundCheckpointWriter, CheckpointSaveError, CheckpointWriter, host_cpu
 from ..compat import tfv1
 from ..loop.callback import Callback
@@ -32,11 +33,14 @@ __all__ = ['ModelSaver', 'MinSaver', 'MaxSaver', 'CheckpointWriteError']
 
 
 def _default_checkpoint_dir(checkpoint_dir):
-    """``checkpoint_dir``, or the logger directory when it is None (None if neither is set)."""
+    """``checkpoint_dir``, or the logger directory when it is None (None if neither is set); for a
+    URL of object storage, its local mirror directory (see :mod:`tensorpack_lite.checkpoint.remote`)."""
     if checkpoint_dir is None:
         checkpoint_dir = logger.get_logger_dir()
     if checkpoint_dir is None:
         return None
+    if is_remote_url(checkpoint_dir):
+        return mirror_of_url(checkpoint_dir).local_dir
     # Absolute: TF's Saver records a relative save path as it is given (relative to the
     # working directory) in the 'checkpoint' state file, which readers resolve against the
     # checkpoint directory; an absolute one is recorded relative to that directory.
@@ -120,7 +124,10 @@ class ModelSaver(Callback):
         max_to_keep (int): how many recent checkpoints to keep (0 or None: all).
         keep_checkpoint_every_n_hours (float): in addition, keep one checkpoint per that many
             hours.
-        checkpoint_dir (str): defaults to the logger directory (created if missing).
+        checkpoint_dir (str): defaults to the logger directory (created if missing). A URL of
+            object storage (``s3://bucket/run``, ``gs://...``) is written through its local
+            mirror: each commit is uploaded after it, the bucket's state file last
+            (:mod:`tensorpack_lite.checkpoint.remote`, docs/checkpoints.md).
         var_collections (str or list[str]): the collections of the variables to save, by
             default ``GLOBAL_VARIABLES``. The global step is always saved.
         background (bool): write the files in a thread (see above); False: in the trigger.
@@ -155,6 +162,7 @@ class ModelSaver(Callback):
         self._rotation = Rotation(max_to_keep, (keep_checkpoint_every_n_hours or 0) * 3600.,
                                   self.RESUME_POINTS_KEPT)
         self._commit = None        # the CheckpointCommit of this process, once set up
+        self._mirror = None        # the RemoteMirror when the directory mirrors a URL (on the chief)
         self._writer = CheckpointWriter(None)   # nothing in flight before the graph is set up
 
     @property
@@ -189,6 +197,7 @@ class ModelSaver(Callback):
             write_version=tfv1.train.SaverDef.V2, save_relative_paths=True)
         tfv1.add_to_collection(tfv1.GraphKeys.SAVERS, self.saver)
         self._commit = CheckpointCommit(self.checkpoint_dir, self._rotation)
+        self._mirror = mirror_for(self.checkpoint_dir)
         self._writer = self._make_writer(variables, step_var)
 
     def _make_writer(self, variables, step_var):
@@ -209,6 +218,8 @@ class ModelSaver(Callback):
             self._rotation.epoch_ends.add(self.global_step)
         if self._commit is None:
             return
+        if self._mirror is not None:   # the URL's checkpoints come first, its leftovers go
+            self._mirror.prepare()
         if self._owner is None:
             clean_interrupted_writes(self.checkpoint_dir)   # nothing of this run is being written yet
         self._commit.start()
@@ -238,7 +249,7 @@ class ModelSaver(Callback):
             self._writer.copy(sess)    # waits for the checkpoint in flight: its error comes here
             self._writer.start_save(sess, self.path, step,
                                     functools.partial(self._complete, step, state, epoch_end),
-                                    lambda path: self._commit.delete_dropped())
+                                    self._after_commit)
         self._last_saved_step = step
 
     def _complete(self, step, state, epoch_end, path):
@@ -247,6 +258,15 @@ class ModelSaver(Callback):
         self._commit.commit(step, path, state, epoch_end, self.trainer.steps_per_epoch)
         if self._owner is None:
             logger.info("Model saved to {}.".format(path))
+
+    def _after_commit(self, path):
+        """Checkpoint ``path`` is listed: delete those the rotation dropped, then, when the directory
+        mirrors a URL, upload (the state file last) and delete there (never raises)."""
+        try:
+            self._commit.delete_dropped()
+        finally:
+            if self._mirror is not None:
+                self._mirror.push_checkpoints()
 
     @contextlib.contextmanager
     def _write_errors(self):
@@ -281,8 +301,12 @@ class ModelSaver(Callback):
             self._finish_writing()
 
     def _finish_writing(self):
-        with self._write_errors():
-            self._writer.close()
+        try:
+            with self._write_errors():
+                self._writer.close()
+        finally:
+            if self._mirror is not None:   # a failed upload, tried once more
+                self._mirror.retry_checkpoints()
 
     def _discard_writing(self):
         discarded = self._writer.close(finish=False)

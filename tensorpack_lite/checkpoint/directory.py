@@ -17,6 +17,7 @@ import re
 
 from ..utils import logger
 from .files import DATA_SHARD, RESUME_SUFFIX, data_shards, is_temporary, remove_path, temporary_files
+from .remote import fetch, is_remote_url
 from .state_file import STATE_FILE, CheckpointStateError, read_checkpoint_state
 from .verify import verify_checkpoint
 
@@ -163,7 +164,9 @@ def get_checkpoint_path(path):
 
     ``path`` may be a checkpoint prefix (``train_log/model-100``), one of its files
     (``model-100.index``, ``model-100.data-00000-of-00001``, ``model-100.meta``), a directory
-    of checkpoints or its ``checkpoint`` state file. A directory gives its newest checkpoint
+    of checkpoints or its ``checkpoint`` state file; any of these as a URL of object storage
+    (``s3://bucket/run``), fetched first into its local mirror (:func:`.remote.fetch`). A
+    directory gives its newest checkpoint
     that reads back whole (:func:`latest_intact_checkpoint`): the state file's latest, or when
     that file is missing, unreadable, names files that are gone or a broken checkpoint, the
     newest ``<name>-<step>`` found by its files, with one warning saying what was passed over.
@@ -180,7 +183,7 @@ def get_checkpoint_path(path):
         raise TypeError("A checkpoint path must be a str, got {!r} of type {}".format(
             path, type(path).__name__))
     given = os.fspath(path)
-    path = os.path.expanduser(given)
+    path = fetch(given) if is_remote_url(given) else os.path.expanduser(given)
     if not path:
         raise FileNotFoundError("An empty string is not a checkpoint path.")
     if os.path.isdir(path):

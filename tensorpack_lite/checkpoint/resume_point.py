@@ -16,6 +16,7 @@ from collections import namedtuple
 
 from ..utils import logger, stats_json
 from .directory import listed_checkpoints, step_of
+from .remote import mirror_for
 from .files import move_checkpoint_aside
 from .state_file import STATE_FILE, CheckpointStateError, read_checkpoint_state
 from .resume_state import ResumeState, ResumeStateError
@@ -72,6 +73,9 @@ class ResumeSearch:
         self.epoch_end_shape = None
         self.shape = None      # the RunShape of the resume point's epoch
         if directory:
+            mirror = mirror_for(self.directory)
+            if mirror is not None:   # the directory mirrors a URL: the bucket's checkpoints first
+                mirror.pull_once()
             self._search(steps_per_epoch)
 
     def _checkpoints(self):

@@ -13,9 +13,11 @@ or subclass it and override :meth:`Trainer.run_step` (e.g. a GAN alternating two
 import time
 
 from ..callbacks.monitor import MonitorBase, Monitors
+from ..callbacks.remote_sync import RemoteSync
 from ..callbacks.steps import MaintainStepCounter
 from ..checkpoint.directory import find_resume_states
 from ..checkpoint.files import resume_state_path
+from ..checkpoint.remote import mirror_for
 from ..checkpoint.resume_state import ResumeState
 from ..cluster.preemption import Preempted, PreemptionNotice
 from ..compat import enable_graph_mode, tf, tfv1
@@ -238,7 +240,9 @@ class Trainer:
     def setup_callbacks(self, callbacks, monitors):
         """Register the step counter, ``callbacks`` and ``monitors`` and let them all build
         their ops. The callbacks run in this order: step counter, ``callbacks`` (in the
-        given order), ``monitors``, then ``trainer.monitors`` itself."""
+        given order), ``monitors``, then ``trainer.monitors`` itself, and when the logger
+        directory mirrors a URL of object storage, :class:`RemoteSync` (the bucket is pulled
+        first; see docs/checkpoints.md)."""
         self._check_callbacks_and_monitors(callbacks, monitors)
         describe_trainable_vars()
         self.register_callback(MaintainStepCounter())
@@ -247,6 +251,10 @@ class Trainer:
         registered_monitors = [m for m in monitors if self.register_callback(m)]
         self.monitors = Monitors(registered_monitors)
         self.register_callback(self.monitors)
+        mirror = mirror_for(logger.get_logger_dir()) if self.is_chief else None
+        if mirror is not None:
+            mirror.prepare()
+            self.register_callback(RemoteSync())
         logger.info("Setup callbacks graph ...")
         self._callbacks = Callbacks(self._callbacks)
         self._callbacks.setup_graph(self)

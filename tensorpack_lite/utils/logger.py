@@ -9,6 +9,11 @@ Example::
     from tensorpack_lite.utils import logger
     logger.set_logger_dir('train_log/mnist', action='k')
     logger.info("written to the terminal and to train_log/mnist/log.log")
+
+A URL of object storage (``s3://bucket/run``, ``gs://bucket/run``) works in a local mirror
+directory (:func:`~tensorpack_lite.utils.object_store.local_mirror_dir`): :func:`get_logger_dir`
+returns that local directory, :func:`get_logger_url` the URL, and
+:class:`~tensorpack_lite.checkpoint.remote.RemoteMirror` moves the files (docs/checkpoints.md).
 """
 
 import errno
@@ -20,7 +25,9 @@ from datetime import datetime
 
 from termcolor import colored
 
-__all__ = ['set_logger_dir', 'auto_set_dir', 'get_logger_dir',
+from .object_store import is_remote_url, local_mirror_dir, remote_filesystem
+
+__all__ = ['set_logger_dir', 'auto_set_dir', 'get_logger_dir', 'get_logger_url',
            'info', 'warning', 'warn', 'error', 'exception', 'debug', 'critical', 'setLevel', 'addFilter',
            'LOG_FILE_NAME', 'ACTION_ENV_VAR']
 
@@ -86,6 +93,7 @@ setLevel = _logger.setLevel
 addFilter = _logger.addFilter
 
 _LOGGER_DIR = None
+_LOGGER_URL = None
 _FILE_HANDLER = None
 
 
@@ -116,12 +124,12 @@ def _attach_file_handler(path):
 
 
 def _detach_file_handler():
-    global _FILE_HANDLER, _LOGGER_DIR
+    global _FILE_HANDLER, _LOGGER_DIR, _LOGGER_URL
     if _FILE_HANDLER is not None:
         _logger.removeHandler(_FILE_HANDLER)
         _FILE_HANDLER.close()
         _FILE_HANDLER = None
-    _LOGGER_DIR = None
+    _LOGGER_DIR = _LOGGER_URL = None
 
 
 def _dir_has_content(dirname):
@@ -158,8 +166,16 @@ def _validate_action(action):
 def set_logger_dir(dirname, action=None):
     """Make ``dirname`` the logger directory and log to ``dirname/log.log`` as well.
 
+    A URL of object storage (``s3://bucket/run``, ``gs://bucket/run``: fsspec with s3fs or
+    gcsfs, ``pip install 'tensorpack_lite[s3]'``) works in its local mirror directory
+    (``$TENSORPACK_LITE_CACHE/remote/<scheme>/<bucket>/<path>``, by default under
+    ``~/.cache/tensorpack_lite``), which :func:`get_logger_dir` returns; :func:`get_logger_url`
+    gives the URL. There the actions are 'k' (the bucket's ``log.log`` is fetched first and
+    backed up as a local one is), 'd' (deletes the objects under the URL and the mirror), 'n'
+    (a new, timestamped URL) and 'q'; 'b' is refused (object stores cannot rename).
+
     Args:
-        dirname (str): the directory; created when missing.
+        dirname (str): the directory (created when missing), or a URL of object storage.
         action (str): what to do when ``dirname`` exists and is not empty: 'k' keep (append,
             e.g. to resume), 'd' delete, 'b' back it up under a timestamped name, 'n' use a new
             timestamped directory instead, 'q' quit.  When None, ``$TENSORPACK_LOGGER_ACTION``
@@ -167,6 +183,8 @@ def set_logger_dir(dirname, action=None):
             (e.g. CI) a RuntimeError explains what to set.
     """
     global _LOGGER_DIR
+    if is_remote_url(dirname):
+        return _set_remote_logger_dir(dirname, action)
     dirname = os.path.normpath(dirname)
     if action is not None:  # reject a typo now, not only on the day the directory exists
         _validate_action(action)
@@ -194,6 +212,53 @@ def set_logger_dir(dirname, action=None):
     _attach_file_handler(os.path.join(dirname, LOG_FILE_NAME))
 
 
+def _remote_has_content(fs, path):
+    fs.invalidate_cache(path)
+    try:
+        entries = fs.ls(path, detail=False)
+        return any(not os.path.basename(entry.rstrip('/')).startswith('.') for entry in entries)
+    except FileNotFoundError:
+        return False
+
+
+def _set_remote_logger_dir(url, action):
+    """:func:`set_logger_dir` of a URL of object storage."""
+    global _LOGGER_DIR, _LOGGER_URL
+    if action is not None:
+        _validate_action(action)
+    url = url.rstrip('/')
+    fs, path = remote_filesystem(url)
+    _detach_file_handler()
+    local = local_mirror_dir(url)
+    if _remote_has_content(fs, path) or _dir_has_content(local):
+        chosen = _choose_action(url, action)
+        if chosen == 'b':
+            raise ValueError("Log directory {}: action 'b' (rename to a backup) is not supported on object "
+                             "storage, which cannot rename; use 'k', 'd' or 'n'.".format(url))
+        if chosen == 'd':
+            if _remote_has_content(fs, path):
+                fs.rm(path, recursive=True)
+            shutil.rmtree(local, ignore_errors=True)
+            info("Deleted {} and its local mirror '{}'".format(url, local))
+        elif chosen == 'n':
+            url = url + '-' + _timestamp()
+            fs, path = remote_filesystem(url)
+            local = local_mirror_dir(url)
+            info("Using a new log directory '{}'".format(url))
+        elif chosen == 'q':
+            raise OSError(errno.EEXIST, "Log directory exists and the user chose to quit", url)
+    os.makedirs(local, exist_ok=True)
+    log_file = os.path.join(local, LOG_FILE_NAME)
+    if not os.path.exists(log_file):   # the earlier log, backed up as a local one is
+        try:
+            fs.get_file(path + '/' + LOG_FILE_NAME, log_file)
+        except FileNotFoundError:
+            pass
+    _LOGGER_DIR, _LOGGER_URL = local, url
+    _attach_file_handler(log_file)
+    info("Log directory {} is mirrored in '{}'".format(url, local))
+
+
 def auto_set_dir(action=None, name=None):
     """Set the logger directory to ``train_log/<script name>[:name]``.
 
@@ -208,5 +273,12 @@ def auto_set_dir(action=None, name=None):
 
 
 def get_logger_dir():
-    """The logger directory, or None when it was not set."""
+    """The logger directory, or None when it was not set; for a URL of object storage, its local
+    mirror directory."""
     return _LOGGER_DIR
+
+
+def get_logger_url():
+    """The URL of object storage the logger directory mirrors (e.g. ``'s3://bucket/run'``), or None
+    when the logger directory is local or not set."""
+    return _LOGGER_URL

@@ -1,0 +1,260 @@
+"""Checkpoints on object storage (issue 58 item 6) against a real S3 server: moto's server mode,
+started once on a free port of localhost, stopped at the end. A run whose logger directory is
+``s3://bucket/<run>`` (tests/resume_scripts/remote_resume.py: the digits MLP, a checkpoint every 2
+steps, ModelSaver(max_to_keep=2), AutoResumeTrainConfig) writes its checkpoints to the bucket and
+rotates them there; killed during an upload, it resumes on a "fresh machine" (an empty mirror
+directory) and ends with the weights of an uninterrupted run; an upload that fails leaves the
+bucket listing the previous checkpoint."""
+
+import errno
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+from helpers import HANG_TIMEOUT, capture_logs, kill_process_tree, run_bounded, wait_until
+from tensorpack_lite.cluster.config import held_free_port
+from tensorpack_lite.compat import tfv1
+from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
+from tensorpack_lite.utils import logger
+from tensorpack_lite.utils.object_store import CACHE_ENV_VAR, local_mirror_dir, remote_filesystem
+
+s3fs = pytest.importorskip('s3fs')
+pytest.importorskip('moto')
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'resume_scripts', 'remote_resume.py')
+BUCKET = 'bucket'
+TIMEOUT = 240
+PARTS = ('.data-00000-of-00001', '.index', '.resume')
+FINAL = ['model-6', 'model-12']   # max_to_keep=2 keeps the two ends of epochs (6 steps each)
+
+
+class S3Server:
+    """``python -m moto.server`` on 127.0.0.1, with the bucket made; :attr:`env` is what a client
+    needs (endpoint and credentials, read by fsspec/s3fs through botocore)."""
+
+    def __init__(self, directory):
+        with held_free_port() as port:
+            self.port = port
+        self.endpoint = 'http://127.0.0.1:{}'.format(self.port)
+        self.env = {'AWS_ENDPOINT_URL': self.endpoint, 'AWS_ACCESS_KEY_ID': 'testing',
+                    'AWS_SECRET_ACCESS_KEY': 'testing', 'AWS_DEFAULT_REGION': 'us-east-1'}
+        self.log = open(os.path.join(directory, 'moto.log'), 'wb')
+        command = [sys.executable, '-m', 'moto.server', '-H', '127.0.0.1', '-p', str(self.port)]
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        assert wait_until(self._answers, timeout=60, interval=0.1), open(self.log.name).read()[-3000:]
+        self.fs = s3fs.S3FileSystem(endpoint_url=self.endpoint, key='testing', secret='testing',
+                                    skip_instance_cache=True)
+        self.fs.mkdir(BUCKET)
+
+    def _answers(self):
+        assert self.proc.poll() is None, open(self.log.name).read()[-3000:]
+        try:
+            with urllib.request.urlopen(self.endpoint + '/moto-api/', timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def objects(self, run):
+        """``{name: bytes}`` of the objects under ``s3://bucket/<run>``."""
+        self.fs.invalidate_cache()
+        try:
+            names = [os.path.basename(p) for p in self.fs.ls('{}/{}'.format(BUCKET, run), detail=False)]
+        except FileNotFoundError:
+            return {}
+        return {name: self.fs.cat_file('{}/{}/{}'.format(BUCKET, run, name)) for name in names}
+
+    def stop(self):
+        kill_process_tree(self.proc)
+        self.proc.wait(HANG_TIMEOUT)
+        self.log.close()
+
+
+@pytest.fixture(scope='session')
+def s3(tmp_path_factory):
+    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch, tmp_path):
+    """This process talks to the server, with its mirrors under ``tmp_path/cache``."""
+    for key, value in s3.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / 'cache'))
+    return s3
+
+
+def listed(objects):
+    """The checkpoints the ``checkpoint`` object lists, oldest first (the latest last)."""
+    lines = objects['checkpoint'].decode().splitlines()
+    names = [line.split('"')[1] for line in lines if line.startswith('all_model_checkpoint_paths')]
+    latest = [line.split('"')[1] for line in lines if line.startswith('model_checkpoint_path')]
+    assert latest == names[-1:], lines
+    return names
+
+
+def checkpoint_objects(objects):
+    """The names of the objects that are files of ``model-<step>`` checkpoints."""
+    return sorted(n for n in objects if n.startswith('model-'))
+
+
+def run_script(s3, url, cache, *args, expect=0):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONHASHSEED='0', **s3.env)
+    env[CACHE_ENV_VAR] = str(cache)
+    code, output = run_bounded([sys.executable, SCRIPT, url] + list(args), TIMEOUT, env=env)
+    assert code == expect, "exit {} (expected {}):\n{}".format(code, expect, output[-6000:])
+    return output
+
+
+def final_weights(url, cache, monkeypatch):
+    """The variables of the newest checkpoint of ``url``, read through an empty mirror."""
+    monkeypatch.setenv(CACHE_ENV_VAR, str(cache))
+    values = load_chkpt_vars(url)
+    assert values['global_step'] == 12
+    return values
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(s3, tmp_path_factory):
+    """An uninterrupted run in s3://bucket/whole: its output and mirror's cache."""
+    cache = tmp_path_factory.mktemp('whole-cache')
+    output = run_script(s3, 's3://bucket/whole', cache)
+    return output, cache
+
+
+def test_a_run_writes_rotates_and_lists_its_checkpoints_in_the_bucket(s3_env, uninterrupted, tmp_path,
+                                                                      monkeypatch):
+    output, cache = uninterrupted
+    print('\n'.join(line for line in output.splitlines() if 's3://' in line))
+    objects = s3_env.objects('whole')
+    assert listed(objects) == FINAL
+    assert checkpoint_objects(objects) == sorted(base + part for base in FINAL for part in PARTS)
+    mirror = local_mirror_dir('s3://bucket/whole', str(cache))
+    for name in checkpoint_objects(objects) + ['stats.json', 'checkpoint']:
+        with open(os.path.join(mirror, name), 'rb') as f:
+            assert objects[name] == f.read(), name
+    assert [r['epoch_num'] for r in json.loads(objects['stats.json'])] == [1, 2]
+    assert b'Training has finished!' in objects['log.log']
+    assert any(n.startswith('events.out.tfevents.') for n in objects)
+    assert any(n.startswith('graph-') and n.endswith('.meta') for n in objects)
+    # every checkpoint went up once, data first; those rotated out were deleted there
+    uploads = [line for line in output.splitlines() if 'Uploaded model-' in line]
+    assert [line.split('Uploaded ')[1].split(' to ')[0] for line in uploads] == [
+        'model-2', 'model-4', 'model-6', 'model-8', 'model-10', 'model-12']
+    assert "deleted there: model-2.index, model-2.resume, model-2.data-00000-of-00001" in output
+    # read on another machine: the URL's newest checkpoint
+    values = final_weights('s3://bucket/whole', tmp_path / 'reader', monkeypatch)
+    assert sorted(os.listdir(local_mirror_dir('s3://bucket/whole', str(tmp_path / 'reader')))) == [
+        '.remote-sync.json', 'checkpoint', 'model-12.data-00000-of-00001', 'model-12.index',
+        'model-12.resume', 'stats.json']
+    assert set(values) >= {'fc0/W', 'fc0/b', 'fc1/W', 'fc1/b'}
+
+
+def test_killed_during_an_upload_resumes_on_a_fresh_machine_as_never_stopped(
+        s3_env, uninterrupted, tmp_path, monkeypatch):
+    url = 's3://bucket/killed'
+    output = run_script(s3_env, url, tmp_path / 'machine1', '--kill-uploading', 'model-10.index',
+                        expect=-signal.SIGKILL)
+    assert 'SIGKILL while uploading bucket/killed/model-10.index' in output
+    objects = s3_env.objects('killed')
+    # the upload of model-10 stopped after its data: the bucket lists the complete ones only
+    assert listed(objects) == ['model-6', 'model-8']
+    assert checkpoint_objects(objects) == sorted(
+        [b + p for b in ('model-6', 'model-8') for p in PARTS] + ['model-10.data-00000-of-00001'])
+
+    output = run_script(s3_env, url, tmp_path / 'machine2')   # an empty local disk
+    mirror = local_mirror_dir(url, str(tmp_path / 'machine2'))
+    assert "Pulled {} into {}: its state file lists model-6, model-8;".format(url, mirror) in output
+    assert ("Removed from {} what an interrupted upload left (not listed by its state file): "
+            "model-10.data-00000-of-00001.".format(url)) in output
+    assert "Resuming from checkpoint {} (step 2 of 6 of epoch 2, global step 8).".format(
+        os.path.join(mirror, 'model-8')) in output
+    objects = s3_env.objects('killed')
+    assert listed(objects) == FINAL
+    assert checkpoint_objects(objects) == sorted(base + part for base in FINAL for part in PARTS)
+    resumed = final_weights(url, tmp_path / 'reader1', monkeypatch)
+    whole = final_weights('s3://bucket/whole', tmp_path / 'reader2', monkeypatch)
+    assert sorted(resumed) == sorted(whole)
+    for name in whole:   # bit-identical
+        np.testing.assert_array_equal(resumed[name], whole[name], err_msg=name)
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location('remote_resume', SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_failed_upload_leaves_the_bucket_listing_the_previous_checkpoint(s3_env, monkeypatch, fixed_seed):
+    url = 's3://bucket/failing'
+    fs = remote_filesystem(url)[0]   # fsspec's instance of these options: the one the run uses
+    put_file = fs.put_file
+    uploaded, early, seen = [], [], {'failed': 0, 'listed after the failure': None}
+
+    def failing_put(lpath, rpath, *args, **kwargs):
+        name = os.path.basename(rpath)
+        if name == 'model-4.index' and not seen['failed']:
+            seen['failed'] += 1
+            raise OSError(errno.EIO, 'injected failure', rpath)
+        if seen['failed'] and seen['listed after the failure'] is None:   # the next upload, whichever
+            seen['listed after the failure'] = listed(s3_env.objects('failing'))
+        if name == 'checkpoint':   # every checkpoint it lists went up whole before it
+            with open(lpath, 'rb') as f:
+                early.extend(base for base in listed({'checkpoint': f.read()})
+                             if not {base + part for part in PARTS} <= set(uploaded))
+        put_file(lpath, rpath, *args, **kwargs)
+        uploaded.append(name)
+    monkeypatch.setattr(fs, 'put_file', failing_put)
+
+    with capture_logs() as records, tfv1.Graph().as_default():
+        _load_script().train(url)
+    warnings = [m for m in records.messages(logging.WARNING) if 'Cannot upload the checkpoints' in m]
+    assert len(warnings) == 1 and 'injected failure' in warnings[0], records.messages(logging.WARNING)
+    assert seen == {'failed': 1, 'listed after the failure': ['model-2']}
+    assert early == []
+    assert uploaded.count('model-4.index') == 1 and uploaded.count('checkpoint') == 5   # 2, 6, 8, 10, 12
+    objects = s3_env.objects('failing')
+    assert listed(objects) == FINAL
+    assert checkpoint_objects(objects) == sorted(base + part for base in FINAL for part in PARTS)
+    logger._detach_file_handler()
+
+
+def test_logger_dir_of_a_url_is_a_local_mirror(s3_env, tmp_path):
+    url = 's3://bucket/logger'
+    logger.set_logger_dir(url, action='k')
+    mirror = str(tmp_path / 'cache' / 'remote' / 's3' / 'bucket' / 'logger')
+    assert logger.get_logger_dir() == mirror and logger.get_logger_url() == url
+    logger.info('a line of the first run')
+    logger._detach_file_handler()
+    assert logger.get_logger_url() is None
+    s3_env.fs.put_file(os.path.join(mirror, 'log.log'), 'bucket/logger/log.log')
+    shutil.rmtree(mirror)   # another machine: the bucket's log.log is kept as a local one would be
+    logger.set_logger_dir(url, action='k')
+    backups = [name for name in os.listdir(mirror) if name.startswith('log.log.')]
+    assert len(backups) == 1
+    with open(os.path.join(mirror, backups[0])) as f:
+        assert 'a line of the first run' in f.read()
+    logger._detach_file_handler()
+    with pytest.raises(ValueError, match="'b' .* not supported on object storage"):
+        logger.set_logger_dir(url, action='b')
+    logger.set_logger_dir(url, action='d')
+    assert s3_env.objects('logger') == {} and os.listdir(mirror) == ['log.log']
+
+
+def test_a_url_without_s3fs_names_the_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, 's3fs', None)
+    monkeypatch.delitem(sys.modules['fsspec.registry']._registry, 's3', raising=False)
+    with pytest.raises(ImportError, match=r"needs fsspec and s3fs: pip install 'tensorpack_lite\[s3\]'"):
+        remote_filesystem('s3://bucket/run')
