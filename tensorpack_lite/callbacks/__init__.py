@@ -13,6 +13,7 @@ from .early_stopping import EarlyStopping
 from .hparams import TensorBoardHParams
 from .misc import EstimatedTimeLeft
 from .mlflow_monitor import MLflowMonitor
+from .optuna_pruning import OptunaPruning
 from .monitor import (CometMLMonitor, JSONWriter, MonitorBase, Monitors, NoOpMonitor, ScalarPrinter,
                       SendMonitorData, TFEventWriter)
 from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParamSetter,
@@ -26,6 +27,7 @@ from .steps import MaintainStepCounter, ProgressBar, SessionRunTimeout, TensorPr
 from .summary import MergeAllSummaries, MovingAverageSummary, SimpleMovingAverage
 from .trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
 from .wandb_monitor import WandbMonitor
+from .weight_average import WeightAverage
 
 __all__ = [
     'Callback', 'CallbackFactory', 'ProxyCallback', 'Callbacks',
@@ -48,4 +50,5 @@ __all__ = [
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',
     'MergeAllSummaries', 'MovingAverageSummary', 'SimpleMovingAverage',
     'EnableCallbackIf', 'PeriodicCallback', 'PeriodicTrigger',
+    'WeightAverage', 'OptunaPruning',
 ]

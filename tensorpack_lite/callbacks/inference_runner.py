@@ -11,6 +11,8 @@ Example::
     ]
 """
 
+import contextlib
+
 from ..compat import tf, tfv1
 from ..dataflow.base import DataFlow
 from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
@@ -25,6 +27,7 @@ from ..utils import logger
 from ..utils.argtools import is_int
 from ..utils.utils import get_tqdm
 from .inference import Inferencer
+from .weight_average import AveragesApplied
 
 __all__ = ['InferenceRunnerBase', 'InferenceRunner', 'DataParallelInferenceRunner']
 
@@ -61,11 +64,14 @@ class InferenceRunnerBase(Callback):
     Args:
         input (InputSource): the data; its ``size()`` (steps in one pass) must be known.
         infs (Inferencer or list[Inferencer]): what to compute.
+        averaged (bool): evaluate the weight averages of a
+            :class:`~tensorpack_lite.callbacks.WeightAverage` callback: they are put into the
+            variables for the pass, then the weights back, exactly.
     """
 
     _tower_func = None
 
-    def __init__(self, input, infs):
+    def __init__(self, input, infs, averaged=False):
         if not isinstance(input, InputSource):
             raise TypeError("{} takes an InputSource, got {!r}".format(type(self).__name__, input))
         self._input_source = input
@@ -78,6 +84,8 @@ class InferenceRunnerBase(Callback):
                     type(self).__name__, index, inf))
             inf._runner = self  # marks it as driven by a runner (see Inferencer.setup_graph)
         self.infs = infs
+        self._averaged = bool(averaged)
+        self._averages = None
         self._size = self._get_size(input)
         self._hooks = []
         self._input_callbacks = None
@@ -163,13 +171,17 @@ class InferenceRunnerBase(Callback):
             self._input_callbacks.before_train()
         for inf in self.infs:
             inf.before_train()
-        logger.info("[{}] Will run {} steps per inference pass.".format(self, self._size))
+        if self._averaged:
+            self._averages = AveragesApplied(self.trainer, str(self))
+        logger.info("[{}] Will run {} steps per inference pass{}.".format(
+            self, self._size, " with the averaged weights" if self._averaged else ""))
 
     def _trigger(self):
         for inf in self.infs:
             inf.before_inference()
         self._reset_input()
-        self._run_pass()
+        with self._averages.applied() if self._averages is not None else contextlib.nullcontext():
+            self._run_pass()
         self._report()
 
     def _reset_input(self):
@@ -240,6 +252,9 @@ class InferenceRunner(InferenceRunnerBase):
             InferenceRunner of the trainer.
         tower_func (TowerFunc): builds the tower; ``trainer.tower_func`` by default.
         device (int): GPU to build the tower on; -1 for the CPU.
+        averaged (bool): evaluate the weight averages of a
+            :class:`~tensorpack_lite.callbacks.WeightAverage` callback (docs/callbacks.md,
+            "Weight averaging").
 
     Example::
 
@@ -247,7 +262,7 @@ class InferenceRunner(InferenceRunnerBase):
                         [ScalarStats('cost'), ClassificationError('incorrect_vector')])
     """
 
-    def __init__(self, input, infs, tower_name='InferenceTower', tower_func=None, device=0):
+    def __init__(self, input, infs, tower_name='InferenceTower', tower_func=None, device=0, averaged=False):
         if isinstance(input, DataFlow):
             input = FeedInput(input, infinite=False)
         elif not isinstance(input, InputSource):
@@ -263,7 +278,7 @@ class InferenceRunner(InferenceRunnerBase):
         self._tower_func = tower_func
         self._device_id = device
         self._tower_handle = None
-        super().__init__(input, infs)
+        super().__init__(input, infs, averaged)
 
     @property
     def tower_handle(self):
@@ -312,6 +327,8 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
             ``['/cpu:0', '/cpu:1']``.
         tower_name (str): the prefix of the towers' names (``InferenceTower0``, ...).
         tower_func (TowerFunc): builds the towers; ``trainer.tower_func`` by default.
+        averaged (bool): evaluate the weight averages of a
+            :class:`~tensorpack_lite.callbacks.WeightAverage` callback.
 
     Example::
 
@@ -319,7 +336,7 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
                                     [ScalarStats('cost')], gpus=['/cpu:0', '/cpu:1'])
     """
 
-    def __init__(self, input, infs, gpus, tower_name='InferenceTower', tower_func=None):
+    def __init__(self, input, infs, gpus, tower_name='InferenceTower', tower_func=None, averaged=False):
         if isinstance(input, DataFlow):
             input = QueueInput(input)
         if not isinstance(input, QueueInput):
@@ -333,7 +350,7 @@ class DataParallelInferenceRunner(InferenceRunnerBase):
         self._parallel_hooks = []
         self._parallel_sess = None
         self._handles = []
-        super().__init__(input, infs)
+        super().__init__(input, infs, averaged)
 
     @property
     def tower_handles(self):

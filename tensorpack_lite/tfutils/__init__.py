@@ -15,8 +15,8 @@ from . import (collection, common, gradproc, hooked_session, mixed_precision, mo
 from .argscope import argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope
 from .common import (collect_env_info, get_default_sess_config, get_global_step_value, get_global_step_var,
                      get_tf_version_tuple)
-from .sessinit import (ChainInit, DictRestore, JustCurrentSession, SaverRestore, SaverRestoreRelaxed,
-                       SessionInit, SmartInit, get_model_loader)
+from .sessinit import (AveragedRestore, ChainInit, DictRestore, JustCurrentSession, SaverRestore,
+                       SaverRestoreRelaxed, SessionInit, SmartInit, get_model_loader)
 from .tower import TowerContext, get_current_tower_context
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     'collect_env_info',
     # sessinit
     'SessionInit', 'ChainInit', 'SaverRestore', 'SaverRestoreRelaxed', 'DictRestore', 'JustCurrentSession',
-    'get_model_loader', 'SmartInit',
+    'get_model_loader', 'SmartInit', 'AveragedRestore',
     # argscope
     'argscope', 'get_arg_scope', 'enable_argscope_for_module', 'enable_argscope_for_function',
     # submodules

@@ -20,9 +20,10 @@ from ..compat import tf, tfv1
 from ..utils import logger
 from .common import get_op_tensor_name
 from .varmanip import SessionUpdate, is_training_name, load_npz_file
+from .weight_average import average_name, averaged_values
 
 __all__ = ['SessionInit', 'JustCurrentSession', 'SaverRestore', 'SaverRestoreRelaxed',
-           'DictRestore', 'ChainInit', 'SmartInit', 'get_model_loader']
+           'DictRestore', 'AveragedRestore', 'ChainInit', 'SmartInit', 'get_model_loader']
 
 
 class SessionInit:
@@ -302,6 +303,70 @@ class DictRestore(SessionInit):
         SessionUpdate(sess, self._vars).update(self._values)
 
 
+class AveragedRestore(SessionInit):
+    """Restores the variables from a checkpoint (or a dict) of a run trained with
+    :class:`~tensorpack_lite.callbacks.WeightAverage`, each weight from its average
+    (``WeightAverage/<name>``); variables without one (BatchNorm's statistics...) from their own
+    value. What ``SmartInit(..., averaged=True)`` gives. A source without any average is an error.
+    Otherwise as :class:`DictRestore` (names on one side only are logged; ``ignore_mismatch``).
+
+    Args:
+        source (str or dict): a checkpoint (prefix, one of its files, or a directory: its
+            newest intact checkpoint), an ``.npz`` file, or a dict ``{name: value}``.
+        ignore_mismatch (bool): skip values whose shape differs instead of failing.
+
+    Example::
+
+        PredictConfig(model=Model(), session_init=AveragedRestore('train_log/run1'),
+                      input_names=['image'], output_names=['prob'])
+    """
+
+    def __init__(self, source, ignore_mismatch=False):
+        if isinstance(source, dict):
+            self.path, self._values = None, source
+        elif isinstance(source, (str, os.PathLike)):
+            path = os.path.expanduser(os.fspath(source))
+            if path.endswith(('.npz', '.npy')):
+                self.path, self._values = path, load_npz_file(path)
+            else:
+                self.path, self._values = get_checkpoint_path(path), None
+                checked_reader(self.path)  # a corrupt checkpoint fails now
+        else:
+            raise TypeError("AveragedRestore takes a checkpoint path or directory, an .npz file or a dict, "
+                            "got {!r}".format(source))
+        self._ignore_mismatch = bool(ignore_mismatch)
+        self._restore = None
+
+    def _source_values(self):
+        """The source's values the graph's variables need: their averages where the source has
+        them, else their own (a checkpoint is not read whole: no optimizer slots)."""
+        if self._values is not None:
+            return self._values
+        reader = checked_reader(self.path)
+        present = reader.get_variable_to_shape_map()
+        values = {}
+        for var in tfv1.global_variables():
+            for name in (average_name(var.op.name), var.op.name):
+                if name in present:
+                    values[name] = reader.get_tensor(name)
+        return values
+
+    def _setup_graph(self):
+        values, replaced = averaged_values(self._source_values())
+        where = "checkpoint '{}'".format(self.path) if self.path else "the dict"
+        if not replaced:
+            raise ValueError("AveragedRestore: {} holds no weight averages (variables 'WeightAverage/...'): "
+                             "was it trained with the WeightAverage callback?".format(where))
+        logger.info("AveragedRestore: {} weights from their averages in {}.".format(replaced, where))
+        self._restore = DictRestore(values, ignore_mismatch=self._ignore_mismatch)
+        self._restore.setup_graph()
+
+    def _run_init(self, sess):
+        if self._restore is None:
+            self._setup_graph()
+        self._restore.run_init(sess)
+
+
 class ChainInit(SessionInit):
     """Runs several initializers in order; a later one overwrites what an earlier one set.
 
@@ -326,7 +391,7 @@ class ChainInit(SessionInit):
             init.run_init(sess)
 
 
-def SmartInit(obj, *, ignore_mismatch=False, strict=False):
+def SmartInit(obj, *, ignore_mismatch=False, strict=False, averaged=False):
     """The :class:`SessionInit` for ``obj``:
 
     * None, '' or an empty list: :class:`JustCurrentSession`;
@@ -344,10 +409,23 @@ def SmartInit(obj, *, ignore_mismatch=False, strict=False):
     the graph does not have (see :class:`DictRestore`).
     A path that does not exist raises FileNotFoundError, anything else TypeError.
 
+    ``averaged=True`` loads the weight averages a run trained with
+    :class:`~tensorpack_lite.callbacks.WeightAverage` kept, onto the weights
+    (:class:`AveragedRestore`, for a checkpoint, an ``.npz`` file, a dict or a list of these):
+    the switch for predictors and export (docs/callbacks.md, "Weight averaging").
+
     Example::
 
         SmartInit(['imagenet.npz', 'train_log/finetune'])
+        SmartInit('train_log/run1', averaged=True)      # the averaged weights of its newest checkpoint
     """
+    if averaged:
+        if isinstance(obj, (list, tuple)) and obj:
+            return ChainInit([SmartInit(x, ignore_mismatch=ignore_mismatch, averaged=True) for x in obj])
+        if not isinstance(obj, (str, os.PathLike, dict)) or not obj:
+            raise TypeError("SmartInit(..., averaged=True) takes a checkpoint path or directory, an .npz "
+                            "file, a dict or a list of these, got {!r}".format(obj))
+        return AveragedRestore(obj, ignore_mismatch=ignore_mismatch)
     if obj is None or (isinstance(obj, (str, list, tuple)) and len(obj) == 0):
         return JustCurrentSession()
     if isinstance(obj, SessionInit):

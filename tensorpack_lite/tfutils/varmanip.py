@@ -26,6 +26,7 @@ from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.fs import write_atomically
 from .common import get_op_tensor_name
+from .weight_average import is_average_name
 
 __all__ = ['variable_of_tensor', 'SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
            'load_checkpoint_vars', 'save_checkpoint_vars', 'get_all_checkpoints', 'load_npz_file',
@@ -225,12 +226,12 @@ _TRAINING_ONLY_NAMES = ('global_step', 'learning_rate')
 def is_training_name(name):
     """Whether ``name`` looks like a variable that only training uses: the global step, the
     learning rate, optimizer slots and accumulators (``W/Adam``, ``optimize/beta1_power``...),
-    moving-average summaries, gradient accumulators. Such variables are not reported when
-    they are missing from a checkpoint, and are skipped when a predictor's graph has no
-    place for them."""
+    moving-average summaries, gradient accumulators, the weight averages of ``WeightAverage``.
+    Such variables are not reported when they are missing from a checkpoint, and are skipped
+    when a predictor's graph has no place for them."""
     name = get_op_tensor_name(name)[0]
     return (name in _TRAINING_ONLY_NAMES or bool(_TRAINING_SLOT.search(name))
-            or bool(_ADAM_POWER.search(name))
+            or bool(_ADAM_POWER.search(name)) or is_average_name(name)
             or name.startswith(('EMA/', 'AccumGrad', 'apply_gradients')) or '/EMA/' in name)
 
 

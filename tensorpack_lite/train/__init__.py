@@ -7,6 +7,7 @@ from .distributed import (CollectiveAllReduceTrainer, DistributedTrainerParamete
 from .interface import apply_default_prefetch, launch_train_with_config
 from .horovod_trainer import HorovodTrainer, RankShardData
 from .model_desc import ModelDesc, ModelDescBase
+from .optuna_trial import launch_optuna_trial
 from .tower import SingleCostTrainer, TowerTrainer
 from .trainers import (AsyncMultiGPUTrainer, NoOpTrainer, QueueInputTrainer, SimpleTrainer,
                        SyncMultiGPUTrainer, SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated)
@@ -16,4 +17,5 @@ __all__ = ['StopTraining', 'TrainLoop', 'Trainer', 'DEFAULT_CALLBACKS', 'DEFAULT
            'ModelDesc', 'ModelDescBase', 'SingleCostTrainer', 'TowerTrainer', 'NoOpTrainer',
            'QueueInputTrainer', 'SimpleTrainer', 'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer',
            'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer', 'HorovodTrainer', 'RankShardData',
-           'DistributedTrainerParameterServer', 'DistributedTrainerReplicated', 'CollectiveAllReduceTrainer']
+           'DistributedTrainerParameterServer', 'DistributedTrainerReplicated', 'CollectiveAllReduceTrainer',
+           'launch_optuna_trial']

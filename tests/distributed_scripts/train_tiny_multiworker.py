@@ -21,6 +21,7 @@ import numpy as np
 
 from tensorpack_lite.callbacks.early_stopping import EarlyStopping
 from tensorpack_lite.callbacks.saver import ModelSaver
+from tensorpack_lite.callbacks.weight_average import WeightAverage
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.models import BatchNorm
@@ -95,7 +96,8 @@ def trained_variables():
 
 class DumpWeights(Callback):
     """On every worker: writes the trainable variables when training ends (and whether the
-    file ``marker`` exists then, and the costs an :class:`EveryWorkerCost` recorded)."""
+    file ``marker`` exists then, the costs an :class:`EveryWorkerCost` recorded, and the weight
+    averages of a WeightAverage)."""
 
     _chief_only = False
 
@@ -107,12 +109,16 @@ class DumpWeights(Callback):
         values = self.trainer.sess.run(variables)
         scale = getattr(self.trainer, 'loss_scale', None)
         scale = None if scale is None else self.trainer.sess.run([scale.scale, scale.skipped_steps])
+        averages = [v for v in tfv1.global_variables() if v.op.name.startswith('WeightAverage/')]
+        averaged = self.trainer.sess.run(averages)
         with open(self.path, 'w') as f:
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
                        'loss_scale': None if scale is None else [float(scale[0]), int(scale[1])],
                        'marker_existed': bool(self.marker and os.path.exists(self.marker)),
                        'costs': None if self.costs is None else self.costs.costs,
-                       'weights': {v.op.name: x.tolist() for v, x in zip(variables, values)}}, f)
+                       'weights': {v.op.name: x.tolist() for v, x in zip(variables, values)},
+                       'averages': {v.op.name: np.asarray(x).tolist()
+                                    for v, x in zip(averages, averaged)}}, f)
 
 
 class EveryWorkerCost(RecordCost):
@@ -305,6 +311,11 @@ def parse_args(argv):
     parser.add_argument('--pause-at-step', type=int, help='see PauseAtStep')
     parser.add_argument('--early-stop', help="PATIENCE:V1,V2,...: the chief's EarlyStopping('score', "
                         "patience=PATIENCE) on the score V<epoch> (ScriptedScore)")
+    parser.add_argument('--weight-average', type=float, help='WeightAverage(DECAY, every_k_steps=2) first')
+    parser.add_argument('--optuna-prune-above', help="UPPER:V1,V2,...: the run is an Optuna trial "
+                        "(launch_optuna_trial; the chief's in an in-memory study with ThresholdPruner("
+                        "upper=UPPER)) on the score V<epoch>; each worker writes what it returned to "
+                        "OUT/trial<k>.txt")
     parser.add_argument('--chief-cut-saving', type=int,
                         help="the chief saves global step N's checkpoint once its link is cut (see "
                              "ChiefCutWhileSaving)")
@@ -379,6 +390,22 @@ def wait_for_file(path, timeout):
         time.sleep(0.05)
 
 
+def run_optuna_trial(upper, config, trainer, out):
+    """``config`` as an Optuna trial (the chief asks an in-memory study for it, the others pass
+    None); writes what launch_optuna_trial returned, or that it raised TrialPruned."""
+    import optuna
+    from tensorpack_lite.train import launch_optuna_trial
+    trial = None
+    if trainer.is_chief:
+        trial = optuna.create_study(pruner=optuna.pruners.ThresholdPruner(upper=upper)).ask()
+    try:
+        result = repr(launch_optuna_trial(trial, config, trainer, 'score'))
+    except optuna.TrialPruned as err:
+        result = 'TrialPruned: {}'.format(err)
+    with open(os.path.join(out, 'trial{}.txt'.format(trainer.task_index)), 'w') as f:
+        f.write(result)
+
+
 def main(argv):
     from tensorpack_lite.tfutils.distributed import create_server
     from tensorpack_lite.train.horovod_trainer import RankShardData
@@ -427,6 +454,11 @@ def main(argv):
         patience, _, values = args.early_stop.partition(':')
         callbacks[:0] = [ScriptedScore([float(v) for v in values.split(',')]),   # before ModelSaver
                          EarlyStopping('score', patience=int(patience))]
+    if args.optuna_prune_above and trainer.is_chief:
+        scores = args.optuna_prune_above.partition(':')[2].split(',')
+        callbacks.insert(0, ScriptedScore([float(v) for v in scores]))
+    if args.weight_average is not None:
+        callbacks.insert(0, WeightAverage(args.weight_average, every_k_steps=2))
     if args.chief_loses_data and trainer.is_chief:
         callbacks.append(ChiefLosesData(args.chief_loses_data, marker))
     if args.die_at_step and trainer.task_index == args.die_task:
@@ -446,7 +478,10 @@ def main(argv):
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
                                    steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,
                                    mixed_precision=args.mixed_precision, elastic=policy)
-    launch_train_with_config(config, trainer)
+    if args.optuna_prune_above:
+        run_optuna_trial(float(args.optuna_prune_above.partition(':')[0]), config, trainer, args.out)
+    else:
+        launch_train_with_config(config, trainer)
     if held:     # whether worker 1 was done holding when this worker's training ended
         with open(os.path.join(args.out, 'worker{}.ended'.format(trainer.task_index)), 'w') as f:
             f.write(str(os.path.exists(held)))

@@ -4,10 +4,12 @@ AutoResumeTrainConfig. The test runs it, stops it (SIGTERM or SIGKILL at a step)
 and compares the end with an uninterrupted run.
 
     python digits_resume.py LOGDIR [--input queue|feed] [--towers N] [--save-every K] [--sync-save]
-                            [--shuffle-buffer N] [--sigterm-at STEP | --sigkill-at STEP]
+                            [--shuffle-buffer N] [--weight-average DECAY]
+                            [--sigterm-at STEP | --sigkill-at STEP]
 
 ``--shuffle-buffer N``: each datapoint also carries 20 kB of bytes (an encoded image, say) through a
-``LocallyShuffleData(N)``, dropped after it.
+``LocallyShuffleData(N)``, dropped after it. ``--weight-average DECAY``: a
+``WeightAverage(DECAY, every_k_steps=2)`` first among the callbacks.
 
 Every step's global step is appended to LOGDIR/steps.txt (to count the steps run twice). The
 callback that does it, placed after ModelSaver, also counts the steps in its own state (resumed
@@ -21,7 +23,8 @@ import signal
 from tensorpack_lite import (AugmentImageComponent, AutoResumeTrainConfig, BatchData, Callback, DataFromList,
                              FeedInput, FullyConnected, LocallyShuffleData, MapData, ModelDesc, ModelSaver,
                              PeriodicTrigger, QueueInput, ScheduledHyperParamSetter, SimpleTrainer,
-                             SyncMultiGPUTrainerReplicated, imgaug, launch_train_with_config, logger)
+                             SyncMultiGPUTrainerReplicated, WeightAverage, imgaug, launch_train_with_config,
+                             logger)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.dataflow.dataset import Digits
 from tensorpack_lite.utils.utils import fix_rng_seed
@@ -91,6 +94,7 @@ def main():
     parser.add_argument('--save-every', type=int, default=0)
     parser.add_argument('--sync-save', action='store_true', help='ModelSaver(background=False)')
     parser.add_argument('--shuffle-buffer', type=int, default=0)
+    parser.add_argument('--weight-average', type=float, default=None)
     parser.add_argument('--sigterm-at', type=int, default=-1)
     parser.add_argument('--sigkill-at', type=int, default=-1)
     args = parser.parse_args()
@@ -107,6 +111,8 @@ def main():
                  else saver,
                  ScheduledHyperParamSetter('learning_rate', [(1, 0.05), (2, 0.02)]),
                  StepLog(os.path.join(args.logdir, 'steps.txt'), signal_at, signum)]
+    if args.weight_average is not None:
+        callbacks.insert(0, WeightAverage(args.weight_average, every_k_steps=2))
     df = dataflow(args.shuffle_buffer)
     source = QueueInput(df) if args.input == 'queue' else FeedInput(df)
     session_config = tf.ConfigProto(device_count={'CPU': max(args.towers, 1)},
