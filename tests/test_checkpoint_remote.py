@@ -22,6 +22,7 @@ import pytest
 
 from helpers import HANG_TIMEOUT, capture_logs, kill_process_tree, run_bounded, wait_until
 from tensorpack_lite.cluster.config import held_free_port
+from tensorpack_lite.checkpoint import RemoteMirror, write_checkpoint_state
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
 from tensorpack_lite.utils import logger
@@ -229,6 +230,59 @@ def test_a_failed_upload_leaves_the_bucket_listing_the_previous_checkpoint(s3_en
     assert listed(objects) == FINAL
     assert checkpoint_objects(objects) == sorted(base + part for base in FINAL for part in PARTS)
     logger._detach_file_handler()
+
+
+def test_a_model_saver_writes_to_a_url_beside_a_local_logger_directory(s3_env, tmp_path, fixed_seed):
+    with tfv1.Graph().as_default():
+        _load_script().train('s3://bucket/saver', logger_dir=str(tmp_path / 'log'))
+    objects = s3_env.objects('saver')
+    assert listed(objects) == FINAL    # the checkpoints alone: the logger directory is local
+    assert sorted(objects) == ['checkpoint'] + sorted(base + part for base in FINAL for part in PARTS)
+    assert not [name for name in os.listdir(str(tmp_path / 'log')) if name.startswith('model-')]
+    mirror = local_mirror_dir('s3://bucket/saver', str(tmp_path / 'cache'))
+    assert sorted(n for n in os.listdir(mirror) if n.startswith('model-')) == checkpoint_objects(objects)
+    logger._detach_file_handler()
+
+
+def _local_checkpoint(directory, step):
+    for part in PARTS:
+        with open(os.path.join(directory, 'model-{}{}'.format(step, part)), 'w') as f:
+            f.write('step {} {}'.format(step, part))
+
+
+def test_a_failed_delete_in_the_bucket_is_one_warning_and_is_tried_again(s3_env, tmp_path):
+    mirror = RemoteMirror('s3://bucket/deletes', str(tmp_path / 'mirror'))
+    os.makedirs(mirror.local_dir)
+    for step in (2, 4):
+        _local_checkpoint(mirror.local_dir, step)
+    write_checkpoint_state(mirror.local_dir, [os.path.join(mirror.local_dir, 'model-2'),
+                                              os.path.join(mirror.local_dir, 'model-4')])
+    assert mirror.push_checkpoints()
+    refused = []
+
+    def refuse(path, *args, **kwargs):
+        refused.append(os.path.basename(path))
+        raise PermissionError(errno.EACCES, 'injected refusal', path)
+    _local_checkpoint(mirror.local_dir, 6)
+    for part in PARTS:
+        os.remove(os.path.join(mirror.local_dir, 'model-2' + part))
+    write_checkpoint_state(mirror.local_dir, [os.path.join(mirror.local_dir, 'model-4'),
+                                              os.path.join(mirror.local_dir, 'model-6')])
+    rm_file, mirror.fs.rm_file = mirror.fs.rm_file, refuse   # fsspec's shared instance: put back below
+    try:
+        with capture_logs() as records:
+            assert mirror.push_checkpoints()          # the new listing is up; the delete failed
+            assert mirror.push_checkpoints()          # tried again: no second warning
+    finally:
+        mirror.fs.rm_file = rm_file
+    assert refused == ['model-2.index', 'model-2.index']
+    warnings = records.messages(logging.WARNING)
+    assert len(warnings) == 1 and 'Cannot delete from s3://bucket/deletes: model-2.index' in warnings[0]
+    objects = s3_env.objects('deletes')
+    assert listed(objects) == ['model-4', 'model-6'] and 'model-2.index' in objects
+    assert mirror.push_checkpoints()
+    assert checkpoint_objects(s3_env.objects('deletes')) == sorted(
+        b + p for b in ('model-4', 'model-6') for p in PARTS)
 
 
 def test_logger_dir_of_a_url_is_a_local_mirror(s3_env, tmp_path):

@@ -51,18 +51,20 @@ def kill_when_uploading(name):
     s3fs.S3FileSystem.put_file = put_or_die
 
 
-def train(url):
-    """Train (or resume) the run of ``url``."""
+def train(url, logger_dir=None):
+    """Train (or resume) the run of ``url``: its logger directory, or with ``logger_dir`` the
+    URL of ModelSaver's ``checkpoint_dir``."""
     fix_rng_seed(1234)
     trainer = SimpleTrainer()
     tf.set_random_seed(1234)
-    logger.set_logger_dir(url, action='k')
+    logger.set_logger_dir(logger_dir or url, action='k')
     digits = Digits('train')
     digits.reset_state()
     datapoints = [[image, label] for image, label in digits][:STEPS_PER_EPOCH * BATCH]
     config = AutoResumeTrainConfig(
         model=Model(hidden=16, lr=0.2), dataflow=BatchData(DataFromList(datapoints, shuffle=True), BATCH),
-        callbacks=[PeriodicTrigger(ModelSaver(max_to_keep=2), every_k_steps=2)], max_epoch=EPOCHS,
+        callbacks=[PeriodicTrigger(ModelSaver(max_to_keep=2, checkpoint_dir=url if logger_dir else None),
+                                   every_k_steps=2)], max_epoch=EPOCHS,
         session_config=tf.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1))
     launch_train_with_config(config, trainer)
 
