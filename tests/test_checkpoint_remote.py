@@ -160,6 +160,7 @@ def test_a_run_writes_rotates_and_lists_its_checkpoints_in_the_bucket(s3_env, un
         '.remote-sync.json', 'checkpoint', 'model-12.data-00000-of-00001', 'model-12.index',
         'model-12.resume', 'stats.json']
     assert set(values) >= {'fc0/W', 'fc0/b', 'fc1/W', 'fc1/b'}
+    assert load_chkpt_vars('s3://bucket/whole/model-6.index')['global_step'] == 6   # one checkpoint
 
 
 def test_killed_during_an_upload_resumes_on_a_fresh_machine_as_never_stopped(
