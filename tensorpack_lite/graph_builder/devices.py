@@ -14,6 +14,7 @@ import operator
 from contextlib import contextmanager
 
 from ..compat import tf, tfv1
+from ..tfutils.collective import communication_hint  # re-exported: the devices' hint
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
 from ..utils.argtools import is_int
@@ -39,13 +40,6 @@ def task_cpu(job_name, task_index):
 def is_gpu_tower(tower):
     """Whether a tower (GPU id or device string) is on a GPU."""
     return tf.DeviceSpec.from_string(tower_device(tower)).device_type.upper() == 'GPU'
-
-
-def communication_hint(tower):
-    """The ``communication_hint`` of a collective op on ``tower``: ``'nccl'`` on a GPU (the
-    reduction runs on the GPUs through NCCL), else ``'ring'`` (TensorFlow's ring, on the CPU,
-    over gRPC between processes)."""
-    return 'nccl' if is_gpu_tower(tower) else 'ring'
 
 
 def _device_spec(device, owner):

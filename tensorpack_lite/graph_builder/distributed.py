@@ -19,6 +19,8 @@ workers makes the update one process makes on the N batches together, whatever t
 import hashlib
 
 from ..compat import tf, tfv1
+from ..tfutils.collective import (all_reduce, broadcast, cluster_group, instance_key, instance_keys,
+                                  worker_group)
 from ..tfutils.distributed import cluster_of_server
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
@@ -360,7 +362,11 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     the op copying the chief's global variables to every worker (with collective ops, as the
     start-up checks).
 
-    Every worker must build the same model with the same number of towers.
+    Every worker must build the same model with the same number of towers. The collective ops
+    and their keys come from :mod:`~tensorpack_lite.tfutils.collective`: the gradients are
+    reduced in the :func:`~tensorpack_lite.tfutils.collective.cluster_group` of every tower of
+    every worker, the checks and broadcasts in the
+    :func:`~tensorpack_lite.tfutils.collective.worker_group` of their CPUs.
 
     Args:
         towers (int or list): this worker's towers (GPU ids or device strings).
@@ -373,12 +379,6 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         exchange (str): ``'collective'``, the only one left (the removed ``'sockets'`` and
             ``'queues'`` are an error saying so).
     """
-
-    GRADIENT_GROUP_KEY = 91
-    """The collective group of all towers of all workers."""
-
-    CHIEF_GROUP_KEY = 92
-    """The collective group of the CPU of every worker (variable checks, broadcasts)."""
 
     NUM_PACKS = 4
     """Gradients smaller than 1 / NUM_PACKS of all of them are packed together into pieces of
@@ -398,11 +398,6 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     """``max_subdivs_per_device`` of each ``CollectiveReduceV2``: how many pieces TensorFlow's
     ring cuts each tensor into per device (-1: the op's default; 1, 2 and 4 were tried, no gain)."""
 
-    _CHECK_KEYS = (1, 2)
-    _TENSOR_BROADCAST_KEY = 3
-    _FIRST_GRADIENT_KEY = 1000
-    _FIRST_BROADCAST_KEY = 1 << 24
-
     def __init__(self, towers, server, average=True, compression=None, exchange='collective'):
         check_compression(compression, type(self).__name__)
         check_exchange(exchange, type(self).__name__)
@@ -414,13 +409,14 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         super().__init__(_worker_towers(towers, self.cluster, type(self).__name__), average, 'collective')
         self.is_chief = self.cluster.is_chief
         self.group_size = self.cluster.num_worker * len(self.towers)
+        self._group = cluster_group(self.group_size)
+        self._workers = worker_group(self.cluster.num_worker)
         self.cpu_device = self.cluster.task_name + '/device:CPU:0'
         self.compression = compression
         self.exchange = exchange
         self._reduce_along = None
         self.reduced_along = None
         self._compressor = GradientCompression(compression) if compression else None
-        self._gradient_keys = iter(range(self._FIRST_GRADIENT_KEY, self._FIRST_BROADCAST_KEY))
         if compression:
             logger.info("{}: gradients travel as {} and are summed in {} (a ring-level all-reduce).".format(
                 type(self).__name__, compression, compression))
@@ -460,21 +456,21 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         hints = [communication_hint(device) for device in self.raw_devices]
         plan = PiecePlan(all_tensors[0], *self._piece_limits(all_tensors[0], set(hints) == {'nccl'}),
                          order=backprop_order(all_tensors[0]))
-        instance_keys = [next(self._gradient_keys) for _ in plan.pieces]
+        keys = instance_keys(self._group, 'gradients', len(plan.pieces))
         result = []
         with tf.name_scope('collective_allreduce'):
-            for tensors, device, hint in zip(all_tensors, self.raw_devices, hints):
+            for tensors, device in zip(all_tensors, self.raw_devices):
                 with tf.device(device):
                     pieces = plan.pack(tensors)
-                    reduced = [self._reduce_piece(piece, key, hint, pieces[k - 1].op if k else None)
-                               for k, (piece, key) in enumerate(zip(pieces, instance_keys))]
+                    reduced = [self._reduce_piece(piece, key, device, pieces[k - 1].op if k else None)
+                               for k, (piece, key) in enumerate(zip(pieces, keys))]
                     result.append(plan.unpack(reduced))
         return result
 
-    def _reduce_piece(self, piece, key, hint, earlier):
+    def _reduce_piece(self, piece, key, device, earlier):
         if self._compresses(piece.dtype):
-            return self._compressed_reduce(piece, key, hint, earlier)
-        return self._reduce(piece, key, hint, earlier)
+            return self._compressed_reduce(piece, key, device, earlier)
+        return self._reduce(piece, key, device, earlier)
 
     def _piece_limits(self, tensors, nccl):
         """``(cut_elements, pack_elements)`` of :class:`PiecePlan` (see :attr:`NUM_PACKS`,
@@ -488,7 +484,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     def _compresses(self, dtype):
         return self._compressor is not None and self._compressor.applies_to(dtype)
 
-    def _reduce(self, piece, key, hint, earlier, final_op=None):
+    def _reduce(self, piece, key, device, earlier, final_op=None):
         """The all-reduce of ``piece``, started once ``earlier`` (an op or None) has run: the
         op packing the piece before it, so that no piece starts before those ahead of it in
         backprop's order can (their transfers then overlap: waiting for the previous piece's
@@ -496,17 +492,15 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         if final_op is None:
             final_op = 'Div' if self._average else 'Id'
         with tf.control_dependencies([earlier] if earlier is not None else []):
-            return tf.raw_ops.CollectiveReduceV2(
-                input=piece, group_size=self.group_size, group_key=self.GRADIENT_GROUP_KEY, instance_key=key,
-                ordering_token=[], merge_op='Add', final_op=final_op,
-                communication_hint=hint, max_subdivs_per_device=self.MAX_SUBDIVS_PER_DEVICE)
+            return all_reduce(piece, self._group, key, device, final_op=final_op,
+                              max_subdivs_per_device=self.MAX_SUBDIVS_PER_DEVICE)
 
-    def _compressed_reduce(self, piece, key, hint, earlier):
+    def _compressed_reduce(self, piece, key, device, earlier):
         """The compressed all-reduce of ``piece``: to average, multiplied by 1 / group size
         first; rounded to 16 bits; summed in 16 bits by the same collective op as the exact path;
         back in ``piece`` 's dtype (see :mod:`~tensorpack_lite.graph_builder.compression`)."""
         scale = 1.0 / self.group_size if self._average else None
-        total = self._reduce(self._compressor.encode(piece, scale), key, hint, earlier, final_op='Id')
+        total = self._reduce(self._compressor.encode(piece, scale), key, device, earlier, final_op='Id')
         return self._compressor.decode(total, piece.dtype.base_dtype)
 
     def build_variable_check(self):
@@ -516,23 +510,18 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         digest = tf.constant(_variables_digest(tfv1.global_variables()), tf.int64)
         if self.cluster.num_worker == 1:
             return digest, digest, digest
-        with tf.name_scope('check_variables'), tf.device(self.cpu_device):
-            extremes = [tf.raw_ops.CollectiveReduceV2(
-                input=digest, group_size=self.cluster.num_worker, group_key=self.CHIEF_GROUP_KEY,
-                instance_key=key, ordering_token=[], merge_op=op, final_op='Id')
-                for key, op in zip(self._CHECK_KEYS, ('Min', 'Max'))]
+        with tf.name_scope('check_variables'):
+            extremes = [all_reduce(digest, self._workers, instance_key(self._workers, 'check_variables', op),
+                                   self.cpu_device, merge_op=op) for op in ('Min', 'Max')]
         return digest, extremes[0], extremes[1]
 
     def broadcast_tensor(self, tensor):
         """The chief's value of ``tensor`` (an int64 vector of known shape), on every worker."""
         if self.cluster.num_worker == 1:
             return tf.identity(tensor)
-        keys = dict(group_size=self.cluster.num_worker, group_key=self.CHIEF_GROUP_KEY,
-                    instance_key=self._TENSOR_BROADCAST_KEY)
-        with tf.name_scope('broadcast_from_chief'), tf.device(self.cpu_device):
-            if self.is_chief:
-                return tf.raw_ops.CollectiveBcastSendV2(input=tensor, **keys)
-            return tf.raw_ops.CollectiveBcastRecvV2(T=tensor.dtype, shape=tensor.shape, **keys)
+        key = instance_key(self._workers, 'broadcast_from_chief/' + tensor.op.name, 'broadcast')
+        with tf.name_scope('broadcast_from_chief'):
+            return broadcast(tensor, self._workers, key, self.is_chief, self.cpu_device)
 
     def build_broadcast(self):
         """The op copying every global variable of the chief to every worker (None for one
@@ -542,13 +531,8 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
         ops = []
         with tf.name_scope('broadcast_from_chief'), tf.device(self.cpu_device):
             variables = sorted(tfv1.global_variables(), key=lambda v: v.op.name)
-            for index, var in enumerate(variables):
-                keys = dict(group_size=self.cluster.num_worker, group_key=self.CHIEF_GROUP_KEY,
-                            instance_key=self._FIRST_BROADCAST_KEY + index)
-                if self.is_chief:
-                    ops.append(tf.raw_ops.CollectiveBcastSendV2(input=var.read_value(), **keys).op)
-                else:
-                    value = tf.raw_ops.CollectiveBcastRecvV2(T=var.dtype.base_dtype, shape=var.shape, **keys)
-                    ops.append(var.assign(value).op)
+            for var, key in zip(variables, instance_keys(self._workers, 'broadcast', len(variables))):
+                value = broadcast(var, self._workers, key, self.is_chief)
+                ops.append(value.op if self.is_chief else var.assign(value).op)
         logger.info("'broadcast_from_chief' copies {} variables.".format(len(variables)))
         return tf.group(*ops, name='broadcast_from_chief')

@@ -13,12 +13,11 @@ tensors), :func:`merge_grad_list` puts them back together. Then
   that an all-reduce moves fewer, larger messages.
 """
 
-import itertools
-
 from ..compat import tf
+from ..tfutils.collective import all_reduce, instance_keys, tower_group
 from ..utils import logger
 from ..utils.argtools import call_only_once
-from .devices import LeastLoadedDeviceSetter, communication_hint, is_gpu_tower  # the first: tensorpack's path
+from .devices import LeastLoadedDeviceSetter, is_gpu_tower  # the first: tensorpack's path
 
 __all__ = ['split_grad_list', 'merge_grad_list', 'dense_gradient', 'aggregate_grads',
            'average_grads', 'allreduce_grads', 'allreduce_grads_hierarchical', 'allreduce_grads_collective',
@@ -157,14 +156,11 @@ def allreduce_grads_hierarchical(all_grads, devices, average=False):
     return [list(grads) for grads in zip(*per_variable)]
 
 
-_GROUP_KEYS = itertools.count(1)
-_INSTANCE_KEYS = itertools.count(1)
-
-
 def allreduce_grads_collective(all_grads, devices, average):
     """All-reduce with TensorFlow's collective ops (``CollectiveReduceV2``), which run on any
     device type: on GPUs through NCCL (communication hint ``'nccl'``), on CPU devices by
-    TensorFlow's ring (``'ring'``). Every tower's gradients form one collective group.
+    TensorFlow's ring (``'ring'``). The towers form one collective group
+    (:func:`~tensorpack_lite.tfutils.collective.tower_group`), each gradient one reduction.
 
     Args:
         all_grads: K lists of N gradients.
@@ -180,18 +176,12 @@ def allreduce_grads_collective(all_grads, devices, average):
             len(all_grads), num_device))
     if num_device == 1:
         return [list(grads) for grads in all_grads]
-    group_key = next(_GROUP_KEYS)
+    group = tower_group(num_device, devices[0])
     per_variable = []
-    for grads in zip(*all_grads):
-        instance_key = next(_INSTANCE_KEYS)
-        reduced = []
-        for grad, device in zip(grads, devices):
-            with tf.device(device):
-                reduced.append(tf.raw_ops.CollectiveReduceV2(
-                    input=dense_gradient(grad), group_size=num_device, group_key=group_key,
-                    instance_key=instance_key, ordering_token=[], merge_op='Add',
-                    final_op='Div' if average else 'Id', communication_hint=communication_hint(device)))
-        per_variable.append(reduced)
+    for grads, key in zip(zip(*all_grads), instance_keys(group, 'gradients', len(all_grads[0]))):
+        per_variable.append([all_reduce(dense_gradient(grad), group, key, device,
+                                        final_op='Div' if average else 'Id')
+                             for grad, device in zip(grads, devices)])
     return [list(grads) for grads in zip(*per_variable)]
 
 
