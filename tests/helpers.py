@@ -307,11 +307,24 @@ def assert_16_bit_sum(value, parts, compression, scale=1):
 
 
 def kill_process_tree(proc):
-    """SIGKILL a subprocess.Popen and every process under it (a timed-out launcher's ranks)."""
-    try:
-        family = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
-    except psutil.NoSuchProcess:
-        family = []
+    """SIGKILL a subprocess.Popen and every process under it (a timed-out launcher's ranks).
+
+    Safe once ``proc`` was reaped (its pid may then belong to another process): the processes
+    under it are then found as the members of its session, when it was started in a session of
+    its own (``start_new_session=True``), whose id no other process can take while one is left."""
+    family = []
+    if proc.returncode is None:   # not reaped: the pid is still its own (a zombie at worst)
+        try:
+            leader = psutil.Process(proc.pid)
+            family = leader.children(recursive=True) + [leader]
+        except psutil.NoSuchProcess:
+            pass
+    for member in psutil.process_iter():
+        try:
+            if member.pid != os.getpid() and os.getsid(member.pid) == proc.pid:
+                family.append(member)
+        except (OSError, psutil.NoSuchProcess):
+            pass
     for member in family:
         try:
             member.send_signal(signal.SIGKILL)
