@@ -1,4 +1,9 @@
-"""Where a tower's tensors lie in the flat pieces that collective all-reduces move.
+"""Where a tower's tensors lie in the flat pieces that all-reduces move: the one packing core of
+the gradients. A :class:`PieceLayout` says which elements of which tensor lie where in which
+piece, checks the tensors it is given and takes them out of the (reduced) pieces again;
+:class:`PiecePlan` plans the layout of the collective all-reduces across processes, and
+:class:`~tensorpack_lite.graph_builder.utils.GradientPacker` (tensorpack's) cuts the
+concatenation of a tower's gradients into equal pieces (:meth:`PieceLayout.concatenated`).
 
 On CPUs, TensorFlow's collective ring spends most of its time copying bytes (issue 28,
 docs/distributed.md), so the way gradients are packed matters: a :class:`PiecePlan` copies
@@ -17,7 +22,7 @@ import collections
 
 from ..compat import tf
 
-__all__ = ['PiecePlan', 'Segment', 'ALIGN_BYTES']
+__all__ = ['PieceLayout', 'PiecePlan', 'Segment', 'ALIGN_BYTES']
 
 ALIGN_BYTES = 64
 """Every segment of a piece starts at a multiple of this many bytes (see the module's text)."""
@@ -39,7 +44,90 @@ def _round_up(value, multiple):
     return -(-value // multiple) * multiple
 
 
-class PiecePlan:
+class PieceLayout:
+    """Where a list of tensors (one tower's) lies in flat pieces: one list of :class:`Segment`
+    per piece (:attr:`pieces`), for tensors of the shapes and dtypes of ``tensors``.
+    :meth:`pack` makes the pieces (a concat for a piece of several segments), :meth:`unpack`
+    takes the tensors out of them."""
+
+    def __init__(self, tensors, pieces=()):
+        self._shapes = [tensor.shape for tensor in tensors]
+        self._dtypes = [tensor.dtype.base_dtype for tensor in tensors]
+        self.pieces = [list(piece) for piece in pieces]
+
+    @classmethod
+    def concatenated(cls, tensors, piece_sizes):
+        """The layout that cuts the concatenation of ``tensors`` (flattened, of fully defined
+        shapes, in their order) into consecutive pieces of ``piece_sizes`` elements; a tensor
+        may span several pieces."""
+        sizes = [tensor.shape.num_elements() for tensor in tensors]
+        if sum(piece_sizes) != sum(sizes):
+            raise ValueError("PieceLayout: pieces of {} elements in all for tensors of {}".format(
+                sum(piece_sizes), sum(sizes)))
+        pieces, position, starts = [], 0, [sum(sizes[:index]) for index in range(len(sizes))]
+        for size in piece_sizes:
+            end = position + size
+            pieces.append([Segment(index, max(start, position) - start, min(start + length, end) - start,
+                                   max(start, position) - position)
+                           for index, (start, length) in enumerate(zip(starts, sizes))
+                           if max(start, position) < min(start + length, end)])
+            position = end
+        return cls(tensors, pieces)
+
+    def check(self, tensors):
+        """A ValueError unless ``tensors`` have the planned number, shapes and dtypes."""
+        if len(tensors) != len(self._shapes):
+            raise ValueError("{}: planned for {} tensors, got {}".format(
+                type(self).__name__, len(self._shapes), len(tensors)))
+        for index, tensor in enumerate(tensors):
+            if tensor.shape != self._shapes[index] or tensor.dtype.base_dtype != self._dtypes[index]:
+                raise ValueError("{}: tensor {} ({}) is {} of shape {}, planned {} of shape {}".format(
+                    type(self).__name__, index, tensor.name, tensor.dtype.name, tensor.shape,
+                    self._dtypes[index].name, self._shapes[index]))
+
+    def pack(self, tensors):
+        """Tensors shaped like the planned ones -> the flat pieces (one concat per piece of
+        several segments; a piece of one whole tensor is that tensor, flattened)."""
+        self.check(tensors)
+        flat = [tensor if shape.num_elements() is None else tf.reshape(tensor, [-1])
+                for tensor, shape in zip(tensors, self._shapes)]
+        pieces = []
+        for segments in self.pieces:
+            parts, position = [], 0
+            for segment in segments:
+                if segment.offset > position:
+                    parts.append(tf.zeros([segment.offset - position], self._dtypes[segment.index]))
+                parts.append(self._cut(flat[segment.index], segment, self._shapes[segment.index]))
+                position = segment.offset + (segment.size or 0)
+            pieces.append(parts[0] if len(parts) == 1 else tf.concat(parts, 0))
+        return pieces
+
+    @staticmethod
+    def _cut(flat, segment, shape):
+        if segment.start is None or segment.size == shape.num_elements():
+            return flat
+        return flat[segment.start:segment.stop]
+
+    def unpack(self, pieces):
+        """The (reduced) pieces -> tensors in the planned shapes: slices of the pieces, joined
+        by a concat only for a tensor that was cut."""
+        if len(pieces) != len(self.pieces):
+            raise ValueError("{}: planned {} pieces, got {}".format(
+                type(self).__name__, len(self.pieces), len(pieces)))
+        parts = [[] for _ in self._shapes]
+        for piece, segments in zip(pieces, self.pieces):
+            for segment in segments:
+                whole = segment.start is None or (segment.offset == 0 and len(segments) == 1)
+                parts[segment.index].append(
+                    piece if whole else piece[segment.offset:segment.offset + segment.size])
+        tensors = []
+        for found, shape in zip(parts, self._shapes):
+            flat = found[0] if len(found) == 1 else tf.concat(found, 0)
+            tensors.append(flat if shape.num_elements() is None else tf.reshape(flat, shape))
+        return tensors
+
+
+class PiecePlan(PieceLayout):
     """The pieces a list of tensors (one tower's) is all-reduced in.
 
     A tensor of more than ``cut_elements(dtype)`` elements is cut into pieces of its own, of
@@ -69,8 +157,7 @@ class PiecePlan:
     """
 
     def __init__(self, tensors, cut_elements=None, pack_elements=None, order=None):
-        self._shapes = [tensor.shape for tensor in tensors]
-        self._dtypes = [tensor.dtype.base_dtype for tensor in tensors]
+        super().__init__(tensors)
         pack_elements = pack_elements or cut_elements
         if pack_elements is None:
             raise ValueError("PiecePlan: give cut_elements, pack_elements or both")
@@ -79,7 +166,6 @@ class PiecePlan:
             raise ValueError("PiecePlan: order must hold each of the {} tensors' indices once, got {}".format(
                 len(tensors), order))
         self.order = order
-        self.pieces = []
         filling = {}                                # dtype -> the piece being filled
         for index in order:
             dtype = self._dtypes[index]
@@ -111,53 +197,3 @@ class PiecePlan:
     def _length(piece):
         last = piece[-1]
         return last.offset + last.size
-
-    def _check(self, tensors):
-        if len(tensors) != len(self._shapes):
-            raise ValueError("PiecePlan: planned for {} tensors, got {}".format(
-                len(self._shapes), len(tensors)))
-        for index, tensor in enumerate(tensors):
-            if tensor.shape != self._shapes[index] or tensor.dtype.base_dtype != self._dtypes[index]:
-                raise ValueError("PiecePlan: tensor {} ({}) is {} of shape {}, planned {} of shape {}".format(
-                    index, tensor.name, tensor.dtype.name, tensor.shape, self._dtypes[index].name,
-                    self._shapes[index]))
-
-    def pack(self, tensors):
-        """Tensors shaped like the planned ones -> the flat pieces (one concat per piece of
-        several segments; a piece of one whole tensor is that tensor, flattened)."""
-        self._check(tensors)
-        flat = [tensor if shape.num_elements() is None else tf.reshape(tensor, [-1])
-                for tensor, shape in zip(tensors, self._shapes)]
-        pieces = []
-        for segments in self.pieces:
-            parts, position = [], 0
-            for segment in segments:
-                if segment.offset > position:
-                    parts.append(tf.zeros([segment.offset - position], self._dtypes[segment.index]))
-                parts.append(self._cut(flat[segment.index], segment, self._shapes[segment.index]))
-                position = segment.offset + (segment.size or 0)
-            pieces.append(parts[0] if len(parts) == 1 else tf.concat(parts, 0))
-        return pieces
-
-    @staticmethod
-    def _cut(flat, segment, shape):
-        if segment.start is None or segment.size == shape.num_elements():
-            return flat
-        return flat[segment.start:segment.stop]
-
-    def unpack(self, pieces):
-        """The (reduced) pieces -> tensors in the planned shapes: slices of the pieces, joined
-        by a concat only for a tensor that was cut."""
-        if len(pieces) != len(self.pieces):
-            raise ValueError("PiecePlan: planned {} pieces, got {}".format(len(self.pieces), len(pieces)))
-        parts = [[] for _ in self._shapes]
-        for piece, segments in zip(pieces, self.pieces):
-            for segment in segments:
-                whole = segment.start is None or (segment.offset == 0 and len(segments) == 1)
-                parts[segment.index].append(
-                    piece if whole else piece[segment.offset:segment.offset + segment.size])
-        tensors = []
-        for found, shape in zip(parts, self._shapes):
-            flat = found[0] if len(found) == 1 else tf.concat(found, 0)
-            tensors.append(flat if shape.num_elements() is None else tf.reshape(flat, shape))
-        return tensors

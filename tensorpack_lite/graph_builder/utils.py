@@ -18,6 +18,7 @@ from ..tfutils.collective import all_reduce, instance_keys, tower_group
 from ..utils import logger
 from ..utils.argtools import call_only_once
 from .devices import LeastLoadedDeviceSetter, is_gpu_tower  # the first: tensorpack's path
+from .pieces import PieceLayout
 
 __all__ = ['split_grad_list', 'merge_grad_list', 'dense_gradient', 'aggregate_grads',
            'average_grads', 'allreduce_grads', 'allreduce_grads_hierarchical', 'allreduce_grads_collective',
@@ -187,7 +188,8 @@ def allreduce_grads_collective(all_grads, devices, average):
 
 class GradientPacker:
     """Concatenates the N gradients of a tower into ``num_split`` flat tensors before an
-    all-reduce, and splits them back afterwards.
+    all-reduce, and splits them back afterwards (tensorpack's API on the layout of
+    :meth:`~tensorpack_lite.graph_builder.pieces.PieceLayout.concatenated`).
 
     Example::
 
@@ -218,9 +220,7 @@ class GradientPacker:
                 logger.info("GradientPacker: not packing, the shape of {} is {}.".format(
                     grad.name, grad.shape))
                 return False
-        self._shapes = [grad.shape for grad in grads]
-        self._sizes = [grad.shape.num_elements() for grad in grads]
-        total = sum(self._sizes)
+        total = sum(grad.shape.num_elements() for grad in grads)
         if total < self.MIN_ELEMENTS_PER_SPLIT * self._num_split:
             logger.info("GradientPacker: not packing {} gradient elements into {} splits (too few).".format(
                 total, self._num_split))
@@ -229,32 +229,30 @@ class GradientPacker:
             logger.info("GradientPacker: not packing gradients of different dtypes.")
             return False
         split = total // self._num_split
-        self._split_sizes = [split] * (self._num_split - 1) + [total - split * (self._num_split - 1)]
+        self._layout = PieceLayout.concatenated(
+            grads, [split] * (self._num_split - 1) + [total - split * (self._num_split - 1)])
         logger.info("GradientPacker: packing {} gradients ({} elements) into {} splits.".format(
             len(grads), total, self._num_split))
         return True
 
     def _check_planned(self):
-        if not hasattr(self, '_split_sizes'):
+        if not hasattr(self, '_layout'):
             raise RuntimeError("GradientPacker: compute_strategy() has not returned True yet")
 
     def pack(self, grads):
-        """One tower's N gradients -> ``num_split`` flat tensors."""
+        """One tower's N gradients -> ``num_split`` flat tensors: one concat, one split."""
         self._check_planned()
-        for index, (grad, shape) in enumerate(zip(grads, self._shapes)):
-            if grad.shape != shape:
-                raise ValueError("GradientPacker: gradient {} ({}) has shape {}, planned {}".format(
-                    index, grad.name, grad.shape, shape))
+        grads = [dense_gradient(g) for g in grads]
+        self._layout.check(grads)
         with tf.name_scope('GradientPacker'):
-            flat = tf.concat([tf.reshape(dense_gradient(g), [-1]) for g in grads], 0, name='concat_grads')
-            return tf.split(flat, self._split_sizes)
+            flat = tf.concat([tf.reshape(g, [-1]) for g in grads], 0, name='concat_grads')
+            return tf.split(flat, [sum(segment.size for segment in piece) for piece in self._layout.pieces])
 
     def unpack(self, packs):
         """``num_split`` flat tensors -> the N gradients, in their shapes."""
         self._check_planned()
         with tf.name_scope('GradientPacker'):
-            flat = tf.concat(packs, 0, name='concat_packs')
-            return [tf.reshape(g, shape) for g, shape in zip(tf.split(flat, self._sizes), self._shapes)]
+            return self._layout.unpack(packs)
 
     def pack_all(self, all_grads, devices):
         """:meth:`pack` of every tower's list, on its device."""
