@@ -52,10 +52,14 @@ class S3Server:
         command = [sys.executable, '-m', 'moto.server', '-H', '127.0.0.1', '-p', str(self.port)]
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        assert wait_until(self._answers, timeout=60, interval=0.1), open(self.log.name).read()[-3000:]
-        self.fs = s3fs.S3FileSystem(endpoint_url=self.endpoint, key='testing', secret='testing',
-                                    skip_instance_cache=True)
-        self.fs.mkdir(BUCKET)
+        try:
+            assert wait_until(self._answers, timeout=60, interval=0.1), open(self.log.name).read()[-3000:]
+            self.fs = s3fs.S3FileSystem(endpoint_url=self.endpoint, key='testing', secret='testing',
+                                        skip_instance_cache=True)
+            self.fs.mkdir(BUCKET)
+        except BaseException:   # no fixture teardown for a setup that failed: stop it here
+            self.stop()
+            raise
 
     def _answers(self):
         assert self.proc.poll() is None, open(self.log.name).read()[-3000:]
