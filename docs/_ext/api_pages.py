@@ -95,6 +95,7 @@ MORE_MODULES = [
     'tensorpack_lite.graph_builder.mpi_ops',
     'tensorpack_lite.graph_builder.compression',
     'tensorpack_lite.graph_builder.backprop_order',
+    'tensorpack_lite.graph_builder.pieces',
     'tensorpack_lite.tfutils.collective',
     'tensorpack_lite.tfutils.sync_statistics',
     'tensorpack_lite.tfutils.preemption_vote',
