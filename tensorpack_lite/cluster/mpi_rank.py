@@ -56,9 +56,10 @@ def _die_of(number):
 
 def run_rank(command, grace=DEFAULT_GRACE):
     """Run ``command`` (a list) as a child and return its exit code. When signal n ended it,
-    log that (with ``$PMI_RANK`` and the pid) and, unless the rank was aborting the job (it
-    says so on the pipe in ``$TENSORPACK_MPI_RANK_FD`` first), wait: when another rank ends
-    within ``grace`` seconds, return 128 + n, else die of signal n (no return then)."""
+    log that (with the rank its launcher gave, :func:`~tensorpack_lite.utils.mpi_launcher.mpi_rank`,
+    and the pid) and, unless the rank was aborting the job (it says so on the pipe in
+    ``$TENSORPACK_MPI_RANK_FD`` first), wait: when another rank ends within ``grace`` seconds,
+    return 128 + n, else die of signal n (no return then)."""
     passed_on = (signal.SIGUSR1, signal.SIGINT)   # hydra signals the process group: the command gets them
     for number in passed_on:
         signal.signal(number, signal.SIG_IGN)
