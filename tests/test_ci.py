@@ -144,15 +144,17 @@ def test_without_extras_hides_dot_and_chromium_from_the_path_and_keeps_the_rest(
     assert failing.returncode == 3
 
 
-def test_ci_runs_the_docs_command_and_a_slice_of_the_test_command_with_the_extras_hidden():
-    """Before the main run: the README's docs command, then its test command on the tests that
-    use dot, chromium or chromedriver, outside CI mode and with no site built for them."""
+def test_ci_runs_the_docs_command_and_the_tests_using_the_extras_with_the_extras_hidden():
+    """The README's docs command before the main run; after it, the pytest part of its test command
+    on the tests that use dot, chromium or chromedriver, outside CI mode, the site built by them."""
     script = open(os.path.join(REPO, '.ci', 'run'), encoding='utf-8').read()
     code = [line for line in script.splitlines() if not line.lstrip().startswith('#')]
     docs = code.index('(cd "$REPO" && bash .ci/without_extras.sh bash -c "$DOCS_COMMAND")')
-    slice_line = code.index('EXTRAS_SLICE="${TEST_COMMAND% tests} tests/test_docs_site.py '
-                            'tests/test_docs_diagrams.py"')
-    run_slice = code.index('(cd "$REPO" && env -u TENSORPACK_LITE_CI bash .ci/without_extras.sh '
-                           'bash -c "$EXTRAS_SLICE")')
-    site = code.index('export TENSORPACK_LITE_DOCS_SITE="$REPO/docs/_build/html"')
-    assert docs < slice_line < run_slice < site
+    main = code.index('(cd "$REPO" && eval "$TEST_COMMAND")')
+    pytest_part = code.index('EXTRAS_SLICE="${TEST_COMMAND##*&& }"')
+    files = code.index('EXTRAS_SLICE="${EXTRAS_SLICE% tests} tests/test_docs_site.py '
+                       'tests/test_docs_diagrams.py"')
+    run_slice = code.index('(cd "$REPO" && env -u TENSORPACK_LITE_CI -u TENSORPACK_LITE_DOCS_SITE '
+                           'bash .ci/without_extras.sh bash -c "$EXTRAS_SLICE")')
+    assert docs < main < pytest_part < files < run_slice
+    assert readme_command('test').split('&& ')[-1] == 'python -m pytest -q tests'
