@@ -39,6 +39,7 @@ import threading
 import weakref
 
 from ..compat import tf, tfv1
+from ..utils.argtools import is_int
 from .tower_context import get_current_tower_context
 
 __all__ = ['CollectiveGroup', 'tower_group', 'cluster_group', 'worker_group', 'instance_key', 'instance_keys',
@@ -67,9 +68,9 @@ class CollectiveGroup(object):
     """The members of a collective reduction: how many, and the group key they share."""
 
     def __init__(self, size, key):
-        if not isinstance(size, int) or size < 1:
+        if not is_int(size) or size < 1:
             raise ValueError("CollectiveGroup: size must be a positive int, got {!r}".format(size))
-        if not isinstance(key, int) or not 0 < key < 2 ** 31:
+        if not is_int(key) or not 0 < key < 2 ** 31:
             raise ValueError("CollectiveGroup: key must be an int in [1, 2**31), got {!r}".format(key))
         self.size = size
         self.key = key
