@@ -108,6 +108,7 @@ MORE_MODULES = [
     'tensorpack_lite.utils.stats_json',
     'tensorpack_lite.utils.zmq_security',
     'tensorpack_lite.utils.mpi_launcher',
+    'tensorpack_lite.utils.death_signal',
     'tensorpack_lite.compat',
     # processes and clusters
     'tensorpack_lite.cluster.source',
