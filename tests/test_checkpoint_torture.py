@@ -34,11 +34,6 @@ SAMPLE = 30
 """Points run by the sampled test (about 1 s each on 2 cores)."""
 
 
-def _fsync_of_a_file(point):
-    """An fsync error on a checkpoint's file (not the directory): ignored today (see the xfail)."""
-    return point.syscall in ('fsync', 'fdatasync') and point.action != 'kill' and '(<dir>)' not in point.what
-
-
 @pytest.mark.parametrize('listed', [False, True], ids=['unlisted', 'listed'])
 def test_a_checkpoint_cut_before_its_resume_state_is_no_resume_point(tmp_path, listed):
     """What the harness found (case "save 6 python #1 openat(model-6.resume.*.tmp): kill"): a kill
@@ -111,7 +106,7 @@ def test_a_seeded_sample_of_kills_and_faults(harness, reference):
     stops the run naming the checkpoint, or (after the commit) training goes on, with one warning
     naming an old checkpoint's file that could not be deleted."""
     zygote, workdir, points = harness[:3]
-    chosen = torture.sample([p for p in points if not _fsync_of_a_file(p)], SAMPLE, SEED)
+    chosen = torture.sample(points, SAMPLE, SEED)
     assert {p.phase for p in chosen} == {'copy', 'tf', 'python'}
     assert {p.expect for p in chosen} == {'kill', 'error', 'go on', 'warn'}
     assert {'kill', 'dir', 'ENOSPC', 'EIO'} <= {p.action for p in chosen}
@@ -121,11 +116,9 @@ def test_a_seeded_sample_of_kills_and_faults(harness, reference):
     assert not bad, '\n'.join(' | '.join(row) for row in bad)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "utils/fs.py's _fsync_path ignores an fsync error of the file it syncs (meant for a directory that "
-    "cannot be synced): a checkpoint's .resume or state file is committed though its data may not be on "
-    "disk"))
 def test_an_fsync_error_of_a_checkpoint_file_stops_the_run(harness, reference):
+    """A ``.resume`` whose data cannot be synced is no commit: the run stops naming the checkpoint
+    (utils/fs.py ignored the error of the file's own fsync before the harness found it)."""
     zygote, workdir, points = harness[:3]
     point = next(p for p in points if p.step == 4 and p.phase == 'python' and p.syscall == 'fsync'
                  and p.n == 1 and p.action == 'EIO')

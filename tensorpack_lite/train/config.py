@@ -192,8 +192,11 @@ class AutoResumeTrainConfig(TrainConfig):
     and where the run goes on from.
 
     So a run resumes by itself whatever interrupted it: checkpoints saved while a step failed
-    (no resume state), a checkpoint at an epoch's end that a kill left unrecorded and records of
-    epochs whose checkpoint could not be written are passed over; :class:`JSONWriter` then moves
+    (no resume state), a checkpoint at an epoch's end that a kill left unrecorded, one whose
+    write was cut between its index and its resume state (neither a resume state nor listed in
+    the state file, in a run whose checkpoints have them: see
+    :class:`~tensorpack_lite.checkpoint.resume_point.ResumeSearch`) and records of epochs whose
+    checkpoint could not be written are passed over; :class:`JSONWriter` then moves
     the records after the resume point to a backup file. When ``stats.json`` exists but
     describes nothing that has a checkpoint, the run starts from scratch; when there is no
     ``stats.json`` at all (a run without JSONWriter), the newest checkpoint with a resume state

@@ -33,11 +33,10 @@ _DOWNLOAD_CHUNK = 1 << 16
 
 
 def _fsync_path(path):
+    """Sync the file (or directory) ``path`` to disk; an error raises."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-    except OSError:  # e.g. a directory on a file system that cannot sync one
-        pass
     finally:
         os.close(fd)
 
@@ -66,7 +65,7 @@ def atomic_path(path, durable=True):
     if durable:
         try:
             _fsync_path(os.path.dirname(os.path.abspath(path)))
-        except OSError:
+        except OSError:   # a file system that cannot sync a directory; the new file is in place
             pass
 
 
