@@ -84,8 +84,10 @@ class S3Server:
         self.log.close()
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='module')
 def s3(tmp_path_factory):
+    """A real S3 server (moto) on a free port of localhost, for this module's tests only (a
+    process left running would be taken for a leak by the tests that count child processes)."""
     server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
     yield server
     server.stop()

@@ -4,6 +4,7 @@ TensorFlow); the one-process reference runs here, in the main environment."""
 
 import json
 import os
+import re
 import sys
 import time
 
@@ -159,8 +160,11 @@ def test_sigterm_to_one_rank_stops_both_after_the_same_step(horovod_python, tmp_
                                     '--logdir', str(tmp_path / 'logs'))
     assert code != 0, output[-6000:]
     train_tiny.assert_stopped_together(tmp_path, 2, 1, 5)
-    for rank in range(2):     # horovodrun itself exits with 1 when a process did not with 0
-        assert 'Process {} exit with status code 143.'.format(rank) in output, output[-6000:]
+    # horovodrun itself exits with 1 when a process did not with 0, and then ends the other rank
+    # (SIGTERM): the slower rank may be ended as it shuts Horovod down, before it says its status
+    statuses = re.findall(r'Process ([01]) exit with status code (\d+)\.', output)
+    assert statuses and all(code == '143' for _, code in statuses), output[-6000:]
+    assert os.path.isfile(os.path.join(str(tmp_path), 'logs', 'model-5.index'))
     rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
     assert rank0['global_step'] == rank1['global_step'] == 5
     assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=0)

@@ -3,6 +3,7 @@ pruned trial cleanly; launch_optuna_trial returns the objective or raises TrialP
 trials in 2 processes on one SQLite storage prunes and every process ends with 0; in a trial of 2
 workers the chief's prune stops both after the same step, each with 0."""
 
+import json
 import os
 import subprocess
 import sys
@@ -104,13 +105,15 @@ BAD = [dict(lr=0.001, momentum=0.0, hidden=16), dict(lr=0.001, momentum=0.0, hid
 
 def test_a_study_of_8_trials_in_2_processes_prunes_and_every_process_ends_with_0(tmp_path):
     """examples/basics/tune-digits.py (the README's model; 4 epochs of 5 steps here) in 2 processes
-    of 4 trials each, sharing one SQLite storage; the trials' parameters are enqueued first."""
+    of 4 trials each, sharing one SQLite storage; trial n takes the n-th parameters of a grid
+    (``--grid``: with SQLite, enqueued trials can be taken by both processes)."""
     url = 'sqlite:///{}'.format(tmp_path / 'study.db')
-    study = optuna.create_study(storage=url, study_name='digits', direction='minimize')
-    for params in GOOD + BAD:
-        study.enqueue_trial(params)
+    optuna.create_study(storage=url, study_name='digits', direction='minimize')
+    grid = tmp_path / 'grid.json'
+    grid.write_text(json.dumps(GOOD + BAD))
     command = [sys.executable, EXAMPLE, '--trials', '4', '--storage', url, '--study-name', 'digits',
-               '--logdir', str(tmp_path / 'logs'), '--max-epoch', '4', '--steps-per-epoch', '5']
+               '--logdir', str(tmp_path / 'logs'), '--max-epoch', '4', '--steps-per-epoch', '5',
+               '--grid', str(grid)]
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
     procs = [subprocess.Popen(command, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, start_new_session=True) for _ in range(2)]
