@@ -16,7 +16,8 @@ import os
 import re
 
 from ..utils import logger
-from .files import DATA_SHARD, RESUME_SUFFIX, data_shards, is_temporary, remove_path, temporary_files
+from .files import (DATA_SHARD, RESUME_SUFFIX, data_shards, is_temporary, prefix_of_file, remove_path,
+                    temporary_files)
 from .remote import fetch, is_remote_url
 from .state_file import STATE_FILE, CheckpointStateError, read_checkpoint_state
 from .verify import verify_checkpoint
@@ -25,7 +26,6 @@ __all__ = ['step_of', 'find_step_checkpoints', 'find_resume_states', 'listed_che
            'latest_intact_checkpoint', 'get_checkpoint_path', 'clean_interrupted_writes']
 
 _STEP = re.compile(r'^(.+)-(\d+)$')
-_FILE_SUFFIX = re.compile(r'\.(index|meta|data-\d+-of-\d+)$')
 
 
 def step_of(prefix):
@@ -191,7 +191,7 @@ def get_checkpoint_path(path):
     elif os.path.basename(path) == STATE_FILE and os.path.isfile(path):
         path = _checkpoint_from_state(os.path.dirname(path) or '.', given)
     else:
-        prefix = _FILE_SUFFIX.sub('', path)
+        prefix = prefix_of_file(path)
         if prefix != path:
             logger.info("Checkpoint path '{}' is taken as the checkpoint prefix '{}'.".format(path, prefix))
             path = prefix

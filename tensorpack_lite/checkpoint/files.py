@@ -21,7 +21,8 @@ import os
 import re
 import shutil
 
-__all__ = ['DATA_SHARD', 'RESUME_SUFFIX', 'resume_state_path', 'data_shards', 'resume_files',
+__all__ = ['DATA_SHARD', 'RESUME_SUFFIX', 'resume_state_path', 'file_of_checkpoint', 'prefix_of_file',
+           'data_shards', 'resume_files',
            'checkpoint_files', 'checkpoint_identity', 'is_temporary', 'temporary_files',
            'remove_path', 'remove_checkpoint', 'move_checkpoint_aside']
 
@@ -31,6 +32,8 @@ DATA_SHARD = re.compile(r'\.data-(\d+)-of-(\d+)$')
 RESUME_SUFFIX = '.resume'
 _TEMPSTATE = '.tempstate'
 _ATOMIC_TMP = re.compile(r'\.[0-9a-f]{12}\.tmp$')   # utils.fs.atomic_path's temporary names
+_FILE = re.compile(r'^(?P<base>.+?)(?P<suffix>\.index|\.data-\d+-of-\d+|\.resume(?:\.[^.]+)?)$')
+_TENSORFLOW_SUFFIX = re.compile(r'\.(index|meta|data-\d+-of-\d+)$')
 
 
 def resume_state_path(prefix, owner=None):
@@ -38,6 +41,24 @@ def resume_state_path(prefix, owner=None):
     chief (or a single process), ``<prefix>.resume.<owner>`` for another process of the job (e.g.
     ``worker-1``), so that processes writing into one directory never overwrite each other's."""
     return prefix + RESUME_SUFFIX + ('.' + owner if owner else '')
+
+
+def file_of_checkpoint(name):
+    """``(prefix basename, kind)`` when the file name ``name`` is one of a checkpoint's files, kind
+    ``'data'``, ``'index'`` or ``'resume'`` (``model-45.resume.worker-1`` gives ``('model-45',
+    'resume')``); None for anything else, the temporaries of a write among them."""
+    match = _FILE.match(name)
+    if match is None or _ATOMIC_TMP.search(name) or _TEMPSTATE in name:
+        return None
+    suffix = match.group('suffix')
+    kind = 'index' if suffix == '.index' else 'resume' if suffix.startswith(RESUME_SUFFIX) else 'data'
+    return match.group('base'), kind
+
+
+def prefix_of_file(path):
+    """The checkpoint prefix of one of TensorFlow's files of it (``model-45.index``,
+    ``model-45.data-00000-of-00001``, ``model-45.meta``); ``path`` itself when it is none."""
+    return _TENSORFLOW_SUFFIX.sub('', path)
 
 
 def _names_in(dirname):

@@ -39,13 +39,14 @@ import threading
 from ..utils import logger
 from ..utils.fs import write_atomically
 from ..utils.object_store import is_remote_url, local_mirror_dir, remote_filesystem
-from .files import RESUME_SUFFIX, remove_checkpoint, resume_files
+from .files import file_of_checkpoint, prefix_of_file, remove_checkpoint, resume_files
 from .state_file import STATE_FILE, CheckpointStateError, read_checkpoint_state, write_checkpoint_state
 
 __all__ = ['RemoteMirror', 'RemoteMirrorError', 'is_remote_url', 'local_mirror_dir', 'mirror_for',
            'mirror_of_url', 'fetch']
 
-_PART = re.compile(r'^(?P<base>.+-\d+)(?P<suffix>\.index|\.data-\d+-of-\d+|\.resume(\..+)?)$')
+_UPLOAD_RANK = {'data': 0, 'index': 1, 'resume': 2}   # the order a checkpoint's files are uploaded in
+_STEP_NAMED = re.compile(r'-\d+$')
 _SYNC_RECORD = '.remote-sync.json'
 _PULL_DIR = '.remote-pull'
 _NOT_PULLED = re.compile(r'^(events\.out\.tfevents\..*|log\.log.*|graph-.*\.meta)$')
@@ -64,12 +65,10 @@ def _is_transient(name):
 def _part_of(name):
     """``(base, rank)`` when ``name`` is a file of checkpoint ``<name>-<step>`` (rank: data 0, index
     1, resume state 2: the order of uploads), else None."""
-    match = _PART.match(name)
-    if match is None or _is_transient(name):
+    part = None if _is_transient(name) else file_of_checkpoint(name)
+    if part is None or not _STEP_NAMED.search(part[0]):
         return None
-    suffix = match.group('suffix')
-    rank = 1 if suffix == '.index' else 2 if suffix.startswith(RESUME_SUFFIX) else 0
-    return match.group('base'), rank
+    return part[0], _UPLOAD_RANK[part[1]]
 
 
 def _parts_in_order(names, bases):
@@ -552,7 +551,7 @@ def fetch(url):
     fs, path = remote_filesystem(url)
     fs.invalidate_cache(path)
     base = os.path.basename(path)
-    prefix = re.sub(r'(\.index|\.data-\d+-of-\d+|\.meta)$', '', base)
+    prefix = prefix_of_file(base)
     with contextlib.suppress(FileNotFoundError):
         if fs.isfile('{}/{}.index'.format(os.path.dirname(path), prefix)) and prefix:
             parent = mirror_of_url(url.rstrip('/')[:-len(base)].rstrip('/'))
