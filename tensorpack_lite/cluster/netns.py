@@ -28,6 +28,8 @@ import subprocess
 import tempfile
 import weakref
 
+import psutil
+
 __all__ = ['NetnsCluster', 'NetnsUnavailable', 'unavailable', 'netem_unavailable', 'remove_stale']
 
 _PREFIX = 'tplnet'
@@ -104,16 +106,6 @@ def _ip(*args, check=True):
     return result
 
 
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale():
     """Remove the namespaces of clusters whose owner process is gone; returns their names."""
     listed = _ip('netns', 'list', check=False).stdout.split('\n')
@@ -121,12 +113,12 @@ def remove_stale():
     for line in listed:
         name = line.split(' ')[0]
         match = re.match(r'^{}(\d+)x\d+-'.format(_PREFIX), name)
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not psutil.pid_exists(int(match.group(1))):
             _ip('netns', 'del', name, check=False)
             removed.append(name)
     for name in os.listdir(tempfile.gettempdir()):     # the folders of ssh stand-ins
         match = re.match(r'^{}(\d+)x\d+$'.format(_PREFIX), name)
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not psutil.pid_exists(int(match.group(1))):
             shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
     return removed
 
