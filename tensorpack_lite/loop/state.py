@@ -8,7 +8,6 @@ it; callbacks read it (``self.trainer.loop``) instead of working the answers out
         ...   # fetch something once, with the last step of the epoch
 """
 
-import contextlib
 import numbers
 
 from ..tfutils.common import get_global_step_value
@@ -121,6 +120,26 @@ class RunFailure:
         return "RunFailure({}, session_usable={})".format(self.describe(), self.session_usable)
 
 
+class _TriggerScope:
+    """What :meth:`TrainLoop.trigger` returns: while it is entered, :meth:`TrainLoop.after_callbacks`
+    queues its actions; they run when it is left without an error."""
+
+    __slots__ = ('_loop',)
+
+    def __init__(self, loop):
+        self._loop = loop
+
+    def __enter__(self):
+        self._loop._deferred = []
+
+    def __exit__(self, error_type, error, traceback):
+        try:
+            if error_type is None:
+                self._loop._run_deferred()
+        finally:
+            self._loop._deferred = None
+
+
 class TrainLoop:
     """Where the training loop is, and the questions callbacks ask about it.
 
@@ -146,6 +165,7 @@ class TrainLoop:
         self._steps_done = 0
         self._in_step = False
         self._deferred = None   # [(callback, action)] while the callbacks of a trigger run
+        self._trigger_scope = _TriggerScope(self)
 
     # ----- advanced by the trainer ------------------------------------------------------------
 
@@ -197,22 +217,20 @@ class TrainLoop:
         self.failure = RunFailure(error)
         return self.failure
 
-    @contextlib.contextmanager
     def trigger(self):
-        """Around the callbacks of a step's or an epoch's trigger (``callbacks.trigger_step()``):
-        when they have all run, the actions they left with :meth:`after_callbacks` run, in order."""
-        self._deferred = []
-        try:
-            yield
-            while self._deferred:
-                callback, action = self._deferred.pop(0)
-                try:
-                    action()
-                except Exception as err:
-                    name_culprit(err, callback, 'trigger')
-                    raise
-        finally:
-            self._deferred = None
+        """Around the callbacks of a step's or an epoch's trigger (``with loop.trigger():
+        callbacks.trigger_step()``): when they have all run, the actions they left with
+        :meth:`after_callbacks` run, in order. (A plain context manager: it is entered every step.)"""
+        return self._trigger_scope
+
+    def _run_deferred(self):
+        while self._deferred:
+            callback, action = self._deferred.pop(0)
+            try:
+                action()
+            except Exception as err:
+                name_culprit(err, callback, 'trigger')
+                raise
 
     # ----- asked by callbacks ---------------------------------------------------------------------
 
