@@ -190,7 +190,7 @@ class ModelSaver(Callback):
         step_var = get_global_step_var()
         if step_var not in variables:
             variables.append(step_var)
-        # TF's own rotation is off (max_to_keep=0): this callback rotates (see _rotate).
+        # TF's own rotation is off (max_to_keep=0): checkpoint.commit.Rotation decides.
         # This saver (over the variables themselves) is also the one of the graph-*.meta files.
         self.saver = tfv1.train.Saver(
             var_list=variables, max_to_keep=0,
@@ -317,7 +317,7 @@ class ModelSaver(Callback):
 
 class _ResumeStateOnly:
     """The writer of a :class:`ModelSaver` on a process other than the chief: no variables to
-    write; the resume state is written at once (by ``done``)."""
+    write; the resume state is committed at once."""
 
     def copy(self, sess):
         pass
