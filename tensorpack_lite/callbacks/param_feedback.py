@@ -2,12 +2,11 @@
 (:class:`StatMonitorParamSetter`) or to a file a human edits (:class:`HumanHyperParamSetter`)."""
 
 import math
-import numbers
 import os
 from collections import deque
 
 from ..utils import logger
-from ..utils.argtools import is_int
+from ..utils.argtools import is_int, is_real
 from .param_setter import HyperParamSetter
 from .stat_reader import StatReader
 
@@ -53,7 +52,7 @@ class StatMonitorParamSetter(HyperParamSetter):
         if not callable(value_func):
             raise TypeError("StatMonitorParamSetter: value_func must be callable, got {!r}".format(
                 value_func))
-        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        if not is_real(threshold):
             raise TypeError("StatMonitorParamSetter: threshold must be a number, got {!r}".format(threshold))
         if not is_int(last_k) or last_k < 1:
             raise ValueError("StatMonitorParamSetter: last_k must be a positive integer, got {!r}".format(

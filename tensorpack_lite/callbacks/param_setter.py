@@ -9,13 +9,12 @@ in ``stats.json`` and TensorBoard).
 """
 
 import bisect
-import numbers
 
 import numpy as np
 
 from ..loop.callback import Callback
 from ..utils import logger
-from ..utils.argtools import is_int
+from ..utils.argtools import is_int, is_real
 from .hyperparam import GraphVarParam, HyperParam
 
 __all__ = ['HyperParamSetter', 'ScheduledHyperParamSetter', 'HyperParamSetterWithFunc']
@@ -177,7 +176,7 @@ def _check_schedule(schedule, unit):
         if not is_int(point) or point < 0:
             raise ValueError("{}: schedule[{}] has {} {!r}, which is not a non-negative integer; "
                              "schedule={!r}".format(owner, index, unit, point, schedule))
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if not is_real(value):
             raise ValueError("{}: schedule[{}] has value {!r}, which is not a number; schedule={!r}".format(
                 owner, index, value, schedule))
         checked.append((int(point), float(value)))

@@ -15,7 +15,6 @@ Example::
 """
 
 import json
-import numbers
 import os
 import time
 
@@ -25,6 +24,7 @@ from ..compat import tf_internal, tfv1
 from ..loop.callback import Callback
 from ..tfutils.step_timeline import StepTimeline
 from ..utils import logger
+from ..utils.argtools import is_real
 from ..utils.fs import write_atomically
 from .gpu_trackers import GPUMemoryTracker, GPUUtilizationTracker, PeakMemoryTracker
 
@@ -55,9 +55,7 @@ class ThroughputTracker(Callback):
             samples_per_step (int or None): samples in one step (e.g. the total batch size
                 over all GPUs), to also report samples per second.
         """
-        if samples_per_step is not None and (
-                isinstance(samples_per_step, bool) or not isinstance(samples_per_step, numbers.Real)
-                or not samples_per_step > 0):
+        if samples_per_step is not None and (not is_real(samples_per_step) or not samples_per_step > 0):
             raise ValueError("ThroughputTracker: samples_per_step must be a positive number or "
                              "None, got {!r}".format(samples_per_step))
         self._samples_per_step = samples_per_step

@@ -13,11 +13,10 @@ Example::
     PeriodicTrigger(InferenceRunner(...), every_k_steps=500, every_k_epochs=2)
 """
 
-import numbers
 import time
 
 from ..loop.callback import Callback, ProxyCallback
-from ..utils.argtools import is_int
+from ..utils.argtools import is_int, is_real
 
 __all__ = ['PeriodicTrigger', 'PeriodicCallback', 'EnableCallbackIf']
 
@@ -44,7 +43,7 @@ def _check_minutes(owner, value):
     """None, or a positive number of minutes."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+    if not is_real(value) or not value > 0:
         raise ValueError("{}: every_k_minutes must be a positive number or None, got {!r}".format(
             owner, value))
     return float(value)

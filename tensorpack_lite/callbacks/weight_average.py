@@ -8,7 +8,7 @@ from ..loop.callback import Callback
 from ..tfutils.varmanip import SessionUpdate
 from ..tfutils.weight_average import COUNTER_NAME, average_name, average_pairs, model_weights
 from ..utils import logger
-from ..utils.argtools import is_int
+from ..utils.argtools import is_int, is_real
 
 __all__ = ['WeightAverage', 'AveragesApplied']
 
@@ -57,7 +57,7 @@ class WeightAverage(Callback):
     _chief_only = False   # every process builds the same variables (collective trainers check it)
 
     def __init__(self, decay=0.999, warmup=True, every_k_steps=1):
-        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
+        if not is_real(decay) or not 0 <= decay < 1:
             raise ValueError("WeightAverage: decay must be a number in [0, 1), got {!r}".format(decay))
         if not is_int(every_k_steps) or every_k_steps < 1:
             raise ValueError("WeightAverage: every_k_steps must be a positive int, got {!r}".format(

@@ -10,7 +10,6 @@ that is not the main training tower, or an inference tower, adds nothing.
 """
 
 import io
-import numbers
 import re
 from contextlib import contextmanager
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from ..compat import tf, tfv1
 from ..utils import logger
-from ..utils.argtools import graph_memoized
+from ..utils.argtools import graph_memoized, is_real
 from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 from .tower_context import get_current_tower_context
 
@@ -319,7 +318,7 @@ def add_moving_summary(*tensors, decay=0.95, collection=MOVING_SUMMARY_OPS_KEY,
         cost = tf.reduce_mean(losses, name='cost')
         add_moving_summary(cost, accuracy)   # summaries 'cost-summary', 'accuracy-summary'
     """
-    if isinstance(decay, bool) or not isinstance(decay, numbers.Real) or not 0 <= decay < 1:
+    if not is_real(decay) or not 0 <= decay < 1:
         raise ValueError("add_moving_summary: decay must be a number in [0, 1), got {!r}".format(
             decay))
     if collection is not None and not isinstance(collection, str):

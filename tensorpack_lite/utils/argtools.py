@@ -8,12 +8,17 @@ import numbers
 from . import logger
 
 __all__ = ['map_arg', 'memoized', 'memoized_method', 'memoized_ignoreargs', 'graph_memoized',
-           'shape2d', 'shape4d', 'call_only_once', 'log_once', 'is_int']
+           'shape2d', 'shape4d', 'call_only_once', 'log_once', 'is_int', 'is_real']
 
 
 def is_int(value):
     """Whether ``value`` is an integer (Python's or numpy's) and not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value):
+    """Whether ``value`` is a real number (an int, a float, numpy's) and not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def memoized(func):

@@ -40,14 +40,13 @@ TensorFlow (the package loads its TensorFlow part on first use).
 
 import argparse
 import collections
-import numbers
 import os
 import re
 
 import numpy as np
 
 from . import stats_json
-from .argtools import is_int
+from .argtools import is_int, is_real
 from .develop import import_optional
 from .stats_json import X_KEYS
 
@@ -76,10 +75,6 @@ def split_key(key):
     if match is None:
         return key, None
     return match.group('quantity'), match.group('split').lower()
-
-
-def _is_number(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def load_stats(logdir):
@@ -138,7 +133,7 @@ def _curve(records, key, x):
     """(xs, ys) of ``key`` in ``records``: at each x, the value of the last record holding it."""
     points = {}
     for record in records:
-        if _is_number(record.get(x)) and _is_number(record.get(key)):
+        if is_real(record.get(x)) and is_real(record.get(key)):
             points[record[x]] = record[key]
     xs = sorted(points)
     return xs, [points[value] for value in xs]
@@ -149,7 +144,7 @@ def _numeric_keys(runs):
     keys = collections.OrderedDict()
     for _, records in runs:
         for record in records:
-            keys.update((k, None) for k, v in record.items() if k not in X_KEYS and _is_number(v))
+            keys.update((k, None) for k, v in record.items() if k not in X_KEYS and is_real(v))
     return list(keys)
 
 
