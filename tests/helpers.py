@@ -24,7 +24,7 @@ from tensorpack_lite.train import ModelDesc
 
 __all__ = ['LogRecords', 'capture_logs', 'ReadBack', 'RecordCost', 'AssignValues',
            'DigitsMLPBase', 'LineRegression', 'LINE_INITIAL_LR', 'cross_entropy_cost', 'labelled_batches',
-           'WhileLoopRNN', 'sequence_samples',
+           'WhileLoopRNN', 'sequence_samples', 'add_model_arguments',
            'assert_records_close', 'varint',
            'HANG_TIMEOUT', 'run_or_hang', 'wait_until', 'VirtualClock', 'BreakingSession', 'BreakSessionAt']
 
@@ -251,6 +251,17 @@ def sequence_samples(num, seed=0):
     seq = rng.randn(num, WhileLoopRNN.STEPS, WhileLoopRNN.FEATURES).astype('float32')
     label = ((seq[:, 0, 0] > 0).astype('int32') + (seq[:, -1, 0] > 0)).astype('int32')
     return [[x, y] for x, y in zip(seq, label)]
+
+
+def add_model_arguments(parser, process='process'):
+    """The options of the multi-process training scripts that choose their model: ``--model
+    tiny|rnn`` (:class:`WhileLoopRNN` on :func:`sequence_samples`) and ``--tf1``."""
+    parser.add_argument('--model', choices=['tiny', 'rnn'], default='tiny',
+                        help="'rnn': helpers.WhileLoopRNN on helpers.sequence_samples (a tf.while_loop); "
+                             "every {} writes the costs of its steps too".format(process))
+    parser.add_argument('--tf1', action='store_true',
+                        help='tf.compat.v1.disable_v2_behavior() first, as TF1-era scripts start (v1 control '
+                             'flow: a tf.while_loop builds Merge/NextIteration cycles)')
 
 
 def cross_entropy_cost(logits, label):

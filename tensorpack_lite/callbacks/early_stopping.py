@@ -67,7 +67,6 @@ class EarlyStopping(Callback):
         self.best = None
         self.waited = 0
         self.stopped_at = None
-        self._checked = False
 
     def __str__(self):
         return "EarlyStopping('{}')".format(self.monitor)
@@ -82,9 +81,7 @@ class EarlyStopping(Callback):
                                                                   self.waited, self.patience))
 
     def _before_epoch(self):
-        if not self._checked:   # before the first step, once every callback is ready
-            self._checked = True
-            self._stat.check()
+        self._stat.check_once()   # before the first step, once every callback is ready
 
     def improves(self, value):
         """Whether ``value`` beats the best so far by more than ``min_delta``."""

@@ -42,7 +42,6 @@ class OptunaPruning(Callback):
         self.last = None
         self.best = None
         self.pruned_at = None
-        self._checked = False
 
     def __str__(self):
         return "OptunaPruning('{}')".format(self.monitor)
@@ -60,9 +59,7 @@ class OptunaPruning(Callback):
                 self, self.pruned_at))
 
     def _before_epoch(self):
-        if not self._checked:    # before the first step, once every callback is ready
-            self._checked = True
-            self._stat.check()
+        self._stat.check_once()   # before the first step, once every callback is ready
 
     def _trigger(self):
         point = self._stat.new_value()

@@ -60,7 +60,6 @@ class StatMonitorParamSetter(HyperParamSetter):
         super().__init__(param)
         self.stat_name = stat_name
         self._stat = StatReader(self, stat_name, wait=True)
-        self._checked = False
         self.value_func = value_func
         self.threshold = float(threshold)
         self.last_k = int(last_k)
@@ -77,9 +76,7 @@ class StatMonitorParamSetter(HyperParamSetter):
         self._stat.last_seen_step = state['last_observed_step']
 
     def _before_epoch(self):
-        if not self._checked:   # before the first step, once every callback is ready
-            self._checked = True
-            self._stat.check()
+        self._stat.check_once()   # before the first step, once every callback is ready
 
     def _get_value_to_set(self):
         point = self._stat.new_value()

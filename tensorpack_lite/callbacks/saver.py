@@ -381,7 +381,6 @@ class MinSaver(Callback):
         self.filename = filename or '{}-{}'.format(self._kind, monitor_stat.replace('/', '_'))
         self.checkpoint_dir = _default_checkpoint_dir(checkpoint_dir)
         self.best = None
-        self._checked = False
 
     def __str__(self):
         return "{}('{}')".format(type(self).__name__, self.monitor_stat)
@@ -443,9 +442,7 @@ class MinSaver(Callback):
         return best
 
     def _before_epoch(self):
-        if not self._checked:  # before the first step, once every callback is ready
-            self._checked = True
-            self._stat.check()
+        self._stat.check_once()   # before the first step, once every callback is ready
 
     def _is_better(self, value):
         if self.best is None:

@@ -13,12 +13,12 @@ __all__ = ['StatReader']
 class StatReader:
     """Reads the statistic ``name`` for the callback ``reader``.
 
-    :meth:`check` (call it once, before the first step) compares the name with the statistics
-    the trainer's callbacks declare: a name no callback puts raises a KeyError suggesting the
-    closest ones; when some callbacks cannot tell what they put, a close match only gives a
-    warning; a producer placed after the reader gives a warning (each trigger would see the
-    previous value), unless the reader reads ``after_callbacks`` (once every callback of the
-    trigger has run, see :meth:`~tensorpack_lite.loop.state.TrainLoop.after_callbacks`).
+    :meth:`check` (once, before the first step: :meth:`check_once` in ``_before_epoch``) compares
+    the name with the statistics the trainer's callbacks declare: a name no callback puts raises
+    a KeyError suggesting the closest ones; when some callbacks cannot tell what they put, a close
+    match only gives a warning; a producer placed after the reader gives a warning (each trigger
+    would see the previous value), unless the reader reads ``after_callbacks`` (once every
+    callback of the trigger has run, see :meth:`~tensorpack_lite.loop.state.TrainLoop.after_callbacks`).
     :meth:`new_value` then gives, at each trigger, the value put since the last call, if any;
     :meth:`latest` the last value put, new or not.
 
@@ -29,7 +29,7 @@ class StatReader:
     Example::
 
         self._stat = StatReader(self, 'val-error')      # in __init__
-        self._stat.check()                              # in the first before_epoch
+        self._stat.check_once()                         # in _before_epoch
         point = self._stat.new_value()                  # in _trigger: (global_step, value) or None
     """
 
@@ -43,6 +43,14 @@ class StatReader:
         self.wait = bool(wait)
         self.declared = None     # the statistics the callbacks declare (set by check())
         self.last_seen_step = None
+        self._checked = False
+
+    def check_once(self):
+        """:meth:`check` at the first call only: call it in the reader's ``_before_epoch``, where every
+        callback is ready and no step has run yet."""
+        if not self._checked:
+            self._checked = True
+            self.check()
 
     def check(self):
         """Compare the name with the statistics the trainer's callbacks declare (see above)."""

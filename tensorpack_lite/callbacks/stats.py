@@ -124,15 +124,12 @@ class SendStat(Callback):
         self.command = command
         self.names = list(names)
         self._stats = [StatReader(self, name) for name in self.names]
-        self._checked = False
         self.last_returncode = None
         """The return code of the latest command run."""
 
     def _before_epoch(self):
-        if not self._checked:   # before the first step, once every callback is ready
-            self._checked = True
-            for stat in self._stats:
-                stat.check()
+        for stat in self._stats:   # before the first step, once every callback is ready
+            stat.check_once()
 
     def _trigger(self):
         values = {stat.name: stat.latest()[1] for stat in self._stats}

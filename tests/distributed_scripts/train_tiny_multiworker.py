@@ -33,7 +33,8 @@ from tensorpack_lite.utils import logger
 from tensorpack_lite.utils.utils import fix_rng_seed
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from helpers import BreakSessionAt, RecordCost, WhileLoopRNN, sequence_samples  # noqa: E402  (tests/)
+from helpers import (BreakSessionAt, RecordCost, WhileLoopRNN, add_model_arguments,  # noqa: E402  (tests/)
+                     sequence_samples)
 
 INIT_SEED = 100
 FEATURES = 6
@@ -332,12 +333,7 @@ def parse_args(argv):
                         help="after its server started, wait (up to --startup-timeout s) until the file "
                              "'go' exists in --out")
     parser.add_argument('--startup-timeout', type=float, default=120)
-    parser.add_argument('--model', choices=['tiny', 'rnn'], default='tiny',
-                        help="'rnn': helpers.WhileLoopRNN on helpers.sequence_samples (a tf.while_loop); "
-                             "every worker writes the costs of its steps too")
-    parser.add_argument('--tf1', action='store_true',
-                        help='tf.compat.v1.disable_v2_behavior() first, as TF1-era scripts start (v1 control '
-                             'flow: a tf.while_loop builds Merge/NextIteration cycles)')
+    add_model_arguments(parser, 'worker')
     parser.add_argument('--finish-timeout', type=float, help="the trainer's FINISH_TIMEOUT")
     parser.add_argument('--exit-after-loss-timeout', type=float, help="the trainer's EXIT_AFTER_LOSS_TIMEOUT")
     parser.add_argument('--after-failure-timeout', type=float, help="the trainer's AFTER_FAILURE_TIMEOUT")

@@ -31,7 +31,8 @@ from tensorpack_lite.train.elastic import KeepGlobalBatch
 from tensorpack_lite.utils import logger
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from helpers import RecordCost, WhileLoopRNN, sequence_samples  # noqa: E402  (tests/helpers.py)
+from helpers import (RecordCost, WhileLoopRNN, add_model_arguments,  # noqa: E402  (tests/helpers.py)
+                     sequence_samples)
 
 INIT_SEED = 100
 FEATURES = 6
@@ -237,12 +238,7 @@ def parse_args(argv):
                         help='rank RANK raises an exception after the engine started, before training')
     parser.add_argument('--keep-global-batch', type=int, metavar='BATCH',
                         help='AutoResumeTrainConfig(elastic=KeepGlobalBatch(BATCH)), which sets --batch')
-    parser.add_argument('--model', choices=['tiny', 'rnn'], default='tiny',
-                        help="'rnn': helpers.WhileLoopRNN on helpers.sequence_samples (a tf.while_loop); "
-                             "every rank writes the costs of its steps too")
-    parser.add_argument('--tf1', action='store_true',
-                        help='tf.compat.v1.disable_v2_behavior() first, as TF1-era scripts start (v1 control '
-                             'flow: a tf.while_loop builds Merge/NextIteration cycles)')
+    add_model_arguments(parser, 'rank')
     return parser.parse_args(argv)
 
 
