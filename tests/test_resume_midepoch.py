@@ -75,8 +75,11 @@ def uninterrupted(tmp_path_factory):
     return weights
 
 
-@pytest.mark.parametrize('args', [('--input', 'feed'), ('--input', 'queue', '--towers', '2')],
-                         ids=['FeedInput', 'QueueInput+StagingInput-2-towers'])   # QueueInput: in the second
+@pytest.mark.parametrize('args', [('--input', 'feed'), ('--input', 'queue', '--towers', '2'),
+                                  ('--input', 'queue', '--towers', '2', '--accumulate', '4')],
+                         ids=['FeedInput', 'QueueInput+StagingInput-2-towers',
+                              'accumulate-4-2-towers'])   # QueueInput: in the second and third
+# (with accumulate 4, step 45 is 11 updates and 1 micro-batch)
 def test_sigterm_mid_epoch_redoes_no_step_and_ends_as_never_stopped(tmp_path, uninterrupted, args):
     output = _run(tmp_path, *args, '--sigterm-at', '45', expect=143)
     assert os.path.isfile(os.path.join(str(tmp_path), 'model-45.resume')), output[-3000:]
@@ -107,6 +110,22 @@ def test_sigkill_redoes_at_most_the_steps_since_the_last_checkpoint(tmp_path, un
     difference = _max_difference(_weights(tmp_path), uninterrupted('--input', 'queue'))
     print("SIGKILL at step 47, checkpoints every 10 steps: steps 41-47 twice, max |w - uninterrupted| = "
           "{:.3g}".format(difference))
+    assert difference <= 1e-6
+
+
+def test_sigkill_in_the_middle_of_an_update_resumes_its_micro_batches(tmp_path, uninterrupted):
+    """Issue 60: K=4 micro-batches per update, a checkpoint every 6 steps: model-42 is taken 2
+    micro-batches into an update; its resume state holds their accumulated gradients, so the run
+    killed at step 47 and resumed from step 42 ends as the uninterrupted one."""
+    args = ('--input', 'queue', '--save-every', '6', '--sync-save', '--accumulate', '4')
+    _run(tmp_path, *args, '--sigkill-at', '47', expect=-signal.SIGKILL)
+    output = _run(tmp_path, *args)
+    assert "(step 12 of 30 of epoch 2, global step 42)" in output
+    assert "Resuming an update of 4 micro-batches after 2 of them, with their gradients." in output
+    assert _steps_run_twice(tmp_path) == list(range(43, 48))
+    difference = _max_difference(_weights(tmp_path), uninterrupted('--input', 'queue', '--accumulate', '4'))
+    print("accumulate=4, SIGKILL at step 47, resumed from step 42 (2 micro-batches into an update): "
+          "max |w - uninterrupted| = {:.3g}".format(difference))
     assert difference <= 1e-6
 
 

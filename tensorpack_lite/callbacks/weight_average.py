@@ -45,7 +45,8 @@ class WeightAverage(Callback):
     Args:
         decay (float): in [0, 1).
         warmup (bool): use ``min(decay, (1 + t) / (10 + t))``.
-        every_k_steps (int): update after every k-th step (global steps k, 2k, ...).
+        every_k_steps (int): update after every k-th step (global steps k, 2k, ...); with
+            ``accumulate=K``, after every k-th update of the weights (global steps kK, 2kK, ...).
 
     Example::
 
@@ -117,7 +118,8 @@ class WeightAverage(Callback):
                 return counter.assign_add(1).op
 
     def _before_run(self, ctx):
-        if self._fetch is None or (self.trainer.loop.global_step + 1) % self.every_k_steps:
+        period = self.every_k_steps * getattr(self.trainer, 'accumulate', 1)   # updates, not micro-batches
+        if self._fetch is None or (self.trainer.loop.global_step + 1) % period:
             return None
         fetches = ctx.original_args.fetches
         if fetches is self._train_op or (isinstance(fetches, (list, tuple)) and any(

@@ -38,6 +38,7 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         self._cast_ops = {why: tfv1.scatter_update(self._variable, [index], [1.]).op
                           for why, index in _INDEX.items()}
         self._total = None
+        self._runs_without = ()
         self.cast = set()
         """The votes this process cast (:data:`PREEMPTED`, :data:`REQUESTED`)."""
         self.total = (0.0, 0.0)
@@ -52,6 +53,12 @@ class PreemptionVote(tfv1.train.SessionRunHook):
     def set_total(self, reduced):
         """The reduced vote (sum or mean over every process), fetched by every step from now on."""
         self._total = reduced
+
+    def skip_runs_of(self, op):
+        """Runs of ``op`` reduce nothing (e.g. the accumulate op of a trainer with
+        ``accumulate`` > 1): they fetch no total, which would pull the all-reduce into them; the
+        totals of the last run that reduced stay."""
+        self._runs_without = self._runs_without + (op,)
 
     def due(self, sess, sigterm_received, voter, stop_request=None):
         """Before a step: vote once SIGTERM came, or once a stop was requested (``stop_request``,
@@ -73,8 +80,10 @@ class PreemptionVote(tfv1.train.SessionRunHook):
             logger.info("{}: every process stops after the next step.".format(what))
 
     def before_run(self, run_context):
-        return tfv1.train.SessionRunArgs(self._total) if self._total is not None else None
+        if self._total is None or any(run_context.original_args.fetches is op for op in self._runs_without):
+            return None
+        return tfv1.train.SessionRunArgs(self._total)
 
     def after_run(self, run_context, run_values):
-        if self._total is not None:
+        if self._total is not None and run_values.results is not None:
             self.total = tuple(float(v) for v in run_values.results)

@@ -214,12 +214,17 @@ class Trainer:
             raise StopTraining(self._stop_request)
 
     def run_step(self):
-        """Run one training step. By default runs ``self.train_op`` in the hooked session;
-        override it for anything else (e.g. several ops per step)."""
-        if not hasattr(self, 'train_op'):
+        """Run one training step. By default runs :meth:`_step_fetch` (``self.train_op``) in the
+        hooked session; override it for anything else (e.g. several ops per step)."""
+        self.hooked_sess.run(self._step_fetch())
+
+    def _step_fetch(self):
+        """What the step runs (template): ``self.train_op``."""
+        try:
+            return self.train_op
+        except AttributeError:
             raise NotImplementedError("Set trainer.train_op, or override {}.run_step()".format(
-                type(self).__name__))
-        self.hooked_sess.run(self.train_op)
+                type(self).__name__)) from None
 
     @staticmethod
     def _check_callbacks_and_monitors(callbacks, monitors):

@@ -16,6 +16,7 @@ from ..tfutils.mixed_precision import MixedPrecision
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import SaverRestore, SessionInit
 from ..utils import logger
+from ..utils.argtools import is_int
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 from .elastic import ElasticPolicy, NoAdjustment
 
@@ -66,6 +67,10 @@ class TrainConfig:
         elastic (ElasticPolicy): what a run resumed with another world size changes
             (:mod:`~tensorpack_lite.train.elastic`): :class:`NoAdjustment` (the default),
             :class:`KeepGlobalBatch` or :class:`ScaleLearningRate`.
+        accumulate (int): K >= 1, the micro-batches of one update, set on the trainer by
+            :func:`launch_train_with_config` (``trainer.accumulate``): each step runs one batch
+            of the input, every K-th step applies the mean gradient of the last K, reduced once
+            across towers and processes (see docs/trainer.md "Gradient accumulation").
 
     Example::
 
@@ -77,7 +82,7 @@ class TrainConfig:
     def __init__(self, dataflow=None, data=None, model=None, callbacks=None, extra_callbacks=None,
                  monitors=None, session_creator=None, session_config=None, session_init=None,
                  starting_epoch=1, steps_per_epoch=None, max_epoch=99999, mixed_precision=None,
-                 elastic=None):
+                 elastic=None, accumulate=1):
         if dataflow is not None and data is not None:
             raise ValueError("TrainConfig takes either dataflow= or data=, not both")
         if dataflow is not None and not isinstance(dataflow, DataFlow):
@@ -118,6 +123,10 @@ class TrainConfig:
         resumes from, when it has one (set by :class:`AutoResumeTrainConfig`): the trainer starts
         at its step and the callbacks take back their states."""
         self.mixed_precision = MixedPrecision.of(mixed_precision)
+        if not is_int(accumulate) or accumulate < 1:
+            raise ValueError("TrainConfig(accumulate=...) is the number of micro-batches per update, an int "
+                             ">= 1; got {!r}".format(accumulate))
+        self.accumulate = int(accumulate)
         if steps_per_epoch is None:
             steps_per_epoch = self._input_size()
         self.schedule = Schedule(steps_per_epoch, starting_epoch, max_epoch)
@@ -146,6 +155,8 @@ class TrainConfig:
                       callbacks=', '.join(str(cb) for cb in callbacks), elastic=type(self.elastic).__name__)
         if self.mixed_precision is not None:
             params['mixed_precision'] = self.mixed_precision.mode
+        if self.accumulate > 1:
+            params['accumulate'] = self.accumulate
         return params
 
     def _input_size(self):

@@ -413,7 +413,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
         raise NotImplementedError("{} must implement _start_together()".format(type(self).__name__))
 
     def run_step(self):
-        self.hooked_sess.run(self.train_op, options=self._step_options)
+        self.hooked_sess.run(self._step_fetch(), options=self._step_options)
 
     def _check_preemption(self):
         """SIGTERM on any worker stops every worker after the same step (:class:`_AgreedStop`):
@@ -656,6 +656,9 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
 
     def _trainer_hooks(self):
         return super()._trainer_hooks() + [self._vote]
+
+    def _accumulation_built(self, accumulate_op):
+        self._vote.skip_runs_of(accumulate_op)    # the vote travels with the update's all-reduce
 
     def _check_preemption(self):
         """SIGTERM on any worker stops every worker after the same step: its vote travels with

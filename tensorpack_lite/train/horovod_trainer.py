@@ -418,6 +418,10 @@ class HorovodTrainer(SingleCostTrainer):
     def _trainer_hooks(self):
         return super()._trainer_hooks() + ([self._vote] if self._vote is not None else [])
 
+    def _accumulation_built(self, accumulate_op):
+        if self._vote is not None:
+            self._vote.skip_runs_of(accumulate_op)    # the vote travels with the update's all-reduce
+
     def _check_preemption(self):
         """SIGTERM on any rank stops every rank after the same step (:class:`PreemptionVote`):
         rank 0 writes that step's checkpoint, every rank exits with status 143."""

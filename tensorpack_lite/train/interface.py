@@ -67,6 +67,7 @@ def launch_train_with_config(config, trainer):
     trainer.config_parameters = config.parameters()
     if config.mixed_precision is not None:
         trainer.mixed_precision = config.mixed_precision
+    trainer.accumulate = config.accumulate
     _restart_epoch_if_resized(config, trainer)
     config.elastic.apply(config, trainer)
     source = apply_default_prefetch(config.data if config.data is not None else config.dataflow, trainer)

@@ -6,7 +6,9 @@ finalized. :class:`SingleCostTrainer` builds training towers from a cost functio
 optimizer function and an :class:`InputSource`; its subclasses decide where the towers go.
 """
 
+from ..callbacks.accumulation import AccumulatorState
 from ..compat import tf, tfv1
+from ..graph_builder.accumulation import GradientAccumulator
 from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback
 from ..predict.base import OnlinePredictor
@@ -15,7 +17,7 @@ from ..tfutils.inference_tower import build_predict_tower
 from ..tfutils.mixed_precision import LossScaleOptimizer
 from ..tfutils.tower_context import get_current_tower_context
 from ..tfutils.tower_func import TowerFunc
-from ..utils.argtools import call_only_once, memoized, memoized_method
+from ..utils.argtools import call_only_once, is_int, memoized, memoized_method
 from .base import Trainer
 
 __all__ = ['TowerTrainer', 'SingleCostTrainer']
@@ -174,6 +176,33 @@ class SingleCostTrainer(TowerTrainer):
     _loss_scale = None
     _replica_batch = None     # the batch size tensor of the first training tower
     _batch_probe = None
+    _accumulate = 1
+    _accumulator = None
+
+    @property
+    def accumulate(self):
+        """K, the micro-batches of one update (1: every step updates). Set it (or
+        ``TrainConfig(accumulate=K)``) before the graph is set up: each step then runs one
+        micro-batch, and every K-th step reduces the mean of the K micro-batches' gradients across
+        towers and processes, once, and applies it (see
+        :class:`~tensorpack_lite.graph_builder.accumulation.GradientAccumulator` and
+        docs/trainer.md "Gradient accumulation")."""
+        return self._accumulate
+
+    @accumulate.setter
+    def accumulate(self, value):
+        if self._graph_set_up():
+            raise RuntimeError("{}.accumulate must be set before the graph is set up".format(
+                type(self).__name__))
+        if not is_int(value) or value < 1:
+            raise ValueError("{}.accumulate (micro-batches per update) must be an int >= 1, got {!r}".format(
+                type(self).__name__, value))
+        self._accumulate = int(value)
+
+    @property
+    def accumulator(self):
+        """The :class:`GradientAccumulator` of a run with ``accumulate`` > 1 (None otherwise)."""
+        return self._accumulator
 
     @property
     def global_batch(self):
@@ -195,6 +224,14 @@ class SingleCostTrainer(TowerTrainer):
         """``train_op`` followed by the once-a-step update of the loss scale (template: the
         parameter-server trainers update it inside the chief's apply instead)."""
         return self._loss_scale.update_after(train_op)
+
+    def _step_fetch(self):
+        """The train op, or with accumulation, the accumulate op in the first K - 1 steps of an
+        update."""
+        accumulator = self._accumulator
+        if accumulator is None or accumulator.updates_at(self.loop.global_step):
+            return self.train_op
+        return accumulator.accumulate_op
 
     def run_step(self):
         try:
@@ -233,16 +270,27 @@ class SingleCostTrainer(TowerTrainer):
             raise RuntimeError("{} was already set up: an InputSource feeds one trainer".format(input))
         get_opt_fn = self._with_loss_scaling(get_opt_fn)
         tower_func = TowerFunc(get_cost_fn, input_signature)
+        if self._accumulate > 1:
+            self._accumulator = GradientAccumulator(self._accumulate)
         self.tower_func = tower_func
         input_callbacks = input.setup(input_signature)
         train_callbacks = self._setup_graph(input, tower_func, get_opt_fn)
         if self._loss_scale is not None:
             self.train_op = self._with_loss_scale_update(self.train_op)
             self._loss_scale.add_summaries()
+        if self._accumulator is not None:
+            self.train_op = self._accumulator.after_update(self.train_op)
+            self._accumulation_built(self._accumulator.accumulate_op)
+            train_callbacks = list(train_callbacks) + [AccumulatorState(self._accumulator)]
         if self._replica_batch is not None:
             self._batch_probe = _ReplicaBatchProbe(self._replica_batch)
             train_callbacks = list(train_callbacks) + [self._batch_probe]
         self.register_callback(input_callbacks + list(train_callbacks))
+
+    def _accumulation_built(self, accumulate_op):
+        """With ``accumulate`` > 1, once the graph is built: ``accumulate_op`` is what the first
+        K - 1 steps of an update run (template: a trainer whose hooks fetch what the update
+        reduces leaves those runs alone)."""
 
     def _with_loss_scaling(self, get_opt_fn):
         """``get_opt_fn`` memoized; with ``mixed_precision`` 'fp16', its optimizer wrapped in
@@ -298,12 +346,15 @@ class SingleCostTrainer(TowerTrainer):
                 grads = self._checked_gradients(cost, grads)
             return grads
 
+        def accumulated(grads):
+            return grads if self._accumulator is None else self._accumulator.add_tower(grads)
+
         def get_grad_fn():
             inputs = input.get_input_tensors()
             if self._replica_batch is None:
                 self._replica_batch = _batch_size_of(inputs)
             if not self.XLA_COMPILE:
-                return compute_grads(*inputs)
+                return accumulated(compute_grads(*inputs))
             variables = []
 
             def xla_body(*tensors):
@@ -312,7 +363,7 @@ class SingleCostTrainer(TowerTrainer):
                 return [grad for grad, _ in pairs]
 
             grads = tf.xla.experimental.compile(xla_body, inputs)
-            return list(zip(grads, variables))
+            return accumulated(list(zip(grads, variables)))
 
         return get_grad_fn
 

@@ -4,12 +4,13 @@ AutoResumeTrainConfig. The test runs it, stops it (SIGTERM or SIGKILL at a step)
 and compares the end with an uninterrupted run.
 
     python digits_resume.py LOGDIR [--input queue|feed] [--towers N] [--save-every K] [--sync-save]
-                            [--shuffle-buffer N] [--weight-average DECAY]
+                            [--shuffle-buffer N] [--weight-average DECAY] [--accumulate K]
                             [--sigterm-at STEP | --sigkill-at STEP]
 
 ``--shuffle-buffer N``: each datapoint also carries 20 kB of bytes (an encoded image, say) through a
 ``LocallyShuffleData(N)``, dropped after it. ``--weight-average DECAY``: a
-``WeightAverage(DECAY, every_k_steps=2)`` first among the callbacks.
+``WeightAverage(DECAY, every_k_steps=2)`` first among the callbacks. ``--accumulate K``:
+``TrainConfig(accumulate=K)``, K micro-batches per update.
 
 Every step's global step is appended to LOGDIR/steps.txt (to count the steps run twice). The
 callback that does it, placed after ModelSaver, also counts the steps in its own state (resumed
@@ -95,6 +96,7 @@ def main():
     parser.add_argument('--sync-save', action='store_true', help='ModelSaver(background=False)')
     parser.add_argument('--shuffle-buffer', type=int, default=0)
     parser.add_argument('--weight-average', type=float, default=None)
+    parser.add_argument('--accumulate', type=int, default=1)
     parser.add_argument('--sigterm-at', type=int, default=-1)
     parser.add_argument('--sigkill-at', type=int, default=-1)
     args = parser.parse_args()
@@ -118,7 +120,8 @@ def main():
     session_config = tf.ConfigProto(device_count={'CPU': max(args.towers, 1)},
                                     intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
     config = AutoResumeTrainConfig(model=Model(), data=source, callbacks=callbacks, max_epoch=3,
-                                   steps_per_epoch=STEPS_PER_EPOCH, session_config=session_config)
+                                   steps_per_epoch=STEPS_PER_EPOCH, session_config=session_config,
+                                   accumulate=args.accumulate)
     launch_train_with_config(config, trainer)
 
 

@@ -1,0 +1,195 @@
+"""Gradient accumulation, ``TrainConfig(accumulate=K)`` (issue 60, item 1), in one process: K
+micro-batches of b make exactly the update of one batch of K x b (SGD, momentum, Adam) on
+SimpleTrainer and on 2 towers (parameter-server and replicated, each tower accumulating its own
+batches); the optimizer's state advances once per update, the global step once per micro-batch;
+a checkpoint taken in the middle of an update resumes it exactly; loss scaling (fp16) skips a
+whole update whose gradients overflowed; the accumulate runs compute no reduction; BatchNorm's
+statistics move with every micro-batch; bad values are refused naming the culprit."""
+
+import numpy as np
+import pytest
+
+from helpers import DigitsMLPBase, cross_entropy_cost
+
+from tensorpack_lite.callbacks import Callback
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.input_source import QueueInput
+from tensorpack_lite.tfutils.common import get_default_sess_config
+from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
+from tensorpack_lite.train import (AsyncMultiGPUTrainer, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
+                                   SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config)
+from tensorpack_lite.utils import logger
+
+WEIGHTS = ['fc0/W', 'fc0/b', 'fc1/W', 'fc1/b']
+MICRO, K = 6, 4
+
+
+def optimizer_of(name, lr=0.1):
+    return {'sgd': lambda: tfv1.train.GradientDescentOptimizer(lr),
+            'momentum': lambda: tfv1.train.MomentumOptimizer(lr, 0.9),
+            'adam': lambda: tfv1.train.AdamOptimizer(0.01)}[name]()
+
+
+class MLP(DigitsMLPBase):
+    def __init__(self, opt='sgd'):
+        super().__init__(hidden=12)
+        self.opt = opt
+
+    def outputs(self, logits, label):
+        return cross_entropy_cost(logits, label)
+
+    def optimizer(self):
+        return optimizer_of(self.opt)
+
+
+def micro_batches(num, size, seed=0):
+    rng = np.random.RandomState(seed)
+    return [[rng.rand(size, 64).astype('float32'), rng.randint(0, 10, size).astype('int32')]
+            for _ in range(num)]
+
+
+def joined(batches, k):
+    """Every k consecutive batches as one."""
+    return [[np.concatenate([b[i] for b in batches[j:j + k]]) for i in range(2)]
+            for j in range(0, len(batches), k)]
+
+
+class CountRuns(Callback):
+    """The op every step ran, by the fetch's name."""
+
+    def __init__(self):
+        self.fetched = []
+
+    def _before_run(self, ctx):
+        fetches = ctx.original_args.fetches
+        self.fetched.append(getattr(fetches, 'name', str(fetches)))
+
+
+def session_creator(cpus=1):
+    config = get_default_sess_config()
+    config.device_count['CPU'] = cpus
+    return NewSessionCreator(config=config)
+
+
+class ReadAll(Callback):
+    """Every global variable's value after training, by name: ``values``."""
+
+    values = None
+
+    def _after_train(self):
+        variables = tfv1.global_variables()
+        self.values = dict(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
+
+
+def train(batches, trainer, accumulate=1, opt='sgd', extra=(), logdir=None, config_class=TrainConfig,
+          cpus=1, steps=None, max_epoch=1):
+    """Train on ``batches`` in order (epochs of ``steps`` steps, all batches by default); every
+    global variable's value at the end."""
+    with tf.Graph().as_default():
+        if logdir is not None:
+            logger.set_logger_dir(str(logdir), action='k')
+        try:
+            reader = ReadAll()
+            config = config_class(
+                model=MLP(opt), data=QueueInput(DataFromList(batches, shuffle=False)),
+                callbacks=list(extra) + [reader], extra_callbacks=[], monitors=[],
+                steps_per_epoch=steps or len(batches), max_epoch=max_epoch,
+                session_creator=session_creator(cpus), accumulate=accumulate)
+            launch_train_with_config(config, trainer)
+            return reader.values
+        finally:
+            if logdir is not None:
+                logger.set_logger_dir(None)
+
+
+def assert_same_weights(got, expected, atol=1e-6):
+    for name in WEIGHTS:
+        np.testing.assert_allclose(got[name], expected[name], rtol=0, atol=atol, err_msg=name)
+
+
+@pytest.mark.parametrize('opt', ['sgd', 'momentum', 'adam'])
+def test_simple_trainer_k_micro_batches_make_one_batch_k_times_larger(opt):
+    batches = micro_batches(3 * K, MICRO)
+    counter = CountRuns()
+    got = train(batches, SimpleTrainer(), accumulate=K, opt=opt, extra=[counter])
+    expected = train(joined(batches, K), SimpleTrainer(), opt=opt)
+    assert_same_weights(got, expected)
+    # the global step counts micro-batches; the optimizer's state advanced once per update
+    assert got['global_step'] == 3 * K and expected['global_step'] == 3
+    if opt == 'adam':
+        assert got['beta1_power'] == pytest.approx(0.9 ** 4)     # 0.9 at the start, x 0.9 per update
+        assert expected['beta1_power'] == pytest.approx(0.9 ** 4)
+    if opt == 'momentum':
+        np.testing.assert_allclose(got['fc0/W/Momentum'], expected['fc0/W/Momentum'], atol=1e-6)
+    # K - 1 accumulate runs, then the update, three times
+    update = [name for name in counter.fetched if 'accumulate_gradients' not in name]
+    assert len(counter.fetched) == 3 * K and len(update) == 3
+    assert [i for i, name in enumerate(counter.fetched) if name in update] == [K - 1, 2 * K - 1, 3 * K - 1]
+    # without accumulation, the weights differ (the test would see a wrong K)
+    single = train(batches[:3], SimpleTrainer(), opt=opt)
+    assert np.abs(single['fc0/W'] - got['fc0/W']).max() > 1e-3
+
+
+def ops_run_by(fetch):
+    """The types of every op a run of ``fetch`` executes (its inputs and control inputs, transitively)."""
+    seen, todo = set(), [fetch if isinstance(fetch, tf.Operation) else fetch.op]
+    while todo:
+        op = todo.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return {op.type for op in seen}
+
+
+class KeepOps(Callback):
+    """The trainer's accumulate op and train op, once built."""
+
+    def _setup_graph(self):
+        self.accumulate_op = self.trainer.accumulator.accumulate_op
+        self.train_op = self.trainer.train_op
+
+
+def is_reduction_or_apply(op_type):
+    return op_type.startswith(('Collective', 'NcclAllReduce', 'ResourceApply', 'Apply', 'AddN'))
+
+
+TOWER_TRAINERS = {
+    'parameter-server': lambda: SyncMultiGPUTrainerParameterServer(['/cpu:0', '/cpu:1'], ps_device='cpu'),
+    'replicated': lambda: SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1']),
+    'replicated-collective': lambda: SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'], mode='collective'),
+}
+
+
+@pytest.mark.parametrize('kind', sorted(TOWER_TRAINERS))
+@pytest.mark.parametrize('opt', ['sgd', 'momentum', 'adam'])
+def test_two_towers_accumulating_make_one_batch_of_every_micro_batch(kind, opt):
+    """Each tower takes its own micro-batches from the queue (which tower gets which is not
+    fixed); an update is the mean over the 2 x K micro-batches of its runs, reduced once."""
+    batches = micro_batches(2 * 2 * K, MICRO)
+    ops = KeepOps()
+    got = train(batches, TOWER_TRAINERS[kind](), accumulate=K, opt=opt, extra=[ops], cpus=2, steps=2 * K)
+    expected = train(joined(batches, 2 * K), SimpleTrainer(), opt=opt)
+    assert_same_weights(got, expected, atol=2e-6)
+    assert got['global_step'] == 2 * K
+    assert not [t for t in ops_run_by(ops.accumulate_op) if is_reduction_or_apply(t)]
+    assert [t for t in ops_run_by(ops.train_op) if is_reduction_or_apply(t)]
+
+
+def test_async_towers_each_apply_their_own_accumulated_gradients():
+    """AsyncMultiGPUTrainer: every tower applies the mean of its K micro-batches (divided by the
+    number of towers) once per update, in the update's run only. For SGD that is the update of
+    the 2 x K micro-batches, but for the race every asynchronous trainer has: in the run of an
+    update one tower's apply may land before the other tower reads the weights for its last
+    micro-batch's gradients (so close, not equal)."""
+    batches = micro_batches(2 * 2 * K, MICRO)
+    ops = KeepOps()
+    got = train(batches, AsyncMultiGPUTrainer(['/cpu:0', '/cpu:1']), accumulate=K, cpus=2, steps=2 * K,
+                extra=[ops])
+    expected = train(joined(batches, 2 * K), SimpleTrainer())
+    assert_same_weights(got, expected, atol=1e-3)
+    assert not [t for t in ops_run_by(ops.accumulate_op) if is_reduction_or_apply(t)]
+    applies = [t for t in ops_run_by(ops.train_op) if t.startswith(('ResourceApply', 'Apply'))]
+    assert len(applies) >= 1
