@@ -73,7 +73,7 @@ _TENSORFLOW_NAMES = {
         'PeriodicCallback', 'PeriodicTrigger', 'ProcessTensors', 'ProgressBar', 'ProxyCallback',
         'RunOp', 'RunUpdateOps', 'ScalarPrinter', 'ScalarStats', 'ScheduledHyperParamSetter',
         'SendMonitorData', 'SendStat', 'SessionRunTimeout', 'SimpleMovingAverage',
-        'StartProcOrThread', 'StatMonitorParamSetter', 'TensorBoardHParams', 'TensorPrinter',
+        'StartProcOrThread', 'StatMonitorParamSetter', 'StepTimeMonitor', 'TensorBoardHParams', 'TensorPrinter',
         'TFEventWriter', 'TFLocalCLIDebugHook', 'ThroughputTracker', 'WandbMonitor', 'WeightAverage'),
     'graph_builder': (
         'aggregate_grads', 'allreduce_grads', 'AsyncMultiGPUBuilder', 'average_grads',

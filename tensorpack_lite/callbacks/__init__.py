@@ -23,6 +23,7 @@ from .prof import (CommunicationTimeline, GPUMemoryTracker, GPUUtilizationTracke
                    HostMemoryTracker, PeakMemoryTracker, ThroughputTracker)
 from .saver import CheckpointWriteError, MaxSaver, MinSaver, ModelSaver
 from .stats import InjectShell, SendStat
+from .step_monitor import StepTimeMonitor
 from .steps import MaintainStepCounter, ProgressBar, SessionRunTimeout, TensorPrinter
 from .summary import MergeAllSummaries, MovingAverageSummary, SimpleMovingAverage
 from .trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
@@ -50,5 +51,5 @@ __all__ = [
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',
     'MergeAllSummaries', 'MovingAverageSummary', 'SimpleMovingAverage',
     'EnableCallbackIf', 'PeriodicCallback', 'PeriodicTrigger',
-    'WeightAverage', 'OptunaPruning',
+    'WeightAverage', 'OptunaPruning', 'StepTimeMonitor',
 ]

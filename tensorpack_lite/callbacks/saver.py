@@ -15,6 +15,7 @@ import contextlib
 import functools
 import json
 import os
+import time
 import weakref
 from datetime import datetime
 
@@ -59,6 +60,19 @@ def _prepare_checkpoint_dir(callback):
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (e.g. the disk is full); training stops."""
+
+
+@contextlib.contextmanager
+def _holding_the_loop(callback):
+    """Around what a saver does in the training loop's thread: its seconds are recorded as the
+    loop's ``'checkpoint'`` wait (``TrainLoop.record_wait``, read by StepTimeMonitor)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        loop = getattr(getattr(callback, 'trainer', None), 'loop', None)
+        if loop is not None:
+            loop.record_wait('checkpoint', time.perf_counter() - start)
 
 
 _WRITING = weakref.WeakSet()
@@ -245,7 +259,7 @@ class ModelSaver(Callback):
         state = self.trainer.resume_state()
         epoch_end = state is not None and state.at_epoch_end   # None: saved while a step failed
         sess = self.trainer.sess
-        with self._write_errors():
+        with self._write_errors(), _holding_the_loop(self):
             self._writer.copy(sess)    # waits for the checkpoint in flight: its error comes here
             self._writer.start_save(sess, self.path, step,
                                     functools.partial(self._complete, step, state, epoch_end),
@@ -462,7 +476,8 @@ class MinSaver(Callback):
             logger.warn("{}: '{}' is NaN at global_step={}; ignored.".format(self, self.monitor_stat, step))
             return
         if self._is_better(value):
-            self._save(step, value)
+            with _holding_the_loop(self):
+                self._save(step, value)
             self.best = (step, value)
 
     def _save(self, step, value):

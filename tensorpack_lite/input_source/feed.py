@@ -1,6 +1,8 @@
 """Sources fed from Python through placeholders: :class:`PlaceholderInput` (fed by the
 caller) and :class:`FeedInput` (fed with the datapoints of a DataFlow, one per hooked run)."""
 
+from time import perf_counter
+
 from ..compat import tfv1
 from ..dataflow.base import DataFlow
 from ..loop.callback import Callback
@@ -37,13 +39,24 @@ class FeedInput(InputSource):
     """
 
     class _FeedCallback(Callback):
-        """Adds the next datapoint as the ``feed_dict`` of every hooked run (and fetches nothing)."""
+        """Adds the next datapoint as the ``feed_dict`` of every hooked run (and fetches nothing).
+        In training, the time taken to produce it is recorded as the loop's ``'input'`` wait
+        (``TrainLoop.record_wait``); not when an evaluation runs the source (no ``before_train``)."""
+
+        _loop = None
 
         def __init__(self, source):
             self._source = source
 
+        def _before_train(self):
+            self._loop = getattr(self.trainer, 'loop', None)
+
         def _before_run(self, _):
-            return _SessionRunArgs(fetches=None, feed_dict=self._source._next_feed())
+            start = perf_counter()
+            feeds = self._source._next_feed()
+            if self._loop is not None:
+                self._loop.record_wait('input', perf_counter() - start)
+            return _SessionRunArgs(fetches=None, feed_dict=feeds)
 
     def __init__(self, ds, infinite=True):
         if not isinstance(ds, DataFlow):

@@ -9,6 +9,7 @@ it; callbacks read it (``self.trainer.loop``) instead of working the answers out
 """
 
 import numbers
+from time import perf_counter
 
 from ..tfutils.common import get_global_step_value
 from ..tfutils.session_failure import leaves_session_unusable
@@ -166,6 +167,10 @@ class TrainLoop:
         self._in_step = False
         self._deferred = None   # [(callback, action)] while the callbacks of a trigger run
         self._trigger_scope = _TriggerScope(self)
+        self._clock = 0.0           # perf_counter() at the last step's start or end
+        self._step_seconds = 0.0
+        self._between_seconds = 0.0
+        self._waits = {}
 
     # ----- advanced by the trainer ------------------------------------------------------------
 
@@ -193,19 +198,34 @@ class TrainLoop:
         starting epoch of a resumed run begins at ``schedule.first_step``)."""
         first = self._schedule.first_step if self._epoch_num == self.starting_epoch else 0
         self._steps_done = first
+        self._clock = perf_counter()
         for step in range(first, self.steps_per_epoch):
             self._local_step = step
             self._runs_in_step = 0
             yield step
+        self._between_seconds += perf_counter() - self._clock
 
     def step_started(self):
         """The trainer starts running the current step (its ``run_step``)."""
         self._in_step = True
+        now = perf_counter()
+        self._between_seconds += now - self._clock
+        self._clock = now
 
     def step_finished(self):
         """The current step ran to its end: it counts in :attr:`steps_done`."""
+        now = perf_counter()
+        self._step_seconds += now - self._clock
+        self._clock = now
         self._in_step = False
         self._steps_done = self._local_step + 1
+
+    def record_wait(self, kind, seconds):
+        """Add ``seconds`` during which the loop waited for ``kind`` of work to the run's total
+        (:meth:`waited`). The library records ``'input'`` (a datapoint produced in the loop's
+        thread inside a step: ``FeedInput``) and ``'checkpoint'`` (a checkpoint holding the loop:
+        ``ModelSaver``, ``MinSaver``); :class:`~tensorpack_lite.callbacks.StepTimeMonitor` reads them."""
+        self._waits[kind] = self._waits.get(kind, 0.0) + seconds
 
     def count_run(self):
         """Account for one hooked run of the step (it incremented the global step variable)."""
@@ -245,6 +265,22 @@ class TrainLoop:
             self._deferred.append((callback, action))
 
     # ----- read by everyone ---------------------------------------------------------------------
+
+    @property
+    def step_seconds(self):
+        """Wall-clock seconds spent in the steps (the trainer's ``run_step``) of the whole run,
+        measured with two ``time.perf_counter()`` reads a step."""
+        return self._step_seconds
+
+    @property
+    def between_steps_seconds(self):
+        """Wall-clock seconds of the run between steps inside the epochs: the callbacks'
+        ``trigger_step`` (and the loop's own checks), from each epoch's first step to its end."""
+        return self._between_seconds
+
+    def waited(self, kind):
+        """Seconds recorded with :meth:`record_wait` for ``kind`` over the run (0 if none)."""
+        return self._waits.get(kind, 0.0)
 
     @property
     def session_usable(self):

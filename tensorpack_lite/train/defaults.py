@@ -3,17 +3,25 @@
 
 from ..callbacks.graph import RunUpdateOps
 from ..callbacks.monitor import JSONWriter, ScalarPrinter, TFEventWriter
+from ..callbacks.step_monitor import StepTimeMonitor
 from ..callbacks.steps import ProgressBar
 from ..callbacks.summary import MergeAllSummaries, MovingAverageSummary
 
 __all__ = ['DEFAULT_CALLBACKS', 'DEFAULT_MONITORS']
 
 
-def DEFAULT_CALLBACKS():
+def DEFAULT_CALLBACKS(step_monitor=True):
     """The callbacks every training gets unless told otherwise: moving-average summaries,
     a progress bar, summaries merged at each epoch's end, and the UPDATE_OPS run each step
-    (each does nothing when there is nothing for it)."""
-    return [MovingAverageSummary(), ProgressBar(), MergeAllSummaries(), RunUpdateOps()]
+    (each does nothing when there is nothing for it), then a :class:`StepTimeMonitor` (what
+    bounds the step, after each epoch), unless ``step_monitor=False``::
+
+        TrainConfig(..., extra_callbacks=DEFAULT_CALLBACKS(step_monitor=False))
+    """
+    callbacks = [MovingAverageSummary(), ProgressBar(), MergeAllSummaries(), RunUpdateOps()]
+    if step_monitor:
+        callbacks.append(StepTimeMonitor())
+    return callbacks
 
 
 def DEFAULT_MONITORS():
