@@ -3,9 +3,12 @@ order and says which one it used.
 
 1. ``hosts=`` given by the program: those addresses, workers first, then ``num_ps`` ps tasks;
    this process is ``rank`` (default: the rank its launcher gives, Slurm's or MPI's).
-2. ``TF_CONFIG`` (cluster managers and :mod:`~tensorpack_lite.cluster.launch` set it).
-3. a Slurm job step (``srun``; :mod:`~tensorpack_lite.cluster.slurm`).
-4. an MPI launcher's environment (``mpiexec``): the rank and size from its variables
+2. a task of a Ray job (``$TENSORPACK_LITE_RAY_TASK``, set by
+   :func:`~tensorpack_lite.cluster.ray.launch_on_ray`): before the others, which a Ray node's
+   environment may hold for another purpose (a Ray cluster inside a Slurm allocation).
+3. ``TF_CONFIG`` (cluster managers and :mod:`~tensorpack_lite.cluster.launch` set it).
+4. a Slurm job step (``srun``; :mod:`~tensorpack_lite.cluster.slurm`).
+5. an MPI launcher's environment (``mpiexec``): the rank and size from its variables
    (:data:`~tensorpack_lite.utils.mpi_launcher.MPI_LAUNCHERS`); every rank picks a free port on
    its host and the ranks exchange ``host:port`` once through mpi4py (extra ``[mpi]``).
 
@@ -24,6 +27,7 @@ from ..utils import logger
 from ..utils.argtools import is_int
 from ..utils.mpi_launcher import MPI_LAUNCHERS, mpi_rank_and_size
 from .config import ClusterConfig, cluster_of_rank, held_free_port
+from .ray import RAY_TASK_VARIABLE, ray_task_cluster
 from .slurm import NUM_PS_VARIABLE, in_slurm_step, slurm_cluster
 
 __all__ = ['find_cluster', 'mpi_rank_and_size', 'DEFAULT_PORT']
@@ -53,6 +57,8 @@ def find_cluster(hosts=None, rank=None, num_ps=None, environ=None):
         num_ps = int(environ.get(NUM_PS_VARIABLE) or 0)
     if hosts is not None:
         cluster = _from_hosts(hosts, rank, num_ps, environ)
+    elif environ.get(RAY_TASK_VARIABLE):
+        cluster = ray_task_cluster(environ)
     elif environ.get('TF_CONFIG'):
         cluster = ClusterConfig.from_tf_config(environ['TF_CONFIG'])
     elif in_slurm_step(environ):
@@ -63,7 +69,8 @@ def find_cluster(hosts=None, rank=None, num_ps=None, environ=None):
         raise ValueError(
             "No cluster: none of its sources applies. Give hosts= (every task's 'host:port'), set "
             "TF_CONFIG for every task (python -m tensorpack_lite.cluster.launch does), start the tasks "
-            "with srun (Slurm) or with mpiexec (MPI: {})".format(
+            "with launch_on_ray (tensorpack_lite.cluster.ray), with srun (Slurm) or with mpiexec (MPI: "
+            "{})".format(
                 ', '.join(rank for rank, _, _ in MPI_LAUNCHERS)))
     logger.info("[cluster] {} of {} task(s), from {}.".format(
         cluster.describe(cluster.job_name, cluster.task_index), len(cluster.tasks()), cluster.source))

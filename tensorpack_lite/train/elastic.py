@@ -30,12 +30,14 @@ Example::
 from fractions import Fraction
 
 from ..checkpoint.resume_point import RunShape
+from ..cluster.resize import ResizeChannel
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
 from ..utils import logger
 from ..utils.argtools import is_int
 
-__all__ = ['RunShape', 'ElasticPolicy', 'NoAdjustment', 'KeepGlobalBatch', 'ScaleLearningRate']
+__all__ = ['RunShape', 'ElasticPolicy', 'NoAdjustment', 'KeepGlobalBatch', 'ScaleLearningRate',
+           'StopToResize']
 
 
 def _whole(name, value, minimum=1):
@@ -51,7 +53,7 @@ class ElasticPolicy:
     :meth:`optimizer_func` on the model's optimizer function and registers :meth:`callbacks`.
 
     Subclasses implement :meth:`_adjust`, and may override :meth:`_check`,
-    :meth:`optimizer_func` and :meth:`callbacks`."""
+    :meth:`optimizer_func` and :meth:`_callbacks`."""
 
     def apply(self, config, trainer):
         """Check the policy against ``trainer`` and, when ``config`` resumes a run, set
@@ -84,7 +86,14 @@ class ElasticPolicy:
         return get_opt_fn
 
     def callbacks(self, trainer):
-        """Callbacks the policy adds to the run."""
+        """Callbacks the policy adds to the run: the subclass's (:meth:`_callbacks`) and, when the
+        engine that started the job may grow it (:mod:`~tensorpack_lite.cluster.resize`), the
+        chief's stop after the epoch in which the engine asked for it."""
+        channel = ResizeChannel.from_environ()
+        return self._callbacks(trainer) + ([StopToResize(channel)] if channel is not None else [])
+
+    def _callbacks(self, trainer):
+        """Callbacks of the policy itself."""
         return []
 
     def __repr__(self):
@@ -162,7 +171,7 @@ class KeepGlobalBatch(ElasticPolicy):
                        "the learning rate is unchanged.".format(
                            self, self.global_batch, self.global_batch // world_size, was, steps))
 
-    def callbacks(self, trainer):
+    def _callbacks(self, trainer):
         return [_CheckGlobalBatch(self)]
 
     def __repr__(self):
@@ -196,6 +205,30 @@ class _CheckGlobalBatch(Callback):
                 "DataFlow's batch with policy.per_replica_batch(trainer) ({}).".format(
                     self._policy, measured, self.trainer.world_size, measured // self.trainer.world_size,
                     self._policy.global_batch, self._policy.per_replica_batch(self.trainer)))
+
+
+class StopToResize(Callback):
+    """On the chief: at the end of an epoch after which training goes on, if the engine that
+    started the job asked to resize it (``channel``, a
+    :class:`~tensorpack_lite.cluster.resize.ResizeChannel`), answer that training stops after this
+    epoch and end it on every worker (``trainer.request_stop``: the workers agree on a step one
+    or two steps into the next epoch). The engine starts the job again with another size, which
+    resumes from this epoch's end (the steps of the next epoch run so far are trained again).
+    Every policy registers it where ``$TENSORPACK_LITE_RESIZE_REQUEST`` is set."""
+
+    def __init__(self, channel):
+        self._channel = channel
+        self._asked = False
+
+    def _trigger_epoch(self):
+        if self._asked or self.epoch_num >= self.trainer.loop.max_epoch:
+            return
+        why = self._channel.requested()
+        if why is None:
+            return
+        self._asked = True
+        self._channel.acknowledge(self.epoch_num)
+        self.trainer.request_stop("the job is resized after epoch {} ({})".format(self.epoch_num, why))
 
 
 class ScaleLearningRate(ElasticPolicy):

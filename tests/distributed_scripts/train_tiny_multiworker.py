@@ -204,6 +204,21 @@ class PauseAtStep(Callback):
             time.sleep(0.05)
 
 
+class HoldAtStep(PauseAtStep):
+    """As PauseAtStep, with files of its step: after global step ``step`` (once: while
+    ``OUT/go-<step>`` does not exist), creates ``OUT/held-<step>`` and waits up to 300 s for
+    ``OUT/go-<step>``. Several may be given (tests/test_cluster_ray.py acts at each)."""
+
+    def _trigger_step(self):
+        go = os.path.join(self.out, 'go-{}'.format(self.step))
+        if self.global_step != self.step or os.path.exists(go):
+            return
+        open(os.path.join(self.out, 'held-{}'.format(self.step)), 'w').close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 class ScriptedScore(Callback):
     """Puts the statistic 'score' at each epoch's end: ``values[epoch - 1]`` (for EarlyStopping)."""
 
@@ -310,6 +325,8 @@ def parse_args(argv):
     parser.add_argument('--die-once', action='store_true',
                         help='with --die-at-step: only the first run that gets there (marker OUT/died-once)')
     parser.add_argument('--pause-at-step', type=int, help='see PauseAtStep')
+    parser.add_argument('--hold-at-step', type=int, action='append', default=[],
+                        help='see HoldAtStep (repeat for several steps)')
     parser.add_argument('--early-stop', help="PATIENCE:V1,V2,...: the chief's EarlyStopping('score', "
                         "patience=PATIENCE) on the score V<epoch> (ScriptedScore)")
     parser.add_argument('--weight-average', type=float, help='WeightAverage(DECAY, every_k_steps=2) first')
@@ -439,6 +456,7 @@ def main(argv):
     marker = os.path.join(args.out, 'chief-died')
     if args.pause_at_step:
         callbacks.append(PauseAtStep(args.pause_at_step, args.out))
+    callbacks += [HoldAtStep(step, args.out) for step in args.hold_at_step]
     if logger.get_logger_dir() and args.chief_cut_saving and trainer.is_chief:
         callbacks.append(ChiefCutWhileSaving(args.chief_cut_saving, args.out))
     elif logger.get_logger_dir() and args.chief_dies_saving and trainer.is_chief:
