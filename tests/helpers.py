@@ -343,6 +343,26 @@ def kill_process_tree(proc):
             pass
 
 
+# ----- the examples ----------------------------------------------------------------------------
+
+def load_example(relpath):
+    """The module of the example script ``relpath`` (from the repository's root, e.g.
+    ``'examples/basics/mnist-convnet.py'``), imported without running its main part."""
+    import importlib.util
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(repo, relpath)
+    name = 'example_' + os.path.basename(relpath).replace('-', '_')[:-3]
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(os.path.dirname(path))
+    return module
+
+
 # ----- protobuf wire format ------------------------------------------------------------------
 
 def varint(n):

@@ -10,7 +10,6 @@ absl::container_internal::raw_hash_map<>::at``; the library runs it first
 runs before any kernel.
 """
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import BreakingSession, expected_precision_path
+from helpers import BreakingSession, expected_precision_path, load_example
 
 from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith, Conv2D, Conv2DTranspose,
                              Dropout, FixedUnPooling, FullyConnected, GlobalAvgPooling, InstanceNorm,
@@ -192,19 +191,6 @@ def test_a_rewrite_tensorflow_cannot_apply_is_refused_before_the_first_step():
 
 
 # ----- the examples' models -------------------------------------------------------------------
-
-def load_example(relpath):
-    path = os.path.join(REPO, relpath)
-    name = 'example_' + os.path.basename(relpath).replace('-', '_')[:-3]
-    sys.path.insert(0, os.path.dirname(path))
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(os.path.dirname(path))
-    return module
-
 
 def labelled(shape, classes=10, num=3, batch=4):
     return image_batches(num, batch=batch, shape=shape, classes=classes)

@@ -1,0 +1,183 @@
+"""StepTimeMonitor: the bound it names on pipelines made slow on purpose (input, checkpoints,
+callbacks) and on the README's convnet example, what it writes, and the FLOP count and the peak
+it reads the utilisation from. The slow parts are slower than the rest by a factor of 50 or
+more, so that no load on the machine can change the verdict; nothing asserts a time."""
+
+import json
+import os
+import time
+
+import numpy as np
+
+from helpers import load_example
+
+from tensorpack_lite import (DEFAULT_CALLBACKS, Callback, DataFlow, DataFromList, FullyConnected,
+                             ModelDesc, ModelSaver, PeriodicTrigger, QueueInput, SimpleTrainer,
+                             StepTimeMonitor, TrainConfig, launch_train_with_config)
+from tensorpack_lite import tfv1 as tf
+from tensorpack_lite.callbacks.step_monitor import BOUNDS
+from tensorpack_lite.tfutils.flops import count_flops
+from tensorpack_lite.tfutils.tower import TrainTowerContext
+from tensorpack_lite.utils.peak_flops import cpu_peak_flops
+
+
+class TinyModel(ModelDesc):
+    """A 16-8-2 MLP: a step of well under a millisecond."""
+
+    def inputs(self):
+        return [tf.TensorSpec([None, 16], tf.float32, 'x'), tf.TensorSpec([None], tf.int32, 'y')]
+
+    def build_graph(self, x, y):
+        logits = FullyConnected('fc1', FullyConnected('fc0', x, 8, activation=tf.nn.relu), 2)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits),
+                              name='cost')
+
+    def optimizer(self):
+        return tf.train.GradientDescentOptimizer(0.01)
+
+
+def tiny_batches(count=8, batch=4):
+    rng = np.random.RandomState(0)
+    return [[rng.rand(batch, 16).astype('float32'), rng.randint(0, 2, batch).astype('int32')]
+            for _ in range(count)]
+
+
+class SlowData(DataFlow):
+    """Tiny batches, each after ``delay`` seconds of sleep."""
+
+    def __init__(self, delay):
+        self.delay = delay
+
+    def __iter__(self):
+        for dp in iter(lambda: None, 0):   # for ever
+            time.sleep(self.delay)
+            yield tiny_batches(1)[0]
+
+
+class SleepEveryStep(Callback):
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def _trigger_step(self):
+        time.sleep(self.seconds)
+
+
+def train(model, data, callbacks=(), monitor=None, steps=12, epochs=1):
+    """Train with the default callbacks (and ``monitor`` instead of the default one); returns the
+    trainer's StepTimeMonitor and the last epoch's record of stats.json."""
+    extra = DEFAULT_CALLBACKS() if monitor is None else DEFAULT_CALLBACKS(step_monitor=False) + [monitor]
+    trainer = SimpleTrainer()
+    source = {'dataflow' if isinstance(data, DataFlow) else 'data': data}
+    launch_train_with_config(TrainConfig(model=model, callbacks=list(callbacks), extra_callbacks=extra,
+                                         steps_per_epoch=steps, max_epoch=epochs, **source), trainer)
+    monitor, = [cb for cb in trainer.callbacks if isinstance(cb, StepTimeMonitor)]
+    return monitor
+
+
+def last_stats(logdir):
+    with open(os.path.join(logdir, 'stats.json')) as f:
+        return json.load(f)[-1]
+
+
+def check_written(monitor, logdir, log_records, bound):
+    """The report names ``bound``, in the log (one line) and in stats.json, whose parts add up."""
+    report = monitor.last_report
+    assert report['bound'] == bound, report['line']
+    lines = [m for m in log_records.messages() if m.startswith('[StepTimeMonitor]')]
+    assert lines and lines[-1] == report['line']
+    assert ' {}: '.format(bound) in lines[-1] and 'docs/efficiency.md#{}'.format(bound) in lines[-1]
+    stats = last_stats(logdir)
+    parts = [stats['StepTime/{}_ms'.format(name)] for name in BOUNDS]
+    assert all(p >= 0 for p in parts)
+    assert np.isclose(sum(parts), stats['StepTime/step_ms'], rtol=1e-6)
+    assert np.isclose(stats['StepTime/steps_per_sec'] * stats['StepTime/step_ms'], 1e3, rtol=1e-6)
+    return stats
+
+
+def test_input_bound_on_a_queue_fed_by_a_sleeping_dataflow(logdir, log_records):
+    # 100 ms a datapoint against a step of a fraction of a millisecond: every step waits in the dequeue
+    monitor = train(TinyModel(), QueueInput(SlowData(0.1)), steps=10,
+                    monitor=StepTimeMonitor(sample_every=2, trace_every_seconds=0))
+    stats = check_written(monitor, logdir, log_records, 'input-bound')
+    assert 'the input queue was empty at' in monitor.last_report['line']
+    assert 0 < stats['StepTime/queue_empty'] <= 1 and 0 <= stats['StepTime/queue_fill'] < 1
+    assert stats['StepTime/samples_per_sec'] == stats['StepTime/steps_per_sec'] * 4
+
+
+def test_compute_bound_on_the_readme_convnet_with_its_default_input(logdir, log_records):
+    example = load_example('examples/basics/mnist-convnet.py')
+    train_data, _ = example.get_data(None, 64, 3)   # the example's defaults: Digits 28x28, batch 64, shift 3
+    monitor = train(example.Model(), train_data, steps=30)   # FeedInput, as SimpleTrainer picks it
+    stats = check_written(monitor, logdir, log_records, 'compute-bound')
+    assert stats['StepTime/samples_per_sec'] == stats['StepTime/steps_per_sec'] * 64
+    assert 'queue_empty' not in ' '.join(stats)      # no queue
+    assert stats['StepTime/gflops_per_sec'] > 0
+
+
+def test_checkpoint_bound_when_a_checkpoint_is_written_at_every_step(logdir, log_records):
+    saver = PeriodicTrigger(ModelSaver(background=False), every_k_steps=1)
+    monitor = train(TinyModel(), DataFromList(tiny_batches(), shuffle=False), [saver], steps=10)
+    stats = check_written(monitor, logdir, log_records, 'checkpoint-bound')
+    assert stats['StepTime/checkpoint_ms'] > 0
+
+
+def test_callback_bound_when_a_callback_sleeps_every_step(logdir, log_records):
+    data = DataFromList(tiny_batches(), shuffle=False)
+    monitor = train(TinyModel(), data, [SleepEveryStep(0.05)], steps=8)
+    check_written(monitor, logdir, log_records, 'callback-bound')
+
+
+def test_default_callbacks_have_it_and_it_can_be_turned_off():
+    assert [type(cb) for cb in DEFAULT_CALLBACKS() if isinstance(cb, StepTimeMonitor)] == [StepTimeMonitor]
+    assert not any(isinstance(cb, StepTimeMonitor) for cb in DEFAULT_CALLBACKS(step_monitor=False))
+
+
+def test_bad_arguments_are_named():
+    for kwargs, name in [({'sample_every': 0}, 'sample_every'), ({'peak_flops': 0}, 'peak_flops'),
+                         ({'trace_every_seconds': -1}, 'trace_every_seconds')]:
+        try:
+            StepTimeMonitor(**kwargs)
+        except ValueError as err:
+            assert name in str(err)
+        else:
+            raise AssertionError("{} was accepted".format(kwargs))
+
+
+def test_flops_of_a_small_mlp_equal_the_hand_count():
+    batch = 16
+    x = tf.placeholder(tf.float32, [None, 64])
+    y = tf.placeholder(tf.int32, [None])
+    with TrainTowerContext(''):
+        logits = FullyConnected('fc1', FullyConnected('fc0', x, 32, activation=tf.nn.relu), 10)
+    cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+    # as SingleCostTrainer computes gradients (GATE_NONE): the input's gradient is not computed
+    train_op = tf.train.GradientDescentOptimizer(0.1).minimize(
+        cost, gate_gradients=tf.train.Optimizer.GATE_NONE)
+    forward = 2 * batch * (64 * 32 + 32 * 10)
+    backward = 2 * batch * (64 * 32) + 2 * 2 * batch * (32 * 10)   # fc0: weights; fc1: weights and input
+    assert count_flops([train_op], batch) == forward + backward == 161792
+    assert count_flops([logits], batch) == forward
+    assert count_flops([train_op]) is None             # the batch is unknown
+
+
+def test_flops_of_a_convolution_equal_the_hand_count():
+    image = tf.placeholder(tf.float32, [2, 10, 10, 3])
+    kernel = tf.get_variable('k', [3, 3, 3, 5])
+    out = tf.nn.conv2d(image, kernel, strides=1, padding='VALID')        # 2 x 8 x 8 x 5 outputs
+    forward = 2 * (2 * 8 * 8 * 5) * (3 * 3 * 3)
+    assert count_flops([out]) == forward
+    grad_kernel, grad_image = tf.gradients(tf.reduce_sum(out), [kernel, image])
+    # the gradient of a sum needs the output's (static) shape only, not the forward conv
+    assert count_flops([grad_kernel]) == count_flops([grad_image]) == forward
+    assert count_flops([out, grad_image, grad_kernel]) == 3 * forward
+
+
+def test_peak_from_the_cpu_flags_and_frequency(tmp_path):
+    cpuinfo = tmp_path / 'cpuinfo'
+    cpuinfo.write_text("processor : 0\ncpu MHz : 1000.000\nflags : fpu sse2 avx fma avx2\n\n"
+                       "processor : 1\ncpu MHz : 2000.000\nflags : fpu sse2 avx fma avx2\n")
+    peak = cpu_peak_flops(str(cpuinfo))
+    assert (peak.hz, peak.per_cycle, peak.flag) == (2e9, 32, 'fma')
+    assert peak.cores >= 1 and peak.flops == peak.cores * 2e9 * 32
+    cpuinfo.write_text("processor : 0\ncpu MHz : 2000.000\nflags : fpu\n")
+    assert cpu_peak_flops(str(cpuinfo)) is None         # no vector flag it knows
