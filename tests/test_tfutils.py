@@ -199,6 +199,40 @@ def test_hooked_session_feed_free_runs_follow_changing_fetches():
         assert hooked.run({'value': counter.read_value()}) == {'value': 4.0}
 
 
+def test_hooked_session_calls_each_hook_where_it_acts():
+    """A hook is called before and after runs only where it has a method of its own (in its class or
+    set on the instance); each gets its own values back in any fetch structure."""
+    a = tf.constant(1.0)
+    b = tf.constant(2.0)
+    step = tfv1.get_variable('steps', [], initializer=tfv1.zeros_initializer())
+    bump = tfv1.assign_add(step, 1.0)
+
+    class AfterOnly(tfv1.train.SessionRunHook):
+        def __init__(self):
+            self.runs = 0
+
+        def after_run(self, ctx, values):
+            assert values.results is None
+            self.runs += 1
+
+    class BeforeOnly(tfv1.train.SessionRunHook):
+        def before_run(self, ctx):
+            return tfv1.train.SessionRunArgs({'pair': (a, [b, a]), 'one': [b]})
+
+    after_only, before_only = AfterOnly(), BeforeOnly()
+    on_instance = tfv1.train.SessionRunHook()
+    seen = []
+    on_instance.before_run = lambda ctx: tfv1.train.SessionRunArgs((a, b))
+    on_instance.after_run = lambda ctx, values: seen.append(values.results)
+    with tfv1.Session() as sess:
+        sess.run(step.initializer)
+        hooked = HookedSession(sess, [after_only, before_only, on_instance])
+        assert hooked.run([bump, (bump.op,)]) == [1.0, (None,)]
+        assert hooked.run({'x': (a, [b])}) == {'x': (1.0, [2.0])}
+    assert after_only.runs == 2
+    assert seen == [(1.0, 2.0), (1.0, 2.0)]
+
+
 def test_hooked_session_feeds_are_checked_like_sess_run():
     x = tfv1.placeholder(tf.float32, [None, 2], name='x')
     total = tf.reduce_sum(x)

@@ -17,6 +17,7 @@ _GRAPH_VALUES = (tf.Tensor, tf.Variable)
 _SessionRunArgs = tfv1.train.SessionRunArgs
 _SessionRunContext = tfv1.train.SessionRunContext
 _SessionRunValues = tfv1.train.SessionRunValues
+_SessionRunHook = tfv1.train.SessionRunHook
 _CallableOptions = tf_internal('core.protobuf.config_pb2').CallableOptions
 
 
@@ -30,12 +31,12 @@ _NOT_COMPILED = object()
 def _fetch_key(fetches):
     """A hashable description of a fetch structure made of tensors, ops, variables, names,
     lists, tuples and dicts; raises _NotCacheable for anything else."""
-    if type(fetches) is dict:  # sess.run gives back an OrderedDict, defaultdict... as such
-        return (dict,) + tuple((k, _fetch_key(v)) for k, v in fetches.items())
-    if isinstance(fetches, (list, tuple)):
-        return (type(fetches),) + tuple(map(_fetch_key, fetches))
-    if isinstance(fetches, _FETCHABLE):
+    if isinstance(fetches, _FETCHABLE):   # the common case first (list comprehensions: no generator frames)
         return fetches
+    if type(fetches) is dict:  # sess.run gives back an OrderedDict, defaultdict... as such
+        return (dict, *[(k, _fetch_key(v)) for k, v in fetches.items()])
+    if isinstance(fetches, (list, tuple)):
+        return (type(fetches), *[_fetch_key(f) for f in fetches])
     raise _NotCacheable()
 
 
@@ -114,11 +115,14 @@ class _CompiledRun:
         return self._tensors.setdefault(element, len(self._tensors))
 
     def _rebuild(self, template, values):
-        if isinstance(template, (list, tuple)):
-            return type(template)(self._rebuild(t, values) for t in template)
+        if template is None:
+            return None
+        if type(template) is int:
+            return values[template]
         if isinstance(template, dict):
             return {k: self._rebuild(v, values) for k, v in template.items()}
-        return None if template is None else values[template]
+        rebuilt = [self._rebuild(t, values) for t in template]
+        return rebuilt if type(template) is list else type(template)(rebuilt)
 
     def __call__(self, feeds, unchecked):
         """Run with ``feeds`` (in the order compiled); the values of the tensors in
@@ -294,6 +298,12 @@ class RunRequests:
         return CheckedFeeds(self.feeds, self.unchecked)
 
 
+def _overrides(hook, method):
+    """Whether ``hook`` has a ``method`` of its own (not ``SessionRunHook``'s, which does nothing)."""
+    return (method in getattr(hook, '__dict__', ())
+            or getattr(type(hook), method, None) is not getattr(_SessionRunHook, method))
+
+
 class HookedSession:
     """Wraps a ``tf.compat.v1.Session`` so that every :meth:`run` lets each hook add fetches,
     feeds and run options beforehand (``hook.before_run``) and see their values afterwards
@@ -309,6 +319,10 @@ class HookedSession:
     def __init__(self, sess, hooks):
         self._sess = sess
         self._hooks = list(hooks)
+        # (index, hook) of the hooks that act before / after a run: a hook whose class keeps
+        # SessionRunHook's do-nothing method is not called there (an index keys a hook's fetches).
+        self._asking = [(i, hook) for i, hook in enumerate(self._hooks) if _overrides(hook, 'before_run')]
+        self._receiving = [(i, hook) for i, hook in enumerate(self._hooks) if _overrides(hook, 'after_run')]
         self._stop_requested = False
         self._cache = _CallableCache(sess)
 
@@ -329,7 +343,7 @@ class HookedSession:
             return _run(self._sess, fetches, feed_dict, options, run_metadata)
         context = _SessionRunContext(original_args=_SessionRunArgs(fetches, feed_dict), session=self._sess)
         requests = RunRequests('Hook', feed_dict, options)
-        for index, hook in enumerate(self._hooks):
+        for index, hook in self._asking:
             requests.add(index, hook, hook.before_run(context))
         hook_fetches, feeds, options = requests.fetches, requests.feeds, requests.options
         if requests.options_added and run_metadata is None:
@@ -340,7 +354,7 @@ class HookedSession:
         else:
             outputs = self._cache.run(combined, feeds, requests.unchecked)
         hook_results = outputs['hooks']
-        for index, hook in enumerate(self._hooks):
+        for index, hook in self._receiving:
             hook.after_run(context, _SessionRunValues(
                 results=hook_results.get(index), options=options, run_metadata=run_metadata))
         if context.stop_requested:
