@@ -13,6 +13,12 @@ For each model (an MLP 784-256-10 and a small convnet on 28x28x1, batch 64):
                    and its session config, which has ONE intra-op thread)
   (f) tensorpack, (a)'s config: (e) with the session config of (a) and (c) (TensorFlow's
                    thread pools), so that only the training loop differs from (c)
+  (g) floor:       (a) as a session callable whose ops run in the caller's thread
+                   (``RunOptions.inter_op_thread_pool = -1``), as the library's hooked session
+                   runs them where it is safe (see docs/efficiency.md): no Python at all
+  (h) floor feed:  (g) fed the numpy batches: what (c) would cost without any Python of its own;
+                   (c) / (h) is the library's own cost, (a) / (h) the thread pool's hand-off
+  (i) no monitor:  (c) without the default StepTimeMonitor (``DEFAULT_CALLBACKS(step_monitor=False)``)
 Each is timed per epoch; the first epoch is warm-up; a run's rate is the median of the
 rest. The paths run one after the other in rounds, in alternating order (forward, then
 backward), so that drift hits all alike. Printed per path: the median rate over the rounds,
@@ -37,6 +43,7 @@ import tempfile
 import time
 
 import numpy as np
+from tensorflow.core.protobuf.config_pb2 import CallableOptions
 
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.compat import enable_graph_mode
@@ -46,6 +53,7 @@ from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.tower import TrainTowerContext
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train.defaults import DEFAULT_CALLBACKS
 from tensorpack_lite.utils import logger
 from timing import EpochTimer
 
@@ -101,8 +109,9 @@ def make_batches(count):
             for _ in range(count)]
 
 
-def bare_loop(model_cls, batches, epochs, feed):
-    """(a) and (b): the same model and optimizer, run by a plain loop."""
+def bare_loop(model_cls, batches, epochs, feed, caller_thread=False):
+    """(a), (b), (g) and (h): the same model and optimizer, run by a plain loop (with
+    ``caller_thread``, as a session callable whose ops run in the calling thread)."""
     with tf.Graph().as_default():
         model = model_cls()
         if feed:
@@ -115,21 +124,36 @@ def bare_loop(model_cls, batches, epochs, feed):
         train_op = model.get_optimizer().minimize(cost)
         sess = NewSessionCreator().create_session()
         sess.graph.finalize()
+        if caller_thread:
+            options = CallableOptions()
+            options.target.append(train_op.name)
+            options.run_options.inter_op_thread_pool = -1
+            if feed:
+                options.feed.extend([image.name, label.name])
+            run = sess._make_callable_from_options(options)
         times = []
         for _ in range(epochs):
             start = time.perf_counter()
-            for x, y in batches:
-                if feed:
-                    sess.run(train_op, feed_dict={image: x, label: y})
-                else:
-                    sess.run(train_op)
+            if caller_thread and feed:
+                for x, y in batches:
+                    run(x, y)
+            elif caller_thread:
+                for _ in batches:
+                    run()
+            else:
+                for x, y in batches:
+                    if feed:
+                        sess.run(train_op, feed_dict={image: x, label: y})
+                    else:
+                        sess.run(train_op)
             times.append(time.perf_counter() - start)
         sess.close()
     return times
 
 
-def library_path(model_cls, batches, epochs, logdir, dummy):
-    """(c) and (d): launch_train_with_config with its defaults."""
+def library_path(model_cls, batches, epochs, logdir, dummy, step_monitor=True):
+    """(c), (d) and (i): launch_train_with_config with its defaults (without the step-time monitor
+    unless ``step_monitor``)."""
     with tf.Graph().as_default():
         logger.set_logger_dir(logdir, action='d')
         timer = EpochTimer()
@@ -137,6 +161,8 @@ def library_path(model_cls, batches, epochs, logdir, dummy):
             source = dict(data=DummyConstantInput([[BATCH, 784], [BATCH]]))
         else:
             source = dict(dataflow=DataFromList(batches, shuffle=False))
+        if not step_monitor:
+            source['extra_callbacks'] = DEFAULT_CALLBACKS(step_monitor=False)
         config = TrainConfig(model=model_cls(), callbacks=[timer], steps_per_epoch=len(batches),
                              max_epoch=epochs, **source)
         launch_train_with_config(config, SimpleTrainer())
@@ -176,6 +202,8 @@ def tensorpack_path(model_cls, batches, epochs, logdir, same_config):
 PATHS = {
     'a': '(a) bare', 'b': '(b) bare feed', 'c': '(c) default path', 'd': '(d) DummyConstantInput',
     'e': '(e) tensorpack 0.11', 'f': "(f) tensorpack, (a)'s config",
+    'g': '(g) floor: caller thread', 'h': '(h) floor feed: caller thread',
+    'i': '(i) (c) without StepTimeMonitor',
 }
 
 
@@ -186,7 +214,7 @@ def main():
                         help='the paths run one after the other this many times, in alternating order')
     parser.add_argument('--mlp-steps', type=int, default=200, help='steps per epoch, MLP')
     parser.add_argument('--conv-steps', type=int, default=60, help='steps per epoch, convnet')
-    parser.add_argument('--paths', default='a,b,c,d,e,f',
+    parser.add_argument('--paths', default='a,b,c,d,e,f,g,h,i',
                         help='the paths to run, by letter (a is always run: the ratios refer to it); '
                         'e and f only when tensorpack is importable')
     parser.add_argument('--models', default='mlp,convnet', help='mlp, convnet or both')
@@ -203,38 +231,41 @@ def main():
             if name not in args.models.split(','):
                 continue
             batches = make_batches(steps)
+            logdir = os.path.join(tmp, name)
             paths = {
-                '(a) bare': lambda: bare_loop(model_cls, batches, args.epochs, feed=False),
-                '(b) bare feed': lambda: bare_loop(model_cls, batches, args.epochs, feed=True),
-                '(c) default path': lambda: library_path(model_cls, batches, args.epochs,
-                                                         os.path.join(tmp, name + '-c'), dummy=False),
-                '(d) DummyConstantInput': lambda: library_path(model_cls, batches, args.epochs,
-                                                               os.path.join(tmp, name + '-d'), dummy=True),
-                PATHS['e']: lambda: tensorpack_path(model_cls, batches, args.epochs,
-                                                    os.path.join(tmp, name + '-e'), same_config=False),
-                PATHS['f']: lambda: tensorpack_path(model_cls, batches, args.epochs,
-                                                    os.path.join(tmp, name + '-f'), same_config=True),
+                'a': lambda: bare_loop(model_cls, batches, args.epochs, feed=False),
+                'b': lambda: bare_loop(model_cls, batches, args.epochs, feed=True),
+                'c': lambda: library_path(model_cls, batches, args.epochs, logdir + '-c', dummy=False),
+                'd': lambda: library_path(model_cls, batches, args.epochs, logdir + '-d', dummy=True),
+                'e': lambda: tensorpack_path(model_cls, batches, args.epochs, logdir + '-e', False),
+                'f': lambda: tensorpack_path(model_cls, batches, args.epochs, logdir + '-f', True),
+                'g': lambda: bare_loop(model_cls, batches, args.epochs, feed=False, caller_thread=True),
+                'h': lambda: bare_loop(model_cls, batches, args.epochs, feed=True, caller_thread=True),
+                'i': lambda: library_path(model_cls, batches, args.epochs, logdir + '-i', dummy=False,
+                                          step_monitor=False),
             }
-            paths = {PATHS[letter]: paths[PATHS[letter]] for letter in sorted(wanted)}
-            rates = {path: [] for path in paths}
+            paths = {letter: paths[letter] for letter in sorted(wanted)}
+            rates = {letter: [] for letter in paths}
             for round_index in range(args.rounds):
                 order = list(paths) if round_index % 2 == 0 else list(reversed(list(paths)))
-                for path in order:
-                    rates[path].append(steps / statistics.median(paths[path]()[1:]))
-            reference = rates['(a) bare']
-            for path, values in rates.items():
-                rate = statistics.median(values)
-                paired = statistics.median(v / r for v, r in zip(values, reference))
-                results.append((name, path, rate, rate / statistics.median(reference), paired,
+                for letter in order:
+                    rates[letter].append(steps / statistics.median(paths[letter]()[1:]))
+            for letter, values in rates.items():
+                paired = [v / r for v, r in zip(values, rates['a'])]
+                to_floor = (statistics.median(v / r for v, r in zip(values, rates['h']))
+                            if 'h' in rates else float('nan'))
+                results.append((name, PATHS[letter], statistics.median(values),
+                                statistics.median(values) / statistics.median(rates['a']),
+                                statistics.median(paired), min(paired), max(paired), to_floor,
                                 min(values), max(values)))
     print("\nsteps/s: median over {} rounds (alternating order) of the median of {} timed epochs. Ratio "
-          "to (a): of the medians; paired: median of the per-round ratios".format(
-              args.rounds, args.epochs - 1))
-    print("{:<8} {:<30} {:>9} {:>7} {:>7} {:>17}".format('model', 'path', 'steps/s', 'ratio', 'paired',
-                                                         'range (steps/s)'))
-    for name, path, rate, ratio, paired, low, high in results:
-        print("{:<8} {:<30} {:>9.1f} {:>7.3f} {:>7.3f} {:>8.1f}-{:<8.1f}".format(
-            name, path, rate, ratio, paired, low, high))
+          "to (a): of the medians; paired: median (and range) of the per-round ratios; /(h): median of the "
+          "per-round ratios to (h)".format(args.rounds, args.epochs - 1))
+    print("{:<8} {:<32} {:>8} {:>6} {:>6} {:>13} {:>6} {:>15}".format(
+        'model', 'path', 'steps/s', 'ratio', 'paired', 'paired range', '/(h)', 'range (steps/s)'))
+    for name, path, rate, ratio, paired, low_ratio, high_ratio, to_floor, low, high in results:
+        print("{:<8} {:<32} {:>8.1f} {:>6.3f} {:>6.3f} {:>6.3f}-{:<6.3f} {:>6.3f} {:>7.0f}-{:<7.0f}".format(
+            name, path, rate, ratio, paired, low_ratio, high_ratio, to_floor, low, high))
 
 
 if __name__ == '__main__':
