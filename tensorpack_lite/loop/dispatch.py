@@ -193,11 +193,19 @@ class Callbacks(Callback):
     def after_run(self, run_context, run_values):
         """Hand each member the values it asked for in :meth:`before_run`."""
         results = run_values.results or {}
+        nothing = None   # the values of the members that fetched nothing: one (immutable) for all of them
         for index, cb in self._receivers:
+            member_results = results.get(index)
+            if member_results is None:
+                if nothing is None:
+                    nothing = _SessionRunValues(results=None, options=run_values.options,
+                                                run_metadata=run_values.run_metadata)
+                values = nothing
+            else:
+                values = _SessionRunValues(results=member_results, options=run_values.options,
+                                           run_metadata=run_values.run_metadata)
             try:
-                cb.after_run(run_context, _SessionRunValues(
-                    results=results.get(index), options=run_values.options,
-                    run_metadata=run_values.run_metadata))
+                cb.after_run(run_context, values)
             except Exception as err:
                 name_culprit(err, cb, 'after_run')
                 raise
