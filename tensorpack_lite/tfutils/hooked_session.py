@@ -188,7 +188,8 @@ class _CallableCache:
         """Run ``fetches`` with ``feeds``, whose values are arrays checked by their maker except
         those of the tensors in ``unchecked`` (which may be anything ``sess.run`` takes)."""
         try:
-            if not self._usable or any(isinstance(feeds.get(t), _GRAPH_VALUES) for t in unchecked):
+            if not self._usable or (unchecked and any(isinstance(feeds.get(t), _GRAPH_VALUES)
+                                                      for t in unchecked)):
                 raise _NotCacheable()
             key = (_fetch_key(fetches), tuple(feeds))  # a feed key a callable cannot take compiles to None
         except _NotCacheable:
