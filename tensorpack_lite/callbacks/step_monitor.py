@@ -81,9 +81,8 @@ class StepTimeMonitor(Callback):
       gradient was ready, in the latest traced step
       (:class:`~tensorpack_lite.tfutils.step_timeline.StepTimeline`);
     * **compute**: the rest of the session's time. The session's time a run is measured every
-      ``sample_every`` runs, from this callback's ``before_run`` to its ``after_run`` (it comes
-      after the other default callbacks, so the ``after_run`` of the callbacks before it count
-      here, not as callbacks);
+      ``sample_every`` runs, from this callback's ``before_run`` (after the other default
+      callbacks') to the session's return (``TrainLoop.last_run_end``);
     * **checkpoint**: the seconds ``ModelSaver`` and ``MinSaver`` held the loop's thread;
     * **callbacks**: everything else: the callbacks' ``before_run``/``after_run`` inside a step,
       their ``trigger_step``, and the epoch's end (evaluation, statistics) but for checkpoints.
@@ -98,11 +97,13 @@ class StepTimeMonitor(Callback):
     peak is known, ``flop_utilization`` (of :func:`~tensorpack_lite.utils.peak_flops.cpu_peak_flops`
     on a machine without GPU; unknown with one). The bound is the largest part.
 
-    What it costs a step: two ``time.perf_counter()`` reads in the loop (``TrainLoop``), two in
-    ``FeedInput``, and this callback's ``before_run`` and ``after_run`` (a countdown; on one run in
-    ``sample_every``, two more reads and, with an input queue, its size as one more fetch). One
-    run every ``trace_every_seconds`` is traced (``RunOptions.FULL_TRACE``) when the graph has
-    input ops or collectives to read from the trace (none for ``FeedInput`` on one device).
+    What it costs a step: three ``time.perf_counter()`` reads in the loop (``TrainLoop``: a
+    step's start and end, a run's end), two in ``FeedInput`` (and a ``record_wait``), and this
+    callback's ``before_run`` (a countdown; on one run in ``sample_every``, a perf_counter read).
+    Only when the step dequeues from a queue or staging area or runs collectives is its
+    ``after_run`` called too: with an input queue, the queue's size is one more fetch of the
+    sampled runs, and one run every ``trace_every_seconds`` is traced
+    (``RunOptions.FULL_TRACE``) to split the session's time.
 
     Turn it off with ``TrainConfig(extra_callbacks=DEFAULT_CALLBACKS(step_monitor=False))``.
 
@@ -150,11 +151,17 @@ class StepTimeMonitor(Callback):
         self._sample_args = tfv1.train.SessionRunArgs(sample_fetches) if queues else None
         self._traced_args = tfv1.train.SessionRunArgs(
             sample_fetches, options=tfv1.RunOptions(trace_level=tfv1.RunOptions.FULL_TRACE))
+        if queues or self._has_input_ops or self._has_collectives:
+            # Something to read after a run (a queue's size, a trace): only then does the group
+            # call this callback's after_run (it looks at the instance too), so the plain path
+            # (FeedInput on one device) pays for no after_run.
+            self._after_run = self._read_run
         self._flops_by_batch = {}
         self._peak = self._find_peak()
-        self._countdown = 3            # the first two runs are left out (executors are built): the third is sampled first
-        self._run_start = None
+        self._countdown = 3            # the first two runs (executors are built) are left out
+        self._run_start = None         # perf_counter() at the sampled run's start, until it is read
         self._tracing = False
+        self._reading = False          # whether the next after_run belongs to a sampled run
         self._last_trace = None
         self._input_share = 0.0        # of the session's time, from the latest trace
         self._communication_share = 0.0
@@ -201,6 +208,8 @@ class StepTimeMonitor(Callback):
     # ----- every run -----------------------------------------------------------------------------
 
     def _before_run(self, _):
+        if self._run_start is not None:   # the run before was sampled: the loop has its end
+            self._take_session_time()
         self._countdown -= 1
         if self._countdown:
             return None
@@ -214,21 +223,29 @@ class StepTimeMonitor(Callback):
                 and (self._last_trace is None or now - self._last_trace >= self._trace_every)):
             self._last_trace, self._tracing = now, True
             args = self._traced_args
+        self._reading = True
         self._run_start = perf_counter()
         return args
 
-    def _after_run(self, _, run_values):
-        if self._run_start is None:
+    def _take_session_time(self):
+        """The session's time of the sampled run, from its start to the loop's end of the run
+        (``TrainLoop.last_run_end``, read here rather than in an ``after_run``)."""
+        start, self._run_start = self._run_start, None
+        if start is not None and not self._tracing:
+            end = self.trainer.loop.last_run_end
+            if end is not None and end > start:
+                self._session_times.append(end - start)
+        self._tracing = False
+
+    def _read_run(self, _, run_values):
+        """After every run when there is a queue or a trace to read (see ``_setup_graph``)."""
+        if not self._reading:
             return
-        elapsed = perf_counter() - self._run_start
-        self._run_start = None
+        self._reading = False
         if run_values.results is not None:
             self._queue_sizes.append(int(run_values.results[0]))
         if self._tracing:
-            self._tracing = False
             self._read_trace(run_values.run_metadata)
-        else:
-            self._session_times.append(elapsed)
 
     def _read_trace(self, metadata):
         try:
@@ -259,6 +276,7 @@ class StepTimeMonitor(Callback):
             return
         loop = self.trainer.loop
         now = _Totals(loop, perf_counter())
+        self._take_session_time()
         steps = loop.steps_done - self._first_step
         report = self._report(self._mark, now, steps) if steps > 0 else None
         self._mark, self._first_step = now, 0
@@ -326,8 +344,8 @@ class StepTimeMonitor(Callback):
     def _line(self, bound, parts, wall, stats, queue, utilization):
         share = parts[bound] / wall * 100
         if bound == 'input' and queue is not None:
-            why = "the input queue was empty at {:.0f} % of the sampled steps and input took {:.0f} % of the " \
-                  "time".format(queue[0] * 100, share)
+            why = ("the input queue was empty at {:.0f} % of the sampled steps and input took {:.0f} % of "
+                   "the time".format(queue[0] * 100, share))
         elif bound == 'input':
             why = "producing the datapoints took {:.0f} % of the time".format(share)
         elif bound == 'compute':

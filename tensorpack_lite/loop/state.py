@@ -171,6 +171,7 @@ class TrainLoop:
         self._step_seconds = 0.0
         self._between_seconds = 0.0
         self._waits = {}
+        self._last_run_end = None
 
     # ----- advanced by the trainer ------------------------------------------------------------
 
@@ -228,7 +229,9 @@ class TrainLoop:
         self._waits[kind] = self._waits.get(kind, 0.0) + seconds
 
     def count_run(self):
-        """Account for one hooked run of the step (it incremented the global step variable)."""
+        """Account for one hooked run of the step (it incremented the global step variable),
+        right after the session returned (before the callbacks' ``after_run``)."""
+        self._last_run_end = perf_counter()
         self._global_step += 1
         self._runs_in_step += 1
 
@@ -277,6 +280,12 @@ class TrainLoop:
         """Wall-clock seconds of the run between steps inside the epochs: the callbacks'
         ``trigger_step`` (and the loop's own checks), from each epoch's first step to its end."""
         return self._between_seconds
+
+    @property
+    def last_run_end(self):
+        """``time.perf_counter()`` when the session returned from the latest hooked run (before
+        the callbacks' ``after_run``); None before the first."""
+        return self._last_run_end
 
     def waited(self, kind):
         """Seconds recorded with :meth:`record_wait` for ``kind`` over the run (0 if none)."""
