@@ -316,6 +316,7 @@ class RayJob:
         """0 when the training ended; else that of the last attempt's first failure (143 after
         SIGTERM, 124 after the timeout)."""
         self._signals = []
+        self._timed_out = False
         self._deadline = None
         self._ray = None
 
@@ -373,7 +374,7 @@ class RayJob:
 
     def _attempts(self):
         restarts, wanted, group, code = 0, self.num_workers, None, 1
-        while not self._signals:
+        while not self._signals and not self._timed_out:
             group = self._placed(group, wanted)
             if group is None:
                 return 1, None
@@ -400,7 +401,9 @@ class RayJob:
                     self.say("a node of the job was lost: Ray places its tasks again (waiting up to {:g} s "
                              "for room)".format(self.ready_timeout))
             self.say("restart {} of {}, after: {}".format(restarts, self.max_restarts, attempt.cause))
-        if self._signals and (not self.attempts or self.attempts[-1].outcome != 'stopped'):
+        if self._timed_out:
+            return 124, group
+        if self._signals and (code == 0 or not self.attempts or self.attempts[-1].outcome != 'stopped'):
             return 128 + self._signals[0], group
         return code, group
 
@@ -570,11 +573,11 @@ class RayJob:
                 except Exception as err:     # the actor died: its process was killed or its node lost
                     code = "{}: {}".format(type(err).__name__, _first_line(err))
                 attempt.exit_codes[names[index]] = code
-                if code != 0 and attempt.cause is None:
+                if code != 0 and attempt.cause is None and not self._signals and not self._timed_out:
                     attempt.cause = "{} failed with {}".format(
                         names[index], 'exit code {}'.format(code) if isinstance(code, int) else code)
                     failed_at = time.monotonic()
-                    if pending and not self._signals:
+                    if pending:
                         self.say("{}; the other tasks get {:g} s to stop".format(attempt.cause, self.grace))
             self._copy_output(group, names, readers)
             now = time.monotonic()
@@ -584,10 +587,10 @@ class RayJob:
                 self.say("received signal {}: passing {} on to every task".format(
                     signal.Signals(self._signals[-1]).name, signal.Signals(sig).name))
                 self._signal_all(group, pending, sig)
-            if self._deadline is not None and now > self._deadline and kill_at is None:
+            if self._deadline is not None and now > self._deadline and not self._timed_out:
                 self.say("the job's timeout ({:g} s) passed: ending every task".format(self.timeout))
-                attempt.cause = attempt.cause or 'the timeout passed'
-                self._signals.append(signal.SIGKILL)
+                self._timed_out = True
+                self._signal_all(group, pending, signal.SIGKILL)
                 kill_at = now
             if failed_at is not None and kill_at is None and now > failed_at + self.grace:
                 self.say("ending the tasks still running: {}".format(
@@ -600,12 +603,19 @@ class RayJob:
                     attempt.exit_codes[names[index]] = 'no answer from its actor'
                 pending.clear()
             if (self.elastic and not resize_requested and failed_at is None and not self._signals
-                    and group.num_worker < self.num_workers and now >= next_resize_check):
+                    and not self._timed_out and group.num_worker < self.num_workers
+                    and now >= next_resize_check):
                 next_resize_check = now + self.resize_check_interval
                 resize_requested = self._maybe_request_resize(group, attempt)
         self._copy_output(group, names, readers, final=True)
-        if self._signals or attempt.cause == 'the timeout passed':
+        died = [name for name in names if isinstance(attempt.exit_codes.get(name), str)]
+        if died and attempt.cause is not None and not attempt.cause.startswith(died[0] + ' '):
+            # the root cause: the others fail because they lost it, and may be seen first
+            attempt.cause = "{} failed with {}".format(died[0], attempt.exit_codes[died[0]])
+        if self._signals or self._timed_out:
             attempt.outcome = 'stopped'
+            attempt.cause = ('received signal {}'.format(signal.Signals(self._signals[0]).name)
+                             if self._signals else 'the timeout ({:g} s) passed'.format(self.timeout))
         elif attempt.cause is not None:
             attempt.outcome = 'failed'
         else:
