@@ -3,8 +3,12 @@ started, isolated and stopped. No TensorFlow is imported here.
 
 - :mod:`~tensorpack_lite.cluster.config`: :class:`ClusterConfig` (TF_CONFIG, tasks, who answers).
 - :mod:`~tensorpack_lite.cluster.source`: ``find_cluster()``, this process's cluster from
-  ``hosts=``, TF_CONFIG, a Slurm job step or an MPI launcher, naming which.
+  ``hosts=``, a Ray task, TF_CONFIG, a Slurm job step or an MPI launcher, naming which.
 - :mod:`~tensorpack_lite.cluster.slurm`: the cluster of a Slurm job step.
+- :mod:`~tensorpack_lite.cluster.ray`: ``launch_on_ray()``, a job's tasks as Ray actors (restarts
+  through Ray, elastic resizes), each given its cluster; Ray is imported only when a job starts.
+- :mod:`~tensorpack_lite.cluster.resize`: an engine's request that the chief stop after the
+  current epoch, so that the job starts again with more workers.
 - :mod:`~tensorpack_lite.cluster.launch`: ``python -m tensorpack_lite.cluster.launch``, a local
   cluster of processes (restarts, elastic workers), in a private network
   (:mod:`~tensorpack_lite.cluster.private_network`, held by ``netns_holder.py``).
