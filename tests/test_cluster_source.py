@@ -1,5 +1,5 @@
 """tensorpack_lite/cluster/source.py: one function for where a task's cluster comes from
-(hosts=, TF_CONFIG, a Slurm job step, an MPI launcher), in that order, naming the source it used;
+(hosts=, a Ray task, TF_CONFIG, a Slurm job step, an MPI launcher), in that order, naming the source it used;
 the MPI source with real ranks under the wheel's mpiexec."""
 
 import json
@@ -103,3 +103,24 @@ def test_mpi_ranks_exchange_their_addresses_and_agree_on_one_cluster(tmp_path):
     assert all(a.rsplit(':', 1)[0] == hostname for a in addresses)
     assert results[2][4] == ['[cluster] ps 0 ({}) of 3 task(s), from MPI (PMI_RANK 2 of 3).'.format(
         addresses[2])]
+
+
+def test_a_ray_task_comes_before_tf_config_slurm_and_mpi_and_is_named(tmp_path):
+    """launch_on_ray gives each task its cluster in TENSORPACK_LITE_RAY_TASK, which a Ray node's other
+    variables (a TF_CONFIG, a Slurm allocation) do not override; importing the module imports no Ray."""
+    from tensorpack_lite.cluster.ray import RAY_TASK_VARIABLE
+    spec = {'cluster': {'worker': ['127.0.0.1:4001', '127.0.0.1:4002'], 'ps': ['127.0.0.1:4003']},
+            'task': {'type': 'worker', 'index': 1}, 'job': 'digits', 'attempt': 2, 'node': '127.0.0.1'}
+    env = dict(SLURM, TF_CONFIG=TF_CONFIG, **MPI, **{RAY_TASK_VARIABLE: json.dumps(spec)})
+    with capture_logs() as records:
+        cluster = find_cluster(environ=env)
+    assert (cluster.job_name, cluster.task_index, cluster.num_worker, cluster.num_ps) == ('worker', 1, 2, 1)
+    assert cluster.source == 'Ray job digits, attempt 2, node 127.0.0.1'
+    assert records.messages(logging.INFO) == [
+        '[cluster] worker 1 (127.0.0.1:4002) of 3 task(s), from Ray job digits, attempt 2, node 127.0.0.1.']
+    with pytest.raises(ValueError, match=r'TENSORPACK_LITE_RAY_TASK is not a task of launch_on_ray \(Key'):
+        find_cluster(environ={RAY_TASK_VARIABLE: json.dumps({'cluster': spec['cluster']})})
+    run = subprocess.run([sys.executable, '-c', 'import sys, tensorpack_lite.cluster.source, '
+                          'tensorpack_lite.cluster.ray; print("ray" in sys.modules)'],
+                         capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip() == 'False', run.stderr
