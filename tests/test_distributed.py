@@ -300,6 +300,21 @@ def test_collective_two_workers_of_two_towers_match_one_process(tmp_path, optimi
         assert {name.split('/')[0] for name in worker['weights']} == {'fc0', 'fc1', 'tower1'}
 
 
+@pytest.mark.parametrize('trainer, num_ps, optimizer', [
+    ('collective', 0, 'sgd'), ('collective', 0, 'momentum'), ('collective', 0, 'adam'),
+    ('ps', 1, 'momentum'), ('replicated', 1, 'adam')])
+def test_two_workers_accumulating_4_micro_batches_match_one_process_on_the_combined_batch(
+        tmp_path, trainer, num_ps, optimizer):
+    """Issue 60: accumulate=4, 8 steps of 4 datapoints on each of 2 workers: every 4th step reduces
+    the accumulated gradients across the workers once and applies them, so the run is 2 updates of
+    one process on 32 datapoints each (the optimizer's state advanced twice)."""
+    run = Run(tmp_path, 2, num_ps, ['--trainer', trainer, '--accumulate', 4, '--steps-per-epoch', 8,
+                                    '--optimizer', optimizer, '--lr', 0.05])
+    assert run.code == 0, run.output[-6000:]
+    reference = reference_weights(2, 1, 4 * 4, 5, 2, 1, lr=0.05, optimizer=optimizer)
+    assert_workers_end_with(tmp_path, 2, 8, reference)
+
+
 def test_parameter_server_two_workers_match_one_process_and_the_ps_ends(tmp_path):
     run = Run(tmp_path, 2, 1, ['--trainer', 'ps', '--lr', 0.05, '--epochs', 2])
     assert run.code == 0, run.output[-6000:]
@@ -434,6 +449,69 @@ def test_sigterm_stops_every_worker_after_the_same_step_and_the_rerun_resumes(
     assert stats_epochs(logdir / 'worker0') == stats_epochs(whole / 'logs' / 'worker0') == [1, 2, 3, 4]
     for k in range(2):
         assert_replicas_match(resumed_weights[k], load_worker(whole, k)['weights'], atol=1e-6)
+
+
+@pytest.mark.parametrize('trainer, num_ps, stop_at', [('collective', 0, 8), ('ps', 1, 12)])
+def test_sigterm_in_the_middle_of_an_update_stops_at_an_update_and_resumes_as_an_uninterrupted_run(
+        tmp_path, trainer, num_ps, stop_at):
+    """Issue 60: accumulate=4, SIGTERM to worker 1 after global step 5 (1 micro-batch into the 2nd
+    update). The collective trainers' vote travels with the next reduction, the update of step 8:
+    every worker stops there. A parameter-server worker proposes the end of the update after the
+    next (step 12; without accumulation, step 7): the workers synchronize only at the updates, and
+    the proposal must reach the chief in time. Either way the rerun ends as an uninterrupted run."""
+    logdir = tmp_path / 'logs'
+    common = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 4, '--steps-per-epoch', 4,
+              '--accumulate', 4, '--per-worker-logdir']
+    signalled = []
+
+    def preempt(run):
+        if not signalled and (tmp_path / 'paused').exists():
+            os.kill(run.process('worker', 1).pid, signal.SIGTERM)
+            signalled.append(1)
+        if signalled and not (tmp_path / 'go').exists() and \
+                'Received SIGTERM (preemption)' in run.output_so_far:
+            (tmp_path / 'go').touch()
+
+    preempted = Run(tmp_path, 2, num_ps, common + ['--logdir', logdir, '--pause-at-step', 5],
+                    while_running=preempt)
+    assert [preempted.returncode('worker', k) for k in range(2)] == [143, 143], preempted.output[-6000:]
+    assert [load_worker(tmp_path, k)['global_step'] for k in range(2)] == [stop_at, stop_at]
+    assert (logdir / 'worker1' / 'model-{}.resume.worker-1'.format(stop_at)).exists()
+    resumed = Run(tmp_path, 2, num_ps, common + ['--logdir', logdir])
+    assert resumed.code == 0, resumed.output[-6000:]
+    resumed_from = 'Resuming from checkpoint {}'.format(logdir / 'worker0' / 'model-{}'.format(stop_at))
+    assert resumed_from in resumed.output
+    for k in range(2):
+        assert load_worker(tmp_path, k)['global_step'] == 16
+    # one process on the batches of each update together (4 updates of 32 datapoints)
+    assert_workers_end_with(tmp_path, 2, 16, reference_weights(2, 1, 16, 50, 1, 4, lr=0.01))
+
+
+def test_a_worker_killed_after_a_checkpoint_inside_an_update_resumes_every_worker_with_its_gradients(
+        tmp_path):
+    """Issue 60: accumulate=4 over epochs of 3 steps: the checkpoint at the end of epoch 2 (step 6)
+    lies 2 micro-batches into an update, and every worker keeps its own accumulated gradients in
+    its resume state (the chief in model-6.resume, worker 1 in model-6.resume.worker-1). Worker 1
+    is killed at step 7; the rerun resumes both workers at step 6 with their micro-batches and ends
+    as the uninterrupted run."""
+    logdir = tmp_path / 'logs'
+    common = ['--trainer', 'collective', '--hidden', 50, '--lr', 0.01, '--epochs', 4, '--accumulate', 4,
+              '--per-worker-logdir']
+    killed = Run(tmp_path, 2, 0, common + ['--logdir', logdir, '--die-at-step', 7], grace=60,
+                 until_workers_end=True)
+    assert killed.returncode('worker', 1) == -9, killed.output[-6000:]
+    assert (logdir / 'worker1' / 'model-6.resume.worker-1').exists()
+    resumed = Run(tmp_path, 2, 0, common + ['--logdir', logdir])
+    assert resumed.code == 0, resumed.output[-6000:]
+    took_back = 'Resuming an update of 4 micro-batches after 2 of them, with their gradients.'
+    assert resumed.output.count(took_back) == 2, resumed.output[-6000:]
+    whole = tmp_path / 'whole'
+    whole.mkdir()
+    assert Run(whole, 2, 0, common + ['--logdir', whole / 'logs']).code == 0
+    for k in range(2):
+        assert load_worker(tmp_path, k)['global_step'] == 12
+        assert_replicas_match(load_worker(tmp_path, k)["weights"], load_worker(whole, k)["weights"],
+                              atol=1e-6)
 
 
 @pytest.mark.parametrize('trainer, num_ps, stop_at', [('collective', 0, 16)])

@@ -11,10 +11,11 @@ import pytest
 
 from helpers import DigitsMLPBase, cross_entropy_cost
 
-from tensorpack_lite.callbacks import Callback
+from tensorpack_lite.callbacks import Callback, RunUpdateOps
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import QueueInput
+from tensorpack_lite.models import BatchNorm
 from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.train import (AsyncMultiGPUTrainer, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
@@ -83,7 +84,7 @@ class ReadAll(Callback):
 
 
 def train(batches, trainer, accumulate=1, opt='sgd', extra=(), logdir=None, config_class=TrainConfig,
-          cpus=1, steps=None, max_epoch=1):
+          cpus=1, steps=None, max_epoch=1, mixed_precision=None):
     """Train on ``batches`` in order (epochs of ``steps`` steps, all batches by default); every
     global variable's value at the end."""
     with tf.Graph().as_default():
@@ -95,7 +96,7 @@ def train(batches, trainer, accumulate=1, opt='sgd', extra=(), logdir=None, conf
                 model=MLP(opt), data=QueueInput(DataFromList(batches, shuffle=False)),
                 callbacks=list(extra) + [reader], extra_callbacks=[], monitors=[],
                 steps_per_epoch=steps or len(batches), max_epoch=max_epoch,
-                session_creator=session_creator(cpus), accumulate=accumulate)
+                session_creator=session_creator(cpus), accumulate=accumulate, mixed_precision=mixed_precision)
             launch_train_with_config(config, trainer)
             return reader.values
         finally:
@@ -193,3 +194,48 @@ def test_async_towers_each_apply_their_own_accumulated_gradients():
     assert not [t for t in ops_run_by(ops.accumulate_op) if is_reduction_or_apply(t)]
     applies = [t for t in ops_run_by(ops.train_op) if t.startswith(('ResourceApply', 'Apply'))]
     assert len(applies) >= 1
+
+
+class BatchNormMLP(MLP):
+    """BatchNorm on the inputs, then the MLP: its moving mean depends on the data alone."""
+
+    def build_graph(self, image, label):
+        return super().build_graph(BatchNorm('bn', image, momentum=0.9), label)
+
+
+def test_batch_norm_statistics_move_with_every_micro_batch():
+    """BatchNorm normalizes each micro-batch by its own statistics (as every accumulating framework
+    does) and its moving averages take one step per micro-batch: after 8 micro-batches they are
+    numpy's 8 steps of ``m = 0.9 m + 0.1 mean(micro-batch)``."""
+    batches = micro_batches(2 * K, MICRO)
+    with tf.Graph().as_default():
+        reader = ReadAll()
+        config = TrainConfig(model=BatchNormMLP(), data=QueueInput(DataFromList(batches, shuffle=False)),
+                             callbacks=[RunUpdateOps(), reader], extra_callbacks=[], monitors=[],
+                             steps_per_epoch=len(batches), max_epoch=1, session_creator=session_creator(),
+                             accumulate=K)
+        launch_train_with_config(config, SimpleTrainer())
+    moving = np.zeros(64, np.float32)
+    for image, _ in batches:
+        moving = np.float32(0.9) * moving + np.float32(0.1) * image.mean(axis=0)
+    np.testing.assert_allclose(reader.values['bn/mean/EMA'], moving, rtol=0, atol=1e-6)
+    assert reader.values['global_step'] == 2 * K
+
+
+def test_fp16_loss_scaling_skips_a_whole_update_whose_gradients_overflowed():
+    """mixed_precision='fp16': the gradients accumulate scaled by the loss scale (which stays
+    constant inside an update); the update checks the mean of the K: one micro-batch that
+    overflows float16 skips its whole update, once, and halves the scale once, as the batch of K x b
+    holding it does without accumulation."""
+    batches = micro_batches(3 * K, MICRO)
+    batches[K + 1][0] = batches[K + 1][0] * np.float32(3e4)      # the 2nd update's 2nd micro-batch overflows
+    got = train(batches, SimpleTrainer(), accumulate=K, mixed_precision='fp16')
+    expected = train(joined(batches, K), SimpleTrainer(), mixed_precision='fp16')
+    for values in (got, expected):
+        assert values['loss_scale/skipped_steps'] == 1
+        assert values['loss_scale/scale'] == 2.0 ** 14
+        assert values['loss_scale/good_steps'] == 1           # the 3rd update, counted once
+    assert_same_weights(got, expected, atol=2e-3)              # float16 sums in another order
+    untouched = train(batches[:K], SimpleTrainer(), accumulate=K, mixed_precision='fp16')
+    # the skipped update left the weights as after the 1st one: the 3rd alone moved them since
+    assert np.abs(got['fc0/W'] - untouched['fc0/W']).max() > 1e-4

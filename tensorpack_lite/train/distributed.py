@@ -120,13 +120,17 @@ class _AgreedStop:
     """
 
     MARGIN = 2
-    """Steps between the proposal and the stop (see above: the read lags one step)."""
+    """Steps that synchronize the workers between the proposal and the stop (see above: the
+    read lags one step). With ``accumulate=K`` only the last step of each update synchronizes
+    them: a worker may run the other K - 1 ahead of the rest, so the stop is the end of the second
+    update after the proposal."""
 
     EXIT_TIMEOUT = 10.0
     """Seconds the interpreter's exit may take when a read was left waiting (then status 1)."""
 
-    def __init__(self, barrier):
+    def __init__(self, barrier, steps_per_update=1):
         self._barrier = barrier
+        self._steps_per_update = steps_per_update
         self._pending = None      # the DaemonCall of the read started after the last step
         self.proposed = {}        # why -> the step proposed
 
@@ -146,7 +150,9 @@ class _AgreedStop:
     def _propose(self, global_step, why, reason):
         if why in self.proposed:
             return
-        self.proposed[why] = global_step + self.MARGIN
+        per_update = self._steps_per_update
+        next_update = (global_step // per_update + 1) * per_update    # the next step that synchronizes
+        self.proposed[why] = next_update + (self.MARGIN - 1) * per_update
         self._barrier.propose_stop(self.proposed[why], why)
         logger.info("{} proposed that every worker stop after global step {}{}.".format(
             self._barrier.cluster.task_name, self.proposed[why],
@@ -420,7 +426,7 @@ class DistributedTrainerBase(_DataParallelTrainer):
         the chief writes that step's checkpoint, every worker exits with status 143. A stop the
         chief requested (:meth:`request_stop`) ends every worker after the same step as finished."""
         if self._agreed_stop is None:
-            self._agreed_stop = _AgreedStop(self.finish_barrier)
+            self._agreed_stop = _AgreedStop(self.finish_barrier, self.accumulate)
         agreed = self._agreed_stop.due(self.loop.global_step, self._preemption.received, self._stop_request)
         if agreed is not None:
             self._stop_together(*agreed)

@@ -42,6 +42,7 @@ OVERFLOW_Y = 100.0
 
 
 OPTIMIZERS = {
+    'sgd': lambda lr: tfv1.train.GradientDescentOptimizer(lr),
     'momentum': lambda lr: tfv1.train.MomentumOptimizer(lr, 0.9),
     'adam': lambda lr: tfv1.train.AdamOptimizer(lr),
     'rmsprop': lambda lr: tfv1.train.RMSPropOptimizer(lr, momentum=0.5),
@@ -308,6 +309,8 @@ def parse_args(argv):
     parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum')
     parser.add_argument('--batch-norm', choices=['none', 'horovod', 'nccl'],
                         help="a BatchNorm layer with this sync_statistics ('none': None)")
+    parser.add_argument('--accumulate', type=int, default=1,
+                        help='TrainConfig(accumulate=): micro-batches per update')
     parser.add_argument('--sum', action='store_true', help='sum the gradients (collective)')
     parser.add_argument('--compression', choices=['fp16', 'bf16'], help='gradient compression (collective)')
     parser.add_argument('--exchange', choices=['collective'], default='collective',
@@ -491,7 +494,8 @@ def main(argv):
     config = AutoResumeTrainConfig(model=model,
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
                                    steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,
-                                   mixed_precision=args.mixed_precision, elastic=policy)
+                                   mixed_precision=args.mixed_precision, elastic=policy,
+                                   accumulate=args.accumulate)
     if args.optuna_prune_above:
         run_optuna_trial(float(args.optuna_prune_above.partition(':')[0]), config, trainer, args.out)
     else:
