@@ -96,6 +96,8 @@ MORE_MODULES = [
     'tensorpack_lite.graph_builder.compression',
     'tensorpack_lite.graph_builder.backprop_order',
     'tensorpack_lite.graph_builder.pieces',
+    'tensorpack_lite.graph_builder.accumulation',
+    'tensorpack_lite.callbacks.accumulation',
     'tensorpack_lite.tfutils.collective',
     'tensorpack_lite.tfutils.sync_statistics',
     'tensorpack_lite.tfutils.preemption_vote',
