@@ -16,10 +16,14 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import QueueInput
 from tensorpack_lite.models import BatchNorm
+from tensorpack_lite.cluster.config import local_cluster
 from tensorpack_lite.tfutils.common import get_default_sess_config
+from tensorpack_lite.tfutils.distributed import create_server
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.train import (AsyncMultiGPUTrainer, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
                                    SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config)
+from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
+                                               DistributedTrainerReplicated)
 from tensorpack_lite.utils import logger
 
 WEIGHTS = ['fc0/W', 'fc0/b', 'fc1/W', 'fc1/b']
@@ -132,8 +136,8 @@ def test_simple_trainer_k_micro_batches_make_one_batch_k_times_larger(opt):
     assert np.abs(single['fc0/W'] - got['fc0/W']).max() > 1e-3
 
 
-def ops_run_by(fetch):
-    """The types of every op a run of ``fetch`` executes (its inputs and control inputs, transitively)."""
+def ops_of_run(fetch):
+    """Every op a run of ``fetch`` executes (its inputs and control inputs, transitively)."""
     seen, todo = set(), [fetch if isinstance(fetch, tf.Operation) else fetch.op]
     while todo:
         op = todo.pop()
@@ -142,7 +146,12 @@ def ops_run_by(fetch):
         seen.add(op)
         todo.extend(t.op for t in op.inputs)
         todo.extend(op.control_inputs)
-    return {op.type for op in seen}
+    return seen
+
+
+def ops_run_by(fetch):
+    """The types of the ops a run of ``fetch`` executes."""
+    return {op.type for op in ops_of_run(fetch)}
 
 
 class KeepOps(Callback):
@@ -239,3 +248,47 @@ def test_fp16_loss_scaling_skips_a_whole_update_whose_gradients_overflowed():
     untouched = train(batches[:K], SimpleTrainer(), accumulate=K, mixed_precision='fp16')
     # the skipped update left the weights as after the 1st one: the 3rd alone moved them since
     assert np.abs(got['fc0/W'] - untouched['fc0/W']).max() > 1e-4
+
+
+@pytest.fixture(scope='module')
+def worker_servers():
+    """Worker 1's server of a cluster of 2 workers and one of 2 workers and a parameter server
+    (never started: graphs only)."""
+    return {num_ps: create_server(local_cluster(2, num_ps), 'worker', 1) for num_ps in (0, 1)}
+
+
+READS = ('VarHandleOp', 'ReadVariableOp', 'Identity')
+
+
+def communicates(op, task='/job:worker/task:1'):
+    """A collective, or an op of another process (a parameter server's queue, an update of its
+    variables) but a read of a variable."""
+    elsewhere = not (op.device or task).startswith(task)
+    return op.type.startswith(('Collective', 'Nccl')) or (elsewhere and op.type not in READS)
+
+
+@pytest.mark.parametrize('trainer_class, num_ps', [(CollectiveAllReduceTrainer, 0),
+                                                   (DistributedTrainerParameterServer, 1),
+                                                   (DistributedTrainerReplicated, 1)])
+def test_distributed_workers_accumulate_on_their_own_device_and_communicate_only_in_the_update(
+        worker_servers, trainer_class, num_ps):
+    """The graph of worker 1 of 2 with accumulate=4: its accumulators are local variables on its
+    own device (not on a parameter server); the accumulate op sends nothing to other processes,
+    no collective, no queue of the parameter servers, no apply; the update op does. (With
+    DistributedTrainerParameterServer the weights live on the parameter server: every step
+    reads them, as without accumulation; DistributedTrainerReplicated reads local replicas.)"""
+    with tf.Graph().as_default():
+        trainer = trainer_class(['/cpu:0'], worker_servers[num_ps])
+        trainer.accumulate = K
+        model = MLP('momentum')
+        source = QueueInput(DataFromList(micro_batches(2, MICRO)))
+        trainer.setup_graph(model.get_input_signature(), source, model.build_graph, model.get_optimizer)
+        accumulator = trainer.accumulator
+        assert len(accumulator.variables) == len(WEIGHTS)
+        local = set(tfv1.local_variables())
+        for var in accumulator.variables:
+            assert var in local and var.device.startswith('/job:worker/task:1'), (var.name, var.device)
+        accumulate_ops = ops_of_run(accumulator.accumulate_op)
+        sent = [op.name for op in accumulate_ops if communicates(op) or is_reduction_or_apply(op.type)]
+        assert not sent
+        assert [op.name for op in ops_of_run(trainer.train_op) if communicates(op)]
