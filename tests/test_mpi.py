@@ -70,6 +70,11 @@ def test_facade_with_one_rank(hvd):
         np.testing.assert_array_equal(sess.run(v), [2.0, 3.0])
     np.testing.assert_array_equal(t, [[3.0, -6.0], [6.0, 0.75]])
     np.testing.assert_array_equal(m, t)   # all exactly representable in float16
+    # the engine's counters: total, mean16 (float16 on the wire), grad and ints; gathered; broadcast
+    # and assign: (collectives, bytes this rank put in)
+    assert hvd.traffic() == {'allreduce': (4, 16 + 8 + 16 + 16), 'allgather': (1, 12),
+                             'broadcast': (2, 4 + 8)}
+    assert hvd.traffic()['allreduce'] - (1, 16) == (3, 40)
     np.testing.assert_allclose(g, [2 * (3.0 * 1.5 + 6.0 * 3.0), 2 * (-6.0 * -2.0 + 0.75 * 0.25)])
     assert i.tolist() == [1, 2] and a.tolist() == [[1, 2, 3]] and b.tolist() == [7.0]
 
@@ -402,6 +407,73 @@ def test_two_ranks_of_two_towers_train_like_one_process_on_the_combined_batch(ar
     assert_close(main, reference, rtol=rtol, atol=atol)
     if '--fp16' in args:
         assert any(not np.array_equal(main[n], reference[n]) for n in reference)   # rounded
+
+
+ACCUMULATE, UPDATES = 4, 2     # micro-batches of BATCH per update; updates per epoch
+
+
+def run_accumulating(out_dir, optimizer, *args, accumulate=ACCUMULATE, num=2):
+    """``num`` ranks on train_tiny.py, ``accumulate`` micro-batches per update, one epoch of
+    UPDATES updates; returns the ranks' results (and asserts they ended well, bit-identical)."""
+    code, output = run_ranks(num, out_dir, '--accumulate', str(accumulate), '--optimizer', optimizer,
+                             '--steps-per-epoch', str(accumulate * UPDATES), '--epochs', '1',
+                             '--no-epoch-broadcast', *args)
+    assert code == 0, output[-6000:]
+    ranks = [load_rank(out_dir, r) for r in range(num)]
+    assert [r['global_step'] for r in ranks] == [accumulate * UPDATES] * num
+    assert_bit_identical(ranks)
+    return ranks
+
+
+@needs_mpiexec
+@pytest.mark.parametrize('optimizer', ['sgd', 'momentum', 'adam'])
+def test_two_ranks_accumulating_4_micro_batches_train_like_one_process_on_the_combined_batch(
+        optimizer, tmp_path):
+    """Issue 60: accumulate=4, 8 steps of 4 datapoints on each of 2 ranks: every 4th step
+    all-reduces the mean of the ranks' accumulated gradients and applies it (the optimizer's
+    state advances once per update), the 3 steps before reduce nothing; so the run is 2 updates
+    of one process on 32 datapoints each."""
+    ranks = run_accumulating(tmp_path, optimizer)
+    # the weights change at the updates only (the 4th and the 8th step)
+    hashes = ranks[0]['step_hashes']
+    assert [k for k in range(1, len(hashes)) if hashes[k] != hashes[k - 1]] == [3, 7]
+    assert [calls for calls, _ in ranks[0]['step_traffic']] == [0, 0, 0, 2] * UPDATES
+    reference = train_tiny.accumulated_reference(2, ACCUMULATE, BATCH, ACCUMULATE * UPDATES, 1, LR, optimizer)
+    assert_close(ranks[0]['weights'], reference, rtol=0, atol=1e-6)
+
+
+@needs_mpiexec
+def test_accumulating_ranks_all_reduce_once_per_update_what_one_step_does_without(tmp_path):
+    """The engine's counters (mpi_ops.traffic()) on each rank: with accumulate=4, the update's
+    step all-reduces the bytes (and in the calls) of a step without accumulation, the gradients
+    and the preemption vote (4 * (30 + 5 + 5 + 2) = 168 bytes, in MPI_GROUPS' 2 calls), and the 3
+    accumulating steps before it nothing."""
+    plain = tmp_path / 'plain'
+    plain.mkdir()
+    once = run_accumulating(plain, 'sgd', accumulate=1)
+    accumulated = run_accumulating(tmp_path, 'sgd')
+    for rank in range(2):
+        step = once[rank]['step_traffic']
+        assert step == [[2, 168]] * UPDATES, step
+        assert accumulated[rank]['step_traffic'] == ([[0, 0]] * (ACCUMULATE - 1) + step[:1]) * UPDATES
+        assert accumulated[rank]['allreduce_calls'] == once[rank]['allreduce_calls']    # the same graph
+    # (and they did different things: 2 updates of 32 datapoints, 2 of 8)
+    assert once[0]['step_hashes'][-1] != accumulated[0]['step_hashes'][-1]
+
+
+@needs_mpiexec
+def test_two_ranks_of_two_towers_accumulating_train_like_one_process_on_the_combined_batch(tmp_path):
+    """HorovodTrainer(gpus=['/cpu:0', '/cpu:1']) on 2 ranks with accumulate=4: each tower keeps its
+    own accumulators, the towers' sum crosses the ranks once per update: 2 updates of one
+    process on 64 datapoints each; replicas and ranks bit-identical."""
+    ranks = run_accumulating(tmp_path, 'adam', '--towers', '2')
+    assert [calls for calls, _ in ranks[0]['step_traffic']] == [0, 0, 0, 2] * UPDATES
+    main, replicas = split_replicas(ranks[0]['weights'])
+    assert {'tower1/fc0/W', 'tower1/fc1/W'} <= set(replicas)
+    for replica, name in replicas.items():
+        assert ranks[0]['weights'][replica].tobytes() == main[name].tobytes(), replica
+    reference = train_tiny.accumulated_reference(4, ACCUMULATE, BATCH, ACCUMULATE * UPDATES, 1, LR, 'adam')
+    assert_close(main, reference, rtol=0, atol=1e-6)
 
 
 @needs_mpiexec

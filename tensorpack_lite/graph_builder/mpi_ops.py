@@ -24,9 +24,17 @@ every rank first). A rank on the same machine is named within a second (its proc
 on any machine, a rank whose heartbeat stops for :data:`PEER_TIMEOUT` seconds (it died, hangs,
 or its link is cut) is named by the next rank in ring order. Heartbeats go through MPI's name
 service, which the launcher serves, never on a connection between ranks.
+
+:func:`traffic` counts what this rank's collectives moved (e.g. to check that a run with
+gradient accumulation all-reduces once per update)::
+
+    before = hvd.traffic()['allreduce']
+    sess.run(train_op)
+    calls, nbytes = hvd.traffic()['allreduce'] - before   # this step's reductions and bytes
 """
 
 import atexit
+import collections
 import contextlib
 import os
 import signal
@@ -45,7 +53,7 @@ from ..utils.mpi_launcher import MPI_LAUNCHERS
 __all__ = ['init', 'shutdown', 'is_initialized', 'rank', 'size', 'local_rank', 'local_size',
            'allreduce', 'grouped_allreduce', 'allgather', 'broadcast', 'broadcast_variables',
            'Average', 'Sum', 'Compression', 'Compressor', 'NoneCompressor', 'FP16Compressor',
-           'ordered_collectives', 'engine_name',
+           'ordered_collectives', 'engine_name', 'traffic', 'Traffic',
            'PeerShutdownError', 'SHUT_DOWN_MESSAGE', 'dead_local_peers', 'PEER_TIMEOUT',
            'check_launched_size', 'LAUNCHER_SIZES']
 
@@ -94,6 +102,25 @@ class Compression:
     """The compressions, as ``hvd.Compression``."""
     none = NoneCompressor
     fp16 = FP16Compressor
+
+
+class Traffic(collections.namedtuple('Traffic', ['calls', 'bytes'])):
+    """What one kind of collective moved on this rank: ``calls``, the collectives (one buffer
+    each: a :func:`grouped_allreduce` makes one per dtype; with fp16 compression each is two MPI
+    calls), and ``bytes``, the size of the buffers this rank put in, as sent (float16 with
+    compression; a broadcast's payload on every rank). Subtract two to get what happened in
+    between."""
+
+    __slots__ = ()
+
+    def __add__(self, other):
+        return Traffic(self.calls + other[0], self.bytes + other[1])
+
+    def __sub__(self, other):
+        return Traffic(self.calls - other[0], self.bytes - other[1])
+
+
+_KINDS = ('allreduce', 'allgather', 'broadcast')
 
 
 class PeerShutdownError(RuntimeError):
@@ -152,6 +179,7 @@ class _Engine:
         self.ended = {}                 # rank -> collectives it completed, for the ranks that shut down
         self.ended_by = None            # the first of them
         self._calls = 0                 # collectives started here; every rank starts the same ones
+        self.traffic = {kind: Traffic(0, 0) for kind in _KINDS}
         self._done = []                 # (rank, buffer, request): each rank's end, not received yet
         for peer in range(self.size):
             if peer != self.rank:
@@ -191,14 +219,17 @@ class _Engine:
 
     # ----- waiting ------------------------------------------------------------------------------
 
-    def run(self, what, start):
+    def run(self, what, start, counted=None):
         """Call ``start()`` (which starts nonblocking collectives and returns their requests)
         under the lock and wait for them, or fail when another rank shut down before its part
-        of this call."""
+        of this call. ``counted``: ``(kind, bytes)`` to add to :attr:`traffic` once started."""
         with self.lock:
             self._calls += 1
             self._check_open(what)
             requests = start()
+            if counted is not None:
+                kind, nbytes = counted
+                self.traffic[kind] += (1, int(nbytes))
             self._waiting = (what, time.monotonic())
             try:
                 for request in requests:
@@ -470,6 +501,13 @@ def local_size():
     return _get().local_size
 
 
+def traffic():
+    """What this rank's collectives moved since :func:`init`: ``{'allreduce': Traffic(calls,
+    bytes), 'allgather': ..., 'broadcast': ...}`` (see :class:`Traffic`; the engine's own
+    exchanges, such as the ranks' pids at :func:`init`, are not counted)."""
+    return dict(_get().traffic)    # (no lock: it is held while a collective waits)
+
+
 def engine_name():
     """E.g. ``'mpi4py 4.1.2, MPICH 5.0.2'``."""
     import mpi4py
@@ -524,7 +562,8 @@ def _reduce(engine, arrays, op, wire_dtype):
             total = _sum_compressed(engine, flat, wire_dtype).astype(dtype)
         else:
             total = np.empty_like(flat)
-            engine.run('allreduce', lambda: [engine.world.Iallreduce(flat, total, op=engine.MPI.SUM)])
+            engine.run('allreduce', lambda: [engine.world.Iallreduce(flat, total, op=engine.MPI.SUM)],
+                       counted=('allreduce', flat.nbytes))
         if op == Average:
             total = (total / dtype.type(engine.size)).astype(dtype)
         offset = 0
@@ -542,7 +581,8 @@ def _sum_compressed(engine, flat, wire_dtype):
     wire = np.zeros(chunk * n, wire_dtype)
     wire[:flat.size] = flat
     received = np.empty((n, chunk), wire_dtype)
-    engine.run('allreduce(fp16)', lambda: [engine.world.Ialltoall(wire, received)])
+    engine.run('allreduce(fp16)', lambda: [engine.world.Ialltoall(wire, received)],
+               counted=('allreduce', flat.size * wire.itemsize))
     mine = np.zeros(chunk, np.float32)
     for row in received:
         mine += row.astype(np.float32)
@@ -558,14 +598,16 @@ def _gather(engine, array):
     row = int(np.prod(array.shape[1:])) if array.ndim else 1
     out = np.empty((int(counts.sum()),) + array.shape[1:], array.dtype)
     send = np.ascontiguousarray(array)
-    engine.run('allgather', lambda: [engine.world.Iallgatherv(send, [out, counts * row])])
+    engine.run('allgather', lambda: [engine.world.Iallgatherv(send, [out, counts * row])],
+               counted=('allgather', send.nbytes))
     return out
 
 
 def _broadcast_bytes(engine, arrays, root_rank):
     payload = np.concatenate([np.ascontiguousarray(a).view(np.uint8).ravel() for a in arrays]) \
         if arrays else np.zeros(0, np.uint8)
-    engine.run('broadcast', lambda: [engine.world.Ibcast(payload, root=root_rank)])
+    engine.run('broadcast', lambda: [engine.world.Ibcast(payload, root=root_rank)],
+               counted=('broadcast', payload.nbytes))
     results, offset = [], 0
     for a in arrays:
         results.append(payload[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape))

@@ -8,7 +8,9 @@ Each rank trains on its share (RankShardData) of the same deterministic data and
 training ends, writes ``DIR/rank<r>.json`` (its final weights, pid, how training ended).
 Rank r starts from its own initial weights (seed ``INIT_SEED + r``), so equal final weights
 prove that rank 0's were broadcast. The test trains the same model on one process with
-:func:`train_single` on the batches of both ranks concatenated, for comparison.
+:func:`train_single` on the batches of both ranks concatenated, for comparison. On the MPI
+engine, ``rank<r>.json`` also holds what each step all-reduced (``step_traffic``: calls and
+bytes, from ``mpi_ops.traffic()``).
 """
 
 import argparse
@@ -37,15 +39,22 @@ from helpers import (RecordCost, WhileLoopRNN, add_model_arguments,  # noqa: E40
 INIT_SEED = 100
 FEATURES = 6
 HIDDEN = 5
+OPTIMIZERS = {
+    'sgd': lambda lr: tfv1.train.GradientDescentOptimizer(lr),
+    'momentum': lambda lr: tfv1.train.MomentumOptimizer(lr, 0.9),
+    'adam': lambda lr: tfv1.train.AdamOptimizer(lr),
+}
 
 
 class TinyModel(ModelDesc):
-    """6 -> 5 (tanh) -> 1, mean squared error, SGD with momentum (so slots are broadcast too).
-    With ``batch_norm`` (None: no BatchNorm; '' : one with the statistics of its own batch;
-    'horovod': synchronized across the ranks), a BatchNorm before the tanh."""
+    """6 -> 5 (tanh) -> 1, mean squared error, SGD with momentum by default (so slots are
+    broadcast too; ``optimizer``: a key of OPTIMIZERS). With ``batch_norm`` (None: no BatchNorm;
+    '' : one with the statistics of its own batch; 'horovod': synchronized across the ranks), a
+    BatchNorm before the tanh."""
 
-    def __init__(self, init_seed, lr, batch_norm=None):
+    def __init__(self, init_seed, lr, batch_norm=None, optimizer='momentum'):
         self.init_seed, self.lr, self.batch_norm = init_seed, lr, batch_norm
+        self.optimizer_name = optimizer
 
     def inputs(self):
         return [tf.TensorSpec([None, FEATURES], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
@@ -65,7 +74,7 @@ class TinyModel(ModelDesc):
         return cost
 
     def optimizer(self):
-        return tfv1.train.MomentumOptimizer(self.lr, 0.9)
+        return OPTIMIZERS[self.optimizer_name](self.lr)
 
 
 def make_samples(num):
@@ -86,10 +95,23 @@ class DumpWeights(Callback):
         self.path, self.rank, self.costs = path, rank, costs
         self.stopped = None
         self.step_hashes = []
+        self.step_traffic = []      # (calls, bytes) all-reduced by each step, on the MPI engine
+        self._traffic = None
+
+    def _allreduced(self):
+        from tensorpack_lite.graph_builder import mpi_ops
+        return mpi_ops.traffic()['allreduce'] if self.trainer.hvd is mpi_ops else None
+
+    def _before_train(self):
+        self._traffic = self._allreduced()
 
     def _trigger_step(self):
         values = self.trainer.sess.run(tfv1.trainable_variables())
         self.step_hashes.append(hashlib.md5(b''.join(v.tobytes() for v in values)).hexdigest())
+        if self._traffic is not None:
+            now = self._allreduced()
+            self.step_traffic.append(list(now - self._traffic))
+            self._traffic = now
 
     def _trigger(self):
         self.trainer.monitors.put_scalar('rank', self.rank)
@@ -103,6 +125,7 @@ class DumpWeights(Callback):
         with open(self.path, 'w') as f:
             json.dump({'pid': os.getpid(), 'global_step': self.trainer.global_step,
                        'step_hashes': self.step_hashes, 'engine': self.trainer.engine,
+                       'step_traffic': self.step_traffic,
                        'allreduce_calls': [{'name': op.name, 'shapes': [t.shape.as_list() for t in op.inputs],
                                             'after': [c.name for c in op.control_inputs]} for op in calls],
                        'local_rank': self.trainer.hvd.local_rank(),
@@ -164,12 +187,12 @@ class ChiefOnlyVariable(Callback):
         tfv1.get_variable('only_on_chief', initializer=1.0)
 
 
-def assert_stopped_together(out_dir, num, preempted, step):
-    """For the tests: rank ``preempted`` voted, every rank of ``num`` logged its stop after global
-    step ``step`` (in OUT/rank<r>.log) and rank 0 saved model-<step>."""
+def assert_stopped_together(out_dir, num, preempted, step, until='the next step'):
+    """For the tests: rank ``preempted`` voted (to stop after ``until``), every rank of ``num``
+    logged its stop after global step ``step`` (in OUT/rank<r>.log) and rank 0 saved model-<step>."""
     import re
     logs = [open(os.path.join(str(out_dir), 'rank{}.log'.format(r))).read() for r in range(num)]
-    voted = 'Rank {} voted to stop: every process stops after the next step.'.format(preempted)
+    voted = 'Rank {} voted to stop: every process stops after {}.'.format(preempted, until)
     assert voted in logs[preempted], logs[preempted][-3000:]
     for rank, log in enumerate(logs):
         cause = 'this rank' if rank == preempted else 'another rank'
@@ -185,11 +208,11 @@ def _weights_and_statistics():
     return trainable + [v for v in tfv1.model_variables() if v not in trainable]
 
 
-def train_single(samples, batch, lr, steps_per_epoch, max_epoch, batch_norm=None):
+def train_single(samples, batch, lr, steps_per_epoch, max_epoch, batch_norm=None, optimizer='momentum'):
     """The reference: SimpleTrainer on one process, ``batch`` datapoints per step; returns
     the final trainable weights (and moving averages) by variable name."""
     from tensorpack_lite.train import SimpleTrainer
-    model = TinyModel(INIT_SEED, lr, batch_norm)
+    model = TinyModel(INIT_SEED, lr, batch_norm, optimizer)
     result = {}
 
     class ReadWeights(Callback):
@@ -204,6 +227,19 @@ def train_single(samples, batch, lr, steps_per_epoch, max_epoch, batch_norm=None
     return result
 
 
+def accumulated_reference(replicas, accumulate, batch, steps_per_epoch, max_epoch, lr, optimizer):
+    """The reference of a run of ``replicas`` (ranks x towers), each taking ``accumulate``
+    micro-batches of ``batch`` per update: one process whose every step is an update on the
+    combined batch of ``replicas * accumulate * batch`` datapoints, in the order the replicas'
+    shares (RankShardData) take them."""
+    samples = make_samples(steps_per_epoch * batch * replicas)
+    if steps_per_epoch % accumulate:
+        raise ValueError("accumulated_reference: {} steps per epoch are not whole updates of {}".format(
+            steps_per_epoch, accumulate))
+    return train_single(samples, replicas * accumulate * batch, lr, steps_per_epoch // accumulate, max_epoch,
+                        optimizer=optimizer)
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--out', required=True, help='directory for rank<r>.json')
@@ -214,6 +250,9 @@ def parse_args(argv):
     parser.add_argument('--steps-per-epoch', type=int, default=3)
     parser.add_argument('--epochs', type=int, default=2)
     parser.add_argument('--lr', type=float, default=0.05)
+    parser.add_argument('--optimizer', choices=sorted(OPTIMIZERS), default='momentum')
+    parser.add_argument('--accumulate', type=int, default=1,
+                        help='TrainConfig(accumulate=): micro-batches (steps) per update')
     parser.add_argument('--sum', action='store_true', help='sum the gradients instead of averaging')
     parser.add_argument('--fp16', action='store_true', help='fp16 gradient compression')
     parser.add_argument('--mixed-precision', choices=['bf16', 'fp16'], help='TrainConfig(mixed_precision=)')
@@ -295,12 +334,13 @@ def main(argv):
     if args.model == 'rnn':
         model = WhileLoopRNN(seed=INIT_SEED + trainer.rank, lr=args.lr)
     else:
-        model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None)
+        model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None,
+                          args.optimizer)
     session_config = None if args.towers is None else tfv1.ConfigProto(device_count={'CPU': args.towers})
     config = (TrainConfig if policy is None and not args.resume else AutoResumeTrainConfig)(
         model=model, dataflow=df, callbacks=callbacks, session_config=session_config,
         steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs, mixed_precision=args.mixed_precision,
-        elastic=policy)
+        elastic=policy, accumulate=args.accumulate)
     launch_train_with_config(config, trainer)
 
 
