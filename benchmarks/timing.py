@@ -6,11 +6,12 @@ from tensorpack_lite.callbacks import Callback
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.train import ModelDesc
 
-__all__ = ['EpochTimer', 'DenseMLP']
+__all__ = ['EpochTiming', 'EpochTimer', 'DenseMLP']
 
 
-class EpochTimer(Callback):
-    """The time from each epoch's first step to the end of its last."""
+class EpochTiming:
+    """The time from each epoch's first step to the end of its last (``times``): mixed into a
+    callback class, this library's or another's with the same template methods (tensorpack's)."""
 
     _chief_only = False
 
@@ -22,6 +23,10 @@ class EpochTimer(Callback):
 
     def _after_epoch(self):
         self.times.append(time.perf_counter() - self._start)
+
+
+class EpochTimer(EpochTiming, Callback):
+    """:class:`EpochTiming` as a callback of this library."""
 
 
 class DenseMLP(ModelDesc):

@@ -55,7 +55,7 @@ from tensorpack_lite.tfutils.tower import TrainTowerContext
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.defaults import DEFAULT_CALLBACKS
 from tensorpack_lite.utils import logger
-from timing import EpochTimer
+from timing import EpochTimer, EpochTiming
 
 try:
     import tensorpack
@@ -172,17 +172,8 @@ def library_path(model_cls, batches, epochs, logdir, dummy, step_monitor=True):
 def tensorpack_path(model_cls, batches, epochs, logdir, same_config):
     """(e) and (f): tensorpack 0.11's launch_train_with_config with its defaults (with (a)'s session
     config when ``same_config``)."""
-    class TPEpochTimer(tensorpack.Callback):
-        _chief_only = False
-
-        def __init__(self):
-            self.times = []
-
-        def _before_epoch(self):
-            self._start = time.perf_counter()
-
-        def _after_epoch(self):
-            self.times.append(time.perf_counter() - self._start)
+    class TPEpochTimer(EpochTiming, tensorpack.Callback):
+        """:class:`EpochTiming` as a tensorpack callback."""
 
     model = type('TP' + model_cls.__name__, (model_cls.__bases__[0], tensorpack.ModelDesc), {})()
     with tf.Graph().as_default():
