@@ -577,6 +577,38 @@ def test_a_rerun_after_sigterm_resumes_every_rank_at_the_step_with_its_own_data(
 
 
 @needs_mpiexec
+def test_sigterm_in_the_middle_of_an_update_stops_every_rank_at_its_end_and_the_rerun_resumes(tmp_path):
+    """Issue 60: accumulate=4, 2 epochs of 8 steps; rank 1 gets SIGTERM after global step 9 (one
+    micro-batch into the 3rd update, in epoch 2). The accumulating steps reduce nothing, so its
+    vote travels with the next all-reduce, the update of step 12: every rank stops after step 12,
+    rank 0 writes model-12, each rank its resume state. The same command again resumes at step
+    12 and ends as an uninterrupted run: 4 updates of one process on 32 datapoints each."""
+    logdir = tmp_path / 'logs'
+    args = ['--accumulate', '4', '--optimizer', 'adam', '--steps-per-epoch', '8', '--epochs', '2',
+            '--logdir', str(logdir), '--per-rank-logdir', '--resume']
+    code, output = run_ranks(2, tmp_path, '--sigterm', '1', '9', *args)
+    assert code == 143, output[-6000:]
+    train_tiny.assert_stopped_together(tmp_path, 2, 1, 12,
+                                       until='the next step that reduces (the end of this update)')
+    stopped = [load_rank(tmp_path, r) for r in range(2)]
+    assert [r['global_step'] for r in stopped] == [12, 12]
+    assert [calls for calls, _ in stopped[0]['step_traffic']] == [0, 0, 0, 2] * 3
+    assert_bit_identical(stopped)
+    assert (logdir / 'rank0' / 'model-12.index').exists()
+    assert (logdir / 'rank1' / 'model-12.resume.rank-1').exists()
+    code, output = run_ranks(2, tmp_path, *args)
+    assert code == 0, output[-6000:]
+    assert 'Resuming from checkpoint {} (step 4 of 8 of epoch 2, global step 12).'.format(
+        logdir / 'rank0' / 'model-12') in output
+    assert 'micro-batch' not in output     # model-12 ends an update: no accumulated gradients to take back
+    resumed = [load_rank(tmp_path, r) for r in range(2)]
+    assert [r['global_step'] for r in resumed] == [16, 16]
+    assert_bit_identical(resumed)
+    reference = train_tiny.accumulated_reference(2, 4, BATCH, 8, 2, LR, 'adam')
+    assert_close(resumed[0]['weights'], reference, rtol=0, atol=1e-6)
+
+
+@needs_mpiexec
 def test_ranks_with_different_variables_fail_with_a_clear_error(tmp_path):
     code, output = run_ranks(2, tmp_path, '--chief-only-variable')
     assert code != 0

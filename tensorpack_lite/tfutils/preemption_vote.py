@@ -77,7 +77,10 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         if why not in self.cast:
             sess.run(self._cast_ops[why])
             self.cast.add(why)
-            logger.info("{}: every process stops after the next step.".format(what))
+            # with runs that reduce nothing (accumulation), the next that reduces carries the vote
+            when = ('the next step that reduces (the end of this update)' if self._runs_without
+                    else 'the next step')
+            logger.info("{}: every process stops after {}.".format(what, when))
 
     def before_run(self, run_context):
         if self._total is None or any(run_context.original_args.fetches is op for op in self._runs_without):
