@@ -170,6 +170,42 @@ def test_sigterm_to_one_rank_stops_both_after_the_same_step(horovod_python, tmp_
     assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=0)
 
 
+def test_two_ranks_accumulating_4_micro_batches_train_like_one_process_on_the_combined_batch(
+        horovod_python, tmp_path):
+    """Issue 60 under Horovod: accumulate=4, 8 steps of 4 datapoints on each of 2 ranks, Adam: every
+    4th step all-reduces the accumulated gradients (hvd.allreduce) and applies them, so the run is
+    2 updates of one process on 32 datapoints each; the weights change at the updates only."""
+    code, output, _ = run_two_ranks(horovod_python, tmp_path, '--accumulate', '4', '--optimizer', 'adam',
+                                    '--steps-per-epoch', '8', '--epochs', '1', '--no-epoch-broadcast')
+    assert code == 0, output[-6000:]
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert rank0['engine'] == 'Horovod' and rank0['global_step'] == rank1['global_step'] == 8
+    hashes = rank0['step_hashes']
+    assert hashes == rank1['step_hashes']
+    assert [k for k in range(1, len(hashes)) if hashes[k] != hashes[k - 1]] == [3, 7]
+    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=0)
+    reference = train_tiny.accumulated_reference(2, 4, BATCH, 8, 1, LR, 'adam')
+    assert_same_weights(rank0['weights'], reference, rtol=0, atol=1e-6)
+
+
+def test_sigterm_in_the_middle_of_an_update_stops_both_ranks_at_its_end(horovod_python, tmp_path):
+    """accumulate=4: rank 1 gets SIGTERM after global step 5, one micro-batch into the 2nd update;
+    its vote travels with the next all-reduce, the update of step 8: both ranks stop after step 8
+    with the same weights, rank 0 writes model-8."""
+    code, output, _ = run_two_ranks(horovod_python, tmp_path, '--sigterm', '1', '5', '--accumulate', '4',
+                                    '--steps-per-epoch', '4', '--epochs', '4',
+                                    '--logdir', str(tmp_path / 'logs'))
+    assert code != 0, output[-6000:]
+    train_tiny.assert_stopped_together(tmp_path, 2, 1, 8,
+                                       until='the next step that reduces (the end of this update)')
+    statuses = re.findall(r'Process ([01]) exit with status code (\d+)\.', output)
+    assert statuses and all(code == '143' for _, code in statuses), output[-6000:]
+    assert os.path.isfile(os.path.join(str(tmp_path), 'logs', 'model-8.index'))
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert rank0['global_step'] == rank1['global_step'] == 8
+    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=0)
+
+
 def test_ranks_with_different_variables_fail_with_a_clear_error(horovod_python, tmp_path):
     code, output, _ = run_two_ranks(horovod_python, tmp_path, '--chief-only-variable')
     assert code != 0
