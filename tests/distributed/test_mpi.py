@@ -462,6 +462,23 @@ def test_accumulating_ranks_all_reduce_once_per_update_what_one_step_does_withou
 
 
 @needs_mpiexec
+def test_accumulating_ranks_synchronize_batch_norm_per_micro_batch_like_one_process(tmp_path):
+    """BatchNorm(sync_statistics='horovod') with accumulate=4: the statistics' reduction (in the
+    tower, chained before the gradients' by ordered_collectives) runs in every step, the
+    gradients' in the update's only; the result is one process's with accumulate=4 on micro-batches
+    of both ranks' datapoints (BatchNorm over 8, moving averages per micro-batch)."""
+    ranks = run_accumulating(tmp_path, 'momentum', '--sync-batch-norm')
+    # the statistics and their gradient (2 x 5 floats each), then also the gradients and the vote
+    assert ranks[0]['step_traffic'] == [[2, 80], [2, 80], [2, 80], [5, 80 + 4 * (40 + 10 + 2)]] * UPDATES
+    with tfv1.Graph().as_default():
+        samples = train_tiny.make_samples(ACCUMULATE * UPDATES * BATCH * 2)
+        reference = train_tiny.train_single(samples, 2 * BATCH, LR, ACCUMULATE * UPDATES, 1, batch_norm='',
+                                            accumulate=ACCUMULATE)
+    assert {'bn/mean/EMA', 'bn/variance/EMA'} <= set(reference)
+    assert_close(ranks[0]['weights'], reference, rtol=0, atol=1e-6)
+
+
+@needs_mpiexec
 def test_two_ranks_of_two_towers_accumulating_train_like_one_process_on_the_combined_batch(tmp_path):
     """HorovodTrainer(gpus=['/cpu:0', '/cpu:1']) on 2 ranks with accumulate=4: each tower keeps its
     own accumulators, the towers' sum crosses the ranks once per update: 2 updates of one

@@ -208,9 +208,10 @@ def _weights_and_statistics():
     return trainable + [v for v in tfv1.model_variables() if v not in trainable]
 
 
-def train_single(samples, batch, lr, steps_per_epoch, max_epoch, batch_norm=None, optimizer='momentum'):
-    """The reference: SimpleTrainer on one process, ``batch`` datapoints per step; returns
-    the final trainable weights (and moving averages) by variable name."""
+def train_single(samples, batch, lr, steps_per_epoch, max_epoch, batch_norm=None, optimizer='momentum',
+                 accumulate=1):
+    """The reference: SimpleTrainer on one process, ``batch`` datapoints per step (``accumulate``
+    steps per update); returns the final trainable weights (and moving averages) by variable name."""
     from tensorpack_lite.train import SimpleTrainer
     model = TinyModel(INIT_SEED, lr, batch_norm, optimizer)
     result = {}
@@ -222,7 +223,7 @@ def train_single(samples, batch, lr, steps_per_epoch, max_epoch, batch_norm=None
 
     config = TrainConfig(model=model, dataflow=BatchData(DataFromList(samples, shuffle=False), batch),
                          callbacks=[ReadWeights()], monitors=[], steps_per_epoch=steps_per_epoch,
-                         max_epoch=max_epoch)
+                         max_epoch=max_epoch, accumulate=accumulate)
     launch_train_with_config(config, SimpleTrainer())
     return result
 
