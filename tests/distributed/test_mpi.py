@@ -494,6 +494,24 @@ def test_two_ranks_of_two_towers_accumulating_train_like_one_process_on_the_comb
 
 
 @needs_mpiexec
+def test_epoch_broadcasts_inside_updates_leave_each_ranks_accumulated_gradients_alone(tmp_path):
+    """2 ranks x 2 towers, accumulate=4 over epochs of 2 steps: the broadcast of rank 0's variables
+    (and into the replicas) at the end of epochs 1 and 3 falls inside an update; the accumulators
+    are local variables of each tower of each rank, which it leaves alone. Each update is then
+    both epochs' 32 datapoints twice: one process's steps on the 32."""
+    code, output = run_ranks(2, tmp_path, '--towers', '2', '--accumulate', '4', '--optimizer', 'adam',
+                             '--steps-per-epoch', '2', '--epochs', '4')
+    assert code == 0, output[-6000:]
+    ranks = [load_rank(tmp_path, r) for r in range(2)]
+    assert_bit_identical(ranks)
+    assert [calls for calls, _ in ranks[0]['step_traffic']] == [0, 0, 0, 2] * 2
+    main, _ = split_replicas(ranks[0]['weights'])
+    reference = train_tiny.train_single(train_tiny.make_samples(2 * BATCH * 4), 2 * BATCH * 4, LR, 1, 2,
+                                        optimizer='adam')
+    assert_close(main, reference, rtol=0, atol=1e-6)
+
+
+@needs_mpiexec
 def test_two_ranks_sum_and_only_rank0_writes(tmp_path):
     logdir = tmp_path / 'logs'
     code, output = run_ranks(2, tmp_path, '--logdir', str(logdir), '--per-rank-logdir', '--sum')
