@@ -43,9 +43,24 @@ the timed steps. A link near 100 % busy with cores to spare says network-bound; 
 near 100 % busy says the CPU may be the limit too. Then one line per variant on the goals of
 issue 38: the step-time ratio within 1.15x of the bytes' ratio, the bytes within 5 %.
 
+Gradient accumulation (``--accumulate K [K ...]``, default 1; issue 60): each variant and N
+runs once per K with ``TrainConfig(accumulate=K)``, K micro-batches of ``--batch`` per update and
+one all-reduce per update; an epoch is ``--steps`` updates (``--steps`` x K micro-batches), and
+the timed window of each epoch starts after its first update and ends after its last, so it
+holds whole updates only. The table above is K=1's; when a K > 1 is asked for, a second table
+gives per variant, N and K: the micro-batch step time (the median over rounds of the workers'
+median update time / K), the update time, updates/s, samples/s (batch x N / step time) and its
+ratio to K=1's, the bytes a worker sends per update (its tx bytes over the window / the updates
+in it) next to K=1's bytes per step, and the link's limit: the samples of one update over the
+time the busiest link (the most bytes any host sends or receives per update) needs at
+``--rate-mbit``, what the run would reach with free compute, with the measured samples/s as a
+fraction of it.
+
     python benchmarks/network_scaling.py              # N = 2 3 4, 4 variants: about 9 minutes
     python benchmarks/network_scaling.py --quick      # N = 2 and 4, fewer steps: about 4 minutes
     python benchmarks/network_scaling.py --variants collective collective-fp16 --rounds 3
+    python benchmarks/network_scaling.py --rate-mbit 200 --workers 2 --variants collective mpi \
+        --accumulate 1 4 8 --rounds 3
 
 Needs root and iproute2 (network namespaces, ``tc`` token buckets); without them it says why
 and exits. The runs are interleaved over ``--rounds`` rounds; each is bounded by
@@ -331,9 +346,11 @@ def task_main(args):
         callbacks.append(timeline_callback(args.timeline, range(max(args.steps - 4, 1), args.steps - 1)))
     model = build_model(args.batch, args.hidden, args.model)
     shapes = [spec.shape.as_list() for spec in model.inputs()]
+    accumulate = args.accumulate[0]
     config = TrainConfig(model=model, data=DummyConstantInput(shapes),
                          callbacks=callbacks, extra_callbacks=[], monitors=[],
-                         steps_per_epoch=args.steps, max_epoch=args.epochs)
+                         steps_per_epoch=args.steps * accumulate, max_epoch=args.epochs,
+                         accumulate=accumulate)
     launch_train_with_config(config, trainer)
     write_result(args.out, 'worker{}'.format(index),
                  {'epochs': meter.epochs, 'gradient_bytes': gradient_bytes()})
@@ -379,22 +396,36 @@ def _interpolate(samples, when, column):
     raise ValueError("no ps sample around {}".format(when))
 
 
-class RunResult:
-    """What one run measured: ``steps`` (each worker's median step time, s); per worker and
-    step ``sent``, ``received``, ``packets`` (sent), ``retransmitted`` (TCP segments sent
-    again) and ``cpu`` (seconds); ``machine_busy`` (the share of the machine's CPU time busy in
-    the chief's timed steps); ``ps`` (the ps task's ``sent``, ``received``, ``packets``,
-    ``retransmitted``, ``cpu`` per step over the chief's timed steps; None without a ps);
-    ``size`` (S); ``totals`` (every host's counters at the end of the run)."""
+def update_records(epoch, accumulate):
+    """The records of ``epoch`` (one per micro-batch) taken after the last micro-batch of each
+    update: the window from the first to the last holds whole updates, the epoch's first update
+    left out (it holds the epoch's first step, after the epoch-end broadcasts)."""
+    if len(epoch) % accumulate:
+        raise ValueError("an epoch of {} micro-batches is not whole updates of {}".format(
+            len(epoch), accumulate))
+    return epoch[accumulate - 1::accumulate]
 
-    def __init__(self, workers, ps_samples, totals):
-        self.size, self.totals = workers[0]['gradient_bytes'], totals
-        self.steps, self.cpu = [], []
+
+class RunResult:
+    """What one run of ``accumulate`` micro-batches per update measured: ``steps`` (each
+    worker's median update time / ``accumulate``: its micro-batch step time, s), ``updates``
+    (each worker's median update time, s); per worker and update ``sent``, ``received``,
+    ``packets`` (sent), ``retransmitted`` (TCP segments sent again) and ``cpu`` (seconds);
+    ``machine_busy`` (the share of the machine's CPU time busy in the chief's timed updates);
+    ``ps`` (the ps task's ``sent``, ``received``, ``packets``, ``retransmitted``, ``cpu`` per
+    update over the chief's timed updates; None without a ps); ``size`` (S); ``totals`` (every
+    host's counters at the end of the run). With ``accumulate`` 1 an update is a step."""
+
+    def __init__(self, workers, ps_samples, totals, accumulate=1):
+        self.size, self.totals, self.accumulate = workers[0]['gradient_bytes'], totals, accumulate
+        self.steps, self.updates, self.cpu = [], [], []
         self.sent, self.received, self.packets, self.retransmitted = [], [], [], []
         for worker in sorted(workers, key=lambda w: w['index']):
             epochs = worker['epochs'][1:] if len(worker['epochs']) > 1 else worker['epochs']
+            epochs = [update_records(epoch, accumulate) for epoch in epochs]
             periods = [b[0] - a[0] for epoch in epochs for a, b in zip(epoch, epoch[1:])]
-            self.steps.append(statistics.median(periods))
+            self.updates.append(statistics.median(periods))
+            self.steps.append(self.updates[-1] / accumulate)
             per_step = [sum(epoch[-1][k] - epoch[0][k] for epoch in epochs) / len(periods)
                         for k in range(len(epochs[0][0]))]
             counters = dict(zip(COUNTERS, per_step[4:]))
@@ -419,6 +450,18 @@ class RunResult:
     @property
     def step(self):
         return statistics.median(self.steps)
+
+    @property
+    def update(self):
+        return statistics.median(self.updates)
+
+    @property
+    def busiest(self):
+        """The most bytes one host's link carries per update, either way (workers and ps)."""
+        hosts = [max(pair) for pair in zip(self.sent, self.received)]
+        if self.ps:
+            hosts.append(max(self.ps['sent'], self.ps['received']))
+        return max(hosts)
 
 
 def _launch_tasks(args, command, net, num_worker, num_ps):
@@ -452,18 +495,19 @@ def _launch_ranks(args, command, net, num_worker):
     return code, output.decode('utf-8', 'replace')
 
 
-def run_once(args, variant, num_worker, log_dir):
-    """Run ``variant`` on ``num_worker`` hosts (and a ps host); a :class:`RunResult`, or None
-    when the run failed (the end of its output is printed)."""
+def run_once(args, variant, num_worker, log_dir, accumulate=1):
+    """Run ``variant`` on ``num_worker`` hosts (and a ps host), ``accumulate`` micro-batches per
+    update; a :class:`RunResult`, or None when the run failed (the end of its output is printed)."""
     from tensorpack_lite.cluster.netns import NetnsCluster
     num_ps = 1 if variant in PS_VARIANTS else 0
-    out = tempfile.mkdtemp(prefix='{}-{}.'.format(variant, num_worker), dir=log_dir)
+    out = tempfile.mkdtemp(prefix='{}-{}-K{}.'.format(variant, num_worker, accumulate), dir=log_dir)
     command = [sys.executable, os.path.abspath(__file__), '--task', '--variant', variant, '--out', out,
                '--hidden', str(args.hidden), '--batch', str(args.batch), '--steps', str(args.steps),
-               '--epochs', str(args.epochs), '--model', args.model] \
+               '--epochs', str(args.epochs), '--model', args.model, '--accumulate', str(accumulate)] \
         + (['--no-spin'] if args.no_spin else []) \
         + ['--set'] + list(getattr(args, 'set', [])) \
-        + (['--timeline', os.path.join(args.timeline, '{}-N{}'.format(variant, num_worker))]
+        + (['--timeline', os.path.join(args.timeline, '{}-N{}'.format(variant, num_worker)
+                                       + ('-K{}'.format(accumulate) if accumulate > 1 else ''))]
            if getattr(args, 'timeline', None) else [])
     with NetnsCluster(num_worker + num_ps, rate_mbit=args.rate_mbit or None) as net:
         if variant == 'mpi':
@@ -481,14 +525,14 @@ def run_once(args, variant, num_worker, log_dir):
     workers = [dict(found['worker{}'.format(k)], index=k) for k in range(num_worker)
                if 'worker{}'.format(k) in found]
     if code != 0 or len(workers) < num_worker:
-        print("  {} on {} workers failed (exit code {}, {} of {} workers reported); the end of its "
-              "output:\n{}".format(variant, num_worker, code, len(workers), num_worker, text[-3000:]),
-              flush=True)
+        print("  {} on {} workers, K={}, failed (exit code {}, {} of {} workers reported); the end of its "
+              "output:\n{}".format(variant, num_worker, accumulate, code, len(workers), num_worker,
+                                   text[-3000:]), flush=True)
         return None
     ps = found.get('ps0', {}).get('samples')
     if num_ps and not ps:
         print("  the ps task reported no samples: its bytes are not shown", flush=True)
-    return RunResult(workers, ps, totals)
+    return RunResult(workers, ps, totals, accumulate)
 
 
 # ----- the driver: rounds, table, goals -----------------------------------------------------------
@@ -517,16 +561,19 @@ def progress(index, total, variant, num_worker, result, seconds):
     if result is None:
         return
     steps = ' '.join('{:.3f}'.format(s) for s in result.steps)
-    line = ("[{}/{}] {} N={}: step {:.3f} s (workers {}), a worker sends {:.2f} MB/step ({:.2f}-{:.2f}; "
-            "expected {:.2f}), CPU {:.3f} s/step, machine busy {:.0%}").format(
-                index, total, variant, num_worker, result.step, steps, statistics.median(result.sent) / MB,
+    unit = 'step' if result.accumulate == 1 else 'update'
+    line = ("[{}/{}] {} N={}{}: step {:.3f} s (workers {}), a worker sends {:.2f} MB/{} ({:.2f}-{:.2f}; "
+            "expected {:.2f}), CPU {:.3f} s/{}, machine busy {:.0%}").format(
+                index, total, variant, num_worker,
+                '' if result.accumulate == 1 else ' K={}'.format(result.accumulate), result.step, steps,
+                statistics.median(result.sent) / MB, unit,
                 min(result.sent) / MB, max(result.sent) / MB,
                 expected_sent(variant, num_worker, result.size, 'worker') / MB, statistics.median(result.cpu),
-                result.machine_busy)
+                unit, result.machine_busy)
     if result.ps:
-        line += "; ps sends {:.2f} MB/step (expected {:.2f}), CPU {:.3f} s/step".format(
-            result.ps['sent'] / MB, expected_sent(variant, num_worker, result.size, 'ps') / MB,
-            result.ps['cpu'])
+        line += "; ps sends {:.2f} MB/{} (expected {:.2f}), CPU {:.3f} s/{}".format(
+            result.ps['sent'] / MB, unit, expected_sent(variant, num_worker, result.size, 'ps') / MB,
+            result.ps['cpu'], unit)
     line += "; run {:.0f} s, hosts sent {} MB in all".format(
         seconds, ' '.join('{:.0f}'.format(t['tx_bytes'] / MB) for t in result.totals))
     print(line, flush=True)
@@ -574,6 +621,40 @@ def table(args, results):
     headers = ['variant', 'N', 'median step (s)', 'ratio to N={}'.format(low), 'bytes ratio',
                'step / bytes ratio', 'sent/step (MB)', 'expected (MB)', 'measured / expected',
                'payload / expected', 'resent', 'link busy', 'CPU s/step', 'machine busy']
+    return headers, rows
+
+
+def accumulation_table(args, results):
+    """(headers, rows) of the accumulation table of ``results`` {(variant, N, K): [RunResult of
+    each round]}: per update, against K=1's per step, and against the link's limit."""
+    rows = []
+    for variant in args.variants:
+        for num_worker in args.workers:
+            base = results.get((variant, num_worker, 1))
+            base_sent = _median(_median(r.sent) for r in base) if base else None
+            base_rate = args.batch * num_worker / _median(r.step for r in base) if base else None
+            for accumulate in args.accumulate:
+                runs = results.get((variant, num_worker, accumulate))
+                if not runs:
+                    continue
+                step, update = _median(r.step for r in runs), _median(r.update for r in runs)
+                samples = args.batch * num_worker / step
+                sent = _median(_median(r.sent) for r in runs)
+                busiest = _median(r.busiest for r in runs)
+                limit = (args.batch * num_worker * accumulate / (busiest * 8 / (args.rate_mbit * 1e6))
+                         if args.rate_mbit else None)
+                rows.append([
+                    variant, num_worker, accumulate, '{:.4f}'.format(step), '{:.3f}'.format(update),
+                    '{:.2f}'.format(1 / update), '{:.1f}'.format(samples),
+                    '{:.2f}'.format(samples / base_rate) if base_rate else '',
+                    '{:.2f}'.format(sent / MB), '{:.2f}'.format(base_sent / MB) if base_sent else '',
+                    '{:.3f}'.format(sent / base_sent) if base_sent else '',
+                    '{:.2f}'.format(busiest / MB), '{:.1f}'.format(limit) if limit else '',
+                    '{:.0%}'.format(samples / limit) if limit else '',
+                    '{:.0%}'.format(_median(r.machine_busy for r in runs))])
+    headers = ['variant', 'N', 'K', 'micro-batch step (s)', 'update (s)', 'updates/s', 'samples/s',
+               'x K=1', 'sent/update (MB)', 'K=1 sent/step (MB)', 'ratio', 'busiest link (MB/update)',
+               "link's limit (samples/s)", 'measured / limit', 'machine busy']
     return headers, rows
 
 
@@ -634,7 +715,11 @@ def parse_args():
     parser.add_argument('--hidden', type=int, default=1 << 18, help='hidden units: S = 32 x hidden bytes')
     parser.add_argument('--batch', type=int, default=8, help='batch per worker')
     parser.add_argument('--steps', type=int, default=5,
-                        help="steps per epoch (each epoch's first is not timed)")
+                        help="updates per epoch (each epoch's first is not timed); an epoch is steps x K "
+                             "micro-batches")
+    parser.add_argument('--accumulate', type=int, nargs='+', default=[1], metavar='K',
+                        help="micro-batches per update (TrainConfig(accumulate=K)): every variant and N runs "
+                             "with each K")
     parser.add_argument('--epochs', type=int, default=3, help='epochs per run (the first is warm-up)')
     parser.add_argument('--rounds', type=int, default=1, help='interleaved rounds of every run')
     parser.add_argument('--run-timeout', type=float, default=300, help='seconds one run may take')
@@ -652,6 +737,8 @@ def parse_args():
     parser.add_argument('--variant', help=argparse.SUPPRESS)
     parser.add_argument('--out', help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if any(k < 1 for k in args.accumulate) or args.steps < 2:
+        parser.error("--accumulate takes K >= 1 and --steps at least 2 (the first update is not timed)")
     if args.quick:
         args.workers, args.epochs = [2, 4], 2
     return args
@@ -677,31 +764,38 @@ def main():
           "steps (the first epoch and each epoch's first step not timed), {} round(s); load average "
           "{}".format(args.rate_mbit, args.rate_mbit / 8, size / MB, args.epochs, args.steps, args.rounds,
                       load_average()), flush=True)
-    runs = [(v, n) for n in args.workers for v in args.variants]
+    runs = [(v, n, k) for n in args.workers for v in args.variants for k in args.accumulate]
     results, failed, began = {}, [], time.monotonic()
     with tempfile.TemporaryDirectory(prefix='network_scaling.') as temporary:
         log_dir = args.log_dir or temporary
         os.makedirs(log_dir, exist_ok=True)
         for round_index in range(args.rounds):
             start = round_index % len(runs)
-            for number, (variant, num_worker) in enumerate(runs[start:] + runs[:start]):
+            for number, (variant, num_worker, accumulate) in enumerate(runs[start:] + runs[:start]):
                 run_began = time.monotonic()
-                result = run_once(args, variant, num_worker, log_dir)
+                result = run_once(args, variant, num_worker, log_dir, accumulate)
                 progress(round_index * len(runs) + number + 1, len(runs) * args.rounds, variant, num_worker,
                          result, time.monotonic() - run_began)
                 if result is None:
-                    failed.append((variant, num_worker))
+                    failed.append((variant, num_worker, accumulate))
                 else:
-                    results.setdefault((variant, num_worker), []).append(result)
+                    results.setdefault((variant, num_worker, accumulate), []).append(result)
     from tabulate import tabulate
-    headers, rows = table(args, results)
     print("\n{:g} Mbit/s links, S = {:.2f} MB; {:.0f} s in all; load average at the end {}".format(
         args.rate_mbit, size / MB, time.monotonic() - began, load_average()))
-    print(tabulate(rows, headers=headers, disable_numparse=True, stralign='right'))
-    for line in goals(args, results):
-        print(line)
+    unaccumulated = {(v, n): runs for (v, n, k), runs in results.items() if k == 1}
+    if unaccumulated:
+        headers, rows = table(args, unaccumulated)
+        print(tabulate(rows, headers=headers, disable_numparse=True, stralign='right'))
+        for line in goals(args, unaccumulated):
+            print(line)
+    if any(k > 1 for k in args.accumulate):
+        headers, rows = accumulation_table(args, results)
+        print("\nGradient accumulation: K micro-batches of {} per worker make one update; per update "
+              "against K=1's per step".format(args.batch))
+        print(tabulate(rows, headers=headers, disable_numparse=True, stralign='right'))
     if failed:
-        print("failed runs: {}".format(', '.join('{} N={}'.format(*f) for f in failed)))
+        print("failed runs: {}".format(', '.join('{} N={} K={}'.format(*f) for f in failed)))
         sys.exit(1)
 
 
