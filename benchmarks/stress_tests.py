@@ -15,8 +15,8 @@ default), named in the report.
 
 Run (from the repository root; pytest options go after ``--``)::
 
-    python benchmarks/stress_tests.py --runs 3 tests/test_utils.py tests/test_input_source.py
-    python benchmarks/stress_tests.py --burners 4 -- tests/test_logger.py -k timer
+    python benchmarks/stress_tests.py --runs 3 tests/utils/test_utils.py tests/input_source/test_input_source.py
+    python benchmarks/stress_tests.py --burners 4 -- tests/utils/test_logger.py -k timer
 """
 
 import argparse

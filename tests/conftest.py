@@ -1,5 +1,5 @@
 """Shared test set-up: quiet TensorFlow, graph mode, a fresh graph and logger state for every
-test, and the fixtures several modules use. Shared non-fixture helpers are in helpers.py."""
+test, and the fixtures several modules use. Shared non-fixture helpers are in helpers/__init__.py."""
 
 import os
 import queue
@@ -82,7 +82,7 @@ def pytest_make_collect_report(collector):
 def _trust_a_public_address():
     """On a machine with a public address, a task's server started on this machine's network
     is refused unless the network is declared trusted (docs/security.md). The tests start such
-    servers on purpose; test_isolation.py checks the refusal with the declaration removed."""
+    servers on purpose; distributed/test_isolation.py checks the refusal with the declaration removed."""
     from tensorpack_lite.cluster import exposure
     public = [a for a in exposure.interface_addresses() if exposure.is_public(a)]
     if public:
@@ -94,7 +94,7 @@ def _trust_a_public_address():
 def pytest_configure(config):
     """The tests build graphs as tensorpack code does, some while they are collected (e.g. in
     parametrize lists): graph mode for the whole run, as a trainer would switch it on.
-    (Importing tensorpack_lite alone leaves TensorFlow's mode alone; test_architecture.py
+    (Importing tensorpack_lite alone leaves TensorFlow's mode alone; library/test_architecture.py
     checks that in a fresh interpreter.)"""
     from tensorpack_lite.compat import enable_graph_mode
     enable_graph_mode()

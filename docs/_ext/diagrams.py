@@ -8,7 +8,7 @@ another version of its source. After editing a source, redraw with Graphviz inst
 
     python docs/_ext/diagrams.py
 
-tests/test_docs_diagrams.py checks the stamps, and, where ``dot`` is installed, that each SVG
+tests/docs/test_diagrams.py checks the stamps, and, where ``dot`` is installed, that each SVG
 has the nodes, edges and labels ``dot`` draws from its source today.
 """
 

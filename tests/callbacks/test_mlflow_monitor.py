@@ -16,8 +16,9 @@ import urllib.request
 import numpy as np
 import pytest
 
+from helpers import REPO_DIR
 from helpers import HANG_TIMEOUT, capture_logs, kill_process_tree, wait_until
-from test_minsaver_resume import Model, dataflow
+from tests.callbacks.test_saver_resume import Model, dataflow
 from tensorpack_lite.callbacks import Callback, MLflowMonitor, ModelSaver
 from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.compat import tfv1
@@ -28,7 +29,7 @@ from tensorpack_lite.utils import logger, stats_json
 mlflow = pytest.importorskip('mlflow')
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 
 class MlflowServer:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from helpers import REPO_DIR
 from helpers import LineRegression, kill_process_tree
 
 from tensorpack_lite.callbacks import Callback, OptunaPruning
@@ -18,7 +19,7 @@ from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_optuna_tria
 
 optuna = pytest.importorskip('optuna')
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 EXAMPLE = os.path.join(REPO, 'examples', 'basics', 'tune-digits.py')
 STUDY_TIMEOUT = 300
 

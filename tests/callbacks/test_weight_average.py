@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import TESTS_DIR
 from helpers import DigitsMLPBase, cross_entropy_cost, labelled_batches, run_bounded
 
 from tensorpack_lite.callbacks import (Callback, InferenceRunner, ModelSaver, ScalarStats, WeightAverage)
@@ -28,7 +29,7 @@ from tensorpack_lite.utils import logger
 
 WEIGHTS = ['fc0/W', 'fc0/b', 'fc1/W', 'fc1/b']
 BATCH, STEPS, EPOCHS = 8, 5, 4        # 20 steps
-RESUME_SCRIPT = os.path.join(os.path.dirname(__file__), 'resume_scripts', 'digits_resume.py')
+RESUME_SCRIPT = os.path.join(TESTS_DIR, 'resume_scripts', 'digits_resume.py')
 
 
 class DigitsMLP(DigitsMLPBase):

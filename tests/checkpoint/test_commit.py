@@ -16,7 +16,7 @@ from tensorpack_lite.checkpoint import (STATE_FILE, CheckpointCommit, Rotation, 
                                         listed_checkpoints, read_checkpoint_state, resume_files, step_of,
                                         verify_checkpoint, write_checkpoint_state)
 from tensorpack_lite.checkpoint.resume_state import ResumeState
-from test_async_checkpoint import STEPS, train
+from tests.checkpoint.test_writer import STEPS, train
 
 
 def touch(directory, *names, size=0):

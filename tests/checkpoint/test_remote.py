@@ -20,6 +20,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from helpers import TESTS_DIR
 from helpers import HANG_TIMEOUT, capture_logs, kill_process_tree, run_bounded, wait_until
 from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.checkpoint import RemoteMirror, write_checkpoint_state
@@ -31,7 +32,7 @@ from tensorpack_lite.utils.object_store import CACHE_ENV_VAR, local_mirror_dir, 
 s3fs = pytest.importorskip('s3fs')
 pytest.importorskip('moto')
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'resume_scripts', 'remote_resume.py')
+SCRIPT = os.path.join(TESTS_DIR, 'resume_scripts', 'remote_resume.py')
 BUCKET = 'bucket'
 TIMEOUT = 240
 PARTS = ('.data-00000-of-00001', '.index', '.resume')

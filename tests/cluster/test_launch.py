@@ -13,6 +13,7 @@ import threading
 import psutil
 import pytest
 
+from helpers import TESTS_DIR
 from helpers import HANG_TIMEOUT, kill_process_tree, run_or_hang, wait_until
 from tensorpack_lite.cluster.config import (ClusterConfig, LostTaskError, TaskWatchdog, free_ports,
                                             held_free_port, local_cluster)
@@ -21,7 +22,7 @@ from tensorpack_lite.cluster.launch import main as launch_main
 from tensorpack_lite.cluster.private_network import PrivateNetwork, PrivateNetworkUnavailable
 from tensorpack_lite.utils import death_signal
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
 CHILD = os.path.join(HERE, 'distributed_scripts', 'launch_child.py')
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from helpers import REPO_DIR
 from helpers import wait_until
 from tensorpack_lite.cluster import netns
 
@@ -202,7 +203,7 @@ time.sleep(600)
 
 
 def test_the_namespaces_of_a_killed_owner_are_removed_by_the_next_cluster():
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=REPO_DIR)
     owner = subprocess.Popen([sys.executable, '-c', OWNER], stdout=subprocess.PIPE, text=True, env=env)
     try:
         names = owner.stdout.readline().split()

@@ -1,7 +1,7 @@
 """cluster/preemption.py: SIGTERM recorded instead of ending the process while training runs,
 Preempted with status 143, the previous action restored, a handler of the program's own left
 alone, and a process forked meanwhile still ended by SIGTERM. (Training that receives it: in
-test_resume_failures.py, and under a real Slurm in test_slurm.py.)"""
+train/test_config_resume_failures.py, and under a real Slurm in distributed/test_slurm.py.)"""
 
 import logging
 import os
@@ -76,7 +76,7 @@ def test_a_process_forked_inside_the_block_is_still_ended_by_sigterm():
 
 def test_a_vote_is_cast_once_and_every_step_after_it_sees_the_total():
     """PreemptionVote in one process (the reduction is the identity; the multi-process ones are
-    in test_distributed.py, test_mpi.py, test_horovod.py): no vote, then one, seen by the next
+    in test_distributed.py, distributed/test_mpi.py, test_horovod.py): no vote, then one, seen by the next
     step's fetch, in the dtype of the tensors it travels with; a requested stop is told apart
     from SIGTERM, which wins."""
     from tensorpack_lite.compat import tf, tfv1

@@ -1,6 +1,6 @@
 """tensorpack_lite/cluster/slurm.py: the cluster of a Slurm job step from the environment srun
 gives each task (host lists, tasks per node, distributions, ps tasks, ports), and TF_CONFIG
-winning over it is in test_cluster_source.py. The runs under a real Slurm are in test_slurm.py."""
+winning over it is in cluster/test_source.py. The runs under a real Slurm are in distributed/test_slurm.py."""
 
 import pytest
 

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
+from helpers import TESTS_DIR
 from helpers import run_bounded
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
 SCRIPT = os.path.join(HERE, 'keras_scripts', 'train_keras.py')
 TIMEOUT = 600

@@ -17,8 +17,9 @@ from tensorpack_lite.dataflow.dataset.ilsvrc import (ILSVRC12, ILSVRC12Files, IL
                                                      read_caffe_blob)
 from tensorpack_lite.dataflow.dataset.places import Places365Standard
 from tensorpack_lite.dataflow.dataset.svhn import SVHNDigit
+from helpers import REPO_DIR
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+sys.path.insert(0, os.path.join(REPO_DIR,
                                 'examples', 'HED_tensorpack'))
 from fake_bsds500 import write_bsds_image  # noqa: E402
 

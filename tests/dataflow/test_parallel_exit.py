@@ -19,9 +19,10 @@ import tempfile
 import psutil
 import pytest
 
+from helpers import REPO_DIR
 from helpers import HANG_TIMEOUT, kill_process_tree, run_or_hang, wait_until
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = REPO_DIR
 WORKERS = 8
 
 PROGRAM = r'''

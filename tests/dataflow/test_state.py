@@ -33,8 +33,9 @@ from tensorpack_lite.dataflow.image import (AugmentImageComponent, AugmentImageC
 from tensorpack_lite.dataflow.state import DataFlowStateUnsupported, has_state
 from tensorpack_lite.utils import utils
 from tensorpack_lite.utils.serialize import dumps, loads
+from helpers import TESTS_DIR
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = TESTS_DIR
 SEED = 1234
 
 
@@ -317,8 +318,8 @@ def restored(data_dir):
     jobs_path, out_path = os.path.join(data_dir, 'jobs'), os.path.join(data_dir, 'results')
     with open(jobs_path, 'wb') as f:
         f.write(dumps(jobs))
-    program = ("import sys; sys.path.insert(0, {!r}); import test_dataflow_state as t; "
-               "t.restore_jobs(sys.argv[1], sys.argv[2])".format(TESTS))
+    program = ("import sys; sys.path[:0] = [{!r}, {!r}]; from tests.dataflow import test_state as t; "
+               "t.restore_jobs(sys.argv[1], sys.argv[2])".format(os.path.dirname(TESTS), TESTS))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
     proc = subprocess.run([sys.executable, '-c', program, jobs_path, out_path], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)

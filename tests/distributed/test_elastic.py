@@ -1,9 +1,9 @@
 """Elastic training with real processes (distributed_scripts/train_tiny_multiworker.py on free
-ports, every run bounded in time): a collective job resumed from its checkpoints with 3, then 2
-workers ends at the weights of an uninterrupted run with ``KeepGlobalBatch``, and with 4, then
-2 workers at momentum SGD with the scaled rates with ``ScaleLearningRate``; the
+ports, every run bounded in time): a collective job resumed from its checkpoints with 4, then 3,
+then 2 workers ends at the weights of an uninterrupted run with ``KeepGlobalBatch``, and with 4,
+3, 2, then 4 workers at momentum SGD with the scaled rates with ``ScaleLearningRate``; the
 parameter-server trainer reports a resize with ``NoAdjustment``; the launcher's ``--workers
-MIN:MAX`` drops a worker that keeps failing. (The policies in one process: test_elastic.py.)"""
+MIN:MAX`` drops a worker that keeps failing. (The policies in one process: train/test_elastic.py.)"""
 
 import io
 import json
@@ -51,27 +51,27 @@ def keep_line(epoch, now, before):
                 epoch, now, epoch - 1, before, 12 // now, 12 // before))
 
 
-def test_3_2_workers_keeping_the_global_batch_end_at_the_uninterrupted_runs_weights(tmp_path):
-    """Two runs (max_epoch 1, 2) with 3 and 2 workers, the second resuming the first's
+def test_4_3_2_workers_keeping_the_global_batch_end_at_the_uninterrupted_runs_weights(tmp_path):
+    """Three runs (max_epoch 1, 2, 3) with 4, 3 and 2 workers, each resuming the last epoch's
     checkpoint: every step trains on the same 12 datapoints as an uninterrupted run would, so the
-    weights are those of momentum SGD on batches of 12 for 2 epochs of 3 steps (1e-5; computed
+    weights are those of momentum SGD on batches of 12 for 3 epochs of 3 steps (1e-5; computed
     here in float64, as the uninterrupted run gives them: test_distributed.py holds that the
-    workers train like one process on the combined batch). Growing again with processes:
-    test_mpi.py's 2 -> 1 -> 2 ranks; 4, 3, 2, then 4 towers in one process in test_elastic.py."""
+    workers train like one process on the combined batch). Growing again (2 -> 4) is in the
+    scaling test below; 4, 3, 2, then 4 towers in one process in train/test_elastic.py."""
     logdir = tmp_path / 'elastic-logs'
     lines = []
-    for epochs, num_worker in enumerate([3, 2], start=1):
+    for epochs, num_worker in enumerate([4, 3, 2], start=1):
         out = tmp_path / 'run{}'.format(epochs)
         lines += resize_lines(run_epochs(out, num_worker, epochs, logdir))
-    assert lines == [keep_line(2, 2, 3)]
-    assert stats(logdir) == [(1, 3, 3, 12, 3), (2, 6, 2, 12, 3)]
+    assert lines == [keep_line(2, 3, 4), keep_line(3, 2, 3)]
+    assert stats(logdir) == [(1, 3, 4, 12, 3), (2, 6, 3, 12, 3), (3, 9, 2, 12, 3)]
 
     weights, accumulators, x, y = initial_state(GLOBAL_BATCH * STEPS)
-    for _ in range(2):
+    for _ in range(3):
         tiny_model_steps(weights, x, y, LR, GLOBAL_BATCH, STEPS, accumulators)
     for k in range(2):
-        worker = load_worker(tmp_path / 'run2', k)
-        assert worker['global_step'] == 6
+        worker = load_worker(tmp_path / 'run3', k)
+        assert worker['global_step'] == 9
         assert_replicas_match(worker['weights'], weights, atol=1e-5)
         print("worker {}: max |w - uninterrupted| = {:.3g}".format(k, max(
             float(abs(value - weights[name]).max()) for name, value in worker['weights'].items())))
@@ -103,36 +103,36 @@ def tiny_model_steps(weights, x, y, lr, batch, steps, accumulators, momentum=0.9
             weights[name] = weights[name] - lr * accumulators[name]
 
 
-def test_4_2_workers_scaling_the_learning_rate_keep_an_epochs_data_and_make_the_scaled_updates(tmp_path):
-    """``ScaleLearningRate(4)``, 4 datapoints per worker, 48 an epoch: 3, then 6 steps per epoch at
-    0.05 x 4/4, then 2/4; the weights are those of momentum SGD with those rates on batches of 16,
-    then 8 (computed here in float64). (4, 3, 2, 4 and 2, 1, 2 replicas in one process:
-    test_elastic.py.)"""
+def test_4_3_2_4_workers_scaling_the_learning_rate_keep_an_epochs_data_and_make_the_scaled_updates(tmp_path):
+    """``ScaleLearningRate(4)``, 4 datapoints per worker, 48 an epoch: 3, 4, 6, then 3 steps per epoch
+    at 0.05 x 4/4, 3/4, 2/4, 4/4; the weights are those of momentum SGD with those rates on
+    batches of 16, 12, 8, 16 (computed here in float64)."""
     logdir = tmp_path / 'logs'
     lines = []
-    for epochs, num_worker in enumerate([4, 2], start=1):
+    for epochs, num_worker in enumerate([4, 3, 2, 4], start=1):
         out = tmp_path / 'run{}'.format(epochs)
         lines += resize_lines(run_epochs(out, num_worker, epochs, logdir, elastic='scale:4',
                                          extra=['--samples', 48]))
     scale = ("Resuming at epoch {} with {} model replicas (towers x processes), where epoch {} ended with "
              "{}: ScaleLearningRate(4) keeps each replica's batch; the learning rate is 'learning_rate' x {} "
              "(was x {}) and an epoch is {} steps (was {}), the same data.")
-    assert lines == [scale.format(2, 2, 1, 4, '1/2', 1, 6, 3)]
-    assert stats(logdir) == [(1, 3, 4, 16, 3), (2, 9, 2, 8, 6)]
+    assert lines == [scale.format(2, 3, 1, 4, '3/4', 1, 4, 3), scale.format(3, 2, 2, 3, '1/2', '3/4', 6, 4),
+                     scale.format(4, 4, 3, 2, 1, '1/2', 3, 6)]
+    assert stats(logdir) == [(1, 3, 4, 16, 3), (2, 7, 3, 12, 4), (3, 13, 2, 8, 6), (4, 16, 4, 16, 3)]
 
     weights, accumulators, x, y = initial_state(48)
-    for num_worker in [4, 2]:
+    for num_worker in [4, 3, 2, 4]:
         tiny_model_steps(weights, x, y, LR * num_worker / 4, 4 * num_worker, 12 // num_worker, accumulators)
-    for k in range(2):
-        worker = load_worker(tmp_path / 'run2', k)
-        assert worker['global_step'] == 9
+    for k in range(4):
+        worker = load_worker(tmp_path / 'run4', k)
+        assert worker['global_step'] == 16
         assert_replicas_match(worker['weights'], weights, atol=1e-5)
 
 
 def test_parameter_server_workers_3_then_2_without_adjustment_are_reported_and_keep_their_steps(tmp_path):
     """``NoAdjustment()`` with the parameter-server trainer (1 ps): each worker keeps 4 datapoints
     and 3 steps per epoch; the resize is one warning saying how the global batch changed. (Its
-    4 -> 3 -> 2 -> 4 runs in one process, in test_elastic.py's tests of the same code.)"""
+    4 -> 3 -> 2 -> 4 runs in one process, in train/test_elastic.py's tests of the same code.)"""
     logdir = tmp_path / 'logs'
     lines = []
     for epochs, num_worker in enumerate([3, 2], start=1):
@@ -150,33 +150,33 @@ def test_parameter_server_workers_3_then_2_without_adjustment_are_reported_and_k
 
 
 def test_launcher_drops_a_worker_that_keeps_failing_and_the_job_resumes_with_fewer(tmp_path):
-    """``--workers 2:3 --drop-after 2``: worker 2 SIGKILLs itself at global step 5 (in epoch 2 of
-    3 steps) whenever it exists. Twice with 3 workers (the second resumed from epoch 1), then the
-    launcher drops it and 2 workers resume from epoch 1 and finish: the global batch kept, the
+    """``--workers 3:4 --drop-after 2``: worker 3 SIGKILLs itself at global step 5 (in epoch 2 of
+    3 steps) whenever it exists. Twice with 4 workers (the second resumed from epoch 1), then the
+    launcher drops it and 3 workers resume from epoch 1 and finish: the global batch kept, the
     weights are those of one process on the same batches."""
     logdir = tmp_path / 'logs'
     args = ['--trainer', 'collective', '--lr', LR, '--steps-per-epoch', STEPS, '--epochs', 3,
             '--logdir', logdir, '--elastic', 'keep:{}'.format(GLOBAL_BATCH), '--die-at-step', 5,
-            '--die-task', 2]
+            '--die-task', 3]
     output = io.BytesIO()
-    code = launch(script_command(tmp_path, args), 3, grace=60, timeout=3 * RUN_TIMEOUT, restart_delay=0,
-                  env=script_env(), output=output, min_workers=2, drop_after=2, max_restarts=None)
+    code = launch(script_command(tmp_path, args), 4, grace=60, timeout=3 * RUN_TIMEOUT, restart_delay=0,
+                  env=script_env(), output=output, min_workers=3, drop_after=2, max_restarts=None)
     text = output.getvalue().decode('utf-8', 'replace')
     assert code == 0, text[-6000:]
     launcher = re.findall(r'^\[launch\] (.*)$', text, re.M)
     starts = [line for line in launcher if line.startswith('cluster:')]
     assert len(starts) == sum(line.startswith('private network') for line in launcher) == 3   # each isolated
     assert [line for line in launcher if not line.startswith(('cluster:', 'private network'))] == [
-        "worker 2 failed with exit code 137; ending the other processes within 60 s",
-        "restart 1 of 4 in 0 s, after: worker 2 failed with exit code 137",
-        "worker 2 failed with exit code 137; ending the other processes within 60 s",
-        "worker 2 failed 2 times in a row with exit code 137: dropping it; the cluster goes on with 2 "
-        "workers (at least 2)",
-        "restart 2 of 4 in 0 s, after: worker 2 failed with exit code 137",
+        "worker 3 failed with exit code 137; ending the other processes within 60 s",
+        "restart 1 of 4 in 0 s, after: worker 3 failed with exit code 137",
+        "worker 3 failed with exit code 137; ending the other processes within 60 s",
+        "worker 3 failed 2 times in a row with exit code 137: dropping it; the cluster goes on with 3 "
+        "workers (at least 3)",
+        "restart 2 of 4 in 0 s, after: worker 3 failed with exit code 137",
         "every worker finished; ending the other processes within 60 s"]
-    assert resize_lines(text) == [keep_line(2, 2, 3)]
-    assert [r[:3] for r in stats(logdir)] == [(1, 3, 3), (2, 6, 2), (3, 9, 2)]
+    assert resize_lines(text) == [keep_line(2, 3, 4)]
+    assert [r[:3] for r in stats(logdir)] == [(1, 3, 4), (2, 6, 3), (3, 9, 3)]
     samples = train_tiny.make_samples(STEPS * GLOBAL_BATCH)
     reference = train_tiny.train_single(samples, GLOBAL_BATCH, LR, 5, STEPS, 3)
-    for k in range(2):
+    for k in range(3):
         assert_replicas_match(load_worker(tmp_path, k)['weights'], reference)

@@ -25,6 +25,7 @@ import threading
 
 import pytest
 
+from helpers import TESTS_DIR
 from helpers import HANG_TIMEOUT, kill_process_tree, wait_until
 from tensorpack_lite.cluster import exposure, netns
 from tensorpack_lite.cluster import private_network as private_network_module
@@ -32,7 +33,7 @@ from tensorpack_lite.cluster.config import free_ports
 from tensorpack_lite.cluster.launch import LocalCluster
 from tensorpack_lite.cluster.private_network import HOST_LOOPBACK, PrivateNetwork, PrivateNetworkUnavailable
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
 SCRIPTS = os.path.join(HERE, 'distributed_scripts')
 TRAIN = os.path.join(SCRIPTS, 'train_tiny_multiworker.py')

@@ -15,6 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
+from helpers import REPO_DIR
 from helpers import run_bounded
 from tensorpack_lite.compat import tf, tfv1
 
@@ -24,7 +25,7 @@ mpi4py = pytest.importorskip('mpi4py',
 from tensorpack_lite.graph_builder import mpi_ops  # noqa: E402
 from tensorpack_lite.train.horovod_trainer import HorovodTrainer  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 SCRIPT = os.path.join(REPO, 'tests', 'horovod_scripts', 'train_tiny.py')
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
 RUN_TIMEOUT = 180

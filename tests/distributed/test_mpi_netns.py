@@ -22,7 +22,7 @@ REASON = netns.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
 pytest.importorskip('mpi4py', reason='the MPI engine needs mpi4py: pip install "tensorpack_lite[mpi]"')
 
-import test_mpi as mpi_tests  # noqa: E402  (its helpers: one process on the combined batch, ...)
+from tests.distributed import test_mpi as mpi_tests  # noqa: E402  (one process on the combined batch)
 
 RUN_TIMEOUT = mpi_tests.RUN_TIMEOUT
 PEER_TIMEOUT = 6   # $TENSORPACK_MPI_PEER_TIMEOUT of the loss tests (default 10): 12 heartbeats of 0.5 s

@@ -1,5 +1,5 @@
 """Training started by a real Slurm (a one-node cluster of Debian's slurm-wlm on this machine,
-tests/slurm_node.py): ``srun -n N python train.py`` with no TF_CONFIG builds the cluster from
+tests/helpers/slurm_node.py): ``srun -n N python train.py`` with no TF_CONFIG builds the cluster from
 Slurm's environment (cluster/slurm.py), and the collective trainer (2 and 3 tasks) and a
 parameter-server trainer train like one process on the combined batch; HorovodTrainer's MPI
 engine under ``srun --mpi=pmi2`` does too, and without Slurm's MPI support it is refused
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-import slurm_node
+from helpers import slurm_node
 from helpers import kill_process_tree, wait_until
 from tensorpack_lite.cluster.slurm import reserved_ports
 
@@ -26,7 +26,7 @@ REASON = slurm_node.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
 
 import test_distributed as dist_tests  # noqa: E402  (train_tiny_multiworker.py and its reference)
-import test_mpi as mpi_tests  # noqa: E402
+from tests.distributed import test_mpi as mpi_tests  # noqa: E402
 
 RUN_TIMEOUT = 300
 

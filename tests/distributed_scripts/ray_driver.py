@@ -1,4 +1,4 @@
-"""The driver of a job on a Ray cluster, for tests/test_cluster_ray.py: runs a command as
+"""The driver of a job on a Ray cluster, for tests/cluster/test_ray.py: runs a command as
 ``launch_on_ray`` does, connected to the Ray cluster at ``--address``.
 
     python ray_driver.py --address HOST:PORT --events FILE --workers N [--min-workers M]

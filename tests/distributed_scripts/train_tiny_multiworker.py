@@ -208,7 +208,7 @@ class PauseAtStep(Callback):
 class HoldAtStep(PauseAtStep):
     """As PauseAtStep, with files of its step: after global step ``step`` (once: while
     ``OUT/go-<step>`` does not exist), creates ``OUT/held-<step>`` and waits up to 300 s for
-    ``OUT/go-<step>``. Several may be given (tests/test_cluster_ray.py acts at each)."""
+    ``OUT/go-<step>``. Several may be given (tests/cluster/test_ray.py acts at each)."""
 
     def _trigger_step(self):
         go = os.path.join(self.out, 'go-{}'.format(self.step))

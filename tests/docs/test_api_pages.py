@@ -1,15 +1,16 @@
 """The documentation site's API pages (docs/_ext/api_pages.py, run by Sphinx) give every public
 name of the contract a documented entry on its module's page, and the docs the README links to
-exist. (The built site, its links and its search are tested in test_docs_site.py.)"""
+exist. (The built site, its links and its search are tested in docs/test_site.py.)"""
 
 import importlib.util
 import inspect
 import os
 import re
 
-from test_api import CONTRACT, DATASET_NAMES, IMGAUG_NAMES, SECOND_ROUND, SUBMODULE_ONLY
+from tests.library.test_api import CONTRACT, DATASET_NAMES, IMGAUG_NAMES, SECOND_ROUND, SUBMODULE_ONLY
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 
 def load_api_pages():

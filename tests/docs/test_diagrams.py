@@ -10,8 +10,9 @@ import sys
 from xml.etree import ElementTree
 
 import pytest
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 sys.path.insert(0, os.path.join(REPO, 'docs', '_ext'))
 
 import diagrams  # noqa: E402

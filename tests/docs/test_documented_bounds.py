@@ -6,7 +6,7 @@ The end of training is run for real after a failed step, on a clock of its own
 session answering at its deadline (so the state at the end is taken too) and everything else
 never, and the exit is held for its bound. What that clock reads when the end is over is the
 longest the code can take; the docs must state exactly that. The phases themselves are also
-tested at their real timeouts in test_failed_step.py and test_distributed.py."""
+tested at their real timeouts in tfutils/test_session_failure.py and test_distributed.py."""
 
 import os
 import re
@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 
+from helpers import REPO_DIR
 from helpers import HANG_TIMEOUT
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
@@ -29,7 +30,7 @@ from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer, Distri
 from tensorpack_lite.utils import logger
 from tensorpack_lite.utils.concurrency import DaemonCall
 
-DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs')
+DOCS = os.path.join(REPO_DIR, 'docs')
 
 
 def read(name):

@@ -1,13 +1,14 @@
-"""docs/faq.md's code, run as written (tests/guide_blocks.py): a NaN stopped at its step with the
+"""docs/faq.md's code, run as written (tests/helpers/guide_blocks.py): a NaN stopped at its step with the
 variable named, tensors printed and dumped, a frozen layer that does not change while the others
 do, clipped and scaled gradients, traced steps."""
 
 import os
 import re
 
-from guide_blocks import run_guide
+from helpers.guide_blocks import run_guide
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 
 def test_the_faq_code_runs_and_each_answer_does_what_it_says(tmp_path):

@@ -1,4 +1,4 @@
-"""docs/inference.md's code, run as written (tests/guide_blocks.py): training, the predictors,
+"""docs/inference.md's code, run as written (tests/helpers/guide_blocks.py): training, the predictors,
 both exports loaded by plain TensorFlow in a process where tensorpack_lite is not importable,
 saved_model_cli, TFLite (LiteRT) and ONNX (tf2onnx, onnxruntime) against the predictor's
 probabilities, and the error of an op that does not convert."""
@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-from guide_blocks import run_guide, without_package
+from helpers.guide_blocks import run_guide, without_package
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 GUIDE = os.path.join(REPO, 'docs', 'inference.md')
 
 

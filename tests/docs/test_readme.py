@@ -6,8 +6,9 @@ import os
 import re
 import subprocess
 import sys
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 
 def readme_snippet():

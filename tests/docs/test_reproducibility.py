@@ -1,12 +1,13 @@
-"""docs/reproducibility.md's code, run as written (tests/guide_blocks.py): two runs with one seed
+"""docs/reproducibility.md's code, run as written (tests/helpers/guide_blocks.py): two runs with one seed
 (shuffled data, random initial weights, dropout, op determinism) end bit-identical, another seed
 does not; a strict parallel map keeps its input's order."""
 
 import os
 
-from guide_blocks import run_guide
+from helpers.guide_blocks import run_guide
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 
 def test_two_runs_with_one_seed_are_bit_identical_as_the_guide_says(tmp_path):

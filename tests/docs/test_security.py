@@ -12,8 +12,9 @@ import re
 
 import pytest
 import yaml
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 SECURITY = os.path.join(REPO, 'docs', 'security.md')
 JOB_LABEL = 'tensorpack-lite/job'
 

@@ -19,7 +19,7 @@ from tensorpack_lite.tfutils.optimizer import AccumGradOptimizer, apply_grad_pro
 from tensorpack_lite.tfutils.sessinit import SaverRestore
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated
 
-from test_multigpu import ReadAllVariables, cpu_session_creator, cpus, train
+from tests.train.test_trainers_multigpu import ReadAllVariables, cpu_session_creator, cpus, train
 
 BATCH = 3      # per tower
 STEPS = 5

@@ -1,6 +1,9 @@
-"""Helpers shared by several test modules (fixtures live in conftest.py).
+"""Helpers shared by the test modules (fixtures live in tests/conftest.py): each defined once here.
 
-Import them as ``from helpers import ...``: conftest.py puts this directory on sys.path.
+Import them as ``from helpers import ...``: conftest.py puts tests/ on sys.path. The shared
+models are in :mod:`helpers.models`, the one-node Slurm in :mod:`helpers.slurm_node`, the guides'
+code runner in :mod:`helpers.guide_blocks`; free ports come from the library
+(``tensorpack_lite.cluster.config.held_free_port`` / ``free_ports``).
 """
 
 import contextlib
@@ -8,6 +11,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -22,11 +26,54 @@ from tensorpack_lite.tfutils.sessinit import SessionInit
 from tensorpack_lite.tfutils.tower import get_current_tower_context
 from tensorpack_lite.train import ModelDesc
 
-__all__ = ['LogRecords', 'capture_logs', 'ReadBack', 'RecordCost', 'AssignValues',
+__all__ = ['TESTS_DIR', 'REPO_DIR', 'subprocess_env', 'NO_TENSORFLOW', 'run_python', 'run_bounded',
+           'kill_process_tree', 'load_example', 'LogRecords',
            'DigitsMLPBase', 'LineRegression', 'LINE_INITIAL_LR', 'cross_entropy_cost', 'labelled_batches',
            'WhileLoopRNN', 'sequence_samples', 'add_model_arguments',
            'assert_records_close', 'varint',
            'HANG_TIMEOUT', 'run_or_hang', 'wait_until', 'VirtualClock', 'BreakingSession', 'BreakSessionAt']
+
+
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The tests/ directory (its *_scripts/ folders hold the programs the tests start)."""
+REPO_DIR = os.path.dirname(TESTS_DIR)
+"""The repository's root."""
+
+
+# ----- child processes -----------------------------------------------------------------------
+
+def subprocess_env(**overrides):
+    """The environment of a child Python the tests start: this one's, with the repository first on
+    PYTHONPATH, TensorFlow's C++ logs at errors only (TF_CPP_MIN_LOG_LEVEL=2) and no GPU; then
+    ``overrides`` (a value of None removes the variable).
+
+    Example::
+
+        run_bounded([sys.executable, script], 120, env=subprocess_env(TF_CPP_MIN_LOG_LEVEL='0'))
+    """
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    env['PYTHONPATH'] = os.pathsep.join([REPO_DIR] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep)
+                                                      if p and p != REPO_DIR])
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = str(value)
+    return env
+
+
+NO_TENSORFLOW = "import sys; sys.modules['tensorflow'] = None\n"
+"""A prelude after which ``import tensorflow`` fails in a child Python (:func:`run_python`)."""
+
+
+def run_python(code, timeout=300, without_tensorflow=False, cwd=TESTS_DIR, env=None):
+    """The stdout of ``python -c code`` in a fresh interpreter (where ``import tensorflow`` fails,
+    if ``without_tensorflow``); the test fails if it exits with an error or outlives ``timeout``."""
+    prelude = NO_TENSORFLOW if without_tensorflow else ''
+    out = subprocess.run([sys.executable, '-c', prelude + code], capture_output=True, text=True,
+                         timeout=timeout, cwd=cwd, env=subprocess_env() if env is None else env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
 
 
 # ----- mixed precision -----------------------------------------------------------------------
@@ -349,9 +396,7 @@ def load_example(relpath):
     """The module of the example script ``relpath`` (from the repository's root, e.g.
     ``'examples/basics/mnist-convnet.py'``), imported without running its main part."""
     import importlib.util
-    import sys
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(repo, relpath)
+    path = os.path.join(REPO_DIR, relpath)
     name = 'example_' + os.path.basename(relpath).replace('-', '_')[:-3]
     sys.path.insert(0, os.path.dirname(path))
     try:

@@ -11,8 +11,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 # QueueInput's default queue holds 50 datapoints.
 SCRIPT = textwrap.dedent('''

@@ -1,5 +1,5 @@
 """Trains a tiny tf_keras model with tensorpack_lite.contrib.keras and prints what the tests of
-tests/test_keras.py check, as `key: value` lines. Run with TF_USE_LEGACY_KERAS=1.
+tests/contrib/test_keras.py check, as `key: value` lines. Run with TF_USE_LEGACY_KERAS=1.
 
 Usage: train_keras.py TRAINER LOGDIR    (TRAINER: simple, replicated or ps: KerasModel on that
 trainer; modeldesc: the Keras model called in a ModelDesc trained by a SimpleTrainer, its

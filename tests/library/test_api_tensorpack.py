@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import TESTS_DIR
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS_DIR
 # the packages' names (their __all__, computed on import), then every public module's (generated from
 # tensorpack's source by tests/tools/gen_tensorpack_names.py)
 NAMES_FILES = [os.path.join(HERE, 'tensorpack_0.11_names.tsv'),

@@ -11,8 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import TESTS_DIR
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
 PACKAGE = 'tensorpack_lite'
 ARCHITECTURE = os.path.join(REPO, 'docs', 'architecture.md')

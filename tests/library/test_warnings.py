@@ -17,8 +17,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 MNIST = os.path.join(REPO, 'examples', 'basics', 'mnist-convnet.py')
 DCGAN = os.path.join(REPO, 'examples', 'GAN', 'DCGAN.py')
 

@@ -20,11 +20,12 @@ from tensorpack_lite.models import (
 from tensorpack_lite.models import layout
 from tensorpack_lite.tfutils.argscope import argscope
 from tensorpack_lite.tfutils.tower import TowerContext
+from helpers import TESTS_DIR
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 NHWC_SHAPE = (4, 6, 6, 4)     # batch, height, width, channels
 TO_NCHW, TO_NHWC = (0, 3, 1, 2), (0, 2, 3, 1)
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
 
 

@@ -1,7 +1,7 @@
 """Layers of tensorpack_lite.models: output shapes, variable names and numbers, both data
-formats (NCHW against NHWC numbers, on CPUs and GPU towers: test_models_nchw.py), and
-clear errors for bad inputs. BatchNorm and towers: test_models_batchnorm.py; argscope,
-layer_register, LinearWrap and regularizers: test_models_registry.py."""
+formats (NCHW against NHWC numbers, on CPUs and GPU towers: models/test_layout_nchw.py), and
+clear errors for bad inputs. BatchNorm and towers: models/test_batch_norm.py; argscope,
+layer_register, LinearWrap and regularizers: models/test_registry.py."""
 
 import logging
 

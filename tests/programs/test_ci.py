@@ -4,8 +4,9 @@ import os
 import re
 import subprocess
 import sys
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 
 def quick_start_commands():
@@ -152,8 +153,8 @@ def test_ci_runs_the_docs_command_and_the_tests_using_the_extras_with_the_extras
     docs = code.index('(cd "$REPO" && bash .ci/without_extras.sh bash -c "$DOCS_COMMAND")')
     main = code.index('(cd "$REPO" && eval "$TEST_COMMAND")')
     pytest_part = code.index('EXTRAS_SLICE="${TEST_COMMAND##*&& }"')
-    files = code.index('EXTRAS_SLICE="${EXTRAS_SLICE% tests} tests/test_docs_site.py '
-                       'tests/test_docs_diagrams.py"')
+    files = code.index('EXTRAS_SLICE="${EXTRAS_SLICE% tests} tests/docs/test_site.py '
+                       'tests/docs/test_diagrams.py"')
     run_slice = code.index('(cd "$REPO" && env -u TENSORPACK_LITE_CI -u TENSORPACK_LITE_DOCS_SITE '
                            'bash .ci/without_extras.sh bash -c "$EXTRAS_SLICE")')
     assert docs < main < pytest_part < files < run_slice

@@ -11,9 +11,10 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import REPO_DIR
 from helpers import run_bounded
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 
 def example_env():

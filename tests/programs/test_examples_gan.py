@@ -10,8 +10,9 @@ from tensorpack_lite import Callback, DataFromList, FeedInput, FullyConnected, M
 from tensorpack_lite.compat import tfv1 as tf
 from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 sys.path.insert(0, os.path.join(REPO, 'examples', 'GAN'))
 import GAN  # noqa: E402
 

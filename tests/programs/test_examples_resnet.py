@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from test_examples import REPO, example_env, final_number, read_stats, run_in_process
+from tests.programs.test_examples import REPO, example_env, final_number, read_stats, run_in_process
 
 CIFAR = 'examples/ResNet/cifar10-resnet.py'
 IMAGENET = 'examples/ResNet/imagenet-resnet.py'

@@ -6,10 +6,11 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import REPO_DIR
 
 cv2 = pytest.importorskip('cv2')
 pytest.importorskip('scipy.io')
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'examples')
+EXAMPLES = os.path.join(REPO_DIR, 'examples')
 sys.path.insert(0, EXAMPLES)
 sys.path.insert(0, os.path.join(EXAMPLES, 'HED_tensorpack'))
 from fake_bsds500 import make_fake_bsds500  # noqa: E402

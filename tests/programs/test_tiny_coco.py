@@ -6,9 +6,10 @@ import os
 import sys
 
 import pytest
+from helpers import REPO_DIR
 
 cv2 = pytest.importorskip('cv2')
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+sys.path.insert(0, os.path.join(REPO_DIR,
                                 'examples', 'FasterRCNN_tensorpack'))
 from tiny_coco import COLORS, make_tiny_coco  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""A run whose logger directory is on S3 (issue 58 item 6): the digits MLP of tests/helpers.py,
+"""A run whose logger directory is on S3 (issue 58 item 6): the digits MLP of tests/helpers/__init__.py,
 6 steps an epoch of 8 shuffled digits, 2 epochs, AutoResumeTrainConfig, a checkpoint every 2 steps
 kept by ModelSaver(max_to_keep=2). The test starts it against a local S3 server (moto), kills it
 during an upload, and runs it again on a "fresh machine" (another empty mirror directory).

@@ -33,7 +33,7 @@ from helpers import AssignValues, DigitsMLPBase, RecordCost, cross_entropy_cost,
 BATCH = 16
 
 
-# ----- a small model on the digits data (the pattern of test_single_cost.py) ---------------
+# ----- a small model on the digits data (the pattern of train/test_interface.py) ---------------
 
 @pytest.fixture(scope='module')
 def digits(digits):

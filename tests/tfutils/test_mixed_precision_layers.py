@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import REPO_DIR
 from helpers import BreakingSession, expected_precision_path, load_example
 
 from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith, Conv2D, Conv2DTranspose,
@@ -29,7 +30,7 @@ from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.tfutils.mixed_precision import MixedPrecision, MixedPrecisionError
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 CAST_NAME = {'fp16': 'CastToFp16', 'bf16': 'CastToBf16'}
 
 

@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from helpers import REPO_DIR
 from helpers import BreakSessionAt, capture_logs, run_bounded, run_or_hang
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
@@ -27,7 +28,7 @@ from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainer
                                    launch_train_with_config)
 from tensorpack_lite.utils import logger
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 STEPS_PER_EPOCH = 2
 
 

@@ -9,8 +9,9 @@ import sys
 import textwrap
 
 import pytest
+from helpers import REPO_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 SCRIPT = textwrap.dedent('''
     import os, sys

@@ -21,6 +21,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from helpers import REPO_DIR
 from helpers import (DigitsMLPBase, assert_records_close, cross_entropy_cost, kill_process_tree,
                      labelled_batches)
 
@@ -34,7 +35,7 @@ from tensorpack_lite.train.config import AutoResumeTrainConfig
 from tensorpack_lite.tfutils.varmanip import save_chkpt_vars
 from tensorpack_lite.utils import logger, stats_json
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 
 # ----- the driver: one TensorFlow import, one forked child per training attempt ----------------
 

@@ -3,7 +3,7 @@ process, where a change of world size is a change of towers (virtual CPU devices
 global batch over 4, 3, 2, then 4 towers ends at the weights of an uninterrupted run; scaling
 the learning rate makes the updates of the scaled rate and keeps an epoch's data, and the resume
 finds epochs whose steps per epoch changed; bad sizes and inputs are refused naming the numbers.
-(Real processes: test_elastic_cluster.py.)"""
+(Real processes: distributed/test_elastic.py.)"""
 
 import json
 import logging

@@ -423,7 +423,7 @@ def test_replicated_gives_each_replica_optimizer_state_of_its_own(log_records):
                         model.build_graph, model.get_optimizer)
     assert not log_records.messages(logging.WARNING)
     # tower 0's power accumulators keep their names; the replica's slots and accumulators are
-    # local, synced from the main tower's (tests/test_replicated_optimizers.py trains them)
+    # local, synced from the main tower's (tests/graph_builder/test_replica_optimizer.py trains them)
     assert {'apply_gradients/beta1_power', 'apply_gradients/beta2_power'} <= {
         v.op.name for v in tfv1.global_variables()}
     local = sorted(v.op.name for v in tfv1.local_variables())

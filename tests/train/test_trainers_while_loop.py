@@ -7,10 +7,10 @@ as a script (SimpleTrainer and the multi-tower trainers on 2 virtual CPU towers)
 of distributed_scripts/train_tiny_multiworker.py and 2-rank MPI jobs of
 horovod_scripts/train_tiny.py. Every run ends with finite costs and the weights of SimpleTrainer
 on the batches of a step together, and backprop_order reads the loop's gradients in the order of
-tests/test_backprop_order.py's rules (the last layer's first, then the loop's, then the input
+tests/graph_builder/test_backprop_order.py's rules (the last layer's first, then the loop's, then the input
 layer's).
 
-    python tests/test_while_loop.py OUT.json     # the TF1 cases of this process (what the test runs)
+    python tests/train/test_trainers_while_loop.py OUT.json   # the TF1 cases (what the test runs)
 """
 
 import json
@@ -21,6 +21,7 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import TESTS_DIR
 from helpers import RecordCost, WhileLoopRNN, run_bounded, sequence_samples
 from tensorpack_lite.callbacks import Callback
 from tensorpack_lite.compat import tf, tfv1
@@ -30,7 +31,7 @@ from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.train import (SimpleTrainer, SyncMultiGPUTrainerParameterServer,
                                    SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
 RUN_TIMEOUT = 300       # a hang (the TF1 cases take seconds)
 TOWERS, BATCH, STEPS, LR = 2, 4, 3, 0.1
@@ -160,7 +161,7 @@ def test_a_two_worker_job_trains_a_while_loop(trainer, control_flow, reference, 
 @pytest.mark.parametrize('control_flow', ['v1', 'v2'])
 def test_a_two_rank_mpi_job_trains_a_while_loop(control_flow, reference, tmp_path):
     pytest.importorskip('mpi4py', reason='the MPI engine needs mpi4py: pip install "tensorpack_lite[mpi]"')
-    import test_mpi
+    from tests.distributed import test_mpi
     if not os.path.exists(test_mpi.MPIEXEC):
         pytest.skip('no mpiexec next to {} (pip install "tensorpack_lite[mpi]" installs MPICH with '
                     'it)'.format(sys.executable))

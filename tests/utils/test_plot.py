@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.utils.plot import load_stats, main, moving_average, plot_runs, run_names, split_key
+from helpers import REPO_DIR
 
 matplotlib = pytest.importorskip('matplotlib')
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 EPOCHS = [1, 2, 3, 4]
 STEPS_PER_EPOCH = 5
 

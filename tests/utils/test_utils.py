@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tensorpack_lite.utils.utils as utils_mod
+from helpers import REPO_DIR
 from helpers import HANG_TIMEOUT, VirtualClock, run_or_hang, wait_until
 from tensorpack_lite.utils import argtools, concurrency, gpu, timer
 from tensorpack_lite.utils.argtools import (call_only_once, graph_memoized, log_once, map_arg,
@@ -29,7 +30,7 @@ from tensorpack_lite.utils.stats import Accuracy, BinaryStatistics, RatioCounter
 from tensorpack_lite.utils.utils import (fix_rng_seed, get_rng, get_tqdm_kwargs,
                                          humanize_time_delta)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = REPO_DIR
 FORK = mp.get_context('fork')
 
 

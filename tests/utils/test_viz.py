@@ -1,4 +1,4 @@
-"""utils.viz: patch grids and boxes (the plot tool is tested in test_plot.py)."""
+"""utils.viz: patch grids and boxes (the plot tool is tested in utils/test_plot.py)."""
 
 import sys
 

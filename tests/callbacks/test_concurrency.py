@@ -1,0 +1,103 @@
+"""Tests of the time, throughput, GPU and background-process callbacks, and of the
+adapters between callbacks and TensorFlow's SessionRunHooks."""
+
+import multiprocessing as mp
+import signal
+import time
+
+import pytest
+
+from tensorpack_lite.callbacks.base import Callback
+from tensorpack_lite.callbacks.concurrency import StartProcOrThread
+from tensorpack_lite.compat import tfv1
+from tensorpack_lite.train.base import Trainer
+from tensorpack_lite.utils.concurrency import StoppableThread
+
+
+class SleepTrainer(Trainer):
+    """Each step sleeps ``step_time(trainer)`` seconds (through ``sleep``, e.g. a VirtualClock's),
+    then runs the train op in the hooked session (so that hooks and the step counter see it)."""
+
+    def __init__(self, step_time, sleep=time.sleep):
+        super().__init__()
+        self._step_time = step_time if callable(step_time) else (lambda _: step_time)
+        self._sleep = sleep
+
+    def run_step(self):
+        self._sleep(self._step_time(self))
+        self.hooked_sess.run(self.train_op)
+
+
+def make_trainer(step_time=0.0, sleep=time.sleep):
+    counter = tfv1.get_variable('counter', shape=[], initializer=tfv1.zeros_initializer())
+    trainer = SleepTrainer(step_time, sleep)
+    trainer.train_op = tfv1.assign_add(counter, 1.0).op
+    return trainer
+
+
+def train(trainer, callbacks, steps_per_epoch, max_epoch, monitors=()):
+    trainer.train_with_defaults(callbacks=list(callbacks), monitors=list(monitors),
+                                extra_callbacks=[], steps_per_epoch=steps_per_epoch,
+                                max_epoch=max_epoch)
+
+
+class _Spinner(StoppableThread):
+    def __init__(self):
+        super().__init__(daemon=True, name='spinner')
+
+    def run(self):
+        while not self.stopped():
+            time.sleep(0.01)
+
+
+class _AliveDuringTraining(Callback):
+    def __init__(self, things):
+        self.things = things
+        self.alive = []
+
+    def _trigger_epoch(self):
+        self.alive.append([t.is_alive() for t in self.things])
+
+
+def test_start_proc_or_thread_starts_and_stops_them():
+    proc = mp.Process(target=time.sleep, args=(60,), daemon=True)
+    thread = _Spinner()
+    assert not proc.is_alive() and not thread.is_alive()
+    watcher = _AliveDuringTraining([proc, thread])
+    try:
+        train(make_trainer(0.0), [StartProcOrThread([proc, thread]), watcher], 1, 2)
+        assert watcher.alive == [[True, True], [True, True]]
+        assert not proc.is_alive()
+        assert proc.exitcode == -signal.SIGTERM
+        assert not thread.is_alive() and thread.stopped()
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+def test_start_proc_or_thread_stops_them_after_a_failure():
+    thread = _Spinner()
+
+    class Boom(Callback):
+        def _trigger_epoch(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match='boom'):
+        train(make_trainer(0.0), [StartProcOrThread(thread), Boom()], 1, 3)
+    assert thread.stopped() and not thread.is_alive()
+
+
+def test_start_proc_or_thread_keeps_them_without_stop_at_last():
+    thread = _Spinner()
+    try:
+        train(make_trainer(0.0), [StartProcOrThread(thread, stop_at_last=False)], 1, 1)
+        assert thread.is_alive() and not thread.stopped()
+    finally:
+        thread.stop()
+        thread.join(5)
+
+
+def test_start_proc_or_thread_rejects_unstartable():
+    with pytest.raises(TypeError, match='item 1'):
+        StartProcOrThread([_Spinner(), object()])
