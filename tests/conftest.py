@@ -1,18 +1,22 @@
 """Shared test set-up: quiet TensorFlow, graph mode, a fresh graph and logger state for every
-test, and the fixtures several modules use. Shared non-fixture helpers are in helpers/__init__.py."""
+test, the fixtures several modules use, and the run's two tiers (tests/README.md): the ``quick``
+marker and the ``alone`` tests, which no other test runs beside under pytest-xdist. Shared
+non-fixture helpers are in tests/helpers/."""
 
+import fcntl
 import os
 import queue
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-# `from helpers import ...` in the test modules, whatever pytest's import mode.
+# `from helpers import ...` in the test modules (tests/helpers/), whatever pytest's import mode.
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
@@ -89,6 +93,48 @@ def _trust_a_public_address():
         os.environ[exposure.TRUSTED_NETWORK_VARIABLE] = '1'
         print("conftest: this machine has the public address(es) {}: {}=1 for the tests' own "
               "servers".format(', '.join(public), exposure.TRUSTED_NETWORK_VARIABLE))
+
+
+ALONE_PATHS = ('distributed' + os.sep, 'test_distributed.py', 'test_horovod.py', 'test_resume_midepoch.py',
+               os.path.join('cluster', 'test_ray.py'), os.path.join('cluster', 'test_netns.py'),
+               os.path.join('checkpoint', 'test_commit_torture.py'))
+"""Tests (relative to tests/) that run alone: real multi-process jobs (several TensorFlow servers,
+MPI ranks, a Slurm, a Ray cluster, hosts in network namespaces) and the strace-driven torture
+test. Each holds the whole machine's CPU for seconds with processes that watch each other's
+heartbeats; beside other tests, a 2-core machine would only make them slower. Any other test
+can say it with ``@pytest.mark.alone``."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if os.path.relpath(str(item.fspath), _TESTS_DIR).startswith(ALONE_PATHS):
+            item.add_marker(pytest.mark.alone)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under pytest-xdist, a test marked ``alone`` runs while no other worker runs a test: every
+    test holds a shared lock on the run's 'machine' file, an ``alone`` test an exclusive one. A
+    'turnstile' lock taken on the way in keeps an ``alone`` test that waits from being overtaken by
+    the other workers' next tests. Without xdist, nothing to do."""
+    run = os.environ.get('PYTEST_XDIST_TESTRUNUID')
+    if not run:
+        yield
+        return
+    directory = os.path.join(tempfile.gettempdir(), 'tensorpack_lite-tests-{}'.format(run))
+    os.makedirs(directory, exist_ok=True)
+    alone = item.get_closest_marker('alone') is not None
+    with open(os.path.join(directory, 'turnstile'), 'a') as turnstile, \
+            open(os.path.join(directory, 'machine'), 'a') as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
 
 
 def pytest_configure(config):
@@ -224,9 +270,17 @@ DOCS_SITE_VARIABLE = 'TENSORPACK_LITE_DOCS_SITE'
 
 def _build_docs_site(say):
     """Build the documentation site once for the tests that open it: (its path, None) or
-    (None, why not). The build takes about half a minute; its progress is shown."""
+    (None, why not). The build takes about half a minute; its progress is shown. Under xdist the
+    workers take turns (a lock beside the site): the first builds, the others find it up to date."""
     repo = os.path.dirname(_TESTS_DIR)
     out = os.path.join(os.path.expanduser('~'), '.cache', 'tensorpack_lite', 'docs-site')
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out + '.lock', 'a') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _sphinx_build(repo, out, say)
+
+
+def _sphinx_build(repo, out, say):
     command = [sys.executable, '-m', 'sphinx', '-W', '--keep-going', '-n', '-b', 'html',
                os.path.join(repo, 'docs'), out]
     say('[docs_site] building the documentation site into {} (about 30 s)'.format(out))

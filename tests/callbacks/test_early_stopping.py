@@ -43,6 +43,7 @@ def stats_epochs(directory):
         return [r['epoch_num'] for r in json.load(f) if 'steps_per_epoch' in r]
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize('values, kwargs, stop_epoch, best', [
     # 5 then 4 are best; 4.5 and 4.2 are not: stop after epoch 4
     ([None, 5, 4, 4.5, 4.2, 3, 2, 1, 0], dict(patience=2), 4, (2, 4)),

@@ -104,6 +104,7 @@ def assert_values_equal(got, expected, names=None):
 # ModelSaver
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.quick
 def test_model_saver_saves_each_epoch_keeps_max_and_state_points_to_last(logdir, log_records):
     record = RecordAtTrigger()
     train([ModelSaver(max_to_keep=2), record])

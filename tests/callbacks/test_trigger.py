@@ -90,6 +90,7 @@ class Recorder(Callback):
 # ---------------------------------------------------------------------------------------------
 # PeriodicTrigger
 
+@pytest.mark.quick
 def test_periodic_trigger_every_k_steps_and_epochs():
     rec = Recorder()
     run_training([PeriodicTrigger(rec, every_k_steps=5, every_k_epochs=2)],

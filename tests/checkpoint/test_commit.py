@@ -25,6 +25,7 @@ def touch(directory, *names, size=0):
             f.write(b'x' * size)
 
 
+@pytest.mark.quick
 def test_the_files_of_a_checkpoint_are_listed_one_way(tmp_path):
     touch(tmp_path, 'model-4.data-00000-of-00002', 'model-4.data-00001-of-00002', 'model-4.index',
           'model-4.resume', 'model-4.resume.worker-1', 'model-40.index',
@@ -42,6 +43,7 @@ def test_the_files_of_a_checkpoint_are_listed_one_way(tmp_path):
     assert find_resume_states(str(tmp_path), 'worker-1') == {4: prefix}
 
 
+@pytest.mark.quick
 def test_data_without_an_index_is_no_checkpoint(tmp_path):
     touch(tmp_path, 'model-6.data-00000-of-00001', 'model-6.resume')
     assert find_step_checkpoints(str(tmp_path)) == {}

@@ -40,6 +40,7 @@ def closed_port():
 
 # ----- ClusterConfig ------------------------------------------------------------------------------
 
+@pytest.mark.quick
 def test_tf_config_round_trip_and_task_properties():
     cluster = {'worker': ['localhost:2001', 'localhost:2002'], 'ps': ['localhost:2003']}
     config = ClusterConfig(cluster, 'worker', 1)
@@ -68,6 +69,7 @@ def test_tf_config_comes_from_the_environment(monkeypatch):
         ClusterConfig.from_tf_config('{"cluster": {"worker": ["localhost:2001"]}}')
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize('cluster, job, index, message', [
     ({'worker': ['localhost:2001', 'localhost:2001']}, 'worker', 0,
      r'worker 0 \(localhost:2001\) and worker 1 \(localhost:2001\) use the same port 2001'),

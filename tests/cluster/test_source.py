@@ -24,6 +24,7 @@ MPI = {'PMI_RANK': '2', 'PMI_SIZE': '3'}
 HOSTS = ['127.0.0.1:3001', '127.0.0.1:3002', '127.0.0.1']
 
 
+@pytest.mark.quick
 def test_each_source_in_its_order_and_the_cluster_names_it():
     env = dict(SLURM, TF_CONFIG=TF_CONFIG, **MPI)
     with capture_logs() as records:

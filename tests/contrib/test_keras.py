@@ -107,6 +107,7 @@ def test_without_keras_phase_callback_the_model_desc_trains_in_inference_mode(tm
     assert values['moving_mean_change'] == 0.0   # BatchNormalization never saw training mode
 
 
+@pytest.mark.quick
 def test_without_tf_keras_the_import_raises_one_error_saying_what_to_do():
     code = ("import sys; sys.modules['tf_keras'] = None\n"
             "try:\n"

@@ -78,6 +78,7 @@ def fixed_seed(monkeypatch):
 
 # ---------------------------------------------------------------- package
 
+@pytest.mark.quick
 def test_public_names():
     expected = {'DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated', 'DataFromList',
                 'DataFromGenerator', 'DataFromIterable', 'BatchData', 'BatchDataByShape', 'MapData',
@@ -128,6 +129,7 @@ def test_dataflow_modules_do_not_import_tensorflow():
 
 # ---------------------------------------------------------------- base
 
+@pytest.mark.quick
 def test_dataflow_is_abstract_and_len_is_optional():
     with pytest.raises(TypeError):
         df.DataFlow()

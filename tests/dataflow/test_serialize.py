@@ -42,6 +42,7 @@ def loaded(df):
     return list(df)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize('serializer', [MsgpackSerializer, NumpySerializer])
 def test_round_trip_of_every_dtype_and_nested_structures(serializer, tmp_path):
     dps = typed_datapoints() + [{'image': np.ones((3, 3), np.float16), 'meta': {'id': 7, 'tags': ['a', 'b']},

@@ -48,6 +48,7 @@ def hvd():
     mpi_ops.shutdown()
 
 
+@pytest.mark.quick
 def test_facade_with_one_rank(hvd):
     assert hvd.is_initialized()
     assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)

@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 import sys
+
+import pytest
 from helpers import REPO_DIR
 
 REPO = REPO_DIR
@@ -19,6 +21,7 @@ def readme_snippet():
     return snippets[0]
 
 
+@pytest.mark.quick
 def test_readme_snippet_runs_as_written(tmp_path):
     script = tmp_path / 'snippet.py'
     script.write_text(readme_snippet())

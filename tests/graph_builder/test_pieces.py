@@ -42,6 +42,7 @@ def test_a_piece_that_would_overflow_is_closed_and_small_tensors_of_one_dtype_sh
         [[(0, 0), (1, 112)], [(2, 0)], [(3, 0), (4, 112)]]      # 112 + 100 <= 230; 224 + 100 is not
 
 
+@pytest.mark.quick
 def test_pack_then_unpack_gives_every_tensor_back_with_its_shape_and_dtype():
     rng = np.random.RandomState(1)
     with tf.Graph().as_default():

@@ -40,6 +40,7 @@ def constants_on(devices, values):
 
 # ----- devices ---------------------------------------------------------------------------------
 
+@pytest.mark.quick
 def test_interpret_towers_accepts_counts_ids_and_device_strings(monkeypatch):
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')
     assert interpret_towers(2) == [0, 1]

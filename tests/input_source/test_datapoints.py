@@ -14,6 +14,7 @@ def _checker():
     return DatapointChecker('Test', [image, label]), image, label
 
 
+@pytest.mark.quick
 def test_arrays_of_the_input_dtype_in_a_known_shape_pass_as_they_are():
     checker, image, label = _checker()
     for _ in range(3):

@@ -139,6 +139,7 @@ def run_source(source, steps_per_epoch, max_epoch=1, extra_end=None):
 
 # --------------------------------------------------------------------------- PlaceholderInput
 
+@pytest.mark.quick
 def test_placeholder_input_gives_named_placeholders():
     source = PlaceholderInput()
     source.setup(signature())
@@ -149,6 +150,7 @@ def test_placeholder_input_gives_named_placeholders():
 
 # --------------------------------------------------------------------------- FeedInput
 
+@pytest.mark.quick
 def test_feed_input_feeds_batches_in_order_and_repeats():
     source = FeedInput(batched_df())
     assert source.size() == N // B

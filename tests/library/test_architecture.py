@@ -311,6 +311,7 @@ def tensorflow_imports(path):
     return found
 
 
+@pytest.mark.quick
 def test_only_compat_imports_tensorflow(tmp_path):
     """docs/architecture.md: compat is the single place TensorFlow is imported (its internal
     modules through ``compat.tf_internal``)."""

@@ -32,6 +32,7 @@ class TwoRunsPerStep(Trainer):
         self.hooked_sess.run(self.noop)
 
 
+@pytest.mark.quick
 def test_the_loop_answers_the_callbacks_questions():
     trainer = TwoRunsPerStep()
     trainer.noop = tf.no_op()

@@ -35,6 +35,7 @@ RNG = np.random.RandomState(0)
 
 # ----- Conv2D ----------------------------------------------------------------------------------
 
+@pytest.mark.quick
 def test_conv2d_shapes_names_and_numbers():
     x = tfv1.placeholder(tf.float32, [None, 6, 6, 3])
     out = Conv2D('conv1', x, 4, 3, kernel_initializer=tfv1.ones_initializer(),

@@ -26,6 +26,7 @@ def _linear_graph():
 
 
 # ----- OnlinePredictor -------------------------------------------------------------------
+@pytest.mark.quick
 def test_online_predictor_explicit_session():
     x, y = _linear_graph()
     with tfv1.Session() as sess:

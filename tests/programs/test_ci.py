@@ -4,6 +4,8 @@ import os
 import re
 import subprocess
 import sys
+
+import pytest
 from helpers import REPO_DIR
 
 REPO = REPO_DIR
@@ -24,12 +26,28 @@ def readme_command(which):
     return out.stdout.rstrip('\n')
 
 
-def test_the_quick_start_has_exactly_two_commands_and_the_script_finds_each():
+FULL_RUN = 'python -m pytest -q -n auto --dist loadfile tests'
+"""The end of the README's test command: the whole suite, in parallel where tests allow it."""
+
+
+@pytest.mark.quick
+def test_the_quick_start_has_its_three_commands_and_the_script_finds_each():
+    """The example, the whole suite, and the quick tier beside it (the same install, ``-m quick``)."""
     commands = quick_start_commands()
-    assert len(commands) == 2, commands
+    assert len(commands) == 3, commands
     assert readme_command('example') == commands[0]
     assert readme_command('test') == commands[1]
-    assert commands[1].endswith('python -m pytest -q tests'), commands[1]
+    assert commands[1].endswith(FULL_RUN), commands[1]
+    assert readme_command('quick') == commands[2]
+    assert commands[2] == commands[1][:-len(' tests')] + ' -m quick tests'
+
+
+def test_ci_runs_the_quick_tier_first():
+    script = open(os.path.join(REPO, '.ci', 'run'), encoding='utf-8').read()
+    code = [line for line in script.splitlines() if not line.lstrip().startswith('#')]
+    quick = code.index('(cd "$REPO" && eval "$QUICK_COMMAND")')
+    assert quick < code.index('(cd "$REPO" && bash .ci/without_extras.sh bash -c "$DOCS_COMMAND")')
+    assert quick < code.index('(cd "$REPO" && eval "$TEST_COMMAND")')
 
 
 def test_ci_builds_the_docs_with_the_readmes_command_and_warnings_fail_it():
@@ -158,4 +176,4 @@ def test_ci_runs_the_docs_command_and_the_tests_using_the_extras_with_the_extras
     run_slice = code.index('(cd "$REPO" && env -u TENSORPACK_LITE_CI -u TENSORPACK_LITE_DOCS_SITE '
                            'bash .ci/without_extras.sh bash -c "$EXTRAS_SLICE")')
     assert docs < main < pytest_part < files < run_slice
-    assert readme_command('test').split('&& ')[-1] == 'python -m pytest -q tests'
+    assert readme_command('test').split('&& ')[-1] == FULL_RUN

@@ -73,6 +73,7 @@ def run_in_process(path, args, monkeypatch):
     runpy.run_path(os.path.join(REPO, path), run_name='__main__')
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize('path', EXAMPLES)
 def test_example_help(path, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

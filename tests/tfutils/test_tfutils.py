@@ -14,6 +14,7 @@ from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.tfutils.summary import create_image_summary, create_scalar_summary
 
 
+@pytest.mark.quick
 def test_op_tensor_names():
     assert common.get_op_tensor_name('fc/W') == ('fc/W', 'fc/W:0')
     assert common.get_op_tensor_name('fc/W:1') == ('fc/W', 'fc/W:1')

@@ -35,6 +35,7 @@ def feed(inputs, xv, yv):
     return {inputs[0]: xv, inputs[1]: yv}
 
 
+@pytest.mark.quick
 def test_second_training_tower_reuses_variables_and_drops_summaries():
     in0, in1 = placeholders('0'), placeholders('1')
     with TrainTowerContext('tower0', index=0, total=2) as ctx0:

@@ -73,6 +73,7 @@ class Recorder(Callback):
         return [e[0] for e in self.events]
 
 
+@pytest.mark.quick
 def test_train_op_built_before_trainer_trains_and_loss_falls():
     loss, train_op = build_regression()
     trainer = Trainer()

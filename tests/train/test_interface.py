@@ -59,6 +59,7 @@ class TrainingAccuracy(Callback):
         self.accuracy = float(np.mean(np.argmax(logits, 1) == self.labels))
 
 
+@pytest.mark.quick
 def test_digits_mlp_reaches_90_percent(digits, logdir):
     images, labels = digits
     model = DigitsMLP(lr=0.3)

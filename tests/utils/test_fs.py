@@ -7,6 +7,7 @@ import pytest
 from tensorpack_lite.utils.fs import atomic_path, write_atomically
 
 
+@pytest.mark.quick
 def test_write_atomically_replaces_the_file_and_leaves_no_temporary(tmp_path):
     path = tmp_path / 'stats.json'
     path.write_text('old')

@@ -36,6 +36,7 @@ FORK = mp.get_context('fork')
 
 # ------------------------------------------------------------------ stats
 
+@pytest.mark.quick
 def test_stat_counter_numbers():
     s = StatCounter()
     for v in [1, 2, 3, 6]:
