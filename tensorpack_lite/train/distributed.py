@@ -419,7 +419,12 @@ class DistributedTrainerBase(_DataParallelTrainer):
         raise NotImplementedError("{} must implement _start_together()".format(type(self).__name__))
 
     def run_step(self):
-        self.hooked_sess.run(self._step_fetch(), options=self._step_options)
+        fetch = self._step_fetch()
+        # the accumulate op of an update's first K - 1 runs holds no collective: run without the
+        # collective graph key, it takes no step id of the key's sequence, which only runs that
+        # reduce together may advance (a worker alone advancing it stalls the next update's all-reduce)
+        options = self._step_options if fetch is self.train_op else self._run_options()
+        self.hooked_sess.run(fetch, options=options)
 
     def _check_preemption(self):
         """SIGTERM on any worker stops every worker after the same step (:class:`_AgreedStop`):
