@@ -18,8 +18,10 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 # `from helpers import ...` in the test modules (tests/helpers/), whatever pytest's import mode.
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+# Last on the path: its folders (utils/, models/, train/...) are packages of the suite
+# (tests.utils...), which must not hide a module of the same name from anyone.
 if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
+    sys.path.append(_TESTS_DIR)
 
 import pytest  # noqa: E402
 

@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from helpers import REPO_DIR
-from helpers import LineRegression, kill_process_tree
+from helpers import LineRegression, REPO_DIR, kill_process_tree, subprocess_env
 
 from tensorpack_lite.callbacks import Callback, OptunaPruning
 from tensorpack_lite.dataflow import BatchData, DataFromList
@@ -115,7 +114,7 @@ def test_a_study_of_8_trials_in_2_processes_prunes_and_every_process_ends_with_0
     command = [sys.executable, EXAMPLE, '--trials', '4', '--storage', url, '--study-name', 'digits',
                '--logdir', str(tmp_path / 'logs'), '--max-epoch', '4', '--steps-per-epoch', '5',
                '--grid', str(grid)]
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    env = subprocess_env()
     procs = [subprocess.Popen(command, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, start_new_session=True) for _ in range(2)]
     try:

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import TESTS_DIR
-from helpers import DigitsMLPBase, cross_entropy_cost, labelled_batches, run_bounded
+from helpers import (DigitsMLPBase, TESTS_DIR, cross_entropy_cost, labelled_batches, run_bounded,
+                     subprocess_env)
 
 from tensorpack_lite.callbacks import (Callback, InferenceRunner, ModelSaver, ScalarStats, WeightAverage)
 from tensorpack_lite.compat import tf, tfv1
@@ -237,7 +237,7 @@ def test_errors():
 
 
 def _resume_run(logdir, *args, expect=0):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONHASHSEED='0')
+    env = subprocess_env(PYTHONHASHSEED='0')
     code, output = run_bounded([sys.executable, RESUME_SCRIPT, str(logdir), '--weight-average', '0.9']
                                + list(args), 240, env=env)
     assert code == expect, "exit {} (expected {}):\n{}".format(code, expect, output[-5000:])

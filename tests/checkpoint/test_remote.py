@@ -20,8 +20,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from helpers import TESTS_DIR
-from helpers import HANG_TIMEOUT, capture_logs, kill_process_tree, run_bounded, wait_until
+from helpers import HANG_TIMEOUT, TESTS_DIR, capture_logs, kill_process_tree, run_bounded, wait_until
 from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.checkpoint import RemoteMirror, write_checkpoint_state
 from tensorpack_lite.compat import tfv1

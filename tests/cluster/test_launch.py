@@ -13,8 +13,7 @@ import threading
 import psutil
 import pytest
 
-from helpers import TESTS_DIR
-from helpers import HANG_TIMEOUT, kill_process_tree, run_or_hang, wait_until
+from helpers import HANG_TIMEOUT, TESTS_DIR, kill_process_tree, run_or_hang, subprocess_env, wait_until
 from tensorpack_lite.cluster.config import (ClusterConfig, LostTaskError, TaskWatchdog, free_ports,
                                             held_free_port, local_cluster)
 from tensorpack_lite.cluster.launch import LocalCluster, launch
@@ -337,7 +336,7 @@ def test_the_command_line_passes_signals_on_to_every_task(tmp_path):
     command = [sys.executable, '-m', 'tensorpack_lite.cluster.launch', '-n', '2', '--ps', '1', '--grace',
                '10', '--', sys.executable, CHILD, str(tmp_path), '--wait']
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONPATH=REPO), start_new_session=True)
+                            env=subprocess_env(), start_new_session=True)
     try:
         assert wait_until(lambda: len(list(tmp_path.glob('*.json'))) == 3), "the tasks did not start"
         proc.send_signal(signal.SIGTERM)
@@ -416,7 +415,7 @@ def test_tasks_end_with_a_launcher_killed_with_sigkill(tmp_path, isolate):
     command += ['--', sys.executable, CHILD, str(tmp_path), '--wait']
     with open(str(tmp_path / 'launch.txt'), 'wb') as output:
         proc = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONPATH=REPO))
+                                env=subprocess_env())
     started = []
     try:
         assert wait_until(lambda: len(list(tmp_path.glob('worker*.json'))) == 2 or proc.poll() is not None), \

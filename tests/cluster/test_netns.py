@@ -2,15 +2,13 @@
 link cut and restored while processes live, nothing left behind (also after the owner was
 SIGKILLed). Skipped, saying why, where namespaces cannot be made (not root, no iproute2)."""
 
-import os
 import signal
 import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO_DIR
-from helpers import wait_until
+from helpers import subprocess_env, wait_until
 from tensorpack_lite.cluster import netns
 
 REASON = netns.unavailable()
@@ -203,7 +201,7 @@ time.sleep(600)
 
 
 def test_the_namespaces_of_a_killed_owner_are_removed_by_the_next_cluster():
-    env = dict(os.environ, PYTHONPATH=REPO_DIR)
+    env = subprocess_env()
     owner = subprocess.Popen([sys.executable, '-c', OWNER], stdout=subprocess.PIPE, text=True, env=env)
     try:
         names = owner.stdout.readline().split()

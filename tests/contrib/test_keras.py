@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from helpers import TESTS_DIR
-from helpers import run_bounded
+from helpers import TESTS_DIR, run_bounded, subprocess_env
 
 HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
@@ -20,8 +19,7 @@ TIMEOUT = 600
 
 
 def _env():
-    return dict(os.environ, TF_USE_LEGACY_KERAS='1', TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO,
-                TENSORPACK_LOGGER_ACTION='d')
+    return subprocess_env(TF_USE_LEGACY_KERAS='1', TENSORPACK_LOGGER_ACTION='d')
 
 
 def _tf_keras_works():

@@ -3,12 +3,12 @@
 import logging
 import os
 import pickle
-import subprocess
-import sys
 
 import cv2
 import numpy as np
 import pytest
+
+from helpers import run_python
 
 from tensorpack_lite.dataflow.imgaug.base import (Augmentor, AugmentorList, ImageAugmentor,
                                                   PhotometricAugmentor)
@@ -450,26 +450,22 @@ def test_map_image_with_and_without_coord_func():
 
 # ----- package-level behaviour ---------------------------------------------------------------
 
-def _run(code):
-    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
-
-
 def test_import_without_opencv_is_one_clear_error():
-    out = _run("import sys; sys.modules['cv2'] = None; sys.modules['tensorflow'] = None\n"
-               "try:\n"
-               "    import tensorpack_lite.dataflow.imgaug\n"
-               "except ImportError as err:\n"
-               "    print('ERROR:', err)\n")
-    assert 'ERROR:' in out.stdout, out.stderr
-    assert 'opencv-python-headless' in out.stdout and "tensorpack_lite[image]" in out.stdout
+    out = run_python("import sys; sys.modules['cv2'] = None\n"
+                     "try:\n"
+                     "    import tensorpack_lite.dataflow.imgaug\n"
+                     "except ImportError as err:\n"
+                     "    print('ERROR:', err)\n", without_tensorflow=True, timeout=120)
+    assert 'ERROR:' in out, out
+    assert 'opencv-python-headless' in out and "tensorpack_lite[image]" in out
 
 
 def test_works_without_tensorflow():
-    out = _run("import sys; sys.modules['tensorflow'] = None\n"
-               "import numpy as np\n"
-               "from tensorpack_lite.dataflow.imgaug.meta import Identity\n"
-               "print('OK', Identity().augment(np.zeros((2, 2), np.uint8)).shape)\n")
-    assert 'OK (2, 2)' in out.stdout, out.stderr
+    out = run_python("import numpy as np\n"
+                     "from tensorpack_lite.dataflow.imgaug.meta import Identity\n"
+                     "print('OK', Identity().augment(np.zeros((2, 2), np.uint8)).shape)\n",
+                     without_tensorflow=True, timeout=120)
+    assert 'OK (2, 2)' in out, out
 
 
 def test_package_exports_every_module_name_once():

@@ -19,8 +19,7 @@ import tempfile
 import psutil
 import pytest
 
-from helpers import REPO_DIR
-from helpers import HANG_TIMEOUT, kill_process_tree, run_or_hang, wait_until
+from helpers import HANG_TIMEOUT, REPO_DIR, kill_process_tree, run_or_hang, wait_until
 
 ROOT = REPO_DIR
 WORKERS = 8

@@ -33,7 +33,7 @@ from tensorpack_lite.dataflow.image import (AugmentImageComponent, AugmentImageC
 from tensorpack_lite.dataflow.state import DataFlowStateUnsupported, has_state
 from tensorpack_lite.utils import utils
 from tensorpack_lite.utils.serialize import dumps, loads
-from helpers import TESTS_DIR
+from helpers import TESTS_DIR, subprocess_env
 
 TESTS = TESTS_DIR
 SEED = 1234
@@ -320,7 +320,7 @@ def restored(data_dir):
         f.write(dumps(jobs))
     program = ("import sys; sys.path[:0] = [{!r}, {!r}]; from tests.dataflow import test_state as t; "
                "t.restore_jobs(sys.argv[1], sys.argv[2])".format(os.path.dirname(TESTS), TESTS))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+    env = subprocess_env()
     proc = subprocess.run([sys.executable, '-c', program, jobs_path, out_path], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
     assert proc.returncode == 0, proc.stdout.decode(errors='replace')[-3000:]

@@ -25,8 +25,7 @@ import threading
 
 import pytest
 
-from helpers import TESTS_DIR
-from helpers import HANG_TIMEOUT, kill_process_tree, wait_until
+from helpers import HANG_TIMEOUT, TESTS_DIR, kill_process_tree, subprocess_env, wait_until
 from tensorpack_lite.cluster import exposure, netns
 from tensorpack_lite.cluster import private_network as private_network_module
 from tensorpack_lite.cluster.config import free_ports
@@ -63,7 +62,7 @@ def require_private_network():
 def env(trusted=False):
     """The environment of a job, with the network declared trusted only when asked (conftest.py
     declares it on a machine with a public address)."""
-    result = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    result = subprocess_env()
     result.pop(exposure.TRUSTED_NETWORK_VARIABLE, None)
     if trusted:
         result[exposure.TRUSTED_NETWORK_VARIABLE] = '1'

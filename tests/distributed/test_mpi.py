@@ -15,8 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers import REPO_DIR
-from helpers import run_bounded
+from helpers import REPO_DIR, run_bounded, subprocess_env
 from tensorpack_lite.compat import tf, tfv1
 
 mpi4py = pytest.importorskip('mpi4py',
@@ -283,8 +282,7 @@ def run_ranks(num, out_dir, *args, script=None, launch=([], [])):
 
 
 def rank_env():
-    return dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
-                TENSORPACK_LOGGER_ACTION='k')
+    return subprocess_env(TENSORPACK_LOGGER_ACTION='k')
 
 
 def load_rank(out_dir, rank):
@@ -775,7 +773,7 @@ def test_mpi_rank_ends_the_job_when_a_rank_dies_before_mpi_starts(tmp_path):
 
 def test_mpi_rank_passes_exit_codes_and_names_a_signal():
     wrapper = [sys.executable, '-m', 'tensorpack_lite.cluster.mpi_rank', '--grace', '0']
-    env = dict(os.environ, PYTHONPATH=REPO, PMI_RANK='5')
+    env = subprocess_env(PMI_RANK='5')
     ended = subprocess.run(wrapper + [sys.executable, '-c', 'raise SystemExit(3)'], env=env,
                            capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert (ended.returncode, ended.stderr) == (3, '')

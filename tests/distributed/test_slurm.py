@@ -18,8 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from helpers import slurm_node
-from helpers import kill_process_tree, wait_until
+from helpers import kill_process_tree, slurm_node, wait_until
 from tensorpack_lite.cluster.slurm import reserved_ports
 
 REASON = slurm_node.unavailable()

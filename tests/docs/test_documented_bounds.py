@@ -15,8 +15,7 @@ import threading
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR
-from helpers import HANG_TIMEOUT
+from helpers import HANG_TIMEOUT, REPO_DIR
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.cluster.config import local_cluster

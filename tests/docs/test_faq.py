@@ -6,13 +6,13 @@ import os
 import re
 
 from helpers.guide_blocks import run_guide
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 
 REPO = REPO_DIR
 
 
 def test_the_faq_code_runs_and_each_answer_does_what_it_says(tmp_path):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+    env = subprocess_env()
     output = run_guide(os.path.join(REPO, 'docs', 'faq.md'), str(tmp_path), timeout=600, env=env)
     assert re.search(r"stopped: CheckNumerics\['hidden/\w+'\] : Tensor had (NaN|Inf) values", output), \
         output[-3000:]

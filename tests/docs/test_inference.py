@@ -9,7 +9,7 @@ import re
 import pytest
 
 from helpers.guide_blocks import run_guide, without_package
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 
 REPO = REPO_DIR
 GUIDE = os.path.join(REPO, 'docs', 'inference.md')
@@ -18,7 +18,7 @@ GUIDE = os.path.join(REPO, 'docs', 'inference.md')
 def test_the_inference_guide_runs_and_every_export_reproduces_the_predictor(tmp_path):
     for module in ('tf2onnx', 'onnxruntime', 'ai_edge_litert'):
         pytest.importorskip(module, reason='the [export] extra: pip install "tensorpack_lite[export]"')
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
+    env = subprocess_env()
     output = run_guide(GUIDE, str(tmp_path), timeout=600, env=env, shell_env=without_package(tmp_path, env))
     accuracy = float(re.search(r'accuracy on 64 test digits: ([0-9.]+)', output).group(1))
     assert accuracy > 0.5, output[-3000:]           # 40 steps of Adam: far above chance (0.1)

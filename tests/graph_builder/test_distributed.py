@@ -2,7 +2,6 @@
 variables and ops go, and the errors for what cannot work. (Processes that train together
 are in test_distributed.py.) The servers made here live until the test process ends."""
 
-import os
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR
+from helpers import subprocess_env
 from helpers import UNIT_ROUNDOFF, assert_16_bit_sum, wait_until
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import (CollectiveAllReduceBuilder,
@@ -564,8 +563,7 @@ os._exit(0)     # a thread is left waiting for the chief inside TensorFlow: no i
 def test_a_worker_whose_chief_is_gone_is_told_so_instead_of_hanging():
     """TensorFlow's first run of a session waits for ever for a task that never answers. (In a
     process of its own: the thread left waiting could hold this one's exit.)"""
-    repo = REPO_DIR
     out = subprocess.run([sys.executable, '-c', GONE_CHIEF], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=repo))
+                         env=subprocess_env())
     lost = r'LostTaskError: worker 1 \(localhost:\d+\): lost worker 0 \(localhost:\d+\)'
     assert re.search(lost, out.stdout), out.stdout + out.stderr[-3000:]

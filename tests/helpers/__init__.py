@@ -43,17 +43,20 @@ REPO_DIR = os.path.dirname(TESTS_DIR)
 # ----- child processes -----------------------------------------------------------------------
 
 def subprocess_env(**overrides):
-    """The environment of a child Python the tests start: this one's, with the repository first on
-    PYTHONPATH, TensorFlow's C++ logs at errors only (TF_CPP_MIN_LOG_LEVEL=2) and no GPU; then
-    ``overrides`` (a value of None removes the variable).
+    """The environment of a child Python the tests start: this one's, with the repository and
+    tests/ on PYTHONPATH (``import tensorpack_lite`` first, ``from helpers import ...`` last),
+    TensorFlow's C++ logs at errors only (TF_CPP_MIN_LOG_LEVEL=2) and no GPU; then ``overrides``
+    (a value of None removes the variable).
 
     Example::
 
         run_bounded([sys.executable, script], 120, env=subprocess_env(TF_CPP_MIN_LOG_LEVEL='0'))
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    # tests/ last: its folders (utils/, models/...) must not hide a module of the same name
+    ours = (REPO_DIR, TESTS_DIR)
     env['PYTHONPATH'] = os.pathsep.join([REPO_DIR] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep)
-                                                      if p and p != REPO_DIR])
+                                                      if p and p not in ours] + [TESTS_DIR])
     for name, value in overrides.items():
         if value is None:
             env.pop(name, None)

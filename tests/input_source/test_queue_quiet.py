@@ -7,11 +7,10 @@ captured. The queue is full when training ends (a callback waits for it at the e
 last epoch), so the enqueue thread is blocked in an enqueue when it is stopped: the case that
 printed the line."""
 
-import os
 import subprocess
 import sys
 import textwrap
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 
 REPO = REPO_DIR
 
@@ -67,7 +66,7 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_queue_input_run_ends_without_a_cancelled_enqueue():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='0', PYTHONPATH=REPO)
+    env = subprocess_env(TF_CPP_MIN_LOG_LEVEL='0')
     result = subprocess.run([sys.executable, '-c', SCRIPT], env=env, capture_output=True, text=True,
                             timeout=240, cwd=REPO)
     assert result.returncode == 0, result.stderr

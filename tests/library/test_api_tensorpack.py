@@ -5,11 +5,9 @@ import importlib
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-from helpers import TESTS_DIR
+from helpers import TESTS_DIR, run_python
 
 HERE = TESTS_DIR
 # the packages' names (their __all__, computed on import), then every public module's (generated from
@@ -111,17 +109,8 @@ def test_explanations_are_only_for_names_that_are_missing():
                                                   "exists".format(module_name, name)
 
 
-def _run_without_tensorflow(code):
-    """Run ``code`` in a fresh interpreter where ``import tensorflow`` fails; return its stdout."""
-    prelude = "import sys; sys.modules['tensorflow'] = None\n"
-    out = subprocess.run([sys.executable, '-c', prelude + code], capture_output=True, text=True,
-                         timeout=120, cwd=HERE)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
 def test_dataflow_and_utils_work_without_tensorflow():
-    out = _run_without_tensorflow(
+    out = run_python(
         "import tensorpack_lite\n"
         "from tensorpack_lite import BatchData, DataFromList, MapDataComponent, logger\n"
         "from tensorpack_lite.utils.stats import RatioCounter\n"
@@ -129,13 +118,14 @@ def test_dataflow_and_utils_work_without_tensorflow():
         "                                lambda x: x * 10, 0), 3)\n"
         "df.reset_state()\n"
         "print('batches', [b[0].tolist() for b in df])\n"
-        "print('tensorflow imported:', sys.modules.get('tensorflow') is not None)\n")
+        "print('tensorflow imported:', sys.modules.get('tensorflow') is not None)\n",
+        without_tensorflow=True, timeout=120)
     assert 'batches [[0, 10, 20], [30, 40, 50]]' in out
     assert 'tensorflow imported: False' in out
 
 
 def test_augmentors_and_image_dataflows_work_without_tensorflow():
-    out = _run_without_tensorflow(
+    out = run_python(
         "import numpy as np\n"
         "from tensorpack_lite import AugmentImageComponents, DataFromList, imgaug\n"
         "from tensorpack_lite.utils.utils import fix_rng_seed\n"
@@ -151,19 +141,21 @@ def test_augmentors_and_image_dataflows_work_without_tensorflow():
         "    assert (first == image).all() or (first == image[:, ::-1]).all()\n"
         "    flipped.add(bool((first == image[:, ::-1]).all()))\n"
         "print('flipped:', sorted(flipped))\n"
-        "print('tensorflow imported:', sys.modules.get('tensorflow') is not None)\n")
+        "print('tensorflow imported:', sys.modules.get('tensorflow') is not None)\n",
+        without_tensorflow=True, timeout=120)
     assert 'flipped: [False, True]' in out      # both outcomes, each applied to both images alike
     assert 'tensorflow imported: False' in out
 
 
 def test_names_that_need_tensorflow_say_what_to_install():
-    out = _run_without_tensorflow(
+    out = run_python(
         "try:\n"
         "    from tensorpack_lite import SimpleTrainer\n"
         "except ImportError as err:\n"
         "    print('ERROR:', err)\n"
         "import tensorpack_lite\n"
-        "print('has __wrapped__:', hasattr(tensorpack_lite, '__wrapped__'))\n")
+        "print('has __wrapped__:', hasattr(tensorpack_lite, '__wrapped__'))\n",
+        without_tensorflow=True, timeout=120)
     assert 'ERROR: tensorpack_lite.SimpleTrainer is not available' in out
     assert 'pip install tensorflow-cpu' in out
     assert 'has __wrapped__: False' in out
@@ -171,11 +163,11 @@ def test_names_that_need_tensorflow_say_what_to_install():
 
 def test_imgaug_and_dataset_are_there_without_importing_opencv():
     # (without TensorFlow, whose Keras imports OpenCV by itself)
-    out = _run_without_tensorflow(
+    out = run_python(
         "import tensorpack_lite\n"
         "from tensorpack_lite import imgaug, dataset\n"
         "print('cv2 imported:', 'cv2' in sys.modules)\n"
-        "print('Digits' in dir(dataset))\n")
+        "print('Digits' in dir(dataset))\n", without_tensorflow=True, timeout=120)
     assert 'cv2 imported: False\nTrue' in out
 
 

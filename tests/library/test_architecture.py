@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import TESTS_DIR
+from helpers import TESTS_DIR, run_python, subprocess_env
 
 HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
@@ -185,16 +185,6 @@ def test_the_checker_sees_violations_and_cycles(tmp_path):
     assert find_cycle(graph) == [PACKAGE + '.train.base', PACKAGE + '.utils.lower', PACKAGE + '.train.base']
 
 
-def run_python(code, without_tensorflow=False):
-    """Run ``code`` in a fresh interpreter (where ``import tensorflow`` fails, if asked); its stdout."""
-    prelude = "import sys; sys.modules['tensorflow'] = None\n" if without_tensorflow else ""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO)
-    out = subprocess.run([sys.executable, '-c', prelude + code], capture_output=True, text=True,
-                         timeout=300, cwd=HERE, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
-
-
 MOVED = {'launch': 'launch', 'cluster': 'config', 'netns': 'netns', 'slurm': 'slurm', 'mpi_rank': 'mpi_rank',
          'preemption': 'preemption'}
 """The old ``utils`` modules of processes and clusters -> their module in ``cluster``."""
@@ -357,5 +347,5 @@ def test_the_old_paths_of_the_cluster_modules_name_the_new_ones():
     argv = [sys.executable, '-m', 'tensorpack_lite.utils.launch', '--workers', '1', '--', 'true']
     run = subprocess.run(argv,
                          capture_output=True, text=True, timeout=300, cwd=HERE,
-                         env=dict(os.environ, PYTHONPATH=REPO))
+                         env=subprocess_env())
     assert run.returncode == 1 and "run it as `python -m tensorpack_lite.cluster.launch`" in run.stderr

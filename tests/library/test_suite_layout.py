@@ -53,7 +53,7 @@ def modules(package):
             or os.path.isfile(os.path.join(root, name, '__init__.py'))}
 
 
-def test_files():
+def suite_files():
     """Every test_*.py under tests/, relative to tests/."""
     found = []
     for directory, dirs, files in os.walk(TESTS_DIR):
@@ -66,7 +66,7 @@ def test_files():
 def test_every_test_file_is_under_a_package_folder_or_a_named_one():
     folders = set(packages()) | set(NAMED_FOLDERS)
     misplaced = []
-    for path in test_files():
+    for path in suite_files():
         parts = path.split(os.sep)
         if len(parts) == 1 and parts[0] in NOT_YET_MOVED:
             continue
@@ -80,7 +80,7 @@ def test_a_package_folders_files_are_named_for_its_modules():
     """tests/<package>/test_<name>.py: <name> starts with a module (or subpackage) of the package,
     or the package's own name (its __init__: exports, package-wide properties)."""
     wrong = []
-    for path in test_files():
+    for path in suite_files():
         parts = path.split(os.sep)
         if len(parts) != 2 or parts[0] in NAMED_FOLDERS or path in NAMED_FOR_A_CLASS:
             continue
@@ -95,7 +95,7 @@ def test_a_package_folders_files_are_named_for_its_modules():
 
 def test_no_test_file_is_named_for_the_history_of_the_work():
     words = re.compile(r'(^|_)({})s?(_|$)'.format('|'.join(HISTORY_WORDS)))
-    named = [p for p in test_files() if words.search(os.path.basename(p)[len('test_'):-len('.py')])]
+    named = [p for p in suite_files() if words.search(os.path.basename(p)[len('test_'):-len('.py')])]
     assert named == []
 
 
@@ -108,7 +108,7 @@ def test_every_package_has_its_folder_of_tests(package):
 def test_every_folder_is_a_package_of_the_suite():
     """Test files of the same name in two folders (train/test_base.py, dataflow/test_base.py)
     need each folder to be a package: pytest imports them as tests.<folder>.test_<name>."""
-    for path in test_files():
+    for path in suite_files():
         folder = os.path.join(TESTS_DIR, os.path.dirname(path))
         assert os.path.isfile(os.path.join(folder, '__init__.py')), folder
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 
 REPO = REPO_DIR
 MNIST = os.path.join(REPO, 'examples', 'basics', 'mnist-convnet.py')
@@ -45,8 +45,7 @@ def noise(output):
 
 
 def start(script, args, cwd):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get('PYTHONPATH', '')]),
-               TF_CPP_MIN_LOG_LEVEL='0', PYTHONWARNINGS='always')
+    env = subprocess_env(TF_CPP_MIN_LOG_LEVEL='0', PYTHONWARNINGS='always')
     return subprocess.Popen([sys.executable, '-W', 'always', script] + args, cwd=str(cwd), env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -20,7 +20,7 @@ from tensorpack_lite.models import (
 from tensorpack_lite.models import layout
 from tensorpack_lite.tfutils.argscope import argscope
 from tensorpack_lite.tfutils.tower import TowerContext
-from helpers import TESTS_DIR
+from helpers import TESTS_DIR, subprocess_env
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 NHWC_SHAPE = (4, 6, 6, 4)     # batch, height, width, channels
@@ -266,8 +266,7 @@ print('shape', y.shape.as_list(), 'trained', losses[-1] < losses[0])
 
 def test_nchw_trains_on_the_generic_cpu_kernels():
     """Without oneDNN, TensorFlow's CPU kernels of convolution and pooling refuse NCHW."""
-    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS='0', CUDA_VISIBLE_DEVICES='', TF_CPP_MIN_LOG_LEVEL='2',
-               PYTHONPATH=REPO)
+    env = subprocess_env(TF_ENABLE_ONEDNN_OPTS='0')
     proc = subprocess.run([sys.executable, '-c', NCHW_TRAINING_SCRIPT], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,16 +11,14 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR
-from helpers import run_bounded
+from helpers import REPO_DIR, run_bounded, subprocess_env
 
 REPO = REPO_DIR
 
 
 def example_env():
     """The environment of an example's process: this checkout importable, no GPU."""
-    return dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
-                TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    return subprocess_env()
 
 
 def run_example(relpath, args, cwd):

@@ -10,15 +10,13 @@ absl::container_internal::raw_hash_map<>::at``; the library runs it first
 runs before any kernel.
 """
 
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR
-from helpers import BreakingSession, expected_precision_path, load_example
+from helpers import BreakingSession, REPO_DIR, expected_precision_path, load_example, subprocess_env
 
 from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith, Conv2D, Conv2DTranspose,
                              Dropout, FixedUnPooling, FullyConnected, GlobalAvgPooling, InstanceNorm,
@@ -265,7 +263,7 @@ def test_the_main_example_trains_in_fp16(tmp_path):
         [sys.executable, 'examples/basics/mnist-convnet.py', '--mixed-precision', 'fp16', '--max-epoch', '2',
          '--steps-per-epoch', '8', '--logdir', str(tmp_path / 'log')],
         cwd=REPO, capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=REPO))
+        env=subprocess_env())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     accuracy = float(out.stdout.rsplit('Final validation accuracy:', 1)[1].split()[0])
     assert accuracy > 0.3, accuracy     # 16 steps of 64 digits: far above chance (0.1)

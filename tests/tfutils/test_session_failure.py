@@ -15,8 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR
-from helpers import BreakSessionAt, capture_logs, run_bounded, run_or_hang
+from helpers import BreakSessionAt, REPO_DIR, capture_logs, run_bounded, run_or_hang, subprocess_env
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.compat import tf, tfv1
@@ -249,7 +248,7 @@ def test_the_real_tensorflow_failure_ends_the_process_and_the_library_order_trai
     QueueInput's stop). The library's fp16 mode trains the same graph."""
     script = tmp_path / 'train.py'
     script.write_text(textwrap.dedent(SCRIPT))
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2')
+    env = subprocess_env()
     command = [sys.executable, str(script)]
     code, output = run_bounded(command + ['default-order', str(tmp_path / 'a')], 300, env=env)
     if code == 0 and 'TRAINED' in output:

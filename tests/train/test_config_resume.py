@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 
 REPO = REPO_DIR
 
@@ -71,8 +71,7 @@ SCRIPT = textwrap.dedent('''
 
 
 def run(script, logdir, *args):
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
-               TF_CPP_MIN_LOG_LEVEL='2')
+    env = subprocess_env()
     return subprocess.run([sys.executable, str(script), str(logdir)] + [str(a) for a in args],
                           env=env, capture_output=True, text=True, timeout=300)
 

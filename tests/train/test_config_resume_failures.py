@@ -21,7 +21,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 from helpers import (DigitsMLPBase, assert_records_close, cross_entropy_cost, kill_process_tree,
                      labelled_batches)
 
@@ -241,8 +241,7 @@ def runs(tmp_path_factory):
             add_attempt('disk', 'fill:step:10')
             plan.append(['remove', os.path.join(mount_point, 'filler')])
             add_attempt('disk', '')
-        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
-                   TF_CPP_MIN_LOG_LEVEL='2')
+        env = subprocess_env()
         proc = subprocess.Popen([sys.executable, str(root / 'driver.py'), json.dumps(plan)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)

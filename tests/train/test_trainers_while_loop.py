@@ -21,8 +21,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import TESTS_DIR
-from helpers import RecordCost, WhileLoopRNN, run_bounded, sequence_samples
+from helpers import RecordCost, TESTS_DIR, WhileLoopRNN, run_bounded, sequence_samples, subprocess_env
 from tensorpack_lite.callbacks import Callback
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
@@ -124,7 +123,7 @@ def test_single_process_trainers_train_a_while_loop(control_flow, reference, tmp
     weights, cases = reference
     if control_flow == 'v1':
         code, output = run_bounded([sys.executable, __file__, str(tmp_path / 'cases.json')], RUN_TIMEOUT,
-                                   env=dict(os.environ, PYTHONPATH=REPO, CUDA_VISIBLE_DEVICES=''))
+                                   env=subprocess_env())
         assert code == 0, output[-6000:]
         cases = json.loads((tmp_path / 'cases.json').read_text())
     assert (cases['order_loop'], cases['order']) == (control_flow, ORDER)

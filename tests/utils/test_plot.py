@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.utils.plot import load_stats, main, moving_average, plot_runs, run_names, split_key
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 
 matplotlib = pytest.importorskip('matplotlib')
 
@@ -233,7 +233,7 @@ sys.modules['tensorpack_lite'] = package
 
 
 def _run_python(code, args):
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='3')
+    env = subprocess_env(TF_CPP_MIN_LOG_LEVEL='3')
     proc = subprocess.run([sys.executable, '-c', code] + args, capture_output=True, text=True,
                           timeout=120, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 import tensorpack_lite.utils.utils as utils_mod
-from helpers import REPO_DIR
-from helpers import HANG_TIMEOUT, VirtualClock, run_or_hang, wait_until
+from helpers import HANG_TIMEOUT, REPO_DIR, VirtualClock, run_or_hang, subprocess_env, wait_until
 from tensorpack_lite.utils import argtools, concurrency, gpu, timer
 from tensorpack_lite.utils.argtools import (call_only_once, graph_memoized, log_once, map_arg,
                                             memoized, memoized_ignoreargs, memoized_method,
@@ -567,7 +566,7 @@ def _run_script(tmp_path, body, timeout=HANG_TIMEOUT):
     ``timeout``: that means a hang)."""
     script = tmp_path / 'script.py'
     script.write_text(_SCRIPT_PRELUDE + textwrap.dedent(body))
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    env = subprocess_env()
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=str(tmp_path), start_new_session=True)
     try:
