@@ -46,10 +46,12 @@ from ..graph_builder.distributed import (CollectiveAllReduceBuilder, Distributed
 from ..loop.state import Schedule
 from ..tfutils.collective import cluster_group, collective_mean
 from ..tfutils.common import get_global_step_value, get_global_step_var
+from ..tfutils.dependency import ops_run_by
 from ..tfutils.distributed import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
                                    cluster_of_server, serve_until_workers_finish)
 from ..tfutils.preemption_vote import PREEMPTED, REQUESTED, PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
+from ..tfutils.step_timeline import is_communication_op
 from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
@@ -418,13 +420,20 @@ class DistributedTrainerBase(_DataParallelTrainer):
         """Run the start-up exchange; returns the chief's schedule on another worker."""
         raise NotImplementedError("{} must implement _start_together()".format(type(self).__name__))
 
+    _accumulate_runs_communicate = False
+
+    def _accumulation_built(self, accumulate_op):
+        # Whether the accumulate op of an update's first K - 1 runs holds a collective (BatchNorm's
+        # synchronized statistics): then every worker runs it together, with the collective graph
+        # key. Otherwise it runs without the key: it must take no step id of the key's sequence,
+        # which only runs that reduce together may advance (a worker advancing it alone stalls the
+        # next update's all-reduce).
+        self._accumulate_runs_communicate = any(is_communication_op(op) for op in ops_run_by([accumulate_op]))
+
     def run_step(self):
         fetch = self._step_fetch()
-        # the accumulate op of an update's first K - 1 runs holds no collective: run without the
-        # collective graph key, it takes no step id of the key's sequence, which only runs that
-        # reduce together may advance (a worker alone advancing it stalls the next update's all-reduce)
-        options = self._step_options if fetch is self.train_op else self._run_options()
-        self.hooked_sess.run(fetch, options=options)
+        together = fetch is self.train_op or self._accumulate_runs_communicate
+        self.hooked_sess.run(fetch, options=self._step_options if together else self._run_options())
 
     def _check_preemption(self):
         """SIGTERM on any worker stops every worker after the same step (:class:`_AgreedStop`):
@@ -669,6 +678,7 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         return super()._trainer_hooks() + [self._vote]
 
     def _accumulation_built(self, accumulate_op):
+        super()._accumulation_built(accumulate_op)
         self._vote.skip_runs_of(accumulate_op)    # the vote travels with the update's all-reduce
 
     def _check_preemption(self):

@@ -270,9 +270,9 @@ class ChiefLosesData(Callback):
 
 
 def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch, optimizer='momentum',
-                 batch_norm=None):
-    """The reference: SimpleTrainer in this process, ``batch`` datapoints per step; returns
-    the final trainable weights by variable name."""
+                 batch_norm=None, accumulate=1):
+    """The reference: SimpleTrainer in this process, ``batch`` datapoints per step (``accumulate``
+    steps per update); returns the final trainable weights by variable name."""
     from tensorpack_lite.train import SimpleTrainer
     result = {}
 
@@ -284,7 +284,7 @@ def train_single(samples, batch, lr, hidden, steps_per_epoch, max_epoch, optimiz
     config = TrainConfig(model=TinyModel(INIT_SEED, lr, hidden, optimizer, batch_norm),
                          dataflow=BatchData(DataFromList(samples, shuffle=False), batch),
                          callbacks=[ReadWeights()], monitors=[], steps_per_epoch=steps_per_epoch,
-                         max_epoch=max_epoch)
+                         max_epoch=max_epoch, accumulate=accumulate)
     launch_train_with_config(config, SimpleTrainer())
     return result
 
