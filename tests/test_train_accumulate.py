@@ -18,6 +18,7 @@ from tensorpack_lite.input_source import QueueInput
 from tensorpack_lite.models import BatchNorm
 from tensorpack_lite.cluster.config import local_cluster
 from tensorpack_lite.tfutils.common import get_default_sess_config
+from tensorpack_lite.tfutils.dependency import ops_run_by
 from tensorpack_lite.tfutils.distributed import create_server
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.train import (AsyncMultiGPUTrainer, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
@@ -137,19 +138,11 @@ def test_simple_trainer_k_micro_batches_make_one_batch_k_times_larger(opt):
 
 
 def ops_of_run(fetch):
-    """Every op a run of ``fetch`` executes (its inputs and control inputs, transitively)."""
-    seen, todo = set(), [fetch if isinstance(fetch, tf.Operation) else fetch.op]
-    while todo:
-        op = todo.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        todo.extend(t.op for t in op.inputs)
-        todo.extend(op.control_inputs)
-    return seen
+    """Every op a run of ``fetch`` executes."""
+    return set(ops_run_by([fetch]))
 
 
-def ops_run_by(fetch):
+def op_types_of_run(fetch):
     """The types of the ops a run of ``fetch`` executes."""
     return {op.type for op in ops_of_run(fetch)}
 
@@ -184,8 +177,8 @@ def test_two_towers_accumulating_make_one_batch_of_every_micro_batch(kind, opt):
     expected = train(joined(batches, 2 * K), SimpleTrainer(), opt=opt)
     assert_same_weights(got, expected, atol=2e-6)
     assert got['global_step'] == 2 * K
-    assert not [t for t in ops_run_by(ops.accumulate_op) if is_reduction_or_apply(t)]
-    assert [t for t in ops_run_by(ops.train_op) if is_reduction_or_apply(t)]
+    assert not [t for t in op_types_of_run(ops.accumulate_op) if is_reduction_or_apply(t)]
+    assert [t for t in op_types_of_run(ops.train_op) if is_reduction_or_apply(t)]
 
 
 def test_async_towers_each_apply_their_own_accumulated_gradients():
@@ -200,8 +193,8 @@ def test_async_towers_each_apply_their_own_accumulated_gradients():
                 extra=[ops])
     expected = train(joined(batches, 2 * K), SimpleTrainer())
     assert_same_weights(got, expected, atol=1e-3)
-    assert not [t for t in ops_run_by(ops.accumulate_op) if is_reduction_or_apply(t)]
-    applies = [t for t in ops_run_by(ops.train_op) if t.startswith(('ResourceApply', 'Apply'))]
+    assert not [t for t in op_types_of_run(ops.accumulate_op) if is_reduction_or_apply(t)]
+    applies = [t for t in op_types_of_run(ops.train_op) if t.startswith(('ResourceApply', 'Apply'))]
     assert len(applies) >= 1
 
 
