@@ -7,29 +7,7 @@ import pytest
 
 from tensorpack_lite.callbacks.graph import CheckNumerics
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.train.base import Trainer
-
-
-class CountingTrainer(Trainer):
-    """Runs ``train_op`` in the hooked session; ``after_step(trainer)`` runs after each step
-    (through the plain session, unseen by callbacks). ``steps`` counts the steps started."""
-
-    def __init__(self, train_op, after_step=None):
-        super().__init__()
-        self.train_op = train_op
-        self._after_step = after_step
-        self.steps = 0
-
-    def run_step(self):
-        self.steps += 1
-        self.hooked_sess.run(self.train_op)
-        if self._after_step is not None:
-            self._after_step(self)
-
-
-def train(trainer, callbacks, steps_per_epoch, max_epoch, monitors=()):
-    trainer.train_with_defaults(callbacks=list(callbacks), monitors=list(monitors), extra_callbacks=[],
-                                steps_per_epoch=steps_per_epoch, max_epoch=max_epoch)
+from helpers.trainers import CountingTrainer, train
 
 
 def _poisonable_model(initial=1.0):

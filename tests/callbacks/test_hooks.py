@@ -1,39 +1,11 @@
 """Tests of the time, throughput, GPU and background-process callbacks, and of the
 adapters between callbacks and TensorFlow's SessionRunHooks."""
 
-import time
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.hooks import HookToCallback
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.train.base import Trainer
-
-
-class SleepTrainer(Trainer):
-    """Each step sleeps ``step_time(trainer)`` seconds (through ``sleep``, e.g. a VirtualClock's),
-    then runs the train op in the hooked session (so that hooks and the step counter see it)."""
-
-    def __init__(self, step_time, sleep=time.sleep):
-        super().__init__()
-        self._step_time = step_time if callable(step_time) else (lambda _: step_time)
-        self._sleep = sleep
-
-    def run_step(self):
-        self._sleep(self._step_time(self))
-        self.hooked_sess.run(self.train_op)
-
-
-def make_trainer(step_time=0.0, sleep=time.sleep):
-    counter = tfv1.get_variable('counter', shape=[], initializer=tfv1.zeros_initializer())
-    trainer = SleepTrainer(step_time, sleep)
-    trainer.train_op = tfv1.assign_add(counter, 1.0).op
-    return trainer
-
-
-def train(trainer, callbacks, steps_per_epoch, max_epoch, monitors=()):
-    trainer.train_with_defaults(callbacks=list(callbacks), monitors=list(monitors),
-                                extra_callbacks=[], steps_per_epoch=steps_per_epoch,
-                                max_epoch=max_epoch)
+from helpers.trainers import make_trainer, train
 
 
 class _RecordingHook(tfv1.train.SessionRunHook):

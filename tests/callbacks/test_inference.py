@@ -10,10 +10,7 @@ from tensorpack_lite.callbacks.inference_runner import InferenceRunner
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
-
-
-def scalars(trainer, name):
-    return [value for _, value in trainer.monitors.get_history(name)]
+from helpers.trainers import scalars
 
 
 class Thresholder(ModelDesc):

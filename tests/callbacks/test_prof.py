@@ -14,45 +14,14 @@ from tensorpack_lite.callbacks import prof
 from tensorpack_lite.callbacks.monitor import TFEventWriter
 from tensorpack_lite.callbacks.prof import GraphProfiler, HostMemoryTracker
 from tensorpack_lite.compat import tfv1
-from tensorpack_lite.train.base import Trainer
+from helpers.trainers import counter_trainer, scalars, train
 
 
 GB = 1024 ** 3
 
 
-class CountingTrainer(Trainer):
-    """Runs ``train_op`` in the hooked session; ``after_step(trainer)`` runs after each step
-    (through the plain session, unseen by callbacks). ``steps`` counts the steps started."""
-
-    def __init__(self, train_op, after_step=None):
-        super().__init__()
-        self.train_op = train_op
-        self._after_step = after_step
-        self.steps = 0
-
-    def run_step(self):
-        self.steps += 1
-        self.hooked_sess.run(self.train_op)
-        if self._after_step is not None:
-            self._after_step(self)
-
-
-def train(trainer, callbacks, steps_per_epoch, max_epoch, monitors=()):
-    trainer.train_with_defaults(callbacks=list(callbacks), monitors=list(monitors), extra_callbacks=[],
-                                steps_per_epoch=steps_per_epoch, max_epoch=max_epoch)
-
-
-def scalars(trainer, name):
-    return [value for _, value in trainer.monitors.get_history(name)]
-
-
-def _counter_trainer():
-    counter = tfv1.get_variable('counter', shape=[], initializer=tfv1.zeros_initializer())
-    return CountingTrainer(tfv1.assign_add(counter, 1.0).op)
-
-
 def test_graph_profiler_writes_chrome_traces(logdir):
-    trainer = _counter_trainer()
+    trainer = counter_trainer()
     train(trainer, [GraphProfiler()], steps_per_epoch=2, max_epoch=1)
     traces = sorted(os.path.basename(p) for p in glob.glob(os.path.join(logdir, 'chrome-trace-*')))
     assert traces == ['chrome-trace-1.json', 'chrome-trace-2.json']   # named after the global step
@@ -65,7 +34,7 @@ def test_graph_profiler_writes_chrome_traces(logdir):
 
 
 def test_graph_profiler_metadata_and_events(logdir):
-    trainer = _counter_trainer()
+    trainer = counter_trainer()
     train(trainer, [GraphProfiler(dump_metadata=True, dump_tracing=False, dump_event=True)],
           steps_per_epoch=3, max_epoch=1, monitors=[TFEventWriter()])
     assert not glob.glob(os.path.join(logdir, 'chrome-trace-*'))
@@ -85,7 +54,7 @@ def test_graph_profiler_metadata_and_events(logdir):
 def test_graph_profiler_needs_the_logger_dir_when_training_starts():
     profiler = GraphProfiler()            # made before any logger directory: fine until training
     with pytest.raises(RuntimeError, match='GraphProfiler.*set_logger_dir'):
-        train(_counter_trainer(), [profiler], steps_per_epoch=1, max_epoch=1)
+        train(counter_trainer(), [profiler], steps_per_epoch=1, max_epoch=1)
 
 
 def test_graph_profiler_made_before_its_runs_logger_dir_writes_there(tmp_path):
@@ -93,7 +62,7 @@ def test_graph_profiler_made_before_its_runs_logger_dir_writes_there(tmp_path):
     logger.set_logger_dir(str(tmp_path / 'earlier'), action='d')
     profiler = GraphProfiler()
     logger.set_logger_dir(str(tmp_path / 'run'), action='d')
-    train(_counter_trainer(), [profiler], steps_per_epoch=1, max_epoch=1)
+    train(counter_trainer(), [profiler], steps_per_epoch=1, max_epoch=1)
     assert os.listdir(str(tmp_path / 'run')).count('chrome-trace-1.json') == 1
     assert not glob.glob(str(tmp_path / 'earlier' / 'chrome-trace-*'))
 
@@ -102,7 +71,7 @@ Memory = collections.namedtuple('Memory', ['available', 'total'])
 
 
 def test_host_memory_tracker_puts_free_memory_and_warns_when_low(monkeypatch, log_records):
-    trainer = _counter_trainer()
+    trainer = counter_trainer()
     available = {0: 50, 1: 40, 2: 3, 3: 30}   # GB, by epoch: 3 of 100 is low
     monkeypatch.setattr(prof.psutil, 'virtual_memory',
                         lambda: Memory(available[trainer.epoch_num] * GB, 100 * GB))
@@ -115,7 +84,7 @@ def test_host_memory_tracker_puts_free_memory_and_warns_when_low(monkeypatch, lo
 
 def test_host_memory_tracker_real_numbers():
     import psutil
-    trainer = _counter_trainer()
+    trainer = counter_trainer()
     train(trainer, [HostMemoryTracker()], steps_per_epoch=1, max_epoch=2)
     values = scalars(trainer, 'HostFreeMemory (GB)')
     assert len(values) == 2

@@ -14,27 +14,20 @@ import shutil
 import numpy as np
 import pytest
 
-from helpers import DigitsMLPBase, assert_records_close, cross_entropy_cost, labelled_batches
+from helpers import assert_records_close, labelled_batches
 
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.input_source.feed import FeedInput
 from tensorpack_lite.tfutils.sessinit import SaverRestore, SmartInit
-from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.varmanip import get_checkpoint_path, load_chkpt_vars
 from tensorpack_lite.train import SimpleTrainer, launch_train_with_config
 from tensorpack_lite.train.config import AutoResumeTrainConfig
 from tensorpack_lite.utils import logger, stats_json
+from helpers.models import DigitsMLP
 
 STEPS = 4
 DATA = 'model-12.data-00000-of-00001'
-
-
-class DigitsMLP(DigitsMLPBase):
-    def outputs(self, logits, label):
-        cost = cross_entropy_cost(logits, label)
-        add_moving_summary(cost)
-        return cost
 
 
 def _train(logdir, digits, max_epoch):

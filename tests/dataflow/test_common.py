@@ -7,26 +7,7 @@ import pytest
 
 from tensorpack_lite.dataflow import DataFlow
 from tensorpack_lite.dataflow.common import RandomChooseData, RandomMixData
-from tensorpack_lite.utils import utils as rng_utils
-
-
-SEED = 123
-
-
-@pytest.fixture
-def fixed_seed(monkeypatch):
-    """fix_rng_seed(SEED) for this test only."""
-    monkeypatch.setattr(rng_utils, '_RNG_SEED', None)
-    rng_utils.fix_rng_seed(SEED)
-
-
-def epoch(df):
-    return list(df)
-
-
-def reset(df):
-    df.reset_state()
-    return df
+from helpers.dataflows import SEED, epoch, reset
 
 
 class Tagged(DataFlow):
@@ -60,7 +41,7 @@ def expected_choices(probs, sizes):
         sources.append(k)
 
 
-def test_randomchoosedata_follows_the_probabilities(fixed_seed):
+def test_randomchoosedata_follows_the_probabilities(dataflow_seed):
     a, b = Tagged('a', 1000), Tagged('b', 1000)
     df = reset(RandomChooseData([(a, 0.8), (b, 0.2)]))
     out = epoch(df)
@@ -73,7 +54,7 @@ def test_randomchoosedata_follows_the_probabilities(fixed_seed):
     assert [dp[1] for dp in out if dp[0] == 'a'] == list(range(1000))  # each source keeps its order
 
 
-def test_randomchoosedata_equal_probabilities_and_stop_at_exhaustion(fixed_seed):
+def test_randomchoosedata_equal_probabilities_and_stop_at_exhaustion(dataflow_seed):
     short, long_ = Tagged('s', 3), Tagged('l', 100)
     df = reset(RandomChooseData([short, long_]))
     out = epoch(df)
@@ -94,7 +75,7 @@ def test_randomchoosedata_resets_each_dataflow_once_and_checks_its_input():
         RandomChooseData([a, 'not a dataflow'])
 
 
-def test_randommixdata_mixes_all_datapoints(fixed_seed):
+def test_randommixdata_mixes_all_datapoints(dataflow_seed):
     sizes = [3, 5, 2]
     df = reset(RandomMixData([Tagged(tag, n) for tag, n in zip('xyz', sizes)]))
     assert len(df) == 10

@@ -14,6 +14,7 @@ from tensorpack_lite.dataflow.dataset import Cifar10, Cifar100, Digits, FashionM
 from tensorpack_lite.dataflow.dataset.common import DATASET_ENV_VAR
 from tensorpack_lite.dataflow.dataset.digits import resize_bilinear
 from tensorpack_lite.utils.utils import change_env
+from helpers.dataflows import reset
 
 MNIST_FILES = {'train': ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte'),
                'test': ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte')}
@@ -52,7 +53,7 @@ def test_digits_resize_keeps_content():
     # block-averaging 28x28 back to 7x7 gives about the 8x8 image resized to 7x7
     pooled = big_images.reshape(297, 7, 4, 7, 4).mean(axis=(2, 4))
     assert np.abs(pooled - resize_bilinear(small_images, 7)).mean() < 0.05
-    image, _ = next(iter(_reset(Digits('train', image_size=(16, 12)))))
+    image, _ = next(iter(reset(Digits('train', image_size=(16, 12)))))
     assert image.shape == (16, 12)
 
 
@@ -75,7 +76,7 @@ def test_digits_shuffle_is_a_permutation_and_reproducible(fixed_seed):
     second_images, second_labels = _epoch(df)
     assert not np.array_equal(first_labels, second_labels)     # a new order every epoch
     assert sorted(first_labels.tolist()) == sorted(second_labels.tolist())
-    plain_images, plain_labels = _epoch(_reset(Digits('train', shuffle=False)))
+    plain_images, plain_labels = _epoch(reset(Digits('train', shuffle=False)))
     assert not np.array_equal(first_labels, plain_labels)
 
     def sorted_rows(images):   # the same images, in a canonical order
@@ -89,13 +90,8 @@ def test_digits_shuffle_is_a_permutation_and_reproducible(fixed_seed):
     np.testing.assert_array_equal(_epoch(again)[1], first_labels)
 
 
-def _reset(df):
-    df.reset_state()
-    return df
-
-
 def test_digits_batches_and_bad_split():
-    df = BatchData(_reset(Digits('train', image_size=28)), 100)
+    df = BatchData(reset(Digits('train', image_size=28)), 100)
     images, labels = next(iter(df))
     assert images.shape == (100, 28, 28) and images.dtype == np.float32
     assert labels.shape == (100,) and labels.dtype == np.int32
@@ -149,7 +145,7 @@ def write_mnist(directory, n_train=50, n_test=20, gz=True, seed=0):
 def test_mnist_reads_idx_files(tmp_path, gz):
     expected = write_mnist(str(tmp_path), gz=gz)
     for split in ('train', 'test'):
-        df = _reset(Mnist(split, shuffle=False, dir=str(tmp_path)))
+        df = reset(Mnist(split, shuffle=False, dir=str(tmp_path)))
         images, labels = _epoch(df)
         assert len(df) == len(expected[split][1])
         assert images.shape == (len(df), 28, 28) and images.dtype == np.float32
@@ -161,7 +157,7 @@ def test_mnist_reads_idx_files(tmp_path, gz):
 
 def test_mnist_shuffle_pairs_stay_together(tmp_path):
     expected_images, expected_labels = write_mnist(str(tmp_path))['train']
-    df = _reset(Mnist('train', dir=str(tmp_path)))
+    df = reset(Mnist('train', dir=str(tmp_path)))
     images, labels = _epoch(df)
     assert not np.array_equal(labels, expected_labels) or not np.array_equal(images, expected_images)
     # every produced image is found at some index k in the file, with label[k]
@@ -174,7 +170,7 @@ def test_mnist_shuffle_pairs_stay_together(tmp_path):
 def test_fashion_mnist_default_dir_from_env(tmp_path):
     expected = write_mnist(str(tmp_path / 'fashion_mnist_data'), gz=False, seed=3)
     with change_env(DATASET_ENV_VAR, str(tmp_path)):
-        df = _reset(FashionMnist('test', shuffle=False))
+        df = reset(FashionMnist('test', shuffle=False))
         assert df.dir == str(tmp_path / 'fashion_mnist_data')
         with pytest.raises(FileNotFoundError, match='mnist_data'):
             Mnist('test')    # Mnist's own directory, mnist_data, is not there
@@ -270,14 +266,14 @@ def cifar10_dir(tmp_path):
 
 def test_cifar10_reads_batches(cifar10_dir):
     directory, data = cifar10_dir
-    train = _reset(Cifar10('train', dir=directory, shuffle=False))
+    train = reset(Cifar10('train', dir=directory, shuffle=False))
     images, labels = _epoch(train)
     assert len(train) == 150 and images.shape == (150, 32, 32, 3) and images.dtype == np.float32
     np.testing.assert_array_equal(images, np.concatenate([data[f][0] for f in CIFAR10_TRAIN]))
     np.testing.assert_array_equal(labels, np.concatenate([data[f][1] for f in CIFAR10_TRAIN]))
     assert labels.dtype == np.int32 and images.max() > 1    # values stay in [0, 255]
 
-    test = _reset(Cifar10('test', dir=os.path.join(directory, 'cifar-10-batches-py')))  # the folder itself
+    test = reset(Cifar10('test', dir=os.path.join(directory, 'cifar-10-batches-py')))  # the folder itself
     assert test.shuffle is False and train.shuffle is False and Cifar10('train', dir=directory).shuffle
     test_images, test_labels = _epoch(test)
     np.testing.assert_array_equal(test_images, data['test_batch'][0])
@@ -326,7 +322,7 @@ def test_cifar_missing_and_bad_files(cifar10_dir, tmp_path):
 def test_cifar100_fine_labels(tmp_path):
     data = write_cifar(str(tmp_path), 'cifar-100-python', ['train', 'test'], b'fine_labels', n=12,
                        meta=('meta', {b'fine_label_names': [str(k).encode() for k in range(100)]}))
-    df = _reset(Cifar100('train', dir=str(tmp_path), shuffle=False))
+    df = reset(Cifar100('train', dir=str(tmp_path), shuffle=False))
     images, labels = _epoch(df)
     np.testing.assert_array_equal(images, data['train'][0])
     np.testing.assert_array_equal(labels, data['train'][1])

@@ -18,6 +18,7 @@ from tensorpack_lite.dataflow.dataset.ilsvrc import (ILSVRC12, ILSVRC12Files, IL
 from tensorpack_lite.dataflow.dataset.places import Places365Standard
 from tensorpack_lite.dataflow.dataset.svhn import SVHNDigit
 from helpers import REPO_DIR
+from helpers.dataflows import reset
 
 sys.path.insert(0, os.path.join(REPO_DIR,
                                 'examples', 'HED_tensorpack'))
@@ -25,11 +26,6 @@ from fake_bsds500 import write_bsds_image  # noqa: E402
 
 SYNSETS = ['n01440764', 'n01443537', 'n01484850']
 WORDS = ['tench, Tinca tinca', 'goldfish, Carassius auratus', 'great white shark']
-
-
-def _reset(df):
-    df.reset_state()
-    return df
 
 
 def _write_text(path, lines):
@@ -194,7 +190,7 @@ def write_ilsvrc(root, val_by_synset=False, val_labels=(2, 0, 1)):
 def test_ilsvrc12_val_in_both_layouts(tmp_path, val_by_synset, log_records):
     root = str(tmp_path)
     meta_dir = write_ilsvrc(root, val_by_synset=val_by_synset)
-    df = _reset(ILSVRC12(root, 'val', meta_dir=meta_dir))     # the layout is guessed
+    df = reset(ILSVRC12(root, 'val', meta_dir=meta_dir))     # the layout is guessed
     assert len(df) == 3
     expected = 'train' if val_by_synset else 'original'
     assert any("'{}' structure".format(expected) in m for m in log_records.messages())
@@ -203,7 +199,7 @@ def test_ilsvrc12_val_in_both_layouts(tmp_path, val_by_synset, log_records):
     for image, label in points:
         assert isinstance(label, np.int32)
         _assert_color(image, _color(label, 9))
-    files = _reset(ILSVRC12Files(root, 'val', meta_dir=meta_dir))
+    files = reset(ILSVRC12Files(root, 'val', meta_dir=meta_dir))
     first_path, first_label = next(iter(files))
     sub = 'n01484850' if val_by_synset else ''
     assert files.imglist[0] == (os.path.join(sub, 'ILSVRC2012_val_00000001.JPEG'), 2)   # relative to dir/val
@@ -220,7 +216,7 @@ def test_ilsvrc12_train_is_shuffled_reproducibly(tmp_path, fixed_seed):
     root = str(tmp_path)
     meta_dir = write_ilsvrc(root)
     fixed_seed(7)
-    df = _reset(ILSVRC12(root, 'train', meta_dir=meta_dir))
+    df = reset(ILSVRC12(root, 'train', meta_dir=meta_dir))
     first = [(int(label), tuple(int(v) for v in image[0, 0])) for image, label in df]
     second = [(int(label), tuple(int(v) for v in image[0, 0])) for image, label in df]
     in_file_order = [(label, _color(label, k)) for label in range(3) for k in range(2)]
@@ -232,9 +228,9 @@ def test_ilsvrc12_train_is_shuffled_reproducibly(tmp_path, fixed_seed):
             assert min(np.abs(np.array(color) - c).max() for lbl, c in in_file_order if lbl == label) <= 2
     assert [label for label, _ in first] != file_order or [label for label, _ in second] != file_order
     fixed_seed(7)
-    again = _reset(ILSVRC12Files(root, 'train', meta_dir=meta_dir))
+    again = reset(ILSVRC12Files(root, 'train', meta_dir=meta_dir))
     assert [int(label) for _, label in again] == [label for label, _ in first]
-    plain = _reset(ILSVRC12Files(root, 'train', meta_dir=meta_dir, shuffle=False))
+    plain = reset(ILSVRC12Files(root, 'train', meta_dir=meta_dir, shuffle=False))
     assert [int(label) for _, label in plain] == file_order
 
 
@@ -251,7 +247,7 @@ def test_ilsvrc12_errors(tmp_path):
         ILSVRC12(root, 'val', meta_dir=meta_dir, dir_structure='nested')
     with open(os.path.join(root, 'val', 'ILSVRC2012_val_00000002.JPEG'), 'wb') as f:
         f.write(b'not an image')
-    df = _reset(ILSVRC12(root, 'val', meta_dir=meta_dir))
+    df = reset(ILSVRC12(root, 'val', meta_dir=meta_dir))
     with pytest.raises(ValueError, match=r"ILSVRC12: OpenCV cannot decode '.*ILSVRC2012_val_00000002\.JPEG'"):
         list(df)
 
@@ -288,17 +284,17 @@ def test_tiny_imagenet_train_and_val(tmp_path, fixed_seed):
     for name, label in val:
         _write_jpeg(os.path.join(root, 'val', 'images', name), _color(label, 9), shape=(64, 64))
 
-    points = list(_reset(TinyImageNet(root, 'val')))
+    points = list(reset(TinyImageNet(root, 'val')))
     assert [int(label) for _, label in points] == [2, 0]
     for image, label in points:
         _assert_color(image, _color(label, 9), shape=(64, 64))
     fixed_seed(3)
-    train = _reset(TinyImageNet(root, 'train'))
+    train = reset(TinyImageNet(root, 'train'))
     assert len(train) == 6
     labels = [int(label) for image, label in train]
     assert sorted(labels) == [0, 0, 1, 1, 2, 2]
     fixed_seed(3)
-    assert [int(label) for _, label in _reset(TinyImageNet(root, 'train'))] == labels
+    assert [int(label) for _, label in reset(TinyImageNet(root, 'train'))] == labels
 
     with pytest.raises(ValueError, match="name must be one of .* got 'test'"):
         TinyImageNet(root, 'test')
@@ -318,7 +314,7 @@ def test_places365_standard(tmp_path):
         _write_jpeg(os.path.join(root, path), (k * 50, 10, 10))
     df = Places365Standard(root, 'val')
     assert df.get_label_names() == ['airfield', 'bakery-shop', 'kitchen']      # alphabetical
-    points = list(_reset(df))                                   # val: the listed order
+    points = list(reset(df))                                   # val: the listed order
     assert [int(label) for _, label in points] == [2, 0, 1]
     for k, (image, _) in enumerate(points):
         _assert_color(image, (k * 50, 10, 10))
@@ -344,7 +340,7 @@ def test_svhn_images_labels_and_mean(tmp_path):
     directory = str(tmp_path / 'svhn')
     images, labels = write_svhn(directory, 'train', 7, seed=0)
     test_images, _ = write_svhn(directory, 'test', 3, seed=1)
-    df = _reset(SVHNDigit('train', data_dir=directory, shuffle=False))
+    df = reset(SVHNDigit('train', data_dir=directory, shuffle=False))
     assert len(df) == 7
     for k, (image, label) in enumerate(df):
         assert image.shape == (32, 32, 3) and image.dtype == np.float32
@@ -384,14 +380,14 @@ def test_caltech101_silhouettes(tmp_path, fixed_seed):
     content['train_labels'][:2, 0] = [1, 101]
     scipy.io.savemat(str(tmp_path / 'caltech101_silhouettes_28_split1.mat'), content)
     for name, n in splits.items():
-        df = _reset(Caltech101Silhouettes(name, shuffle=False, dir=str(tmp_path)))
+        df = reset(Caltech101Silhouettes(name, shuffle=False, dir=str(tmp_path)))
         points = list(df)
         assert len(df) == len(points) == n
         for k, (image, label) in enumerate(points):
             assert image.shape == (28, 28) and image.dtype == np.float32
             np.testing.assert_array_equal(image.ravel(), content[name + '_data'][k])   # row-major rows
             assert label.dtype == np.int32 and label == content[name + '_labels'][k, 0] - 1
-    first_two = [int(lbl) for _, lbl in _reset(Caltech101Silhouettes('train', False, str(tmp_path)))][:2]
+    first_two = [int(lbl) for _, lbl in reset(Caltech101Silhouettes('train', False, str(tmp_path)))][:2]
     assert first_two == [0, 100]
     with pytest.raises(ValueError, match="one of .* got 'validation'"):
         Caltech101Silhouettes('validation', dir=str(tmp_path))
@@ -417,7 +413,7 @@ def test_bsds500_averaged_boundaries_and_portrait_images(tmp_path):
     portrait[1][0, 300] = 1
     write_bsds(str(tmp_path), 'val', {'100007': (321, 481, landscape), '100039': (481, 321, portrait)})
     df = BSDS500('val', data_dir=str(tmp_path), shuffle=False)
-    points = list(_reset(df))
+    points = list(reset(df))
     assert len(df) == len(points) == 2
     for image, boundaries in points:
         assert image.shape == (321, 481, 3) and image.dtype == np.uint8

@@ -18,6 +18,7 @@ from tensorpack_lite.dataflow.format import CaffeLMDB, HDF5Data, LMDBData, LMDBD
 from tensorpack_lite.dataflow.serialize import HDF5Serializer, LMDBSerializer
 from tensorpack_lite.utils import utils as rng_utils
 from helpers import varint
+from helpers.dataflows import loaded
 
 TF_DTYPES = ['bool', 'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8',
              'uint16', 'uint32', 'uint64', 'complex64', 'complex128']
@@ -115,11 +116,6 @@ def assert_same_datapoint(got, expected):
             np.testing.assert_array_equal(g, e)
         else:
             assert type(g) is type(e) and g == e, (g, e)
-
-
-def loaded(df):
-    df.reset_state()
-    return list(df)
 
 
 # ----- LMDB: tensorpack's layout ----------------------------------------------------------------

@@ -14,6 +14,7 @@ from tensorpack_lite.dataflow.image import (AugmentImageComponent, AugmentImageC
 from tensorpack_lite.dataflow.imgaug.base import AugmentorList, ImageAugmentor
 from tensorpack_lite.dataflow.imgaug.transform import TransformFactory
 from tensorpack_lite.dataflow.raw import DataFromList
+from helpers.dataflows import reset
 
 
 class Shift(ImageAugmentor):
@@ -57,11 +58,6 @@ class FailOnOdd(ImageAugmentor):
         return TransformFactory(name='identity', apply_image=lambda im: im, apply_coords=lambda c: c)
 
 
-def _reset(df):
-    df.reset_state()
-    return df
-
-
 def _images(n, shape=(4, 6)):
     """n distinct uint8 images: image k holds k*50 + its pixel index."""
     size = int(np.prod(shape))
@@ -80,21 +76,21 @@ def test_image_from_file_color_gray_and_resize(tmp_path):
     gray = np.arange(35, dtype=np.uint8).reshape(5, 7) * 7
     files = [_write_png(tmp_path / 'color.png', bgr), _write_png(tmp_path / 'gray.png', gray)]
 
-    color_image, gray_as_color = [dp[0] for dp in _reset(ImageFromFile(files, channel=3))]
+    color_image, gray_as_color = [dp[0] for dp in reset(ImageFromFile(files, channel=3))]
     assert color_image.dtype == np.uint8 and color_image.shape == (5, 7, 3)
     np.testing.assert_array_equal(color_image, bgr[:, :, ::-1])            # produced as RGB
     np.testing.assert_array_equal(gray_as_color, np.stack([gray] * 3, axis=2))
 
-    gray_image = list(_reset(ImageFromFile(files[1:], channel=1)))[0][0]
+    gray_image = list(reset(ImageFromFile(files[1:], channel=1)))[0][0]
     assert gray_image.shape == (5, 7, 1)
     np.testing.assert_array_equal(gray_image[:, :, 0], gray)
 
     constant = np.empty((9, 4, 3), np.uint8)
     constant[:] = (10, 20, 30)
-    resized = list(_reset(ImageFromFile([_write_png(tmp_path / 'c.png', constant)], resize=(3, 8))))[0][0]
+    resized = list(reset(ImageFromFile([_write_png(tmp_path / 'c.png', constant)], resize=(3, 8))))[0][0]
     assert resized.shape == (3, 8, 3)                                      # resize is (h, w)
     assert (resized == [30, 20, 10]).all()
-    square = list(_reset(ImageFromFile(files[1:], channel=1, resize=6)))[0][0]
+    square = list(reset(ImageFromFile(files[1:], channel=1, resize=6)))[0][0]
     assert square.shape == (6, 6, 1)
 
 
@@ -102,13 +98,13 @@ def test_image_from_file_shuffle_keeps_the_list(tmp_path, fixed_seed):
     files = [_write_png(tmp_path / '{}.png'.format(k), np.full((2, 2), k * 10, np.uint8)) for k in range(6)]
     given = list(files)
     fixed_seed(5)
-    df = _reset(ImageFromFile(files, channel=1, shuffle=True))
+    df = reset(ImageFromFile(files, channel=1, shuffle=True))
     epochs = [[int(dp[0][0, 0, 0]) // 10 for dp in df] for _ in range(2)]
     assert all(sorted(epoch) == list(range(6)) for epoch in epochs)
     assert epochs[0] != list(range(6)) or epochs[1] != list(range(6))
     assert files == given and len(df) == 6
     fixed_seed(5)
-    assert [int(dp[0][0, 0, 0]) // 10 for dp in _reset(ImageFromFile(files, channel=1, shuffle=True))] \
+    assert [int(dp[0][0, 0, 0]) // 10 for dp in reset(ImageFromFile(files, channel=1, shuffle=True))] \
         == epochs[0]
     assert [int(dp[0][0, 0, 0]) // 10 for dp in ImageFromFile(files, channel=1)] == list(range(6))
 
@@ -134,7 +130,7 @@ def test_augment_image_component_shifts_each_image_and_keeps_the_input(fixed_see
     source = [[img, k] for k, img in enumerate(images)]
     shift = Shift()
     fixed_seed(11)
-    df = _reset(AugmentImageComponent(DataFromList(source, shuffle=False), [shift], index=0))
+    df = reset(AugmentImageComponent(DataFromList(source, shuffle=False), [shift], index=0))
     out = list(df)
     assert len(shift.drawn) == 5 and len(set(shift.drawn)) > 1
     for (image, label), drawn, original in zip(out, shift.drawn, images):
@@ -153,13 +149,13 @@ def test_augment_image_component_shifts_each_image_and_keeps_the_input(fixed_see
 def test_augment_image_component_copy_and_dict_datapoints():
     images = _images(2)
     source = [{'image': img.copy(), 'id': k} for k, img in enumerate(images)]
-    out = list(_reset(AugmentImageComponent(DataFromList(source, shuffle=False), [AddOneInPlace()],
-                                            index='image')))
+    out = list(reset(AugmentImageComponent(DataFromList(source, shuffle=False), [AddOneInPlace()],
+                                           index='image')))
     for dp, original, src in zip(out, images, source):
         np.testing.assert_array_equal(dp['image'], original + 1)
         np.testing.assert_array_equal(src['image'], original)            # copy=True: input intact
-    list(_reset(AugmentImageComponent(DataFromList(source, shuffle=False), [AddOneInPlace()],
-                                      index='image', copy=False)))
+    list(reset(AugmentImageComponent(DataFromList(source, shuffle=False), [AddOneInPlace()],
+                                     index='image', copy=False)))
     np.testing.assert_array_equal(source[0]['image'], images[0] + 1)   # copy=False: modified in place
 
 
@@ -185,8 +181,8 @@ def test_augment_image_component_resets_input_and_augmentors():
     ([[0, 1]], TypeError, "component 1 should be an image .* got a list"),
 ])
 def test_augment_image_component_bad_images_name_the_component(image, error, message):
-    df = _reset(AugmentImageComponent(DataFromList([['label', image]]), [Shift()], index=1,
-                                      catch_exceptions=True))
+    df = reset(AugmentImageComponent(DataFromList([['label', image]]), [Shift()], index=1,
+                                     catch_exceptions=True))
     with pytest.raises(error, match='AugmentImageComponent: ' + message):
         list(df)
 
@@ -194,8 +190,8 @@ def test_augment_image_component_bad_images_name_the_component(image, error, mes
 def test_catch_exceptions_skips_failing_datapoints_with_rate_limited_warnings(log_records):
     # 500 images: those with an odd first pixel (250) fail
     source = [[np.full((2, 2), k % 256, np.uint8)] for k in range(500)]
-    df = _reset(AugmentImageComponent(DataFromList(source, shuffle=False), [FailOnOdd()],
-                                      catch_exceptions=True))
+    df = reset(AugmentImageComponent(DataFromList(source, shuffle=False), [FailOnOdd()],
+                                     catch_exceptions=True))
     out = list(df)
     assert [int(dp[0][0, 0]) for dp in out] == [k % 256 for k in range(0, 500, 2)]
     warnings = [m for m in log_records.messages(logging.WARNING) if 'augmentation error' in m]
@@ -204,7 +200,7 @@ def test_catch_exceptions_skips_failing_datapoints_with_rate_limited_warnings(lo
     assert warnings[0].startswith('AugmentImageComponent: 1 augmentation error(s)')
     assert warnings[-1].startswith('AugmentImageComponent: 200 augmentation error(s)')
     with pytest.raises(RuntimeError, match='odd image'):
-        list(_reset(AugmentImageComponent(DataFromList(source, shuffle=False), [FailOnOdd()])))
+        list(reset(AugmentImageComponent(DataFromList(source, shuffle=False), [FailOnOdd()])))
 
 
 # ----- AugmentImageComponents and AugmentImageCoordinates --------------------------------------------
@@ -217,8 +213,8 @@ def test_augment_image_components_one_transform_for_all_components():
     images, masks = _images(4, (5, 6)), [m // 3 for m in _images(4, (5, 6))]
     source = [(img, mask, _keypoints(k), k) for k, (img, mask) in enumerate(zip(images, masks))]
     right, down = Shift(axis=1), Shift(axis=0)
-    df = _reset(AugmentImageComponents(DataFromList(source, shuffle=False), [right, down],
-                                       index=(0, 1), coords_index=(2,)))
+    df = reset(AugmentImageComponents(DataFromList(source, shuffle=False), [right, down],
+                                      index=(0, 1), coords_index=(2,)))
     out = list(df)
     assert len(right.drawn) == len(down.drawn) == 4                 # one transform per datapoint
     for k, (image, mask, points, label) in enumerate(out):
@@ -234,11 +230,11 @@ def test_augment_image_components_one_transform_for_all_components():
 def test_augment_image_components_errors_name_the_component():
     good = [np.zeros((3, 3), np.uint8), np.zeros((3, 3), np.uint8), _keypoints(0)]
     with pytest.raises(ValueError, match=r"AugmentImageComponents: the datapoint .* has no component 3"):
-        list(_reset(AugmentImageComponents(DataFromList([good]), [Shift()], index=(0, 3))))
+        list(reset(AugmentImageComponents(DataFromList([good]), [Shift()], index=(0, 3))))
     with pytest.raises(TypeError, match=r"component 2 should hold coordinates, an Nx2 floating-point "
                                         r"array .* got an array of shape \(2, 2\) and dtype int64"):
         bad_points = good[:2] + [np.zeros((2, 2), np.int64)]
-        list(_reset(AugmentImageComponents(DataFromList([bad_points]), [Shift()], coords_index=(2,))))
+        list(reset(AugmentImageComponents(DataFromList([bad_points]), [Shift()], coords_index=(2,))))
     with pytest.raises(ValueError, match="at least one image component"):
         AugmentImageComponents(DataFromList([good]), [Shift()], index=())
 
@@ -247,7 +243,7 @@ def test_augment_image_coordinates():
     images = _images(3)
     source = [[images[k], _keypoints(k)] for k in range(3)]
     shift = Shift(axis=0)
-    out = list(_reset(AugmentImageCoordinates(DataFromList(source, shuffle=False), [shift])))
+    out = list(reset(AugmentImageCoordinates(DataFromList(source, shuffle=False), [shift])))
     for k, (image, points) in enumerate(out):
         np.testing.assert_array_equal(image, np.roll(images[k], shift.drawn[k], axis=0))
         np.testing.assert_array_equal(points, _keypoints(k) + [0, shift.drawn[k]])
@@ -255,21 +251,21 @@ def test_augment_image_coordinates():
     by_key = Shift(axis=0)
     df = AugmentImageCoordinates(DataFromList([{'pts': _keypoints(0), 'img': images[0]}]), [by_key],
                                  img_index='img', coords_index='pts')
-    dp = next(iter(_reset(df)))
+    dp = next(iter(reset(df)))
     np.testing.assert_array_equal(dp['img'], np.roll(images[0], by_key.drawn[0], axis=0))
     np.testing.assert_array_equal(dp['pts'], _keypoints(0) + [0, by_key.drawn[0]])
     with pytest.raises(TypeError, match=r"AugmentImageCoordinates: component 1 should hold coordinates.* "
                                         r"shape \(2, 3\)"):
-        list(_reset(AugmentImageCoordinates(DataFromList([[images[0], np.zeros((2, 3), np.float32)]]),
-                                            [Shift()])))
+        list(reset(AugmentImageCoordinates(DataFromList([[images[0], np.zeros((2, 3), np.float32)]]),
+                                           [Shift()])))
 
 
 def test_catch_exceptions_in_datapoint_augmentations(log_records):
     source = [[np.full((2, 2), k, np.uint8), _keypoints(k)] for k in range(4)]
     for cls in (AugmentImageCoordinates, AugmentImageComponents):
         kwargs = {} if cls is AugmentImageCoordinates else {'index': (0,), 'coords_index': (1,)}
-        out = list(_reset(cls(DataFromList(source, shuffle=False), [FailOnOdd()], catch_exceptions=True,
-                              **kwargs)))
+        out = list(reset(cls(DataFromList(source, shuffle=False), [FailOnOdd()], catch_exceptions=True,
+                             **kwargs)))
         assert [int(image[0, 0]) for image, _ in out] == [0, 2]
         assert isinstance(cls(DataFromList(source), [FailOnOdd()]), MapData)
     warned = log_records.messages(logging.WARNING)

@@ -6,13 +6,13 @@ import glob
 import mmap
 import multiprocessing as mp
 import os
+import pathlib
 import signal
 import shutil
 import tempfile
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 from tensorpack_lite.dataflow import (DataFlow, DataFlowWorkerError, DataFromList, MultiProcessMapData,
@@ -22,6 +22,7 @@ from tensorpack_lite.dataflow import (DataFlow, DataFlowWorkerError, DataFromLis
 from tensorpack_lite.utils import utils as rng_utils
 
 from helpers import HANG_TIMEOUT, run_or_hang, wait_until
+from helpers.dataflows import Opaque, children, gone
 
 FORK = mp.get_context('fork')
 
@@ -59,10 +60,6 @@ class Draws(RNGDataFlow):
             yield [os.getpid(), int(self.rng.randint(1 << 30)), int(np.random.randint(1 << 30))]
 
 
-class Opaque(object):
-    pass
-
-
 def slow_identity(dp):
     time.sleep(0.001 * (dp[1] % 4))  # later datapoints often finish first
     return dp
@@ -72,21 +69,10 @@ def ipc_dirs():
     return set(glob.glob(os.path.join(tempfile.gettempdir(), 'tplite-*')))
 
 
-def gone(pid):
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def wait_gone(pids):
     """The processes of ``pids`` still there after waiting (as long as a hang takes) for them to end."""
     wait_until(lambda: all(gone(p) for p in pids), interval=0.05)
     return [p for p in pids if not gone(p)]
-
-
-def children():
-    return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE}
 
 
 @pytest.fixture(autouse=True)
@@ -514,7 +500,17 @@ def _parent_that_gets_interrupted(conn, tmpdir):
         raise
 
 
-def test_ctrl_c_in_the_parent_ends_everything(tmp_path):
+@pytest.fixture
+def short_tmp_path():
+    """A directory of its own, short enough that the runners put their ipc:// sockets in it (the
+    library falls back to /tmp past 103 characters; tmp_path under xdist can be that long)."""
+    path = tempfile.mkdtemp(prefix='tplite-test-', dir='/tmp')
+    yield pathlib.Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_ctrl_c_in_the_parent_ends_everything(short_tmp_path):
+    tmp_path = short_tmp_path
     recv, send = FORK.Pipe(duplex=False)
     parent = FORK.Process(target=_parent_that_gets_interrupted, args=(send, str(tmp_path)))
     parent.start()

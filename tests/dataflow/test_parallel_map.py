@@ -9,15 +9,7 @@ import pytest
 from tensorpack_lite.dataflow import BatchData, DataFlow, DataFlowWorkerError, DataFromList, MapData
 from tensorpack_lite.dataflow.parallel_map import (MultiProcessMapAndBatchData,
                                                    MultiProcessMapAndBatchDataZMQ)
-
-
-def epoch(df):
-    return list(df)
-
-
-def reset(df):
-    df.reset_state()
-    return df
+from helpers.dataflows import epoch, reset
 
 
 def numbered(n):

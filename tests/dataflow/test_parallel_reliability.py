@@ -26,22 +26,13 @@ from tensorpack_lite.dataflow.raw import DataFromList
 from tensorpack_lite.dataflow.parallel import (DataFlowWorkerError, MultiProcessRunner, MultiProcessRunnerZMQ,
                                                _IPCDir, _WorkerProcesses)
 from tensorpack_lite.dataflow.parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData
+from helpers.dataflows import children, gone
 
 FORK = mp.get_context('fork')
 WORKER = re.compile(r'(\w+) worker #(\d+) \(pid (\d+)\)')
 
 
 # ---------------------------------------------------------------- processes and directories
-
-def children():
-    return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE}
-
-
-def gone(pid):
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def wait_until(condition, timeout=30):

@@ -8,29 +8,10 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.dataflow.raw import DataFromQueue, FakeData
-from tensorpack_lite.utils import utils as rng_utils
+from helpers.dataflows import SEED, epoch, reset
 
 
-SEED = 123
-
-
-@pytest.fixture
-def fixed_seed(monkeypatch):
-    """fix_rng_seed(SEED) for this test only."""
-    monkeypatch.setattr(rng_utils, '_RNG_SEED', None)
-    rng_utils.fix_rng_seed(SEED)
-
-
-def epoch(df):
-    return list(df)
-
-
-def reset(df):
-    df.reset_state()
-    return df
-
-
-def test_fakedata_shapes_dtypes_and_domains(fixed_seed):
+def test_fakedata_shapes_dtypes_and_domains(dataflow_seed):
     df = reset(FakeData([[2, 3], [4], []], size=50, dtype=['float32', 'int32', 'bool'],
                         domain=[(-2, 3), (10, 20), (0, 1)]))
     assert len(df) == 50
@@ -45,7 +26,7 @@ def test_fakedata_shapes_dtypes_and_domains(fixed_seed):
     assert 10 < flags.sum() < 40
 
 
-def test_fakedata_values_follow_the_documented_formula(fixed_seed):
+def test_fakedata_values_follow_the_documented_formula(dataflow_seed):
     df = reset(FakeData([[2, 3]], size=2, domain=(-1, 3)))  # float32 by default
     rng = np.random.RandomState(SEED)
     expected = [(rng.rand(2, 3) * 4 - 1).astype(np.float32) for _ in range(2)]

@@ -12,12 +12,9 @@ from tensorpack_lite.dataflow import DataFromList, RemoteDataZMQ, send_dataflow_
 from tensorpack_lite.input_source import QueueInput, ZMQInput
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils.serialize import dumps
+from helpers.dataflows import Opaque
 
 FORK = mp.get_context('fork')
-
-
-class Opaque(object):
-    pass
 
 
 def _send(df, addr, fmt=None):

@@ -6,6 +6,7 @@ import pytest
 
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import DataFromList, MsgpackSerializer, NumpySerializer, TFRecordSerializer
+from helpers.dataflows import loaded
 
 TF_DTYPES = ['bool', 'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8',
              'uint16', 'uint32', 'uint64', 'complex64', 'complex128']
@@ -35,11 +36,6 @@ def assert_same(got, expected):
         else:
             assert g.dtype == e.dtype, (g.dtype, e.dtype)
             np.testing.assert_array_equal(g, e)
-
-
-def loaded(df):
-    df.reset_state()
-    return list(df)
 
 
 @pytest.mark.quick

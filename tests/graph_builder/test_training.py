@@ -14,14 +14,11 @@ from tensorpack_lite.graph_builder import (
 from tensorpack_lite.tfutils.tower import get_current_tower_context
 
 from helpers import capture_logs
+from helpers.graphs import cpus
 
 
 def cpu_session(num_cpu):
     return tfv1.Session(config=tfv1.ConfigProto(device_count={'CPU': num_cpu}))
-
-
-def cpus(k):
-    return ['/cpu:{}'.format(i) for i in range(k)]
 
 
 def tower_values(k, shapes, seed=0):

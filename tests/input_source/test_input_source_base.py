@@ -8,7 +8,6 @@ from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.inference import ScalarStats
 from tensorpack_lite.callbacks.inference_runner import InferenceRunner
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import (FeedInput, QueueInput, StagingInput, remap_input_source)
 from tensorpack_lite.input_source.input_source_base import FeedfreeInput
 from tensorpack_lite.predict.config import PredictConfig
@@ -16,47 +15,11 @@ from tensorpack_lite.predict.feedfree import FeedfreePredictor
 from tensorpack_lite.tfutils.tower import TowerFunc
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 
-from helpers import AssignValues
-
-
-W_VALUE = np.array([[1., 2.], [3., 4.], [5., 6.]], np.float32)
-
-
-B_VALUE = np.array([10., 20.], np.float32)
-
-
-RNG = np.random.RandomState(7)
-
-
-X_BATCHES = [RNG.randn(n, 3).astype('float32') for n in (4, 2, 3)]
-
-
-class LinearModel(ModelDesc):
-    """logits = x W + b, on inputs 'x' [None, 3] and 'label' [None]."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 3], tf.float32, 'x'), tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, x, label):
-        W = tfv1.get_variable('fc/W', [3, 2], initializer=tfv1.zeros_initializer())
-        b = tfv1.get_variable('fc/b', [2], initializer=tfv1.zeros_initializer())
-        logits = tf.identity(tf.matmul(x, W) + b, name='logits')
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                              name='cost')
-
-
-def linear_config(output_names):
-    return PredictConfig(model=LinearModel(), output_names=output_names,
-                         session_init=AssignValues({'fc/W': W_VALUE, 'fc/b': B_VALUE}))
-
-
-def dataflow(*components):
-    """A DataFlow whose datapoints are the given batches, in order."""
-    return DataFromList([list(c) for c in zip(*components)], shuffle=False)
+from helpers.models import B_VALUE, W_VALUE, X_BATCHES, batches_dataflow, linear_config
 
 
 def test_remapped_source_gives_only_the_named_inputs():
-    source = remap_input_source(QueueInput(dataflow(X_BATCHES)), ['x'])
+    source = remap_input_source(QueueInput(batches_dataflow(X_BATCHES)), ['x'])
     assert isinstance(source, FeedfreeInput)
     pred = FeedfreePredictor(linear_config(['logits', 'label']), source)
     try:
@@ -80,7 +43,7 @@ def test_remapped_source_in_another_order():
     signature = [tf.TensorSpec([None], tf.float32, 'a'), tf.TensorSpec([None], tf.float32, 'b')]
     a_values = [np.array([1., 2.], 'float32'), np.array([5.], 'float32')]
     b_values = [np.array([10., 20.], 'float32'), np.array([-1.], 'float32')]
-    source = remap_input_source(QueueInput(dataflow(b_values, a_values)), ['b', 'a'])
+    source = remap_input_source(QueueInput(batches_dataflow(b_values, a_values)), ['b', 'a'])
     pred = FeedfreePredictor(PredictConfig(tower_func=TowerFunc(tower_fn, signature), output_names=['out']),
                              source)
     try:
@@ -129,7 +92,7 @@ YS = [np.array([0., 5., 1.], 'float32'), np.array([2., 2.], 'float32')]
 
 
 def test_training_on_a_remapped_feed_input():
-    source = remap_input_source(FeedInput(dataflow(YS, XS)), ['y', 'x'])   # the data gives [y, x]
+    source = remap_input_source(FeedInput(batches_dataflow(YS, XS)), ['y', 'x'])   # the data gives [y, x]
     assert not isinstance(source, FeedfreeInput) and source.size() == 2
     recorder = FirstCost()
     launch_train_with_config(TrainConfig(model=ThreeInputs(), data=source, callbacks=[recorder],
@@ -138,7 +101,7 @@ def test_training_on_a_remapped_feed_input():
     assert recorder.costs[0] == pytest.approx(np.mean(np.square(0.5 * XS[0] - YS[0])))
 
     with tfv1.Graph().as_default():
-        source = remap_input_source(FeedInput(dataflow(YS, XS)), ['y', 'x'])
+        source = remap_input_source(FeedInput(batches_dataflow(YS, XS)), ['y', 'x'])
         config = TrainConfig(model=ThreeInputs(use_extra=True), data=source, extra_callbacks=[],
                              monitors=[], max_epoch=1)
         with pytest.raises(tf.errors.InvalidArgumentError, match="placeholder tensor 'extra'"):
@@ -147,9 +110,9 @@ def test_training_on_a_remapped_feed_input():
 
 def test_inference_runner_restarts_a_remapped_source_every_pass():
     # StagingInput stages every input: here the data gives all three
-    train_source = remap_input_source(QueueInput(dataflow(YS, XS, XS)), ['y', 'extra', 'x'])
+    train_source = remap_input_source(QueueInput(batches_dataflow(YS, XS, XS)), ['y', 'extra', 'x'])
     assert isinstance(train_source, FeedfreeInput)
-    val_source = remap_input_source(FeedInput(dataflow(XS, YS), infinite=False), ['x', 'y'])
+    val_source = remap_input_source(FeedInput(batches_dataflow(XS, YS), infinite=False), ['x', 'y'])
     trainer = SimpleTrainer()
     launch_train_with_config(TrainConfig(
         model=ThreeInputs(), data=StagingInput(train_source),
@@ -161,12 +124,12 @@ def test_inference_runner_restarts_a_remapped_source_every_pass():
 
 def test_remap_input_source_bad_arguments():
     with pytest.raises(TypeError, match='takes an InputSource'):
-        remap_input_source(dataflow(XS), ['x'])
+        remap_input_source(batches_dataflow(XS), ['x'])
     with pytest.raises(TypeError, match='names must be a list'):
-        remap_input_source(FeedInput(dataflow(XS)), 'x')
+        remap_input_source(FeedInput(batches_dataflow(XS)), 'x')
     with pytest.raises(ValueError, match='duplicate names'):
-        remap_input_source(FeedInput(dataflow(XS)), ['x', 'x'])
-    source = remap_input_source(FeedInput(dataflow(XS)), ['z'])
+        remap_input_source(FeedInput(batches_dataflow(XS)), ['x', 'x'])
+    source = remap_input_source(FeedInput(batches_dataflow(XS)), ['z'])
     with pytest.raises(ValueError,
                        match=r"\['z'\] are not inputs of the model, whose inputs are \['x', 'y', 'extra'\]"):
         source.setup(ThreeInputs().get_input_signature())

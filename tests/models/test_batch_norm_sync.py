@@ -8,7 +8,6 @@ import functools
 import numpy as np
 import pytest
 
-from tensorpack_lite.callbacks import Callback
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput
@@ -22,6 +21,7 @@ from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainer
                                    SyncMultiGPUTrainerReplicated)
 
 from helpers import cross_entropy_cost
+from helpers.graphs import ReadAllVariables
 
 TOL = 1e-5
 MOMENTUM = 0.8
@@ -198,14 +198,6 @@ class BNMLP(ModelDesc):
 
 
 VARIABLES = ['fc0/W', 'fc1/W', 'bn/gamma', 'bn/beta', 'bn/mean/EMA', 'bn/variance/EMA']
-
-
-class ReadAllVariables(Callback):
-    """After training: every global and local variable by op name."""
-
-    def _after_train(self):
-        variables = tfv1.global_variables() + tfv1.local_variables()
-        self.values = dict(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
 
 
 def train(trainer, model, source, k, steps):

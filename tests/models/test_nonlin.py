@@ -8,12 +8,7 @@ import numpy as np
 
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.models import PReLU
-
-
-def run(fetches, feed=None):
-    with tfv1.Session() as sess:
-        sess.run(tfv1.global_variables_initializer())
-        return sess.run(fetches, feed)
+from helpers.graphs import run
 
 
 def test_prelu_default_alpha_and_its_gradient(log_records):

@@ -15,12 +15,7 @@ from tensorpack_lite.models import common
 from tensorpack_lite.tfutils.argscope import (
     argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope)
 from tensorpack_lite.tfutils.tower import PredictTowerContext, TowerContext, TrainTowerContext
-
-
-def run(fetches, feed=None):
-    with tfv1.Session() as sess:
-        sess.run(tfv1.global_variables_initializer())
-        return sess.run(fetches, feed)
+from helpers.graphs import run
 
 
 def shape_logs(records):

@@ -6,12 +6,7 @@ import numpy as np
 
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.models import (FullyConnected, rename_tflayer_get_variable)
-
-
-def run(fetches, feed=None):
-    with tfv1.Session() as sess:
-        sess.run(tfv1.global_variables_initializer())
-        return sess.run(fetches, feed)
+from helpers.graphs import run
 
 
 def test_rename_tflayer_get_variable_names():

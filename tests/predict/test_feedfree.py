@@ -5,57 +5,17 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import (FeedInput, QueueInput, TensorInput)
 from tensorpack_lite.predict.config import PredictConfig
 from tensorpack_lite.predict.feedfree import FeedfreePredictor
-from tensorpack_lite.train import ModelDesc
 
-from helpers import AssignValues
-
-
-W_VALUE = np.array([[1., 2.], [3., 4.], [5., 6.]], np.float32)
-
-
-B_VALUE = np.array([10., 20.], np.float32)
-
-
-RNG = np.random.RandomState(7)
-
-
-X_BATCHES = [RNG.randn(n, 3).astype('float32') for n in (4, 2, 3)]
-
-
-LABEL_BATCHES = [RNG.randint(0, 2, size=len(x)).astype('int32') for x in X_BATCHES]
-
-
-class LinearModel(ModelDesc):
-    """logits = x W + b, on inputs 'x' [None, 3] and 'label' [None]."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 3], tf.float32, 'x'), tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, x, label):
-        W = tfv1.get_variable('fc/W', [3, 2], initializer=tfv1.zeros_initializer())
-        b = tfv1.get_variable('fc/b', [2], initializer=tfv1.zeros_initializer())
-        logits = tf.identity(tf.matmul(x, W) + b, name='logits')
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                              name='cost')
-
-
-def linear_config(output_names):
-    return PredictConfig(model=LinearModel(), output_names=output_names,
-                         session_init=AssignValues({'fc/W': W_VALUE, 'fc/b': B_VALUE}))
-
-
-def dataflow(*components):
-    """A DataFlow whose datapoints are the given batches, in order."""
-    return DataFromList([list(c) for c in zip(*components)], shuffle=False)
+from helpers.models import (B_VALUE, LABEL_BATCHES, W_VALUE, X_BATCHES, batches_dataflow,
+                            linear_config)
 
 
 @pytest.mark.parametrize('kind', ['queue', 'feed'])
 def test_feedfree_predictor_runs_through_the_source(kind):
-    ds = dataflow(X_BATCHES, LABEL_BATCHES)
+    ds = batches_dataflow(X_BATCHES, LABEL_BATCHES)
     source = QueueInput(ds) if kind == 'queue' else FeedInput(ds)
     pred = FeedfreePredictor(linear_config(['logits', 'label']), source)
     try:
@@ -96,11 +56,11 @@ def test_feedfree_predictor_tensor_input_and_end_of_data():
 
 
 def test_feedfree_predictor_bad_arguments():
-    source = QueueInput(dataflow(X_BATCHES, LABEL_BATCHES))
+    source = QueueInput(batches_dataflow(X_BATCHES, LABEL_BATCHES))
     with pytest.raises(TypeError, match='takes a PredictConfig'):
         FeedfreePredictor(None, source)
     with pytest.raises(TypeError, match='takes an InputSource'):
-        FeedfreePredictor(linear_config(['logits']), dataflow(X_BATCHES, LABEL_BATCHES))
+        FeedfreePredictor(linear_config(['logits']), batches_dataflow(X_BATCHES, LABEL_BATCHES))
     config = linear_config(['logits'])
     config.return_input = True
     with pytest.raises(ValueError, match='return_input is not supported'):

@@ -13,12 +13,7 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.tfutils.argscope import (argscope, enable_argscope_for_function,
                                               enable_argscope_for_module)
 from tensorpack_lite.tfutils.tower import PredictTowerContext, TrainTowerContext
-
-
-def run(fetches, feed=None):
-    with tfv1.Session() as sess:
-        sess.run(tfv1.global_variables_initializer())
-        return sess.run(fetches, feed)
+from helpers.graphs import run
 
 
 def _conv_inputs():

@@ -21,6 +21,7 @@ from tensorpack_lite.train.base import Trainer
 from tensorpack_lite.utils.naming import MOVING_SUMMARY_OPS_KEY
 
 from helpers import ReadBack
+from helpers.graphs import run
 
 
 def numpy_debiased_ema(values, decay):
@@ -213,12 +214,6 @@ def linear_problem():
     loss = tf.reduce_sum(a * ca) + tf.reduce_sum(b * cb)
     grads = tfv1.train.GradientDescentOptimizer(1.0).compute_gradients(loss, [a, b, unused])
     return (a, b, unused), (ca, cb), grads
-
-
-def run(fetches, feed=None):
-    with tfv1.Session() as sess:
-        sess.run(tfv1.global_variables_initializer())
-        return sess.run(fetches, feed)
 
 
 def test_filter_none_grad_drops_missing_gradients():

@@ -22,18 +22,17 @@ import numpy as np
 import pytest
 
 from helpers import REPO_DIR, subprocess_env
-from helpers import (DigitsMLPBase, assert_records_close, cross_entropy_cost, kill_process_tree,
-                     labelled_batches)
+from helpers import (assert_records_close, kill_process_tree, labelled_batches)
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.input_source.feed import FeedInput
-from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import SimpleTrainer, launch_train_with_config
 from tensorpack_lite.train.config import AutoResumeTrainConfig
 from tensorpack_lite.tfutils.varmanip import save_chkpt_vars
 from tensorpack_lite.utils import logger, stats_json
+from helpers.models import DigitsMLP
 
 REPO = REPO_DIR
 
@@ -333,13 +332,6 @@ def test_disk_full_stops_with_the_checkpoint_named_and_resumes_after_space_is_fr
 # ----- in-process runs: failures by exception -----------------------------------------------
 
 IN_STEPS, IN_EPOCHS = 10, 3
-
-
-class DigitsMLP(DigitsMLPBase):
-    def outputs(self, logits, label):
-        cost = cross_entropy_cost(logits, label)
-        add_moving_summary(cost)
-        return cost
 
 
 class FailAt(Callback):

@@ -28,6 +28,7 @@ from tensorpack_lite.train import (
 from tensorpack_lite.utils.naming import MOVING_SUMMARY_OPS_KEY
 
 from helpers import DigitsMLPBase, cross_entropy_cost
+from helpers.graphs import ReadAllVariables, cpus
 
 BATCH = 8      # per tower
 STEPS = 3
@@ -40,10 +41,6 @@ class DigitsMLP(DigitsMLPBase):
     def outputs(self, logits, label):
         tf.identity(logits, name='logits')
         return cross_entropy_cost(logits, label)
-
-
-def cpus(k):
-    return ['/cpu:{}'.format(i) for i in range(k)]
 
 
 def cpu_session_creator(k, soft_placement=True):
@@ -63,14 +60,6 @@ def concatenated(batches, k):
     """One datapoint per step: the k towers' batches of that step, concatenated."""
     return [[np.concatenate([batches[s * k + i][c] for i in range(k)]) for c in range(2)]
             for s in range(len(batches) // k)]
-
-
-class ReadAllVariables(Callback):
-    """After training: every global and local variable by op name."""
-
-    def _after_train(self):
-        variables = tfv1.global_variables() + tfv1.local_variables()
-        self.values = dict(zip([v.op.name for v in variables], self.trainer.sess.run(variables)))
 
 
 class RecordTowerImages(Callback):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.utils.serialize import dumps, dumps_frames, loads, loads_frames
+from helpers.dataflows import Opaque
 
 DTYPES = ['bool', 'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8',
           'uint16', 'uint32', 'uint64', 'complex64', 'complex128', '>i4', '>f8']
@@ -97,10 +98,6 @@ def test_loads_accepts_buffers(buffer_type):
     arr = np.arange(6, dtype='int32')
     out = loads(buffer_type(dumps({'a': arr})))
     np.testing.assert_array_equal(out['a'], arr)
-
-
-class Opaque(object):
-    pass
 
 
 @pytest.mark.parametrize('obj, where, what', [

@@ -1,0 +1,37 @@
+"""Helpers of the DataFlow tests: the seed of their draws, an epoch read, worker processes looked at
+(the fixture seeding with it: tests/dataflow/conftest.py)."""
+
+import psutil
+
+
+SEED = 123
+"""The seed of the draws the DataFlow tests check (the ``dataflow_seed`` fixture sets it)."""
+
+
+def epoch(df):
+    return list(df)
+
+
+def reset(df):
+    df.reset_state()
+    return df
+
+
+class Opaque(object):
+    pass
+
+
+def children():
+    return {p.pid for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def loaded(df):
+    df.reset_state()
+    return list(df)
