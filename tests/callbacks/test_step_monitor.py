@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from helpers import load_example
+from helpers.examples import load_example
 
 from tensorpack_lite import (DEFAULT_CALLBACKS, Callback, DataFlow, DataFromList, FullyConnected,
                              ModelDesc, ModelSaver, PeriodicTrigger, QueueInput, SimpleTrainer,

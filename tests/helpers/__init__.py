@@ -1,9 +1,11 @@
 """Helpers shared by the test modules (fixtures live in tests/conftest.py): each defined once here.
 
-Import them as ``from helpers import ...``: conftest.py puts tests/ on sys.path. The shared
-models are in :mod:`helpers.models`, the one-node Slurm in :mod:`helpers.slurm_node`, the guides'
-code runner in :mod:`helpers.guide_blocks`; free ports come from the library
-(``tensorpack_lite.cluster.config.held_free_port`` / ``free_ports``).
+Import them as ``from helpers import ...``: conftest.py puts tests/ on sys.path. In modules of
+their own: more shared models (:mod:`helpers.models`), small trainers for callback tests
+(:mod:`helpers.trainers`), DataFlow helpers (:mod:`helpers.dataflows`), graphs on virtual CPUs
+(:mod:`helpers.graphs`), running the examples (:mod:`helpers.examples`), the one-node Slurm
+(:mod:`helpers.slurm_node`) and the guides' code runner (:mod:`helpers.guide_blocks`). Free ports
+come from the library (``tensorpack_lite.cluster.config.held_free_port`` / ``free_ports``).
 """
 
 import contextlib
@@ -27,7 +29,7 @@ from tensorpack_lite.tfutils.tower import get_current_tower_context
 from tensorpack_lite.train import ModelDesc
 
 __all__ = ['TESTS_DIR', 'REPO_DIR', 'subprocess_env', 'NO_TENSORFLOW', 'run_python', 'run_bounded',
-           'kill_process_tree', 'load_example', 'LogRecords',
+           'kill_process_tree', 'LogRecords',
            'DigitsMLPBase', 'LineRegression', 'LINE_INITIAL_LR', 'cross_entropy_cost', 'labelled_batches',
            'WhileLoopRNN', 'sequence_samples', 'add_model_arguments',
            'assert_records_close', 'varint',
@@ -391,24 +393,6 @@ def kill_process_tree(proc):
             member.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
             pass
-
-
-# ----- the examples ----------------------------------------------------------------------------
-
-def load_example(relpath):
-    """The module of the example script ``relpath`` (from the repository's root, e.g.
-    ``'examples/basics/mnist-convnet.py'``), imported without running its main part."""
-    import importlib.util
-    path = os.path.join(REPO_DIR, relpath)
-    name = 'example_' + os.path.basename(relpath).replace('-', '_')[:-3]
-    sys.path.insert(0, os.path.dirname(path))
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(os.path.dirname(path))
-    return module
 
 
 # ----- protobuf wire format ------------------------------------------------------------------

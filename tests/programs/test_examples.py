@@ -3,8 +3,6 @@
 import gzip
 import json
 import os
-import re
-import runpy
 import subprocess
 import sys
 
@@ -12,17 +10,13 @@ import numpy as np
 import pytest
 
 from helpers import REPO_DIR, run_bounded, subprocess_env
+from helpers.examples import final_number, read_stats, run_in_process
 
 REPO = REPO_DIR
 
 
-def example_env():
-    """The environment of an example's process: this checkout importable, no GPU."""
-    return subprocess_env()
-
-
 def run_example(relpath, args, cwd):
-    return subprocess.run([sys.executable, os.path.join(REPO, relpath)] + args, cwd=cwd, env=example_env(),
+    return subprocess.run([sys.executable, os.path.join(REPO, relpath)] + args, cwd=cwd, env=subprocess_env(),
                           capture_output=True, text=True, timeout=300)
 
 
@@ -50,25 +44,6 @@ def test_digits_custom_trainer_help(tmp_path):
 EXAMPLES = ['examples/basics/mnist-convnet.py', 'examples/basics/cifar-convnet.py',
             'examples/GAN/DCGAN.py', 'examples/GAN/WGAN.py',
             'examples/multigpu/multigpu-digits.py', 'examples/horovod/horovod-digits.py']
-
-
-def read_stats(logdir):
-    return json.loads((logdir / 'stats.json').read_text())
-
-
-def final_number(text, label):
-    """The number logged after ``label`` (e.g. 'Final validation accuracy: 0.9731')."""
-    found = re.findall(re.escape(label) + r'[^:]*: ([0-9.]+)', text)
-    assert found, "'{}' not in the output:\n{}".format(label, text[-3000:])
-    return float(found[-1])
-
-
-def run_in_process(path, args, monkeypatch):
-    """Run an example's ``__main__`` in this process (TensorFlow is imported already), for
-    what ends before training: ``--help`` and bad command lines or data."""
-    monkeypatch.setattr(sys, 'argv', [path] + list(args))
-    monkeypatch.syspath_prepend(os.path.join(REPO, os.path.dirname(path)))   # e.g. GAN.py beside DCGAN.py
-    runpy.run_path(os.path.join(REPO, path), run_name='__main__')
 
 
 @pytest.mark.quick
@@ -220,7 +195,7 @@ def test_horovod_example_with_two_ranks(horovod_python, tmp_path):
     command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', horovod_python,
                os.path.join(REPO, 'examples/horovod/horovod-digits.py'),
                '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir)]
-    code, output = run_bounded(command, 150, env=example_env(), cwd=tmp_path)
+    code, output = run_bounded(command, 150, env=subprocess_env(), cwd=tmp_path)
     assert code == 0, output[-6000:]
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 10
@@ -241,7 +216,7 @@ def test_horovod_example_under_mpiexec_with_two_ranks(tmp_path):
                os.path.join(REPO, 'examples/horovod/horovod-digits.py'),
                '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir),
                '--mixed-precision', 'fp16']
-    code, output = run_bounded(command, 150, env=example_env(), cwd=tmp_path)
+    code, output = run_bounded(command, 150, env=subprocess_env(), cwd=tmp_path)
     assert code == 0, output[-6000:]
     assert 'using MPI (mpi4py' in output
     assert output.count("Mixed precision: MixedPrecision('fp16'") == 2    # both ranks

@@ -12,7 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from tests.programs.test_examples import REPO, example_env, final_number, read_stats, run_in_process
+from helpers import REPO_DIR, subprocess_env
+from helpers.examples import final_number, read_stats, run_in_process
+
+REPO = REPO_DIR
 
 CIFAR = 'examples/ResNet/cifar10-resnet.py'
 IMAGENET = 'examples/ResNet/imagenet-resnet.py'
@@ -29,7 +32,7 @@ class SmokeRun(object):
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(REPO, relpath)] + list(args) + ['--logdir', str(self.logdir)],
-            cwd=str(cwd), env=example_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=str(cwd), env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
 
     def kill(self):

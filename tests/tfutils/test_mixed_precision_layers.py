@@ -16,7 +16,8 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import BreakingSession, REPO_DIR, expected_precision_path, load_example, subprocess_env
+from helpers import BreakingSession, REPO_DIR, expected_precision_path, subprocess_env
+from helpers.examples import load_example
 
 from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith, Conv2D, Conv2DTranspose,
                              Dropout, FixedUnPooling, FullyConnected, GlobalAvgPooling, InstanceNorm,
