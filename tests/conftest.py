@@ -118,8 +118,10 @@ def pytest_runtest_protocol(item, nextitem):
     """Under pytest-xdist, a test marked ``alone`` runs while no other worker runs a test: every
     test holds a shared lock on the run's 'machine' file, an ``alone`` test an exclusive one. A
     'turnstile' lock taken on the way in keeps an ``alone`` test that waits from being overtaken by
-    the other workers' next tests. Without xdist, nothing to do."""
-    run = os.environ.get('PYTEST_XDIST_TESTRUNUID')
+    the other workers' next tests. Without xdist, nothing to do; nor in a pytest that a test starts
+    (it inherits the worker's environment, not its place in the run: taking the locks there
+    could wait for ever on the test that started it)."""
+    run = getattr(item.config, 'workerinput', {}).get('testrunuid')
     if not run:
         yield
         return

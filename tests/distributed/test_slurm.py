@@ -60,8 +60,7 @@ def sbatch(node, tasks, argv, out_dir):
     return code, output + (out_dir / 'job.out').read_text()
 
 
-# (3 tasks under sbatch: test_a_preempted_job_resubmitted_with_fewer_tasks_keeps_the_global_batch)
-@pytest.mark.parametrize('tasks, launcher', [(2, 'srun')])
+@pytest.mark.parametrize('tasks, launcher', [(2, 'srun'), (3, 'sbatch')])
 def test_slurm_starts_collective_workers_without_tf_config(node, tmp_path, tasks, launcher):
     """``srun -n 2 python train.py``, or a batch script of ``srun python train.py`` given
     to ``sbatch -n 3``: the tasks make the cluster from Slurm's environment."""
