@@ -97,7 +97,7 @@ def _trust_a_public_address():
               "servers".format(', '.join(public), exposure.TRUSTED_NETWORK_VARIABLE))
 
 
-ALONE_PATHS = ('distributed' + os.sep, 'test_distributed.py', 'test_horovod.py', 'test_resume_midepoch.py',
+ALONE_PATHS = ('distributed' + os.sep, os.path.join('train', 'test_config_resume_midepoch.py'),
                os.path.join('cluster', 'test_ray.py'), os.path.join('cluster', 'test_netns.py'),
                os.path.join('checkpoint', 'test_commit_torture.py'))
 """Tests (relative to tests/) that run alone: real multi-process jobs (several TensorFlow servers,

@@ -1,5 +1,5 @@
 """EarlyStopping: the stop epoch of a scripted statistic, its state across a resume, its errors.
-(Several workers: test_distributed.py::test_early_stopping_on_the_chief_...)"""
+(Several workers: distributed/test_trainers.py::test_early_stopping_on_the_chief_...)"""
 
 import json
 import logging

@@ -76,9 +76,9 @@ def test_a_process_forked_inside_the_block_is_still_ended_by_sigterm():
 
 def test_a_vote_is_cast_once_and_every_step_after_it_sees_the_total():
     """PreemptionVote in one process (the reduction is the identity; the multi-process ones are
-    in test_distributed.py, distributed/test_mpi.py, test_horovod.py): no vote, then one, seen by the next
-    step's fetch, in the dtype of the tensors it travels with; a requested stop is told apart
-    from SIGTERM, which wins."""
+    in distributed/test_trainers.py, distributed/test_mpi.py, distributed/test_horovod.py): no
+    vote, then one, seen by the next step's fetch, in the dtype of the tensors it travels with; a
+    requested stop is told apart from SIGTERM, which wins."""
     from tensorpack_lite.compat import tf, tfv1
     from tensorpack_lite.tfutils.hooked_session import HookedSession
     from tensorpack_lite.tfutils.preemption_vote import PREEMPTED, REQUESTED, PreemptionVote

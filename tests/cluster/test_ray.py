@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from helpers import kill_process_tree, wait_until
-from test_distributed import (HERE, SCRIPT, assert_replicas_match, load_worker, reference_weights,
-                              script_env)
+from tests.distributed.test_trainers import (HERE, SCRIPT, assert_replicas_match, load_worker,
+                                             reference_weights, script_env)
 
 ray = pytest.importorskip('ray', reason="Ray is not installed: pip install 'tensorpack_lite[ray]'")
 from ray.cluster_utils import Cluster  # noqa: E402

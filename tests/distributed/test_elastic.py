@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from test_distributed import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker, script_command,
-                              script_env, train_tiny)
+from tests.distributed.test_trainers import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker,
+                                             script_command, script_env, train_tiny)
 from tensorpack_lite.cluster.launch import launch
 
 STEPS = 3            # per epoch
@@ -55,7 +55,7 @@ def test_4_3_2_workers_keeping_the_global_batch_end_at_the_uninterrupted_runs_we
     """Three runs (max_epoch 1, 2, 3) with 4, 3 and 2 workers, each resuming the last epoch's
     checkpoint: every step trains on the same 12 datapoints as an uninterrupted run would, so the
     weights are those of momentum SGD on batches of 12 for 3 epochs of 3 steps (1e-5; computed
-    here in float64, as the uninterrupted run gives them: test_distributed.py holds that the
+    here in float64, as the uninterrupted run gives them: distributed/test_trainers.py holds that the
     workers train like one process on the combined batch). Growing again (2 -> 4) is in the
     scaling test below; 4, 3, 2, then 4 towers in one process in train/test_elastic.py."""
     logdir = tmp_path / 'elastic-logs'

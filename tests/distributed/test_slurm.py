@@ -24,7 +24,7 @@ from tensorpack_lite.cluster.slurm import reserved_ports
 REASON = slurm_node.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
 
-import test_distributed as dist_tests  # noqa: E402  (train_tiny_multiworker.py and its reference)
+from tests.distributed import test_trainers as dist_tests  # noqa: E402  (train_tiny_multiworker.py)
 from tests.distributed import test_mpi as mpi_tests  # noqa: E402
 
 RUN_TIMEOUT = 300

@@ -1,4 +1,4 @@
-"""A tiny regression model trained by one task of a cluster, for tests/test_distributed.py.
+"""A tiny regression model trained by one task of a cluster, for tests/distributed/test_trainers.py.
 
     TF_CONFIG=... python train_tiny_multiworker.py --trainer collective --out DIR [options]
 

@@ -6,7 +6,7 @@ The end of training is run for real after a failed step, on a clock of its own
 session answering at its deadline (so the state at the end is taken too) and everything else
 never, and the exit is held for its bound. What that clock reads when the end is over is the
 longest the code can take; the docs must state exactly that. The phases themselves are also
-tested at their real timeouts in tfutils/test_session_failure.py and test_distributed.py."""
+tested at their real timeouts in tfutils/test_session_failure.py and distributed/test_trainers.py."""
 
 import os
 import re

@@ -1,6 +1,6 @@
 """The distributed servers, builders and trainers in this process, without training: where
 variables and ops go, and the errors for what cannot work. (Processes that train together
-are in test_distributed.py.) The servers made here live until the test process ends."""
+are in distributed/test_trainers.py.) The servers made here live until the test process ends."""
 
 import re
 import subprocess

@@ -31,14 +31,6 @@ NAMED_FOR_A_CLASS = {
 HISTORY_WORDS = ('extra', 'misc', 'review', 'regression', 'silent', 'more', 'other', 'fixes', 'new')
 """Words that name when or why a test was written rather than what it tests."""
 
-NOT_YET_MOVED = {
-    # other work on them was in progress when the suite was laid out (issue 61); their homes:
-    'test_distributed.py': 'distributed/test_trainers.py',
-    'test_resume_midepoch.py': 'checkpoint/test_resume_point.py',
-    'test_train_accumulate.py': 'graph_builder/test_accumulation.py',
-    'test_horovod.py': 'distributed/test_horovod.py',
-}
-
 
 def packages():
     return sorted(name for name in os.listdir(PACKAGE_DIR)
@@ -68,8 +60,6 @@ def test_every_test_file_is_under_a_package_folder_or_a_named_one():
     misplaced = []
     for path in suite_files():
         parts = path.split(os.sep)
-        if len(parts) == 1 and parts[0] in NOT_YET_MOVED:
-            continue
         if len(parts) != 2 or parts[0] not in folders:
             misplaced.append(path)
     assert misplaced == [], "test files outside tests/<package>/ and the named folders {}: {}".format(

@@ -4,7 +4,7 @@ tfutils/session_failure.py).
 A session broken the way TensorFlow's is when a C++ exception gets out of a run (every later run
 waits for ever) is simulated by helpers.BreakingSession, so nothing here depends on the CPU or
 on the TensorFlow bug that first showed it; the last test meets the real bug where this
-TensorFlow has it. The multi-worker case is in test_distributed.py
+TensorFlow has it. The multi-worker case is in distributed/test_trainers.py
 (``test_a_worker_whose_session_breaks_ends_and_the_other_names_it``).
 """
 

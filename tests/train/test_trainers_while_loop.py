@@ -145,7 +145,7 @@ def worker_args(control_flow):
 @pytest.mark.parametrize('trainer, control_flow', [('collective', 'v1'), ('collective', 'v2'), ('ps', 'v2'),
                                                    ('replicated', 'v1')])
 def test_a_two_worker_job_trains_a_while_loop(trainer, control_flow, reference, tmp_path):
-    import test_distributed
+    from tests.distributed import test_trainers as test_distributed
     assert test_distributed.train_tiny.INIT_SEED == CHIEF_SEED
     run = test_distributed.Run(tmp_path, TOWERS, 0 if trainer == 'collective' else 1,
                                ['--trainer', trainer] + worker_args(control_flow))

@@ -1,7 +1,7 @@
 """The number of model replicas a run trains with (``trainer.world_size``): each trainer's own,
 recorded at every epoch's end in stats.json, and a run resumed with another number says so
 (in one process: 2 towers, then 1; the multi-process trainers' counts are checked here too,
-their runs in test_distributed.py and distributed/test_mpi.py)."""
+their runs in distributed/test_trainers.py and distributed/test_mpi.py)."""
 
 import json
 import logging

@@ -17,13 +17,13 @@ import time
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT, UNIT_ROUNDOFF, kill_process_tree, wait_until
+from helpers import HANG_TIMEOUT, TESTS_DIR, UNIT_ROUNDOFF, kill_process_tree, subprocess_env, wait_until
 from tensorpack_lite.compat import tf
 from tensorpack_lite.cluster import netns
 from tensorpack_lite.cluster.config import local_cluster
 from tensorpack_lite.cluster.launch import LocalCluster, launch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = TESTS_DIR
 SCRIPT = os.path.join(HERE, 'distributed_scripts', 'train_tiny_multiworker.py')
 RUN_TIMEOUT = 600   # a hang: a run takes well under a minute on an idle machine, a few under load
 
@@ -36,8 +36,7 @@ def script_command(out_dir, args):
 
 
 def script_env():
-    return dict(os.environ, PYTHONPATH=os.path.dirname(HERE), TF_CPP_MIN_LOG_LEVEL='2',
-                CUDA_VISIBLE_DEVICES='')
+    return subprocess_env()
 
 
 class Run:
@@ -324,8 +323,8 @@ def test_parameter_server_two_workers_match_one_process_and_the_ps_ends(tmp_path
 
 
 @pytest.mark.parametrize('trainer, chief, started_by', [
-    # a TF_CONFIG written by hand and one the launcher writes; each trainer; 'chief' and 'master'
-    ('collective', 'master', 'launcher'), ('ps', 'chief', 'launcher'), ('replicated', 'chief', 'hand')])
+    ('collective', 'chief', 'hand'), ('collective', 'master', 'launcher'), ('ps', 'chief', 'launcher'),
+    ('replicated', 'chief', 'hand')])
 def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
         tmp_path, trainer, chief, started_by):
     """TF_CONFIG as cluster managers write it: a separate chief task (or 'master'), which is worker 0
@@ -523,7 +522,7 @@ def test_early_stopping_on_the_chief_ends_every_worker_after_the_same_step_as_fi
     the next step: both workers stop after step 16, with the same weights, and exit 0 (finished,
     not preempted); the chief's last checkpoint is that step's, its stats.json ends with epoch 5.
     (The parameter-server trainers carry it as a proposal of step + 2 at the chief's barrier, the
-    path of their SIGTERM test above; the barrier keeps the reason: test_distributed_graph.py.)"""
+    path of their SIGTERM test above; the barrier keeps the reason: graph_builder/test_distributed.py.)"""
     logdir = tmp_path / 'logs'
     args = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 8, '--per-worker-logdir',
             '--logdir', logdir, '--early-stop', '3:3,2,2.5,2.6,2.7,1,1,1']
@@ -619,7 +618,7 @@ def test_a_worker_whose_session_breaks_ends_and_the_other_names_it(tmp_path):
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
 @pytest.mark.parametrize('trainer, num_worker, num_ps, rate_mbit', [
-    ('collective', 4, 0, 20), ('replicated', 2, 2, 20)])
+    ('collective', 4, 0, 20), ('collective', 3, 0, 20), ('replicated', 2, 2, 20), ('ps', 3, 1, 200)])
 def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(
         tmp_path, trainer, num_worker, num_ps, rate_mbit):
     """Every task in a network namespace of its own (cluster/netns.py), its link limited to

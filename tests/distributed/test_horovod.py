@@ -11,11 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from helpers import run_bounded
+from helpers import REPO_DIR, run_bounded, subprocess_env
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = REPO_DIR
 SCRIPT = os.path.join(REPO, 'tests', 'horovod_scripts', 'train_tiny.py')
 RUN_TIMEOUT = 150
 BATCH, STEPS, EPOCHS, LR = 4, 3, 2, 0.05
@@ -27,7 +27,7 @@ import train_tiny  # noqa: E402
 # ----- without horovod (main environment) ----------------------------------------------------
 
 def test_without_horovod_the_error_says_how_to_install(monkeypatch):
-    # (with mpi4py, HorovodTrainer uses the MPI engine instead: tests/test_mpi.py)
+    # (with mpi4py, HorovodTrainer uses the MPI engine instead: tests/distributed/test_mpi.py)
     for module in ('horovod', 'horovod.tensorflow', 'mpi4py', 'mpi4py.MPI'):
         monkeypatch.setitem(sys.modules, module, None)
     with pytest.raises(ImportError) as info:
@@ -61,8 +61,7 @@ def run_two_ranks(python, out_dir, *args):
     command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', python, SCRIPT,
                '--out', str(out_dir), '--batch', str(BATCH), '--steps-per-epoch', str(STEPS),
                '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
-    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='',
-               TENSORPACK_LOGGER_ACTION='k')
+    env = subprocess_env(TENSORPACK_LOGGER_ACTION='k')
     start = time.time()
     code, output = run_bounded(command, RUN_TIMEOUT, env=env, cwd=out_dir)
     return code, output, time.time() - start

@@ -16,15 +16,15 @@ import pytest
 
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
 
-from helpers import run_bounded
+from helpers import TESTS_DIR, run_bounded, subprocess_env
 
-SCRIPT = os.path.join(os.path.dirname(__file__), 'resume_scripts', 'digits_resume.py')
+SCRIPT = os.path.join(TESTS_DIR, 'resume_scripts', 'digits_resume.py')
 TIMEOUT = 240
 LAST_STEP = 90
 
 
 def _run(logdir, *args, expect=0):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONHASHSEED='0')
+    env = subprocess_env(PYTHONHASHSEED='0')
     code, output = run_bounded([sys.executable, SCRIPT, str(logdir)] + list(args), TIMEOUT, env=env)
     assert code == expect, "exit {} (expected {}):\n{}".format(code, expect, output[-5000:])
     return output
@@ -75,10 +75,11 @@ def uninterrupted(tmp_path_factory):
     return weights
 
 
-@pytest.mark.parametrize('args', [('--input', 'feed'), ('--input', 'queue', '--towers', '2'),
+@pytest.mark.parametrize('args', [('--input', 'queue'), ('--input', 'feed'),
+                                  ('--input', 'queue', '--towers', '2'),
                                   ('--input', 'queue', '--towers', '2', '--accumulate', '4')],
-                         ids=['FeedInput', 'QueueInput+StagingInput-2-towers',
-                              'accumulate-4-2-towers'])   # QueueInput: in the second and third
+                         ids=['QueueInput', 'FeedInput', 'QueueInput+StagingInput-2-towers',
+                              'accumulate-4-2-towers'])
 # (with accumulate 4, step 45 is 11 updates and 1 micro-batch)
 def test_sigterm_mid_epoch_redoes_no_step_and_ends_as_never_stopped(tmp_path, uninterrupted, args):
     output = _run(tmp_path, *args, '--sigterm-at', '45', expect=143)
