@@ -513,7 +513,7 @@ def test_a_worker_killed_after_a_checkpoint_inside_an_update_resumes_every_worke
                               atol=1e-6)
 
 
-@pytest.mark.parametrize('trainer, num_ps, stop_at', [('collective', 0, 16)])
+@pytest.mark.parametrize('trainer, num_ps, stop_at', [('collective', 0, 16), ('ps', 1, 17)])
 def test_early_stopping_on_the_chief_ends_every_worker_after_the_same_step_as_finished(
         tmp_path, trainer, num_ps, stop_at):
     """The chief's EarlyStopping('score', patience=3) on a scripted score (3, 2, 2.5, 2.6, 2.7, 1, ...
@@ -521,8 +521,9 @@ def test_early_stopping_on_the_chief_ends_every_worker_after_the_same_step_as_fi
     epoch 5 (global step 15). The request travels as a preemption does, in the collective vote of
     the next step: both workers stop after step 16, with the same weights, and exit 0 (finished,
     not preempted); the chief's last checkpoint is that step's, its stats.json ends with epoch 5.
-    (The parameter-server trainers carry it as a proposal of step + 2 at the chief's barrier, the
-    path of their SIGTERM test above; the barrier keeps the reason: graph_builder/test_distributed.py.)"""
+    The parameter-server trainer (1 ps) carries it as a proposal of step + 2 at the chief's
+    barrier, the path of its SIGTERM test above: both workers stop after step 17 (the barrier
+    keeps the reason: graph_builder/test_distributed.py)."""
     logdir = tmp_path / 'logs'
     args = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 8, '--per-worker-logdir',
             '--logdir', logdir, '--early-stop', '3:3,2,2.5,2.6,2.7,1,1,1']
