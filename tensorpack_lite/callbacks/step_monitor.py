@@ -103,7 +103,7 @@ class StepTimeMonitor(Callback):
     Only when the step dequeues from a queue or staging area or runs collectives is its
     ``after_run`` called too: with an input queue, the queue's size is one more fetch of the
     sampled runs, and one run every ``trace_every_seconds`` is traced
-    (``RunOptions.FULL_TRACE``) to split the session's time.
+    (``RunOptions.SOFTWARE_TRACE``, ``FULL_TRACE`` with GPUs) to split the session's time.
 
     Turn it off with ``TrainConfig(extra_callbacks=DEFAULT_CALLBACKS(step_monitor=False))``.
 
@@ -149,8 +149,11 @@ class StepTimeMonitor(Callback):
         self._has_collectives = any(is_communication_op(op) for op in step_ops)
         sample_fetches = [self._queue_size] if queues else None
         self._sample_args = tfv1.train.SessionRunArgs(sample_fetches) if queues else None
-        self._traced_args = tfv1.train.SessionRunArgs(
-            sample_fetches, options=tfv1.RunOptions(trace_level=tfv1.RunOptions.FULL_TRACE))
+        # the ops' times; a GPU's kernels need FULL_TRACE, which without GPU only adds TensorFlow's
+        # warning that it collected no GPU trace
+        level = tfv1.RunOptions.FULL_TRACE if num_tensorflow_gpus() else tfv1.RunOptions.SOFTWARE_TRACE
+        self._traced_args = tfv1.train.SessionRunArgs(sample_fetches,
+                                                      options=tfv1.RunOptions(trace_level=level))
         if queues or self._has_input_ops or self._has_collectives:
             # Something to read after a run (a queue's size, a trace): only then does the group
             # call this callback's after_run (it looks at the instance too), so the plain path

@@ -31,7 +31,7 @@ from tensorpack_lite.train import (AutoResumeTrainConfig, SimpleTrainer, TrainCo
                                    launch_train_with_config)
 from tensorpack_lite.utils import logger, stats_json  # noqa: E402
 
-from helpers import LineRegression  # noqa: E402
+from helpers import TIMING_PREFIX, LineRegression  # noqa: E402
 
 STEPS = 2          # per epoch: 8 points in batches of 4
 PARAMS = {'lr': 0.3, 'depth': 18, 'augment': True, 'arch': 'line', 'seed': np.int64(7)}
@@ -189,11 +189,16 @@ def test_finished_run_shows_parameters_metrics_and_success(finished):
     assert (types['augment'], types['depth'], types['arch']) == (
         'DATA_TYPE_BOOL', 'DATA_TYPE_FLOAT64', 'DATA_TYPE_STRING')
 
-    # metrics=None: every scalar put, with its last value (stats.json's) at the last global step
-    assert sorted(m.name.tag for m in experiment.metric_infos) == ['cost', 'val-error']
+    # metrics=None: every scalar put, with its last value (stats.json's) at the last global step;
+    # the step-time monitor's (a default callback) among them, whose values are measured times
+    tags = sorted(m.name.tag for m in experiment.metric_infos)
+    assert [tag for tag in tags if not tag.startswith(TIMING_PREFIX)] == ['cost', 'val-error']
+    assert 'StepTime/step_ms' in tags
     assert {name: value for name, (_, value) in metric_values(session).items()} == {
         name: value for name, (_, value) in last_in_stats(directory).items()}
-    assert metric_values(session) == {'val-error': (2 * STEPS, 0.25), 'cost': (2 * STEPS, 2.0)}
+    measured = {name: value for name, value in metric_values(session).items()
+                if not name.startswith(TIMING_PREFIX)}
+    assert measured == {'val-error': (2 * STEPS, 0.25), 'cost': (2 * STEPS, 2.0)}
 
     assert api_pb2.Status.Name(session.status) == 'STATUS_SUCCESS'
     assert session.start_time_secs <= session.end_time_secs

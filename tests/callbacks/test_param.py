@@ -378,7 +378,10 @@ def test_stat_monitor_param_setter_checks_the_name_before_training(logdir, log_r
     warned = [m for m in log_records.messages(logging.WARNING) if "'val-eror'" in m]
     assert warned[0] == ("StatMonitorParamSetter(learning_rate): no callback declares the statistic "
                          "'val-eror' (RecordLR cannot tell what they put). Did you mean 'val-error'? The "
-                         "callbacks declare: learning_rate, val-error.")
+                         "callbacks declare: StepTime/callbacks_ms, StepTime/checkpoint_ms, "
+                         "StepTime/communication_ms, StepTime/compute_ms, StepTime/flop_utilization, "
+                         "StepTime/gflops_per_sec, StepTime/input_ms, StepTime/samples_per_sec, "
+                         "StepTime/step_ms, StepTime/steps_per_sec, learning_rate, val-error.")
     assert len(warned) == 3 and lr_changes(recorder) == []     # the check, then one per trigger
 
 
