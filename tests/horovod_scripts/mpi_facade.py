@@ -1,4 +1,4 @@
-"""Checks of graph_builder/mpi_ops.py across real ranks, for tests/test_mpi.py::
+"""Checks of graph_builder/mpi_ops.py across real ranks, for tests/distributed/test_mpi.py::
 
     mpiexec -n 3 python mpi_facade.py
 

@@ -1,5 +1,5 @@
-"""A tiny regression model trained with HorovodTrainer, one copy per rank, for tests/test_horovod.py
-(Horovod) and tests/test_mpi.py (MPI)::
+"""A tiny regression model trained with HorovodTrainer, one copy per rank, for
+tests/distributed/test_horovod.py (Horovod) and tests/distributed/test_mpi.py (MPI)::
 
     horovodrun -np 2 -H localhost:2 --gloo python train_tiny.py --out DIR [options]
     mpiexec -n 2 python train_tiny.py --out DIR [options]
