@@ -39,7 +39,6 @@ class GradientAccumulator:
         self.variables = []
         """The accumulators, tower by tower (local variables: each process keeps its own)."""
         self._adds = []
-        self._resets = []
         self._accumulate_op = None
 
     def add_tower(self, grads):
@@ -66,7 +65,6 @@ class GradientAccumulator:
                         name=var.op.name.replace(':', '_'))
                     self.variables.append(accumulator)
                     self._adds.append(accumulator.assign_add(dense, read_value=False))
-                    self._resets.append(accumulator)
                     scale = tf.constant(1.0 / self.num_micro_batches, dense.dtype.base_dtype)
                     update_grads.append(((accumulator.read_value() + dense) * scale, var))
         return update_grads
@@ -85,7 +83,7 @@ class GradientAccumulator:
         """``train_op`` (the update: reduce and apply), then the accumulators back to zero."""
         with tf.name_scope('accumulate'), tf.control_dependencies([train_op]):
             resets = []
-            for accumulator in self._resets:
+            for accumulator in self.variables:
                 with tfv1.device(accumulator.device):
                     resets.append(accumulator.assign(tf.zeros_like(accumulator), read_value=False))
         return tf.group(train_op, *resets, name='train_op_and_reset_accumulators')
