@@ -9,6 +9,7 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import shutil
 import socket
 import stat
 import struct
@@ -435,13 +436,17 @@ def as_nobody(report, end_point, intruder, server_key, ipc_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to run an attacker as 'nobody'")
-def test_nobody_cannot_inject_into_curve_nor_into_the_runner_pipe(keys):
+def test_nobody_cannot_inject_into_curve_nor_into_the_runner_pipe(keys, monkeypatch):
     import pwd
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), 'tplite-runner-*')))
+    # the runner's directory goes to a base of this test's own, open to everyone as /tmp is (so
+    # what stops 'nobody' is the runner's directory): tests running beside it make theirs in /tmp
+    base = tempfile.mkdtemp(prefix='tpt-', dir='/tmp')
+    os.chmod(base, 0o1777)
+    monkeypatch.setattr(tempfile, 'tempdir', base)
     runner = MultiProcessRunnerZMQ(DataFromList([point(k) for k in range(3)], shuffle=False), 1)
     runner.reset_state()
     try:
-        (ipc_dir,) = set(glob.glob(os.path.join(tempfile.gettempdir(), 'tplite-runner-*'))) - before
+        (ipc_dir,) = glob.glob(os.path.join(base, 'tplite-runner-*'))
         ipc_path = os.path.join(ipc_dir, 'data')
         assert stat.S_ISSOCK(os.stat(ipc_path).st_mode)
         end_point = free_tcp_endpoint()
@@ -464,3 +469,4 @@ def test_nobody_cannot_inject_into_curve_nor_into_the_runner_pipe(keys):
         assert [int(dp[0][0, 0]) for dp, _ in zip(runner, range(3))] == [0, 1, 2]  # the runner works
     finally:
         runner.close()
+        shutil.rmtree(base, ignore_errors=True)
