@@ -20,7 +20,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT, TESTS_DIR, capture_logs, kill_process_tree, run_bounded, wait_until
+from helpers import (HANG_TIMEOUT, TESTS_DIR, capture_logs, kill_process_tree, run_bounded, subprocess_env,
+                     wait_until)
 from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.checkpoint import RemoteMirror, write_checkpoint_state
 from tensorpack_lite.compat import tfv1
@@ -117,7 +118,7 @@ def checkpoint_objects(objects):
 
 
 def run_script(s3, url, cache, *args, expect=0):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONHASHSEED='0', **s3.env)
+    env = subprocess_env(PYTHONHASHSEED='0', **s3.env)
     env[CACHE_ENV_VAR] = str(cache)
     code, output = run_bounded([sys.executable, SCRIPT, url] + list(args), TIMEOUT, env=env)
     assert code == expect, "exit {} (expected {}):\n{}".format(code, expect, output[-6000:])

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO_DIR
+from helpers import REPO_DIR, subprocess_env
 
 REPO = REPO_DIR
 
@@ -94,7 +94,7 @@ def test_on_ci_a_skip_fails_unless_it_is_a_fact_of_the_machine(tmp_path):
     (tmp_path / 'test_skipping.py').write_text(SKIPPING)
     command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'conftest', '-rs',
                str(tmp_path / 'test_skipping.py')]
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'tests') + os.pathsep + REPO, TENSORPACK_LITE_CI='1')
+    env = subprocess_env(TENSORPACK_LITE_CI='1')
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
     assert run.returncode == 1 and '1 failed, 1 skipped' in run.stdout, run.stdout + run.stderr
     assert ("skipped on CI (TENSORPACK_LITE_CI=1), where it must run: Skipped: 'ip' not found: install "
@@ -115,10 +115,7 @@ def run_pytest_with_conftest(tmp_path, ci):
     for name, text in SKIPPING_AT_COLLECTION.items():
         (tmp_path / name).write_text(text)
     command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'conftest', '-rfs', '.']
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'tests') + os.pathsep + REPO)
-    env.pop('TENSORPACK_LITE_CI', None)
-    if ci:
-        env['TENSORPACK_LITE_CI'] = '1'
+    env = subprocess_env(TENSORPACK_LITE_CI='1' if ci else None)
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
 
 

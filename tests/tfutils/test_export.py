@@ -28,7 +28,8 @@ from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.base import Trainer
 
-from helpers import AssignValues, DigitsMLPBase, RecordCost, cross_entropy_cost, labelled_batches
+from helpers import (AssignValues, DigitsMLPBase, RecordCost, cross_entropy_cost, labelled_batches,
+                     subprocess_env)
 
 BATCH = 16
 
@@ -422,8 +423,7 @@ def test_export_serving_has_tensorpacks_signature_and_keys_and_a_keyword_signatu
         np.testing.assert_allclose(outputs[prob], expected_prob, rtol=0, atol=1e-6)
 
     np.save(str(tmp_path / 'images.npy'), images)
-    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}   # no tensorpack_lite there
-    env['TF_CPP_MIN_LOG_LEVEL'] = '2'
+    env = subprocess_env(PYTHONPATH=None)   # no tensorpack_lite there
     out = str(tmp_path / 'out.npz')
     proc = subprocess.run([sys.executable, '-c', CALL_SAVED_MODEL_EAGERLY, export_dir,
                            str(tmp_path / 'images.npy'), out],
