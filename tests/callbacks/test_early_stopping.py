@@ -8,7 +8,7 @@ import math
 import pytest
 
 from helpers import capture_logs
-from tests.callbacks.test_saver_resume import STEPS, Model, ScriptedStat, dataflow
+from helpers.scripted_stats import STEPS, Model, ScriptedStat, dataflow
 from tensorpack_lite.callbacks import EarlyStopping, MinSaver, ModelSaver, PeriodicTrigger
 from tensorpack_lite.checkpoint.resume_state import ResumeState
 from tensorpack_lite.compat import tfv1

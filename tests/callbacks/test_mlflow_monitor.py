@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from helpers import HANG_TIMEOUT, REPO_DIR, capture_logs, kill_process_tree, wait_until
-from tests.callbacks.test_saver_resume import Model, dataflow
+from helpers.scripted_stats import Model, dataflow
 from tensorpack_lite.callbacks import Callback, MLflowMonitor, ModelSaver
 from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.compat import tfv1

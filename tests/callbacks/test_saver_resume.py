@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from helpers.scripted_stats import STEPS, Model, ScriptedStat, dataflow
 from tensorpack_lite.callbacks.base import Callback, CallbackFactory
 from tensorpack_lite.callbacks.inference import BinaryClassificationStats, ClassificationError, ScalarStats
 from tensorpack_lite.callbacks.inference_runner import InferenceRunner
@@ -16,48 +17,9 @@ from tensorpack_lite.callbacks.summary import MergeAllSummaries
 from tensorpack_lite.callbacks.step_monitor import StepTimeMonitor
 from tensorpack_lite.callbacks.trigger import PeriodicTrigger
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars, save_chkpt_vars
-from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer, TrainConfig,
-                                   launch_train_with_config)
+from tensorpack_lite.train import AutoResumeTrainConfig, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils import stats_json
-
-STEPS = 2  # per epoch: 8 points in batches of 4
-
-
-class Model(ModelDesc):
-    """A linear regression; also a 0/1 'incorrect_vector' and a moving summary of its cost."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=np.full((4, 1), 0.5, 'float32'))
-        pred = tf.squeeze(tf.matmul(x, w), 1)
-        tf.cast(tf.abs(pred - y) > 1.0, tf.float32, name='incorrect_vector')
-        cost = tf.reduce_mean(tf.square(pred - y), name='cost')
-        add_moving_summary(cost)
-        return cost
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
-
-
-class ScriptedStat(Callback):
-    """Puts ``values[epoch_num]`` as statistic ``name`` at the end of each epoch."""
-
-    def __init__(self, name, values):
-        self.name, self.values = name, values
-
-    def _trigger(self):
-        self.trainer.monitors.put_scalar(self.name, self.values[self.epoch_num])
-
-
-def dataflow():
-    rng = np.random.RandomState(1)
-    points = [[rng.randn(4).astype('float32'), np.float32(rng.randn())] for _ in range(8)]
-    return BatchData(DataFromList(points, shuffle=False), 4)
 
 
 def run(values, max_epoch, saver=None):

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from helpers import capture_logs
+from helpers.checkpoint_runs import STEPS, train
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.callbacks.trigger import PeriodicTrigger
 from tensorpack_lite.checkpoint import (STATE_FILE, CheckpointCommit, Rotation, checkpoint_files,
@@ -16,7 +17,6 @@ from tensorpack_lite.checkpoint import (STATE_FILE, CheckpointCommit, Rotation, 
                                         listed_checkpoints, read_checkpoint_state, resume_files, step_of,
                                         verify_checkpoint, write_checkpoint_state)
 from tensorpack_lite.checkpoint.resume_state import ResumeState
-from tests.checkpoint.test_writer import STEPS, train
 
 
 def touch(directory, *names, size=0):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from helpers import HANG_TIMEOUT, BreakSessionAt, RaiseAt
+from helpers.checkpoint_runs import STEPS, build_regression, train
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, MinSaver, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
@@ -26,27 +27,6 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer
 from tensorpack_lite.cluster.config import local_cluster
-
-STEPS = 3   # per epoch; ModelSaver triggers at every epoch's end
-
-
-def build_regression():
-    """A 4 -> 8 -> 3 regression trained with Adam (slot variables too); returns the train op."""
-    rng = np.random.RandomState(0)
-    x = tf.constant(rng.randn(16, 4).astype('float32'))
-    y = tf.constant(rng.randn(16, 3).astype('float32'))
-    w0 = tfv1.get_variable('fc0/W', initializer=rng.randn(4, 8).astype('float32'))
-    w1 = tfv1.get_variable('fc1/W', initializer=rng.randn(8, 3).astype('float32'))
-    loss = tf.reduce_mean(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, w0)), w1) - y))
-    get_global_step_var()
-    return tfv1.train.AdamOptimizer(0.05).minimize(loss)
-
-
-def train(callbacks, max_epoch=3):
-    trainer = Trainer()
-    trainer.train_op = build_regression()
-    trainer.train(callbacks, [], NewSessionCreator(), JustCurrentSession(), STEPS, 1, max_epoch)
-    return trainer
 
 
 def values(sess):

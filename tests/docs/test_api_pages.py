@@ -7,8 +7,8 @@ import inspect
 import os
 import re
 
-from tests.library.test_api import CONTRACT, DATASET_NAMES, IMGAUG_NAMES, SECOND_ROUND, SUBMODULE_ONLY
 from helpers import REPO_DIR
+from helpers.contract import CONTRACT, DATASET_NAMES, IMGAUG_NAMES, SECOND_ROUND, SUBMODULE_ONLY
 
 REPO = REPO_DIR
 

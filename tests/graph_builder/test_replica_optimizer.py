@@ -19,7 +19,8 @@ from tensorpack_lite.tfutils.optimizer import AccumGradOptimizer, apply_grad_pro
 from tensorpack_lite.tfutils.sessinit import SaverRestore
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated
 
-from tests.train.test_trainers_multigpu import ReadAllVariables, cpu_session_creator, cpus, train
+from helpers.graphs import ReadAllVariables, cpus
+from helpers.multigpu import cpu_session_creator, train_towers
 
 BATCH = 3      # per tower
 STEPS = 5
@@ -84,7 +85,7 @@ def single_tower(name, k, steps=STEPS):
     """SimpleTrainer's variables after ``steps`` steps on the K towers' batches concatenated."""
     with tfv1.Graph().as_default():
         source = FeedInput(DataFromList(concatenated(tower_batches(k, steps), k), shuffle=False))
-        return train(SimpleTrainer(), source, 1, steps=steps, model=TinyRegression(OPTIMIZERS[name]))
+        return train_towers(SimpleTrainer(), source, 1, TinyRegression(OPTIMIZERS[name]), steps)
 
 
 def replicated(name, k, steps=STEPS, callbacks=()):
@@ -93,8 +94,7 @@ def replicated(name, k, steps=STEPS, callbacks=()):
         trainer = SyncMultiGPUTrainerReplicated(cpus(k))
         trainer.BROADCAST_EVERY_EPOCH = False   # the replicas must stay equal by themselves
         source = QueueInput(DataFromList(tower_batches(k, steps), shuffle=False))
-        return train(trainer, source, k, steps=steps, callbacks=callbacks,
-                     model=TinyRegression(OPTIMIZERS[name]))
+        return train_towers(trainer, source, k, TinyRegression(OPTIMIZERS[name]), steps, callbacks=callbacks)
 
 
 def assert_every_replica_equals_tower0(values, k):

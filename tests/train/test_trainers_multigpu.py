@@ -17,8 +17,6 @@ from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput, StagingInput
 from tensorpack_lite.predict import (
     DataParallelOfflinePredictor, MultiTowerOfflinePredictor, OfflinePredictor, PredictConfig)
-from tensorpack_lite.tfutils.common import get_default_sess_config
-from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import SaverRestore
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
@@ -29,6 +27,7 @@ from tensorpack_lite.utils.naming import MOVING_SUMMARY_OPS_KEY
 
 from helpers import DigitsMLPBase, cross_entropy_cost
 from helpers.graphs import ReadAllVariables, cpus
+from helpers.multigpu import cpu_session_creator, train_towers
 
 BATCH = 8      # per tower
 STEPS = 3
@@ -41,13 +40,6 @@ class DigitsMLP(DigitsMLPBase):
     def outputs(self, logits, label):
         tf.identity(logits, name='logits')
         return cross_entropy_cost(logits, label)
-
-
-def cpu_session_creator(k, soft_placement=True):
-    config = get_default_sess_config()
-    config.device_count['CPU'] = k
-    config.allow_soft_placement = soft_placement
-    return NewSessionCreator(config=config)
 
 
 def tower_batches(digits, k, steps=STEPS):
@@ -76,15 +68,6 @@ class RecordTowerImages(Callback):
         self.steps.append(values.results)
 
 
-def train(trainer, source, k, steps=STEPS, callbacks=(), model=None):
-    model = model or DigitsMLP()
-    readback = ReadAllVariables()
-    trainer.setup_graph(model.get_input_signature(), source, model.build_graph, model.get_optimizer)
-    trainer.train_with_defaults(callbacks=list(callbacks) + [readback], monitors=[], extra_callbacks=[],
-                                steps_per_epoch=steps, max_epoch=1, session_creator=cpu_session_creator(k))
-    return readback.values
-
-
 @pytest.fixture(scope='module')
 def reference(digits):
     """SimpleTrainer's variables after STEPS steps on the concatenated batches of k towers."""
@@ -94,7 +77,7 @@ def reference(digits):
         if k not in cache:
             with tfv1.Graph().as_default():
                 source = FeedInput(DataFromList(concatenated(tower_batches(digits, k), k), shuffle=False))
-                cache[k] = train(SimpleTrainer(), source, 1)
+                cache[k] = train_towers(SimpleTrainer(), source, 1, DigitsMLP(), STEPS)
         return cache[k]
     return get
 
@@ -128,7 +111,8 @@ def test_k_towers_make_the_update_of_one_tower_on_the_concatenated_batch(digits,
     trainer = make(cpus(k))
     trainer.BROADCAST_EVERY_EPOCH = False   # replicas must stay equal by themselves
     recorder = RecordTowerImages()
-    values = train(trainer, QueueInput(DataFromList(batches, shuffle=False)), k, callbacks=[recorder])
+    values = train_towers(trainer, QueueInput(DataFromList(batches, shuffle=False)), k, DigitsMLP(), STEPS,
+                          callbacks=[recorder])
     # tower i of step s got datapoint s*k+i
     for step, images in enumerate(recorder.steps):
         for tower, image in enumerate(images):
@@ -178,8 +162,8 @@ def test_replicated_runs_update_ops_and_summaries_of_the_main_tower_only(digits)
     k = 2
     trainer = SyncMultiGPUTrainerReplicated(cpus(k), mode='collective')
     trainer.BROADCAST_EVERY_EPOCH = False
-    values = train(trainer, QueueInput(DataFromList(tower_batches(digits, k), shuffle=False)), k,
-                   callbacks=[RunUpdateOps()], model=CountingMLP())
+    values = train_towers(trainer, QueueInput(DataFromList(tower_batches(digits, k), shuffle=False)), k,
+                          CountingMLP(), STEPS, callbacks=[RunUpdateOps()])
     assert values['counter'] == STEPS and values['tower1/counter'] == 0
     assert [t.name for t in tfv1.get_collection(MOVING_SUMMARY_OPS_KEY)] == ['EMA/cost_EMA:0']
 
@@ -215,8 +199,7 @@ def test_async_applies_one_update_per_tower(scale_gradient):
     rng = np.random.RandomState(0)
     batches = [[rng.rand(3, 4).astype('float32')] for _ in range(k * steps)]
     trainer = AsyncMultiGPUTrainer(cpus(k), scale_gradient=scale_gradient)
-    values = train(trainer, QueueInput(DataFromList(batches, shuffle=False)), k, steps=steps,
-                   model=LinearCost())
+    values = train_towers(trainer, QueueInput(DataFromList(batches, shuffle=False)), k, LinearCost(), steps)
     updates = [0.5 * b[0].mean(0) / (k if scale_gradient else 1) for b in batches]
     np.testing.assert_allclose(values['w'], -np.sum(updates, 0), rtol=1e-6)
     assert values['global_step'] == steps
@@ -227,8 +210,8 @@ def test_async_applies_one_update_per_tower(scale_gradient):
 def test_replicated_checkpoint_restores_into_single_tower_models(digits, logdir):
     k = 2
     trainer = SyncMultiGPUTrainerReplicated(cpus(k), mode='collective')
-    values = train(trainer, QueueInput(DataFromList(tower_batches(digits, k), shuffle=False)), k,
-                   callbacks=[ModelSaver()])
+    values = train_towers(trainer, QueueInput(DataFromList(tower_batches(digits, k), shuffle=False)), k,
+                          DigitsMLP(), STEPS, callbacks=[ModelSaver()])
     checkpoint = os.path.join(logdir, 'model-{}'.format(STEPS))
     saved = load_chkpt_vars(checkpoint)
     assert set(MAIN_VARIABLES) < set(saved) and not [n for n in saved if n.startswith('tower')]
@@ -330,7 +313,7 @@ def test_staging_input_keeps_the_order_of_towers(digits, reference):
     trainer = SyncMultiGPUTrainerParameterServer(cpus(k))
     source = StagingInput(QueueInput(DataFromList(tower_batches(digits, k), shuffle=False)))
     recorder = RecordTowerImages()
-    values = train(trainer, source, k, callbacks=[recorder])
+    values = train_towers(trainer, source, k, DigitsMLP(), STEPS, callbacks=[recorder])
     batches = tower_batches(digits, k)
     for step, images in enumerate(recorder.steps):
         for tower, image in enumerate(images):
