@@ -148,7 +148,7 @@ def test_in_a_trial_of_2_workers_the_chiefs_prune_stops_both_after_the_same_step
     score 9 of epoch 3 (global step 9); the request travels in the next step's all-reduce, both
     workers stop after step 10 and exit 0; the chief's launch_optuna_trial raised TrialPruned, the
     other's (which has no trial) returned None."""
-    from tests.distributed.test_trainers import Run, load_worker
+    from helpers.distributed import Run, load_worker
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--epochs', 6,
                                '--optuna-prune-above', '5:3,2,9,1,1,1'])
     assert [run.returncode('worker', k) for k in range(2)] == [0, 0], run.output[-6000:]

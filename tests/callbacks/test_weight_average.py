@@ -268,7 +268,7 @@ def test_two_collective_workers_keep_the_same_average(tmp_path):
     """tests/distributed_scripts/train_tiny_multiworker.py on 2 CollectiveAllReduceTrainer workers (2
     epochs of 3 steps, each worker starting from weights of its own: the chief's are broadcast) with
     WeightAverage(0.9, every 2 steps): both end with the same averages, 3 updates, not the weights."""
-    from tests.distributed.test_trainers import Run, load_worker
+    from helpers.distributed import Run, load_worker
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--epochs', 2, '--weight-average', 0.9])
     assert [run.returncode('worker', k) for k in range(2)] == [0, 0], run.output[-6000:]
     workers = [load_worker(tmp_path, k) for k in range(2)]

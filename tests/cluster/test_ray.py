@@ -17,14 +17,13 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import kill_process_tree, wait_until
-from tests.distributed.test_trainers import (HERE, SCRIPT, assert_replicas_match, load_worker,
-                                             reference_weights, script_env)
+from helpers import TESTS_DIR, kill_process_tree, wait_until
+from helpers.distributed import SCRIPT, assert_replicas_match, load_worker, reference_weights, script_env
 
 ray = pytest.importorskip('ray', reason="Ray is not installed: pip install 'tensorpack_lite[ray]'")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-DRIVER = os.path.join(HERE, 'distributed_scripts', 'ray_driver.py')
+DRIVER = os.path.join(TESTS_DIR, 'distributed_scripts', 'ray_driver.py')
 WAIT = 600     # seconds: only a hang takes that long
 LR = 0.05
 

@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from tests.distributed.test_trainers import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker,
-                                             script_command, script_env, train_tiny)
+from helpers.distributed import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker, script_command,
+                                 script_env, train_tiny)
 from tensorpack_lite.cluster.launch import launch
 
 STEPS = 3            # per epoch

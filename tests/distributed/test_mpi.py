@@ -15,7 +15,10 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers import REPO_DIR, run_bounded, subprocess_env
+from helpers import run_bounded, subprocess_env
+from helpers.mpi import (BATCH, EPOCHS, LR, MPIEXEC, RUN_TIMEOUT, SCRIPT, STEPS, SUPERVISED,
+                         assert_bit_identical, assert_close, load_rank, needs_mpiexec, pid_of_rank, rank_env,
+                         rank_logs, reference_weights, run_ranks, train_tiny)
 from tensorpack_lite.compat import tf, tfv1
 
 mpi4py = pytest.importorskip('mpi4py',
@@ -23,19 +26,6 @@ mpi4py = pytest.importorskip('mpi4py',
 
 from tensorpack_lite.graph_builder import mpi_ops  # noqa: E402
 from tensorpack_lite.train.horovod_trainer import HorovodTrainer  # noqa: E402
-
-REPO = REPO_DIR
-SCRIPT = os.path.join(REPO, 'tests', 'horovod_scripts', 'train_tiny.py')
-MPIEXEC = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
-RUN_TIMEOUT = 180
-BATCH, STEPS, EPOCHS, LR = 4, 3, 2, 0.05
-
-sys.path.insert(0, os.path.dirname(SCRIPT))
-import train_tiny  # noqa: E402
-
-needs_mpiexec = pytest.mark.skipif(not os.path.exists(MPIEXEC),
-                                   reason='no mpiexec next to {} (pip install "tensorpack_lite[mpi]" '
-                                          'installs MPICH with it)'.format(sys.executable))
 
 
 # ----- the facade in this process (size 1) -------------------------------------------------------
@@ -261,55 +251,6 @@ def test_without_any_engine_the_error_says_how_to_install(monkeypatch):
 
 
 # ----- real ranks under mpiexec -------------------------------------------------------------------
-
-# the documented invocation that makes the survivors name a killed rank; with a grace as long as
-# the run's timeout, a run that they do not end fails the test instead of ending another way
-SUPERVISED = (['-disable-auto-cleanup'],
-              [sys.executable, '-m', 'tensorpack_lite.cluster.mpi_rank', '--grace', str(RUN_TIMEOUT)])
-
-
-def run_ranks(num, out_dir, *args, script=None, launch=([], [])):
-    """``mpiexec -n num`` on train_tiny.py (or ``script`` with ``args``); returns (exit code,
-    output). ``launch``: (more mpiexec options, a command that runs each rank's command)."""
-    if script is None:
-        script = SCRIPT
-        args = ['--out', str(out_dir), '--batch', str(BATCH), '--steps-per-epoch', str(STEPS),
-                '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
-    options, wrapper = launch
-    command = [MPIEXEC, '-launcher', 'fork'] + options + ['-n', str(num)] + wrapper + \
-        [sys.executable, script] + list(args)
-    return run_bounded(command, RUN_TIMEOUT, env=rank_env(), cwd=out_dir)
-
-
-def rank_env():
-    return subprocess_env(TENSORPACK_LOGGER_ACTION='k')
-
-
-def load_rank(out_dir, rank):
-    with open(os.path.join(str(out_dir), 'rank{}.json'.format(rank))) as f:
-        result = json.load(f)
-    result['weights'] = {k: np.asarray(v, np.float32) for k, v in result['weights'].items()}
-    return result
-
-
-def reference_weights(num, lr, steps_per_epoch=STEPS, max_epoch=EPOCHS, batch_norm=None):
-    """One process, the batches of all ``num`` ranks concatenated, from rank 0's weights."""
-    samples = train_tiny.make_samples(STEPS * BATCH * num)
-    return train_tiny.train_single(samples, num * BATCH, lr, steps_per_epoch, max_epoch, batch_norm)
-
-
-def assert_close(a, b, rtol, atol):
-    assert sorted(a) == sorted(b)
-    for name in a:
-        np.testing.assert_allclose(a[name], b[name], rtol=rtol, atol=atol, err_msg=name)
-
-
-def assert_bit_identical(ranks):
-    for other in ranks[1:]:
-        assert other['step_hashes'] == ranks[0]['step_hashes']
-        for name in ranks[0]['weights']:
-            assert ranks[0]['weights'][name].tobytes() == other['weights'][name].tobytes(), name
-
 
 @needs_mpiexec
 @pytest.mark.parametrize('num', [3])   # 2 ranks: the two-rank tests below and above
@@ -683,12 +624,6 @@ def test_a_rank_failing_before_training_aborts_the_job_instead_of_leaving_the_ot
     assert not os.path.exists(os.path.join(str(tmp_path), 'rank0.json'))     # nobody trained
 
 
-def pid_of_rank(output, rank, num):
-    found = re.findall(r'MPI rank {} of {} \(local rank \d+ of \d+\) is pid (\d+)'.format(rank, num), output)
-    assert len(found) == 1, output[-6000:]
-    return int(found[0])
-
-
 @needs_mpiexec
 def test_plain_mpiexec_ends_the_job_of_a_killed_rank(tmp_path):
     code, output = run_ranks(3, tmp_path, '--die', '1', '2', '--epochs', '50')
@@ -703,13 +638,6 @@ def test_plain_mpiexec_ends_the_job_of_a_killed_rank(tmp_path):
 
 DIED = re.compile(r'MPI rank (\d+) \(pid (\d+) on (\S+)\) died while rank (\d+) waited for it in (\w+); '
                   r'aborting the job\.')
-
-
-def rank_logs(out_dir, num):
-    """The ranks' own log files (train_tiny.py writes them): what a rank logged right before
-    it aborted the job is there even when mpiexec's output lost it."""
-    paths = [os.path.join(str(out_dir), 'rank{}.log'.format(r)) for r in range(num)]
-    return ''.join(open(path).read() for path in paths if os.path.exists(path))
 
 
 def assert_survivors_name(code, output, out_dir, dead, num, waited_in):

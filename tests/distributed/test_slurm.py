@@ -18,14 +18,11 @@ import time
 import numpy as np
 import pytest
 
-from helpers import kill_process_tree, slurm_node, wait_until
+from helpers import REPO_DIR, distributed, kill_process_tree, mpi, slurm_node, wait_until
 from tensorpack_lite.cluster.slurm import reserved_ports
 
 REASON = slurm_node.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
-
-from tests.distributed import test_trainers as dist_tests  # noqa: E402  (train_tiny_multiworker.py)
-from tests.distributed import test_mpi as mpi_tests  # noqa: E402
 
 RUN_TIMEOUT = 300
 
@@ -36,7 +33,7 @@ def node():
         yield started
 
 
-ENV = dict(PYTHONPATH=mpi_tests.REPO, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+ENV = dict(PYTHONPATH=REPO_DIR, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
 
 
 def srun(node, tasks, argv, options=(), **env):
@@ -64,43 +61,43 @@ def sbatch(node, tasks, argv, out_dir):
 def test_slurm_starts_collective_workers_without_tf_config(node, tmp_path, tasks, launcher):
     """``srun -n 2 python train.py``, or a batch script of ``srun python train.py`` given
     to ``sbatch -n 3``: the tasks make the cluster from Slurm's environment."""
-    argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--epochs', 2])
+    argv = distributed.script_command(tmp_path, ['--trainer', 'collective', '--epochs', 2])
     code, output = srun(node, tasks, argv) if launcher == 'srun' else sbatch(node, tasks, argv, tmp_path)
     assert code == 0, output[-6000:] + node.logs()
     # the cluster of the step: worker k is Slurm task k, on this node, ports of the job's block
     cluster = r"Distributed training on cluster \{'worker': \['\w+:\d+'(, '\w+:\d+'){%d}\]\}" % (tasks - 1)
     assert re.search(cluster, output), output[-6000:]
-    reference = dist_tests.reference_weights(tasks, 1, 4, 5, 3, 2, lr=0.05)
-    workers = dist_tests.assert_workers_end_with(tmp_path, tasks, 6, reference)
+    reference = distributed.reference_weights(tasks, 1, 4, 5, 3, 2, lr=0.05)
+    workers = distributed.assert_workers_end_with(tmp_path, tasks, 6, reference)
     for other in workers[1:]:
         for name, value in workers[0]['weights'].items():
             np.testing.assert_array_equal(other['weights'][name], value, err_msg=name)   # bit-identical
 
 
 def test_srun_starts_a_parameter_server_trainer_with_the_last_task_as_ps(node, tmp_path):
-    argv = dist_tests.script_command(tmp_path, ['--trainer', 'ps', '--epochs', 2])
+    argv = distributed.script_command(tmp_path, ['--trainer', 'ps', '--epochs', 2])
     code, output = srun(node, 3, argv, TENSORPACK_SLURM_NUM_PS='1')
     assert code == 0, output[-6000:] + node.logs()
     assert re.search(r"this is ps 0 \(\w+:\d+\)", output), output[-6000:]
-    reference = dist_tests.reference_weights(2, 1, 4, 5, 3, 2, lr=0.05)
-    dist_tests.assert_workers_end_with(tmp_path, 2, 6, reference)
+    reference = distributed.reference_weights(2, 1, 4, 5, 3, 2, lr=0.05)
+    distributed.assert_workers_end_with(tmp_path, 2, 6, reference)
 
 
-@mpi_tests.needs_mpiexec
+@mpi.needs_mpiexec
 def test_horovod_trainer_under_srun_mpi_pmi2_trains_as_one_process(node, tmp_path):
-    argv = [sys.executable, mpi_tests.SCRIPT] + mpi_args(tmp_path)
+    argv = [sys.executable, mpi.SCRIPT] + mpi_args(tmp_path)
     code, output = srun(node, 2, argv, options=['--mpi=pmi2'])
     assert code == 0, output[-6000:] + node.logs()
-    ranks = [mpi_tests.load_rank(tmp_path, r) for r in range(2)]
-    mpi_tests.assert_bit_identical(ranks)
-    reference = mpi_tests.reference_weights(2, mpi_tests.LR)
-    mpi_tests.assert_close(ranks[0]['weights'], reference, rtol=1e-4, atol=1e-5)
+    ranks = [mpi.load_rank(tmp_path, r) for r in range(2)]
+    mpi.assert_bit_identical(ranks)
+    reference = mpi.reference_weights(2, mpi.LR)
+    mpi.assert_close(ranks[0]['weights'], reference, rtol=1e-4, atol=1e-5)
 
 
-@mpi_tests.needs_mpiexec
+@mpi.needs_mpiexec
 def test_horovod_trainer_under_srun_without_mpi_support_is_refused(node, tmp_path):
     """Slurm's default MpiDefault=none: each task would be an MPI singleton training alone."""
-    code, output = srun(node, 2, [sys.executable, mpi_tests.SCRIPT] + mpi_args(tmp_path))
+    code, output = srun(node, 2, [sys.executable, mpi.SCRIPT] + mpi_args(tmp_path))
     assert code != 0
     refused = (r"MPI sees 1 rank, but SLURM_STEP_NUM_TASKS=2: Slurm started 2 tasks in this step, but its "
                r"MPI support is off .*'srun --mpi=pmi2'")
@@ -109,8 +106,8 @@ def test_horovod_trainer_under_srun_without_mpi_support_is_refused(node, tmp_pat
 
 
 def mpi_args(out_dir):
-    return ['--out', str(out_dir), '--batch', str(mpi_tests.BATCH), '--steps-per-epoch', str(mpi_tests.STEPS),
-            '--epochs', str(mpi_tests.EPOCHS), '--lr', str(mpi_tests.LR)]
+    return ['--out', str(out_dir), '--batch', str(mpi.BATCH), '--steps-per-epoch', str(mpi.STEPS),
+            '--epochs', str(mpi.EPOCHS), '--lr', str(mpi.LR)]
 
 
 def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrupted(node, tmp_path):
@@ -122,9 +119,9 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
     it was, and ends with every epoch recorded once and the weights of an uninterrupted run."""
     logs = tmp_path / 'logs'
     logdir = logs / 'worker0'      # each task a logger directory of its own, for its resume states
-    argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
-                                                '--steps-per-epoch', 200, '--logdir', logs,
-                                                '--per-worker-logdir', '--pause-at-step', 250])
+    argv = distributed.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
+                                                 '--steps-per-epoch', 200, '--logdir', logs,
+                                                 '--per-worker-logdir', '--pause-at-step', 250])
     proc, ended_after = preempt_when_paused(node, tmp_path, 2, argv)
     first = log_of(tmp_path)
     print("SIGTERM to the job's 2 tasks: srun ended {:.2f} s later, exit {}".format(
@@ -135,18 +132,18 @@ def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrup
     assert stops == ['251', '251'], first[-6000:]
     assert re.search(r'Model saved to .*model-251\.', first), first[-6000:]
     assert proc.returncode == 143, first[-6000:]
-    stopped = [dist_tests.load_worker(tmp_path, k) for k in range(2)]
+    stopped = [distributed.load_worker(tmp_path, k) for k in range(2)]
     assert [w['global_step'] for w in stopped] == [251, 251]
-    dist_tests.assert_replicas_match(stopped[1]['weights'], stopped[0]['weights'], atol=0)
+    distributed.assert_replicas_match(stopped[1]['weights'], stopped[0]['weights'], atol=0)
     code, output = srun(node, 2, argv)
     assert code == 0, output[-6000:]
     resumed = 'Resuming from checkpoint {} (step 51 of 200 of epoch 2, global step 251).'.format(
         logdir / 'model-251')
     assert resumed in output, output[-6000:]
     assert 'worker-1 takes back its own state at global step 251 (step 51 of 200 of epoch 2).' in output
-    assert dist_tests.stats_epochs(logdir) == [1, 2, 3, 4]
-    reference = dist_tests.reference_weights(2, 1, 4, 5, 200, 4, lr=0.05)
-    dist_tests.assert_workers_end_with(tmp_path, 2, 800, reference)
+    assert distributed.stats_epochs(logdir) == [1, 2, 3, 4]
+    reference = distributed.reference_weights(2, 1, 4, 5, 200, 4, lr=0.05)
+    distributed.assert_workers_end_with(tmp_path, 2, 800, reference)
 
 
 def preempt_when_paused(node, tmp_path, tasks, argv):
@@ -178,9 +175,9 @@ def test_a_preempted_job_resubmitted_with_fewer_tasks_keeps_the_global_batch(nod
     went from 3 to 2 and each task now takes 6, and ends with the weights of one process on
     batches of 12."""
     logdir = tmp_path / 'logs'
-    argv = dist_tests.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
-                                                '--steps-per-epoch', 3, '--logdir', logdir,
-                                                '--elastic', 'keep:12', '--pause-at-step', 7])
+    argv = distributed.script_command(tmp_path, ['--trainer', 'collective', '--lr', 0.05, '--epochs', 4,
+                                                 '--steps-per-epoch', 3, '--logdir', logdir,
+                                                 '--elastic', 'keep:12', '--pause-at-step', 7])
     proc, _ = preempt_when_paused(node, tmp_path, 3, argv)
     assert proc.returncode == 143, log_of(tmp_path)[-6000:]
     code, output = sbatch(node, 2, argv, tmp_path)
@@ -190,10 +187,10 @@ def test_a_preempted_job_resubmitted_with_fewer_tasks_keeps_the_global_batch(nod
             "KeepGlobalBatch(12) keeps the global batch at 12 (6 per replica, was 4 per replica); an epoch "
             "stays 3 steps and the learning rate is unchanged.")
     assert output.count(line) == 1, output[-6000:]     # the chief, which resumes the logger directory
-    assert dist_tests.stats_epochs(logdir) == [1, 2, 3, 4]
-    samples = dist_tests.train_tiny.make_samples(3 * 12)
-    reference = dist_tests.train_tiny.train_single(samples, 12, 0.05, 5, 3, 4)
-    dist_tests.assert_workers_end_with(tmp_path, 2, 12, reference)
+    assert distributed.stats_epochs(logdir) == [1, 2, 3, 4]
+    samples = distributed.train_tiny.make_samples(3 * 12)
+    reference = distributed.train_tiny.train_single(samples, 12, 0.05, 5, 3, 4)
+    distributed.assert_workers_end_with(tmp_path, 2, 12, reference)
 
 
 def log_of(out_dir):

@@ -2,7 +2,7 @@
 averaged over every tower of every worker (2 worker processes of 2 towers), so the run
 equals one process on the step's batches of all towers concatenated, moving averages included."""
 
-from tests.distributed.test_trainers import Run, assert_workers_end_with, train_tiny
+from helpers.distributed import Run, assert_workers_end_with, train_tiny
 
 
 def test_two_workers_of_two_towers_synchronise_batchnorm_over_all_towers(tmp_path):

@@ -145,13 +145,13 @@ def worker_args(control_flow):
 @pytest.mark.parametrize('trainer, control_flow', [('collective', 'v1'), ('collective', 'v2'), ('ps', 'v2'),
                                                    ('replicated', 'v1')])
 def test_a_two_worker_job_trains_a_while_loop(trainer, control_flow, reference, tmp_path):
-    from tests.distributed import test_trainers as test_distributed
-    assert test_distributed.train_tiny.INIT_SEED == CHIEF_SEED
-    run = test_distributed.Run(tmp_path, TOWERS, 0 if trainer == 'collective' else 1,
-                               ['--trainer', trainer] + worker_args(control_flow))
+    from helpers.distributed import Run, load_worker, train_tiny
+    assert train_tiny.INIT_SEED == CHIEF_SEED
+    run = Run(tmp_path, TOWERS, 0 if trainer == 'collective' else 1,
+              ['--trainer', trainer] + worker_args(control_flow))
     assert run.code == 0, run.output[-6000:]
     for k in range(TOWERS):
-        worker = test_distributed.load_worker(tmp_path, k)
+        worker = load_worker(tmp_path, k)
         assert worker['global_step'] == STEPS
         assert_finite_costs(worker['costs'])
         assert_trains_like(worker['weights'], reference[0])
@@ -160,20 +160,20 @@ def test_a_two_worker_job_trains_a_while_loop(trainer, control_flow, reference, 
 @pytest.mark.parametrize('control_flow', ['v1', 'v2'])
 def test_a_two_rank_mpi_job_trains_a_while_loop(control_flow, reference, tmp_path):
     pytest.importorskip('mpi4py', reason='the MPI engine needs mpi4py: pip install "tensorpack_lite[mpi]"')
-    from tests.distributed import test_mpi
-    if not os.path.exists(test_mpi.MPIEXEC):
+    from helpers.mpi import MPIEXEC, load_rank, run_ranks, train_tiny
+    if not os.path.exists(MPIEXEC):
         pytest.skip('no mpiexec next to {} (pip install "tensorpack_lite[mpi]" installs MPICH with '
                     'it)'.format(sys.executable))
-    assert test_mpi.train_tiny.INIT_SEED == CHIEF_SEED
-    code, output = test_mpi.run_ranks(TOWERS, tmp_path, *worker_args(control_flow))
+    assert train_tiny.INIT_SEED == CHIEF_SEED
+    code, output = run_ranks(TOWERS, tmp_path, *worker_args(control_flow))
     assert code == 0, output[-6000:]
     for rank in range(TOWERS):
-        result = test_mpi.load_rank(tmp_path, rank)
+        result = load_rank(tmp_path, rank)
         assert result['global_step'] == STEPS
         assert_finite_costs(result['costs'])
         assert_trains_like(result['weights'], reference[0])
     # the gradients travel in backprop's order: the vote and the output layer's first, the input's last
-    calls = test_mpi.load_rank(tmp_path, 0)['allreduce_calls']
+    calls = load_rank(tmp_path, 0)['allreduce_calls']
     shapes = [shape for call in calls for shape in call['shapes']]
     assert shapes == [[2], [6, 3], [3], [6, 6], [6], [4, 6]], shapes
 
