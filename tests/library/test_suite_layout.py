@@ -2,8 +2,10 @@
 
 Every test file is ``tests/<package>/test_<module>[_<aspect>].py`` for a package of tensorpack_lite
 and one of its modules (or the package itself), or sits in one of the named folders for what
-crosses packages; no file is named for the history of the work; every package has its folder."""
+crosses packages; no file is named for the history of the work; every package has its folder; no
+file imports a test module (what several share is in tests/helpers/)."""
 
+import ast
 import os
 import re
 
@@ -14,6 +16,7 @@ from helpers import REPO_DIR, TESTS_DIR
 pytestmark = pytest.mark.quick
 
 PACKAGE_DIR = os.path.join(REPO_DIR, 'tensorpack_lite')
+HELPERS_DIR = os.path.join(TESTS_DIR, 'helpers')
 
 NAMED_FOLDERS = {
     'library': 'the package as a whole: its public names, its layers, its warnings, this layout',
@@ -108,3 +111,75 @@ def test_the_readme_of_the_suite_names_every_folder():
         text = f.read()
     for folder in packages() + sorted(NAMED_FOLDERS):
         assert '`{}/`'.format(folder) in text, folder
+
+
+def imported_names(source):
+    """The dotted names the Python ``source`` imports: ``import a.b`` gives 'a.b', ``from a import
+    b`` 'a.b' (b may be a module), a relative import keeps its dots ('.b', '..a.b'); also a literal
+    name given to ``importlib.import_module`` or ``__import__``, and the imports of the programs in
+    string literals (a child's ``python -c`` code), statement by statement."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = '.' * node.level + (node.module or '')
+            names += [base + ('' if base.endswith('.') else '.') + alias.name for alias in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and \
+                getattr(node.func, 'attr', getattr(node.func, 'id', None)) in ('import_module', '__import__'):
+            names.append(str(node.args[0].value))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and 'import' in node.value:
+            for statement in re.split(r'[;\n]', node.value):
+                try:
+                    names += imported_names(statement.strip())
+                except SyntaxError:     # not Python, or a template ('{!r}')
+                    pass
+    return names
+
+
+def imported_test_modules(source):
+    """What ``source`` imports that is (or is inside) a test module: a part starts with test_."""
+    return [name for name in imported_names(source)
+            if any(part.startswith('test_') for part in name.split('.'))]
+
+
+SPELLINGS = {
+    'from-module': 'from tests.distributed.TEST_trainers import Run',
+    'import-as': 'import tests.distributed.TEST_mpi as mpi_tests',
+    'from-package': 'from tests.distributed import TEST_mpi',
+    'top-level': 'import TEST_writer',
+    'from-top-level': 'from TEST_writer import STEPS',
+    'relative-module': 'from .TEST_writer import train',
+    'relative-package': 'from . import TEST_writer',
+    'relative-parent': 'from ..checkpoint import TEST_writer',
+    'import_module': "importlib.import_module('tests.library.TEST_api')",
+    'child-program': 'code = "import sys; sys.path[:0] = [{!r}]; from tests.dataflow import TEST_state as t"',
+}
+"""Ways to import a test module, 'TEST_' standing for 'test_' (so that this file imports none)."""
+
+
+@pytest.mark.parametrize('source', list(SPELLINGS.values()), ids=list(SPELLINGS))
+def test_every_spelling_of_importing_a_test_module_is_seen(source):
+    assert imported_test_modules(source.replace('TEST_', 'test_'))
+    assert imported_test_modules(source) == []
+
+
+def test_imports_of_other_modules_are_not_taken_for_test_modules():
+    source = ('import pytest\nfrom helpers.distributed import Run\nfrom tensorpack_lite.dataflow import '
+              'TestDataSpeed\ncode = "import numpy; from helpers import testing"\n')
+    assert imported_test_modules(source) == []
+
+
+def test_no_file_imports_a_test_module():
+    """A test module imports no other (nor a child program it runs): what several test files
+    share is defined once in tests/helpers/, which, like conftest.py, is not checked."""
+    found = []
+    for directory, dirs, files in os.walk(TESTS_DIR):
+        dirs[:] = [d for d in dirs if d != '__pycache__' and os.path.join(directory, d) != HELPERS_DIR]
+        for name in files:
+            if name.endswith('.py') and name != 'conftest.py':
+                path = os.path.join(directory, name)
+                with open(path, encoding='utf-8') as f:
+                    found += ['{}: {}'.format(os.path.relpath(path, TESTS_DIR), imported)
+                              for imported in imported_test_modules(f.read())]
+    assert found == [], "test modules imported (move what they share to tests/helpers/): {}".format(found)
