@@ -1,8 +1,9 @@
 """Helpers shared by the test modules (fixtures live in tests/conftest.py): each defined once here.
 
 Import them as ``from helpers import ...``: conftest.py puts tests/ on sys.path. In modules of
-their own: more shared models (:mod:`helpers.models`), small trainers for callback tests
-(:mod:`helpers.trainers`), DataFlow helpers (:mod:`helpers.dataflows`), graphs on virtual CPUs
+their own: the shared models (:mod:`helpers.models`; the most used, DigitsMLPBase, LineRegression,
+WhileLoopRNN and cross_entropy_cost, are importable from here too), small trainers for callback
+tests (:mod:`helpers.trainers`), DataFlow helpers (:mod:`helpers.dataflows`), graphs on virtual CPUs
 (:mod:`helpers.graphs`), running the examples (:mod:`helpers.examples`), the one-node Slurm
 (:mod:`helpers.slurm_node`) and the guides' code runner (:mod:`helpers.guide_blocks`). Free ports
 come from the library (``tensorpack_lite.cluster.config.held_free_port`` / ``free_ports``).
@@ -25,8 +26,9 @@ from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.tfutils.sessinit import SessionInit
-from tensorpack_lite.tfutils.tower import get_current_tower_context
-from tensorpack_lite.train import ModelDesc
+
+from helpers.models import (LINE_INITIAL_LR, DigitsMLPBase, LineRegression, WhileLoopRNN, cross_entropy_cost,
+                            sequence_samples)
 
 __all__ = ['TESTS_DIR', 'REPO_DIR', 'subprocess_env', 'NO_TENSORFLOW', 'run_python', 'run_bounded',
            'kill_process_tree', 'LogRecords',
@@ -202,108 +204,7 @@ class AssignValues(SessionInit):
         sess.run(self.assign)
 
 
-# ----- a small model on the 8x8 digits (sklearn.datasets.load_digits) ------------------------
-
-class DigitsMLPBase(ModelDesc):
-    """64 -> hidden -> 10 on inputs 'image' [None, 64] and 'label' [None], its weights drawn
-    from a fixed numpy seed so that every run starts equal. ``contexts`` records
-    (is_training, ns_name) of each tower it is built in. Subclasses add their outputs in
-    ``outputs(logits, label)``, which returns the cost."""
-
-    def __init__(self, hidden=32, lr=0.1, seed=3):
-        self.hidden, self.lr, self.seed = hidden, lr, seed
-        self.contexts = []
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 64], tf.float32, 'image'),
-                tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, image, label):
-        ctx = get_current_tower_context()
-        self.contexts.append((ctx.is_training, ctx.ns_name))
-        rng = np.random.RandomState(self.seed)
-        w0 = tfv1.get_variable('fc0/W', initializer=(rng.randn(64, self.hidden) * 0.2).astype('float32'))
-        b0 = tfv1.get_variable('fc0/b', initializer=np.zeros(self.hidden, 'float32'))
-        w1 = tfv1.get_variable('fc1/W', initializer=(rng.randn(self.hidden, 10) * 0.2).astype('float32'))
-        b1 = tfv1.get_variable('fc1/b', initializer=np.zeros(10, 'float32'))
-        logits = tf.matmul(tf.nn.relu(tf.matmul(image, w0) + b0), w1) + b1
-        return self.outputs(logits, label)
-
-    def outputs(self, logits, label):
-        raise NotImplementedError
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(self.lr)
-
-
-LINE_INITIAL_LR = 0.3
-
-
-class LineRegression(ModelDesc):
-    """y = w * x (w starts at 0) fitted by plain gradient descent, with the learning rate in a
-    graph variable ``learning_rate`` (initially :data:`LINE_INITIAL_LR`) as tensorpack models
-    have it: hyper-parameter tests compute the expected w by hand."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=0.0)
-        return tf.reduce_mean(tf.square(w * x - y), name='cost')
-
-    def optimizer(self):
-        lr = tfv1.get_variable('learning_rate', initializer=LINE_INITIAL_LR, trainable=False)
-        return tfv1.train.GradientDescentOptimizer(lr)
-
-
-class WhileLoopRNN(ModelDesc):
-    """A recurrent net whose loop is a ``tf.while_loop`` over the :attr:`STEPS` steps of its
-    input, as TF1-era RNN code writes it: TF1 control flow (``Merge``/``NextIteration`` cycles)
-    in a process with ``tf.compat.v1.disable_v2_behavior()`` or ``disable_control_flow_v2()``,
-    a functional ``While`` op otherwise. Inputs 'seq' [None, STEPS, FEATURES] and 'label' [None]
-    (:func:`sequence_samples`); x_t = seq_t in/W, h_t = tanh(x_t + h_{t-1} rnn/W_h + rnn/b),
-    logits = h_STEPS out/W + out/b; the cost is the mean cross-entropy, 'cost'. The weights
-    come from a numpy seed (every run starts equal), in the order of :attr:`VARIABLES`.
-    Needs no tower context."""
-
-    STEPS, FEATURES, HIDDEN, CLASSES = 5, 4, 6, 3
-    VARIABLES = ['in/W', 'rnn/W_h', 'rnn/b', 'out/W', 'out/b']
-
-    def __init__(self, seed=3, lr=0.1):
-        self.seed, self.lr = seed, lr
-
-    def inputs(self):
-        return [tf.TensorSpec([None, self.STEPS, self.FEATURES], tf.float32, 'seq'),
-                tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, seq, label):
-        rng = np.random.RandomState(self.seed)
-        shapes = [(self.FEATURES, self.HIDDEN), (self.HIDDEN, self.HIDDEN), (self.HIDDEN,),
-                  (self.HIDDEN, self.CLASSES), (self.CLASSES,)]
-        w_in, w_h, b, w_out, b_out = [
-            tfv1.get_variable(name, initializer=(rng.randn(*shape) * 0.3).astype('float32'))
-            for name, shape in zip(self.VARIABLES, shapes)]
-        inputs = tf.transpose(tf.tensordot(seq, w_in, 1), [1, 0, 2])     # time-major [STEPS, batch, HIDDEN]
-
-        def step(t, h):
-            return t + 1, tf.tanh(tf.gather(inputs, t) + tf.matmul(h, w_h) + b)
-
-        _, last = tf.while_loop(lambda t, h: t < self.STEPS, step,
-                                [tf.constant(0), tf.zeros_like(inputs[0])], name='rnn_loop')
-        return cross_entropy_cost(tf.matmul(last, w_out) + b_out, label)
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(self.lr)
-
-
-def sequence_samples(num, seed=0):
-    """``num`` deterministic [seq, label] datapoints of :class:`WhileLoopRNN`: the label is the
-    number of the first and last steps whose first feature is positive (0, 1 or 2)."""
-    rng = np.random.RandomState(seed)
-    seq = rng.randn(num, WhileLoopRNN.STEPS, WhileLoopRNN.FEATURES).astype('float32')
-    label = ((seq[:, 0, 0] > 0).astype('int32') + (seq[:, -1, 0] > 0)).astype('int32')
-    return [[x, y] for x, y in zip(seq, label)]
-
+# ----- the model of the multi-process scripts; labelled data ----------------------------------
 
 def add_model_arguments(parser, process='process'):
     """The options of the multi-process training scripts that choose their model: ``--model
@@ -314,12 +215,6 @@ def add_model_arguments(parser, process='process'):
     parser.add_argument('--tf1', action='store_true',
                         help='tf.compat.v1.disable_v2_behavior() first, as TF1-era scripts start (v1 control '
                              'flow: a tf.while_loop builds Merge/NextIteration cycles)')
-
-
-def cross_entropy_cost(logits, label):
-    """The mean softmax cross-entropy, named 'cost'."""
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits),
-                          name='cost')
 
 
 def labelled_batches(images, labels, batch, shuffle=False, remainder=False):
