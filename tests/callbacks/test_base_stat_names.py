@@ -16,29 +16,18 @@ from tensorpack_lite.callbacks.prof import (GPUUtilizationTracker, HostMemoryTra
 from tensorpack_lite.callbacks.saver import MinSaver
 from tensorpack_lite.callbacks.steps import MaintainStepCounter
 from tensorpack_lite.callbacks.summary import SimpleMovingAverage
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.input_source.queue import ZMQInput, _PutDroppedMessages
 from tensorpack_lite.loop.dispatch import Callbacks
-from tensorpack_lite.tfutils.summary import add_moving_summary
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
+
+from helpers.models import LineRegression
 
 
-class Model(ModelDesc):
+def model():
     """A linear regression with a learning rate variable and a moving summary of its cost."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=np.full((4, 1), 0.5, 'float32'))
-        cost = tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
-        add_moving_summary(cost)
-        return cost
-
-    def optimizer(self):
-        lr = tfv1.get_variable('learning_rate', initializer=0.1, trainable=False)
-        return tfv1.train.GradientDescentOptimizer(lr)
+    return LineRegression(dim=4, init=0.5, lr=0.1, summary=True)
 
 
 class NameRecorder(MonitorBase):
@@ -64,7 +53,7 @@ def train(callbacks, max_epoch=2):
     """Train 2 steps per epoch; the trainer and the names of the scalars put."""
     recorder, trainer = NameRecorder(), SimpleTrainer()
     with tfv1.Graph().as_default():
-        config = TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=max_epoch,
+        config = TrainConfig(model=model(), dataflow=dataflow(), max_epoch=max_epoch,
                              callbacks=callbacks, monitors=[recorder])
         launch_train_with_config(config, trainer)
     return trainer, recorder.names
@@ -153,7 +142,7 @@ class CountSteps(Callback):
 def test_misspelled_learning_rate_raises_before_the_first_step(logdir):
     counter = CountSteps()
     trainer = SimpleTrainer()
-    config = TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=2, monitors=[NameRecorder()],
+    config = TrainConfig(model=model(), dataflow=dataflow(), max_epoch=2, monitors=[NameRecorder()],
                          callbacks=[ScheduledHyperParamSetter('learning_rate', [(1, 0.1), (2, 0.05)]),
                                     MinSaver('learning_rat'), counter])
     with tfv1.Graph().as_default(), pytest.raises(KeyError) as info:

@@ -7,27 +7,16 @@ import logging
 import numpy as np
 import pytest
 
+from helpers.models import LineRegression
+
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.param import ScheduledHyperParamSetter
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
 
 INITIAL_LR = 0.3
-
-
-class TinyRegression(ModelDesc):
-    def inputs(self):
-        return [tf.TensorSpec([None], tf.float32, 'x')]
-
-    def build_graph(self, x):
-        w = tfv1.get_variable('w', initializer=0.0)
-        return tf.reduce_mean(tf.square(w * x - 1.0), name='cost')
-
-    def optimizer(self):
-        lr = tfv1.get_variable('learning_rate', initializer=INITIAL_LR, trainable=False)
-        return tfv1.train.GradientDescentOptimizer(lr)
 
 
 class RecordLR(Callback):
@@ -50,8 +39,9 @@ class RecordLR(Callback):
 
 def lr_per_epoch(setter, starting_epoch, max_epoch):
     recorder = RecordLR()
-    launch_train_with_config(TrainConfig(
-        model=TinyRegression(), dataflow=BatchData(DataFromList([[np.float32(1)]] * 4, shuffle=False), 2),
+    launch_train_with_config(TrainConfig(     # x = 1 fitted to 1, from w = 0
+        model=LineRegression(target=1.0, lr=INITIAL_LR),
+        dataflow=BatchData(DataFromList([[np.float32(1)]] * 4, shuffle=False), 2),
         callbacks=[setter, recorder], extra_callbacks=[], monitors=[],
         starting_epoch=starting_epoch, max_epoch=max_epoch), SimpleTrainer())
     return recorder.per_epoch

@@ -19,8 +19,10 @@ from tensorpack_lite.tfutils.sessinit import (
     SmartInit, get_model_loader)
 from tensorpack_lite.tfutils.varmanip import (
     SessionUpdate, dump_session_params, get_checkpoint_path, load_chkpt_vars, save_chkpt_vars)
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.base import StopTraining, Trainer
+
+from helpers.models import LineRegression
 
 
 def build_regression(out_dim=3, extra=False):
@@ -188,18 +190,6 @@ def test_model_saver_var_collections_still_saves_global_step(tmp_path):
 # MinSaver / MaxSaver, end to end through launch_train_with_config
 # ---------------------------------------------------------------------------------------------
 
-class TinyModel(ModelDesc):
-    def inputs(self):
-        return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=np.full((4, 1), 0.5, 'float32'))
-        return tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
-
-
 def test_min_and_max_saver_keep_the_best_checkpoint(logdir):
     rng = np.random.RandomState(1)
     points = [[rng.randn(4).astype('float32'), np.float32(rng.randn())] for _ in range(8)]
@@ -207,7 +197,8 @@ def test_min_and_max_saver_keep_the_best_checkpoint(logdir):
     errors = [5.0, 3.0, 4.0, 1.0, 2.0]      # smallest at epoch 4
     accuracies = [0.1, 0.7, 0.9, 0.2, 0.9]  # largest first reached at epoch 3 (a tie is no better)
     min_saver, max_saver = MinSaver('val-error'), MaxSaver('accuracy', filename='best-acc')
-    config = TrainConfig(model=TinyModel(), dataflow=BatchData(DataFromList(points, shuffle=False), 4),
+    model = LineRegression(dim=4, init=0.5, lr=0.1, lr_variable=False)
+    config = TrainConfig(model=model, dataflow=BatchData(DataFromList(points, shuffle=False), 4),
                          callbacks=[ModelSaver(max_to_keep=1), PutStat('val-error', errors),
                                     PutStat('accuracy', accuracies), record, min_saver, max_saver],
                          max_epoch=5)

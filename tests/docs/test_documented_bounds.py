@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 
 from helpers import HANG_TIMEOUT, REPO_DIR
+from helpers.models import LineRegression
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.cluster.config import local_cluster
 from tensorpack_lite.compat import tf
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.tfutils.distributed import create_server
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train import base as train_base
 from tensorpack_lite.train import distributed as train_distributed
 from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer, DistributedTrainerBase
@@ -88,24 +89,13 @@ class BreakStep(Callback):
             self.trainer.sess.run(object())
 
 
-class Line(ModelDesc):
-    def inputs(self):
-        return [tf.TensorSpec([None, 2], tf.float32, 'x')]
-
-    def build_graph(self, x):
-        w = tf.compat.v1.get_variable('w', initializer=np.ones((2, 1), 'float32'))
-        return tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0), name='cost')
-
-    def optimizer(self):
-        return tf.compat.v1.train.GradientDescentOptimizer(0.1)
-
-
 def end_of_a_failed_step(trainer, logdir, monkeypatch):
     """The worst case of the end of training after a failed step, by the trainer's code path."""
     clock = WorstCaseClock(monkeypatch)
     logger.set_logger_dir(logdir, action='d')
     data = BatchData(DataFromList([[np.ones(2, 'float32')]] * 8, shuffle=False), 2)
-    config = TrainConfig(model=Line(), dataflow=data, steps_per_epoch=4, max_epoch=1,
+    model = LineRegression(dim=2, init=1.0, target=1.0, lr=0.1, lr_variable=False)
+    config = TrainConfig(model=model, dataflow=data, steps_per_epoch=4, max_epoch=1,
                          callbacks=[HoldsAtEnd(), ModelSaver(), BreakStep(clock)])
     with pytest.raises(TypeError):
         launch_train_with_config(config, trainer)

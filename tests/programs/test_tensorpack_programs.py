@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.callbacks.base import Callback
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow.base import DataFlow, RNGDataFlow
 from tensorpack_lite.dataflow.common import BatchData
 from tensorpack_lite.dataflow.raw import DataFromList
-from tensorpack_lite.train import ModelDesc, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import TrainConfig, launch_train_with_config
 from tensorpack_lite.train.trainers import SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated
 from tensorpack_lite.utils.gpu import get_num_gpu
+
+from helpers.models import LineRegression
 
 
 # ----- DataFlow.size() / get_data(): imagenet_utils.eval_on_ILSVRC12 loops over dataflow.size() --
@@ -60,20 +62,6 @@ def test_size_of_a_dataflow_without_length_raises_not_implemented():
 
 # ----- one tower on a machine without GPU: `SyncMultiGPUTrainerReplicated(max(get_num_gpu(), 1))` -
 
-class _ScalarRegression(ModelDesc):
-    """cost = mean((w * x - y)^2) with w starting at 0, trained by SGD with lr 0.1."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=0.)
-        return tf.reduce_mean(tf.square(w * x - y), name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
-
-
 class _ReadTrainable(Callback):
     def _after_train(self):
         self.values = {v.op.name: self.trainer.sess.run(v) for v in tfv1.trainable_variables()}
@@ -85,7 +73,8 @@ def test_one_gpu_tower_trains_on_the_cpu_when_there_is_no_gpu(monkeypatch, logdi
     assert get_num_gpu() == 0
     read = _ReadTrainable()
     data = BatchData(DataFromList([[np.float32(1), np.float32(1)]] * 4, shuffle=False), 2)
-    config = TrainConfig(model=_ScalarRegression(), dataflow=data, callbacks=[read],
+    model = LineRegression(lr=0.1, lr_variable=False)    # mean((w x - y)^2), w from 0
+    config = TrainConfig(model=model, dataflow=data, callbacks=[read],
                          steps_per_epoch=2, max_epoch=1)
     launch_train_with_config(config, make_trainer(max(get_num_gpu(), 1)))
     # d cost / d w = 2 (w - 1): w = 0 -> 0.2 -> 0.36

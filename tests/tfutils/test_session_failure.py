@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from helpers import BreakSessionAt, REPO_DIR, capture_logs, run_bounded, run_or_hang, subprocess_env
+from helpers.models import LineRegression
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.compat import tf, tfv1
@@ -23,7 +24,7 @@ from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput
 from tensorpack_lite.tfutils.session_failure import leaves_session_unusable, note_session_error
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
-from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
+from tensorpack_lite.train import (SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
                                    launch_train_with_config)
 from tensorpack_lite.utils import logger
 
@@ -31,16 +32,9 @@ REPO = REPO_DIR
 STEPS_PER_EPOCH = 2
 
 
-class Regression(ModelDesc):
-    def inputs(self):
-        return [tf.TensorSpec([None, 3], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=np.ones((3, 1), np.float32))
-        return tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.01)
+def regression():
+    """y = x w (3 features, w from 1) by least squares."""
+    return LineRegression(dim=3, init=1.0, lr=0.01, lr_variable=False)
 
 
 def data(num=12):
@@ -108,7 +102,7 @@ def test_a_mistake_raised_inside_the_session_module_costs_no_checkpoint(tmp_path
     answers: the run ends with the TypeError, and the final checkpoint (model-13) is written."""
     logger.set_logger_dir(str(tmp_path / 'log'), action='d')
     trainer = SimpleTrainer()
-    config = TrainConfig(model=Regression(), data=FeedInput(data(20)),
+    config = TrainConfig(model=regression(), data=FeedInput(data(20)),
                          callbacks=[RunsAnObjectAt(13), ModelSaver(background=False)],
                          steps_per_epoch=10, max_epoch=2)
     with capture_logs() as logs:
@@ -136,7 +130,7 @@ def test_a_broken_session_ends_training_with_its_error_and_nothing_more_runs_in_
     trainer.SESSION_PROBE_TIMEOUT = 1.0     # the broken session never answers: any bound shows it
     dataflow = data()
     source = QueueInput(dataflow) if source == 'queue' else FeedInput(dataflow)
-    config = TrainConfig(model=Regression(), data=source,
+    config = TrainConfig(model=regression(), data=source,
                          callbacks=[breaker, ModelSaver(background=False), reads, after],
                          steps_per_epoch=STEPS_PER_EPOCH,
                          max_epoch=3)
@@ -171,7 +165,7 @@ def test_a_broken_session_in_a_replicated_trainer():
     breaker, after = BreakSessionAt(2), AfterTrainRan()
     trainer = SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'], mode='cpu')
     trainer.SESSION_PROBE_TIMEOUT = 1.0
-    config = TrainConfig(model=Regression(), data=QueueInput(data()), callbacks=[breaker, after],
+    config = TrainConfig(model=regression(), data=QueueInput(data()), callbacks=[breaker, after],
                          steps_per_epoch=STEPS_PER_EPOCH, max_epoch=2, monitors=[],
                          session_creator=NewSessionCreator(config=tfv1.ConfigProto(device_count={'CPU': 2})))
     try:
@@ -194,7 +188,7 @@ class RaisesInAfterRun(Callback):
 def test_an_error_in_a_hook_leaves_the_session_usable_and_the_end_runs(tmp_path):
     logger.set_logger_dir(str(tmp_path / 'log'), action='d')
     trainer = SimpleTrainer()
-    config = TrainConfig(model=Regression(), dataflow=data(),
+    config = TrainConfig(model=regression(), dataflow=data(),
                          callbacks=[RaisesInAfterRun(), ModelSaver()], steps_per_epoch=STEPS_PER_EPOCH,
                          max_epoch=3)
     with pytest.raises(RuntimeError, match="a hook's own error"):

@@ -13,7 +13,8 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.predict.base import OfflinePredictor
 from tensorpack_lite.predict.config import PredictConfig
 from tensorpack_lite.tfutils.sessinit import DictRestore, SmartInit, get_model_loader
-from tensorpack_lite.train import ModelDesc
+
+from helpers.models import LineRegression
 
 
 class _RunsCode:
@@ -96,24 +97,15 @@ def test_a_message_declaring_an_object_dtype_is_refused(declared, refusal):
 
 # ---- issue 15: a trained session's variables load into a predictor ---------------------------
 
-class _Linear(ModelDesc):
-    def inputs(self):
-        return [tf.TensorSpec([None, 2], tf.float32, 'x')]
-
-    def build_graph(self, x):
-        w = tfv1.get_variable('fc/W', shape=[2, 1], initializer=tfv1.zeros_initializer())
-        out = tf.identity(tf.matmul(x, w), name='out')
-        return tf.reduce_mean(tf.square(out - 1.0), name='cost')
-
-    def optimizer(self):
-        lr = tfv1.get_variable('learning_rate', initializer=0.1, trainable=False)
-        return tfv1.train.AdamOptimizer(lr)
+def _linear():
+    """x w ('pred', w is 'fc/W' from 0) fitted to 1 by Adam, the rate in a variable 'learning_rate'."""
+    return LineRegression(dim=2, target=1.0, lr=0.1, optimizer=tfv1.train.AdamOptimizer, weight='fc/W')
 
 
 def _trained_variables():
-    """``{v.op.name: value}`` of every global variable after two Adam steps on _Linear."""
+    """``{v.op.name: value}`` of every global variable after two Adam steps on _linear()."""
     with tfv1.Graph().as_default():
-        model = _Linear()
+        model = _linear()
         x = tfv1.placeholder(tf.float32, [None, 2], 'x')
         cost = model.build_graph(x)
         step = tfv1.train.get_or_create_global_step()
@@ -129,7 +121,7 @@ def test_a_trained_sessions_variables_load_into_a_predictor(log_records):
     values = _trained_variables()
     assert {'global_step', 'learning_rate', 'fc/W/Adam', 'beta1_power'} <= set(values)
     assert not np.allclose(values['fc/W'], 0)
-    config = PredictConfig(model=_Linear(), input_names=['x'], output_names=['out'],
+    config = PredictConfig(model=_linear(), input_names=['x'], output_names=['pred'],
                            session_init=DictRestore(values))
     predictor = OfflinePredictor(config)
     out, = predictor(np.array([[1.0, 1.0]], 'float32'))

@@ -5,6 +5,7 @@ the learning rate makes the updates of the scaled rate and keeps an epoch's data
 finds epochs whose steps per epoch changed; bad sizes and inputs are refused naming the numbers.
 (Real processes: distributed/test_elastic.py.)"""
 
+import functools
 import json
 import logging
 import os
@@ -16,8 +17,8 @@ import pytest
 from tensorpack_lite.callbacks import ModelSaver, ScheduledHyperParamSetter
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer,
-                                   SyncMultiGPUTrainerParameterServer, TrainConfig, launch_train_with_config)
+from tensorpack_lite.train import (AutoResumeTrainConfig, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
+                                   TrainConfig, launch_train_with_config)
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer
@@ -25,29 +26,16 @@ from tensorpack_lite.checkpoint.resume_point import RunShape
 from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, ScaleLearningRate
 from tensorpack_lite.utils import stats_json
 
+from helpers.models import LineRegression
+
 W0 = np.linspace(-1, 1, 4).reshape(4, 1).astype('float32')
 
 
-class Linear(ModelDesc):
-    """y ~ x @ w, mean squared error; the rate in a variable 'learning_rate' (or a float)."""
-
-    def __init__(self, lr=0.05, momentum=0.9, rate_variable=True):
-        self.lr, self.momentum, self.rate_variable = lr, momentum, rate_variable
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=W0)
-        return tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
-
-    def optimizer(self):
-        lr = self.lr
-        if self.rate_variable:
-            lr = tfv1.get_variable('learning_rate', initializer=lr, trainable=False)
-        if self.momentum:
-            return tfv1.train.MomentumOptimizer(lr, self.momentum)
-        return tfv1.train.GradientDescentOptimizer(lr)
+def linear(lr=0.05, momentum=0.9, rate_variable=True):
+    """y ~ x @ w from W0, mean squared error; the rate in a variable 'learning_rate' (or a float)."""
+    optimizer = (functools.partial(tfv1.train.MomentumOptimizer, momentum=momentum) if momentum
+                 else tfv1.train.GradientDescentOptimizer)
+    return LineRegression(dim=4, init=W0, lr=lr, lr_variable=rate_variable, optimizer=optimizer)
 
 
 def samples(num):
@@ -65,7 +53,7 @@ def train(towers, batch, max_epoch, policy, steps_per_epoch, num=48, model=None,
         trainer = (SyncMultiGPUTrainerParameterServer(['/cpu:{}'.format(i) for i in range(towers)])
                    if towers > 1 else SimpleTrainer())
         config = AutoResumeTrainConfig(
-            model=model or Linear(), dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), batch),
+            model=model or linear(), dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), batch),
             callbacks=[saver or ModelSaver()], monitors=None, steps_per_epoch=steps_per_epoch,
             max_epoch=max_epoch, elastic=policy,
             session_config=tfv1.ConfigProto(device_count={'CPU': towers}))
@@ -125,16 +113,16 @@ def test_scaling_the_learning_rate_2_1_2_towers_makes_the_scaled_updates_and_kee
     2 steps."""
     policy = ScaleLearningRate(2)
     x, y = samples(16)
-    train(2, 4, 1, policy, steps_per_epoch=2, num=16, model=Linear(lr=0.1, momentum=0))
+    train(2, 4, 1, policy, steps_per_epoch=2, num=16, model=linear(lr=0.1, momentum=0))
     w1 = newest_weights(logdir)
     np.testing.assert_allclose(w1, sgd(W0.astype('float64'), x, y, 0.1, 8, 2), rtol=0, atol=1e-5)
-    config = train(1, 4, 2, policy, steps_per_epoch=2, num=16, model=Linear(lr=0.1, momentum=0))
+    config = train(1, 4, 2, policy, steps_per_epoch=2, num=16, model=linear(lr=0.1, momentum=0))
     assert config.steps_per_epoch == 4
     w2 = newest_weights(logdir)
     np.testing.assert_allclose(w2, sgd(w1.astype('float64'), x, y, 0.05, 4, 4), rtol=0, atol=1e-5)
     rate = tfv1.train.load_variable(tfv1.train.latest_checkpoint(logdir), 'learning_rate')
     assert rate == pytest.approx(0.1)      # the variable keeps the reference rate
-    config = train(2, 4, 3, policy, steps_per_epoch=4, num=16, model=Linear(lr=0.1, momentum=0))
+    config = train(2, 4, 3, policy, steps_per_epoch=4, num=16, model=linear(lr=0.1, momentum=0))
     assert config.steps_per_epoch == 2
     np.testing.assert_allclose(newest_weights(logdir), sgd(w2.astype('float64'), x, y, 0.1, 8, 2), rtol=0,
                                atol=1e-5)
@@ -168,7 +156,7 @@ def test_a_schedule_written_for_the_reference_size_is_scaled_at_every_epoch(logd
     else:
         trainer, policy, batch = SimpleTrainer(), ScaleLearningRate(2), 4
     schedule = ScheduledHyperParamSetter('learning_rate', [(0, 0.1), (1, 0.04)])
-    config = TrainConfig(model=Linear(lr=0.5, momentum=0), callbacks=[schedule, ModelSaver()], monitors=None,
+    config = TrainConfig(model=linear(lr=0.5, momentum=0), callbacks=[schedule, ModelSaver()], monitors=None,
                          dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), batch),
                          steps_per_epoch=2, max_epoch=2, elastic=policy,
                          session_config=tfv1.ConfigProto(device_count={'CPU': 2}))
@@ -188,7 +176,7 @@ def test_a_later_resume_with_the_same_size_keeps_the_scaled_steps_per_epoch(logd
     although the config says 2 (the steps of the reference size)."""
     for towers, epochs in [(2, 1), (1, 2), (1, 3)]:
         config = train(towers, 4, epochs, ScaleLearningRate(2), steps_per_epoch=2, num=16,
-                       model=Linear(lr=0.1, momentum=0))
+                       model=linear(lr=0.1, momentum=0))
     assert config.steps_per_epoch == 4
     assert [record[4] for record in stats(logdir)] == [2, 4, 4]
     assert len(resize_warnings(log_records)) == 1
@@ -203,7 +191,7 @@ def test_the_saver_keeps_epoch_ends_that_are_not_multiples_of_the_new_steps_per_
     needs."""
     for towers, epochs in [(2, 1), (1, 2)]:
         train(towers, 4, epochs, ScaleLearningRate(2), steps_per_epoch=2, num=16,
-              model=Linear(lr=0.1, momentum=0), saver=ModelSaver(max_to_keep=1))
+              model=linear(lr=0.1, momentum=0), saver=ModelSaver(max_to_keep=1))
     assert [record[1] for record in stats(logdir)] == [2, 6]
     for step in (2, 6):
         assert os.path.exists(os.path.join(logdir, 'model-{}.index'.format(step))), os.listdir(logdir)
@@ -225,14 +213,14 @@ def test_a_global_batch_that_does_not_divide_is_refused_before_anything_is_built
         policy.per_replica_batch(4)
     trainer = SyncMultiGPUTrainerParameterServer(['/cpu:0', '/cpu:1', '/cpu:2'])
     with pytest.raises(ValueError, match="does not divide among 3"):
-        launch_train_with_config(TrainConfig(model=Linear(), dataflow=BatchData(DataFromList([[0]] * 9), 3),
+        launch_train_with_config(TrainConfig(model=linear(), dataflow=BatchData(DataFromList([[0]] * 9), 3),
                                              elastic=policy), trainer)
     assert trainer.tower_func is None            # nothing was built
     for bad in [0, 2.5, True]:
         with pytest.raises(ValueError, match=r"KeepGlobalBatch\(global_batch\) must be an integer >= 1"):
             KeepGlobalBatch(bad)
     with pytest.raises(TypeError, match=r"TrainConfig\(elastic=...\) must be an ElasticPolicy"):
-        TrainConfig(model=Linear(), dataflow=BatchData(DataFromList([[0]] * 9), 3), elastic='keep')
+        TrainConfig(model=linear(), dataflow=BatchData(DataFromList([[0]] * 9), 3), elastic='keep')
 
 
 class StepsWithoutTowers(Trainer):
@@ -267,7 +255,7 @@ def test_an_input_that_does_not_give_the_global_batch_fails_at_the_first_step(lo
 def test_scaling_needs_a_rate_variable_and_a_whole_number_of_steps(logdir):
     with pytest.raises(ValueError, match=r"ScaleLearningRate\(2\): the model's optimizer\(\) created no "
                                          r"variable 'learning_rate' with tf.compat.v1.get_variable\(\)"):
-        train(1, 4, 1, ScaleLearningRate(2), steps_per_epoch=3, model=Linear(rate_variable=False))
+        train(1, 4, 1, ScaleLearningRate(2), steps_per_epoch=3, model=linear(rate_variable=False))
     train(2, 4, 1, ScaleLearningRate(2), steps_per_epoch=3)
     with pytest.raises(ValueError, match=r"ScaleLearningRate\(2\): an epoch of 6 replica batches would be "
                                          r"1.5 steps of 4, not a whole number"):
@@ -302,7 +290,7 @@ def test_a_mid_epoch_checkpoint_resumed_with_another_number_of_towers_restarts_i
     x, y = samples(48)
     with tfv1.Graph().as_default():
         dataflow = BatchData(DataFromList(list(zip(x, y)), shuffle=False), 3)
-        config = TrainConfig(model=Linear(), dataflow=dataflow,
+        config = TrainConfig(model=linear(), dataflow=dataflow,
                              callbacks=[ModelSaver(background=False), StopAt()], steps_per_epoch=4,
                              max_epoch=2, elastic=policy,
                              session_config=tfv1.ConfigProto(device_count={'CPU': 4}))

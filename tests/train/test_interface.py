@@ -23,6 +23,7 @@ from tensorpack_lite.utils.serialize import dumps
 
 from helpers import (HANG_TIMEOUT, AssignValues, DigitsMLPBase, RecordCost, cross_entropy_cost,
                      labelled_batches, run_or_hang)
+from helpers.models import LineRegression
 
 BATCH = 32
 
@@ -411,17 +412,6 @@ def test_online_predictor_towers_reuse_variables(digits):
 def test_xla_compile_gives_the_same_updates(xla):
     """SingleCostTrainer.XLA_COMPILE compiles the tower's forward and backward pass."""
 
-    class Quadratic(ModelDesc):
-        def inputs(self):
-            return [tf.TensorSpec([None, 4], tf.float32, 'x')]
-
-        def build_graph(self, x):
-            w = tfv1.get_variable('w', initializer=np.ones((4, 1), 'float32'))
-            return tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0), name='cost')
-
-        def optimizer(self):
-            return tfv1.train.GradientDescentOptimizer(0.1)
-
     class Weights(Callback):
         def _setup_graph(self):
             self.var = [v for v in tfv1.global_variables() if v.op.name == 'w'][0]
@@ -435,7 +425,8 @@ def test_xla_compile_gives_the_same_updates(xla):
     weights = Weights()
     points = [[np.full(4, 0.5, 'float32')] for _ in range(8)]
     dataflow = BatchData(DataFromList(points, shuffle=False), 4)
-    launch_train_with_config(TrainConfig(model=Quadratic(), dataflow=dataflow, callbacks=[weights],
+    quadratic = LineRegression(dim=4, init=1.0, target=1.0, lr=0.1, lr_variable=False)   # (x w - 1)^2
+    launch_train_with_config(TrainConfig(model=quadratic, dataflow=dataflow, callbacks=[weights],
                                          monitors=[], max_epoch=3), XLATrainer())
     expected = 1.0
     for _ in range(6):  # d/dw_i of (0.5 * sum(w) - 1)^2 is (2 w_i - 1) when all w_i are equal

@@ -4,26 +4,18 @@ wrapped around) and a cost that becomes NaN or infinite (training went on)."""
 import numpy as np
 import pytest
 
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source.feed import FeedInput
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
 from helpers import ReadBack
+from helpers.models import LineRegression
 
 
-class _LinearModel(ModelDesc):
-    """cost = mean((x * w - y)^2) with one weight w; y may be NaN/inf in chosen datapoints."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        self.w = tfv1.get_variable('w', [], initializer=tfv1.constant_initializer(1.0))
-        return tf.reduce_mean(tf.square(x * self.w - y), name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
+def model():
+    """cost = mean((x * w - y)^2) with one weight w from 1; y may be NaN/inf in chosen datapoints."""
+    return LineRegression(init=1.0, lr=0.1, lr_variable=False)
 
 
 class _ReadWeight(ReadBack):
@@ -41,7 +33,7 @@ def test_non_finite_cost_ends_training_naming_the_step(bad, logdir):
     points.append([ones, np.full(4, bad, np.float32)])   # global step 7 = epoch 2, step 2
     points += [[ones, 2 * ones]] * 3
     read = _ReadWeight()
-    config = TrainConfig(model=_LinearModel(), data=FeedInput(DataFromList(points, shuffle=False)),
+    config = TrainConfig(model=model(), data=FeedInput(DataFromList(points, shuffle=False)),
                          callbacks=[read], steps_per_epoch=5, max_epoch=2)
     with pytest.raises(FloatingPointError) as info:
         launch_train_with_config(config, SimpleTrainer())
@@ -59,7 +51,7 @@ def test_cost_check_can_be_switched_off(logdir):
     read = _ReadWeight()
     trainer = SimpleTrainer()
     trainer.CHECK_COST = False
-    config = TrainConfig(model=_LinearModel(), data=FeedInput(DataFromList(points, shuffle=False)),
+    config = TrainConfig(model=model(), data=FeedInput(DataFromList(points, shuffle=False)),
                          callbacks=[read], steps_per_epoch=1, max_epoch=1)
     launch_train_with_config(config, trainer)
     assert np.isnan(read.values[0])

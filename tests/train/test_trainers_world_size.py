@@ -10,22 +10,12 @@ import os
 import numpy as np
 
 from tensorpack_lite.callbacks import ModelSaver
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer,
-                                   SyncMultiGPUTrainerReplicated, launch_train_with_config)
+from tensorpack_lite.train import (AutoResumeTrainConfig, SimpleTrainer, SyncMultiGPUTrainerReplicated,
+                                   launch_train_with_config)
 
-
-class Model(ModelDesc):
-    def inputs(self):
-        return [tf.TensorSpec([None, 4], tf.float32, 'x')]
-
-    def build_graph(self, x):
-        w = tfv1.get_variable('w', initializer=np.ones((4, 1), 'float32'))
-        return tf.reduce_mean(tf.square(tf.matmul(x, w)), name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.01)
+from helpers.models import LineRegression
 
 
 def train(trainer, max_epoch, towers=1):
@@ -33,7 +23,8 @@ def train(trainer, max_epoch, towers=1):
     points = [[np.full(4, i, 'float32')] for i in range(8)]
     with tfv1.Graph().as_default():
         dataflow = BatchData(DataFromList(points, shuffle=False), 2)
-        config = AutoResumeTrainConfig(model=Model(), dataflow=dataflow,
+        model = LineRegression(dim=4, init=1.0, target=0.0, lr=0.01, lr_variable=False)   # x w fitted to 0
+        config = AutoResumeTrainConfig(model=model, dataflow=dataflow,
                                        callbacks=[ModelSaver()], steps_per_epoch=3, max_epoch=max_epoch,
                                        session_config=tfv1.ConfigProto(device_count={'CPU': towers}))
         launch_train_with_config(config, trainer)
