@@ -21,22 +21,10 @@ SCRIPT = textwrap.dedent('''
     import numpy as np
 
     from tensorpack_lite.callbacks.base import Callback
-    from tensorpack_lite.compat import tf, tfv1
     from tensorpack_lite.dataflow import DataFromList
     from tensorpack_lite.input_source.queue import QueueInput
-    from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
-
-
-    class Model(ModelDesc):
-        def inputs(self):
-            return [tf.TensorSpec([None, 2], tf.float32, 'x')]
-
-        def build_graph(self, x):
-            w = tfv1.get_variable('w', [2], initializer=tfv1.zeros_initializer())
-            return tf.reduce_sum(tf.square(x - w), name='cost')
-
-        def optimizer(self):
-            return tfv1.train.GradientDescentOptimizer(0.01)
+    from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
+    from helpers.models import PointMean     # tests/ is on the PYTHONPATH (helpers.subprocess_env)
 
 
     class FullQueueAtTheEnd(Callback):
@@ -58,7 +46,7 @@ SCRIPT = textwrap.dedent('''
 
     df = DataFromList([[np.full((3, 2), k, np.float32)] for k in range(4)], shuffle=False)
     source = QueueInput(df)
-    launch_train_with_config(TrainConfig(model=Model(), data=source, steps_per_epoch=4, max_epoch=2,
+    launch_train_with_config(TrainConfig(model=PointMean(), data=source, steps_per_epoch=4, max_epoch=2,
                                          callbacks=[FullQueueAtTheEnd(source, 50)]),
                              SimpleTrainer())
     print('TRAINING DONE, thread alive:', source.thread.is_alive(), flush=True)

@@ -6,13 +6,11 @@ import pytest
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.predict import OfflinePredictor, OnlinePredictor, PredictConfig
 from tensorpack_lite.tfutils import varreplace
-from tensorpack_lite.tfutils.tower import TowerFunc, get_current_tower_context
-from tensorpack_lite.train.model_desc import ModelDesc
+from tensorpack_lite.tfutils.tower import TowerFunc
 
 from helpers import AssignValues
+from helpers.models import B_VALUE, W_VALUE, LinearModel
 
-W_VALUE = np.array([[1., 2.], [3., 4.], [5., 6.]], np.float32)
-B_VALUE = np.array([10., 20.], np.float32)
 X_VALUE = np.array([[1., 0., 0.], [1., 1., 1.], [0., -1., 2.]], np.float32)
 EXPECTED = X_VALUE.dot(W_VALUE) + B_VALUE
 
@@ -117,27 +115,6 @@ def test_online_predictor_bad_arguments():
 
 
 # ----- OfflinePredictor ------------------------------------------------------------------
-class LinearModel(ModelDesc):
-    def __init__(self):
-        self.training_flags = []
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 3], tf.float32, 'x'),
-                tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, x, label):
-        self.training_flags.append(get_current_tower_context().is_training)
-        W = tfv1.get_variable('fc/W', [3, 2], initializer=tfv1.zeros_initializer())
-        b = tfv1.get_variable('fc/b', [2], initializer=tfv1.zeros_initializer())
-        logits = tf.identity(tf.matmul(x, W) + b, name='logits')
-        tf.nn.softmax(logits, name='prob')
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=label, logits=logits), name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
-
-
 def test_offline_predictor_from_model():
     model = LinearModel()
     init = AssignValues({'fc/W': W_VALUE, 'fc/b': B_VALUE})

@@ -21,30 +21,12 @@ from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.distributed import create_server
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.step_timeline import StepTimeline, is_communication_op
-from tensorpack_lite.train import (ModelDesc, SyncMultiGPUTrainerReplicated, TrainConfig,
-                                   launch_train_with_config)
+from tensorpack_lite.train import SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config
+
+from helpers.models import MLP
 
 LAYERS = (16, 300, 200, 8)
-
-
-class MLP(ModelDesc):
-    """16 -> 300 -> 200 -> 8, softmax cross-entropy: 66.6 k parameters."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None, LAYERS[0]], tf.float32, 'x'), tf.TensorSpec([None], tf.int32, 'label')]
-
-    def build_graph(self, x, label):
-        out = x
-        for index, (fan_in, fan_out) in enumerate(zip(LAYERS, LAYERS[1:])):
-            out = tf.matmul(out, tfv1.get_variable('fc{}/W'.format(index), [fan_in, fan_out])) + \
-                tfv1.get_variable('fc{}/b'.format(index), [fan_out], initializer=tfv1.zeros_initializer())
-            if index < len(LAYERS) - 2:
-                out = tf.nn.relu(out)
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=out),
-                              name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
+"""The MLP's layers (helpers.models.MLP, softmax cross-entropy): 66.6 k parameters."""
 
 
 def parameter_bytes():
@@ -65,7 +47,7 @@ def test_communication_timeline_of_a_replicated_step_on_two_virtual_cpus(logdir,
     config = get_default_sess_config()
     config.device_count['CPU'] = 2
     launch_train_with_config(TrainConfig(
-        model=MLP(), data=QueueInput(DataFromList(data, shuffle=False)),
+        model=MLP(LAYERS), data=QueueInput(DataFromList(data, shuffle=False)),
         callbacks=[EnableCallbackIf(CommunicationTimeline(), lambda self: self.trainer.global_step == 1)],
         session_creator=NewSessionCreator(config=config), steps_per_epoch=3, max_epoch=1),
         SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'], mode='collective'))
@@ -107,7 +89,7 @@ def test_the_pieces_of_packed_gradients_name_every_gradient_they_carry():
     server = create_server(local_cluster(1), 'worker', 0, config=tfv1.ConfigProto(device_count={'CPU': 2}))
     builder = CollectiveAllReduceBuilder(['/cpu:0', '/cpu:1'], server, average=True)
     builder.CHUNK_BYTES = 200 * 300 * 4 // 2                 # fc1/W in 2 pieces; the rest packed
-    model, grads = MLP(), []
+    model, grads = MLP(LAYERS), []
     x = tf.random.normal([4, LAYERS[0]], seed=3)
     label = tf.constant([0, 1, 2, 3])
     for tower, device in enumerate(['/cpu:0', '/cpu:1']):

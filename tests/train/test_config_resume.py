@@ -16,31 +16,13 @@ REPO = REPO_DIR
 SCRIPT = textwrap.dedent('''
     import os, sys
     import numpy as np
-    from tensorpack_lite import tfv1 as tf
     from tensorpack_lite.callbacks import Callback, ModelSaver, ScheduledHyperParamSetter
     from tensorpack_lite.dataflow import BatchData, DataFromList
-    from tensorpack_lite.tfutils.summary import add_moving_summary
-    from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer,
-                                       launch_train_with_config)
+    from tensorpack_lite.train import AutoResumeTrainConfig, SimpleTrainer, launch_train_with_config
     from tensorpack_lite.utils import logger
+    from helpers.models import LinearModel     # tests/ is on the PYTHONPATH (helpers.subprocess_env)
 
     STEPS, EPOCHS = 4, 6
-
-    class Model(ModelDesc):
-        def inputs(self):
-            return [tf.TensorSpec([None, 8], tf.float32, 'x'), tf.TensorSpec([None], tf.int32, 'y')]
-
-        def build_graph(self, x, y):
-            w = tf.get_variable('w', initializer=np.full((8, 3), 0.1, 'float32'))
-            logits = tf.matmul(x, w)
-            cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits),
-                                  name='cost')
-            add_moving_summary(cost)
-            return cost
-
-        def optimizer(self):
-            lr = tf.get_variable('learning_rate', initializer=0.1, trainable=False)
-            return tf.train.GradientDescentOptimizer(lr)
 
     class KillAt(Callback):
         """Kills this process with SIGKILL (no clean-up at all) after global step N ('step:N'),
@@ -64,7 +46,8 @@ SCRIPT = textwrap.dedent('''
                  ScheduledHyperParamSetter('learning_rate', [(1, 0.1), (3, 0.05), (5, 0.01)])]
     if len(sys.argv) > 2:
         callbacks.append(KillAt(sys.argv[2]))  # after ModelSaver, before the monitors
-    config = AutoResumeTrainConfig(model=Model(), dataflow=BatchData(DataFromList(points, shuffle=False), 8),
+    model = LinearModel(features=8, classes=3, init=0.1, lr_variable=True, summary=True)
+    config = AutoResumeTrainConfig(model=model, dataflow=BatchData(DataFromList(points, shuffle=False), 8),
                                    callbacks=callbacks, steps_per_epoch=STEPS, max_epoch=EPOCHS)
     launch_train_with_config(config, SimpleTrainer())
 ''')

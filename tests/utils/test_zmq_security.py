@@ -22,15 +22,15 @@ import pytest
 import zmq
 
 from helpers import HANG_TIMEOUT, VirtualClock, wait_until
+from helpers.models import PointMean
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.cluster.config import free_ports
-from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow.base import DataFlow
 from tensorpack_lite.dataflow.parallel import MultiProcessRunnerZMQ
 from tensorpack_lite.dataflow.raw import DataFromList
 from tensorpack_lite.dataflow.remote import RemoteDataZMQ, send_dataflow_zmq
 from tensorpack_lite.input_source.queue import ZMQInput
-from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
+from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils.serialize import dumps, loads
 from tensorpack_lite.utils.zmq_security import (CurveKeypair, CurveReceiver, DroppedMessages,
                                                 create_curve_keypair, load_curve_keypair)
@@ -46,19 +46,6 @@ def free_tcp_endpoint():
 def point(k):
     """The k-th valid datapoint: one row [k, k]."""
     return [np.full((1, 2), k, np.float32)]
-
-
-class Model(ModelDesc):
-    def inputs(self):
-        return [tf.TensorSpec([None, 2], tf.float32, 'x')]
-
-    def build_graph(self, x):
-        tf.reduce_mean(x, name='seen')
-        w = tfv1.get_variable('w', [2], initializer=tfv1.zeros_initializer())
-        return tf.reduce_sum(tf.square(x - w), name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.01)
 
 
 class RecordSeen(Callback):
@@ -88,7 +75,7 @@ class RecordSeen(Callback):
 
 
 def train(source, steps, recorder):
-    config = TrainConfig(model=Model(), data=source, callbacks=[recorder], steps_per_epoch=steps,
+    config = TrainConfig(model=PointMean(), data=source, callbacks=[recorder], steps_per_epoch=steps,
                          max_epoch=2)
     launch_train_with_config(config, SimpleTrainer())
 
