@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from helpers.examples import load_example
+from helpers.models import MLP
 
 from tensorpack_lite import (DEFAULT_CALLBACKS, Callback, DataFlow, DataFromList, FullyConnected,
-                             ModelDesc, ModelSaver, PeriodicTrigger, QueueInput, SimpleTrainer,
+                             ModelSaver, PeriodicTrigger, QueueInput, SimpleTrainer,
                              StepTimeMonitor, TrainConfig, launch_train_with_config)
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.callbacks.step_monitor import BOUNDS
@@ -22,19 +23,9 @@ from tensorpack_lite.tfutils.tower import TrainTowerContext
 from tensorpack_lite.utils.peak_flops import cpu_peak_flops
 
 
-class TinyModel(ModelDesc):
+def tiny_model():
     """A 16-8-2 MLP: a step of well under a millisecond."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 16], tf.float32, 'x'), tf.TensorSpec([None], tf.int32, 'y')]
-
-    def build_graph(self, x, y):
-        logits = FullyConnected('fc1', FullyConnected('fc0', x, 8, activation=tf.nn.relu), 2)
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits),
-                              name='cost')
-
-    def optimizer(self):
-        return tf.train.GradientDescentOptimizer(0.01)
+    return MLP((16, 8, 2), lr=0.01)
 
 
 def tiny_batches(count=8, batch=4):
@@ -97,7 +88,7 @@ def check_written(monitor, logdir, log_records, bound):
 
 def test_input_bound_on_a_queue_fed_by_a_sleeping_dataflow(logdir, log_records):
     # 100 ms a datapoint against a step of a fraction of a millisecond: every step waits in the dequeue
-    monitor = train(TinyModel(), QueueInput(SlowData(0.1)), steps=10,
+    monitor = train(tiny_model(), QueueInput(SlowData(0.1)), steps=10,
                     monitor=StepTimeMonitor(sample_every=2, trace_every_seconds=0))
     stats = check_written(monitor, logdir, log_records, 'input-bound')
     assert 'the input queue was empty at' in monitor.last_report['line']
@@ -118,14 +109,14 @@ def test_compute_bound_on_the_readme_convnet_with_its_default_input(logdir, log_
 
 def test_checkpoint_bound_when_a_checkpoint_is_written_at_every_step(logdir, log_records):
     saver = PeriodicTrigger(ModelSaver(background=False), every_k_steps=1)
-    monitor = train(TinyModel(), DataFromList(tiny_batches(), shuffle=False), [saver], steps=10)
+    monitor = train(tiny_model(), DataFromList(tiny_batches(), shuffle=False), [saver], steps=10)
     stats = check_written(monitor, logdir, log_records, 'checkpoint-bound')
     assert stats['StepTime/checkpoint_ms'] > 0
 
 
 def test_callback_bound_when_a_callback_sleeps_every_step(logdir, log_records):
     data = DataFromList(tiny_batches(), shuffle=False)
-    monitor = train(TinyModel(), data, [SleepEveryStep(0.05)], steps=8)
+    monitor = train(tiny_model(), data, [SleepEveryStep(0.05)], steps=8)
     check_written(monitor, logdir, log_records, 'callback-bound')
 
 

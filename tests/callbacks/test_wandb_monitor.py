@@ -15,15 +15,14 @@ import psutil
 import pytest
 
 from helpers import RaiseAt, capture_logs
+from helpers.models import LineRegression
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.monitor import JSONWriter
 from tensorpack_lite.callbacks.saver import ModelSaver
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.tfutils.summary import add_moving_summary
-from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer, TrainConfig,
-                                   launch_train_with_config)
+from tensorpack_lite.train import AutoResumeTrainConfig, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.base import StopTraining, Trainer
 from tensorpack_lite.utils import logger, stats_json
 
@@ -154,20 +153,9 @@ def assert_rows_equal(got, expected):
 
 # ----- a tiny training ---------------------------------------------------------------------------
 
-class Model(ModelDesc):
+def model():
     """y = x . w; its cost is put at each epoch's end (moving average summary)."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 2], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=np.zeros((2, 1), 'float32'))
-        cost = tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
-        add_moving_summary(cost)
-        return cost
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
+    return LineRegression(dim=2, lr=0.1, lr_variable=False, summary=True)
 
 
 def dataflow():
@@ -197,7 +185,7 @@ def train(logdir, max_epoch, callbacks=(), config_class=TrainConfig, **kwargs):
     with tfv1.Graph().as_default(), capture_logs() as records:
         logger.set_logger_dir(logdir, action='k')
         try:
-            config = config_class(model=Model(), dataflow=dataflow(), steps_per_epoch=STEPS,
+            config = config_class(model=model(), dataflow=dataflow(), steps_per_epoch=STEPS,
                                   max_epoch=max_epoch, monitors=[JSONWriter(), monitor],
                                   callbacks=[ModelSaver(background=False), PutScalars()] + list(callbacks),
                                   **kwargs)
@@ -259,8 +247,8 @@ def test_config_environment_status_and_saved_files(finished):
     assert run.run_id == monitor.run.id
     with open(os.path.join(logdir, 'wandb-run.json')) as f:
         assert json.load(f) == {'run_id': run.run_id, 'project': 'tpl-tests', 'last_step': 2 * STEPS}
-    expected = {'model': 'Model', 'trainer': 'SimpleTrainer', 'world_size': 1, 'steps_per_epoch': STEPS,
-                'max_epoch': 2, 'lr': 0.1, 'note': 'tiny'}
+    expected = {'model': 'LineRegression', 'trainer': 'SimpleTrainer', 'world_size': 1,
+                'steps_per_epoch': STEPS, 'max_epoch': 2, 'lr': 0.1, 'note': 'tiny'}
     assert {k: run.config.get(k) for k in expected} == expected
     assert run.summary['status'] == 'FINISHED' and 'error' not in run.summary
     assert run.exit_code == 0 and not run.preempting

@@ -208,8 +208,7 @@ def test_importing_the_package_leaves_eager_mode_and_keras_trains_then_tensorpac
     out = run_python(r'''
 import numpy as np
 import tensorpack_lite
-from tensorpack_lite import BatchData, DataFromList, ModelDesc, SimpleTrainer, TrainConfig
-from tensorpack_lite import launch_train_with_config, tfv1
+from tensorpack_lite import BatchData, DataFromList, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.compat import tf
 print('eager after import:', tf.executing_eagerly())
 
@@ -222,21 +221,11 @@ model.compile(optimizer='sgd', loss='binary_crossentropy')
 history = model.fit(x, y, epochs=2, batch_size=8, verbose=0)
 print('keras epochs:', len(history.history['loss']))
 
-
-class Model(ModelDesc):
-    def inputs(self):
-        return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', [4, 1], initializer=tfv1.zeros_initializer())
-        return tf.reduce_mean(tf.square(tf.squeeze(tf.matmul(x, w), 1) - y), name='cost')
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
-
+from helpers.models import LineRegression   # tests/ is on the PYTHONPATH (helpers.subprocess_env)
 
 trainer = SimpleTrainer()
-launch_train_with_config(TrainConfig(model=Model(), dataflow=BatchData(DataFromList(
+model = LineRegression(dim=4, lr=0.1, lr_variable=False)
+launch_train_with_config(TrainConfig(model=model, dataflow=BatchData(DataFromList(
     [[a, b] for a, b in zip(x, y)], shuffle=False), 8), max_epoch=2, callbacks=[], monitors=[]), trainer)
 print('tensorpack steps:', trainer.global_step, 'eager after training:', tf.executing_eagerly())
 ''')

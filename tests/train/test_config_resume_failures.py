@@ -43,34 +43,15 @@ DRIVER = textwrap.dedent('''
     Prints a JSON list: the exit of each attempt (-9 when it was killed by SIGKILL)."""
     import json, os, signal, sys, traceback
     import numpy as np
-    from tensorpack_lite import tfv1 as tf
     from tensorpack_lite.callbacks import (Callback, InferenceRunner, MinSaver, ModelSaver,
                                            PeriodicTrigger, ScalarStats)
     from tensorpack_lite.dataflow import BatchData, DataFromList
     from tensorpack_lite.input_source import FeedInput
-    from tensorpack_lite.tfutils.summary import add_moving_summary
-    from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, SimpleTrainer,
-                                       launch_train_with_config)
+    from tensorpack_lite.train import AutoResumeTrainConfig, SimpleTrainer, launch_train_with_config
     from tensorpack_lite.utils import logger
+    from helpers.models import MLP     # tests/ is on the PYTHONPATH (helpers.subprocess_env)
 
     STEPS, EPOCHS, BATCH = 4, 6, 4
-
-    class Model(ModelDesc):
-        def inputs(self):
-            return [tf.TensorSpec([None, 8], tf.float32, 'x'), tf.TensorSpec([None], tf.int32, 'y')]
-
-        def build_graph(self, x, y):
-            rng = np.random.RandomState(5)
-            w0 = tf.get_variable('w0', initializer=rng.randn(8, 6).astype('float32'))
-            w1 = tf.get_variable('w1', initializer=rng.randn(6, 3).astype('float32'))
-            logits = tf.matmul(tf.nn.relu(tf.matmul(x, w0)), w1)
-            cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits),
-                                  name='cost')
-            add_moving_summary(cost)
-            return cost
-
-        def optimizer(self):
-            return tf.train.GradientDescentOptimizer(0.5)
 
     def data(seed, n):
         rng = np.random.RandomState(seed)
@@ -140,8 +121,8 @@ DRIVER = textwrap.dedent('''
         if spec:   # SIGTERM's callback first: its after_train runs before ModelSaver's last save
             callbacks.insert(0 if spec.startswith('term') else len(callbacks), Interrupt(spec))
         config = AutoResumeTrainConfig(
-            model=Model(), data=FeedInput(BatchData(DataFromList(data(1, STEPS * BATCH), shuffle=False),
-                                                    BATCH)),
+            model=MLP((8, 6, 3), lr=0.5, seed=5, scale=1.0, summary=True),
+            data=FeedInput(BatchData(DataFromList(data(1, STEPS * BATCH), shuffle=False), BATCH)),
             callbacks=callbacks, steps_per_epoch=STEPS, max_epoch=EPOCHS)
         launch_train_with_config(config, SimpleTrainer())
 
