@@ -8,7 +8,7 @@ import math
 import pytest
 
 from helpers import capture_logs
-from helpers.scripted_stats import STEPS, Model, ScriptedStat, dataflow
+from helpers.scripted_stats import STEPS, ScriptedStat, dataflow, model
 from tensorpack_lite.callbacks import EarlyStopping, MinSaver, ModelSaver, PeriodicTrigger
 from tensorpack_lite.checkpoint.resume_state import ResumeState
 from tensorpack_lite.compat import tfv1
@@ -26,7 +26,7 @@ def train(values, max_epoch, early_stopping, resume=False, more=(), callbacks=No
         callbacks = [ScriptedStat('val-error', values), early_stopping, ModelSaver(), *more]
     with tfv1.Graph().as_default():
         config_class = AutoResumeTrainConfig if resume else TrainConfig
-        launch_train_with_config(config_class(model=Model(), dataflow=dataflow(), max_epoch=max_epoch,
+        launch_train_with_config(config_class(model=model(), dataflow=dataflow(), max_epoch=max_epoch,
                                               callbacks=callbacks), trainer)
     return trainer
 

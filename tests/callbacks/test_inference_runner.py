@@ -16,26 +16,14 @@ from tensorpack_lite.callbacks.trigger import PeriodicTrigger
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromGenerator, DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput, StagingInput
-from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.tower import TowerFunc
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
-from helpers import DigitsMLPBase, cross_entropy_cost, labelled_batches
+from helpers import DigitsMLPBase, labelled_batches
 
 BATCH = 32
 N_TRAIN = 640          # 20 steps per epoch
 TEST = slice(1000, 1100)  # 100 samples: batches of 32, 32, 32 and 4
-
-
-class DigitsMLP(DigitsMLPBase):
-    """64 -> 32 -> 10 from a fixed numpy seed, with 'cost' and 'incorrect_vector'."""
-
-    def outputs(self, logits, label):
-        cost = cross_entropy_cost(logits, label)
-        wrong = tf.cast(tf.not_equal(tf.argmax(logits, 1, output_type=tf.int32), label), tf.float32,
-                        name='incorrect_vector')
-        add_moving_summary(cost, tf.reduce_mean(wrong, name='train_error'))
-        return cost
 
 
 batches = functools.partial(labelled_batches, batch=BATCH)
@@ -66,6 +54,12 @@ class DirectValidation(Callback):
         self.batch_mean_errors.append(float(np.mean(errs)))
 
 
+def digits_mlp():
+    """The shared digits MLP (64 -> 32 -> 10, from a fixed numpy seed), averaging its cost and
+    'train_error' (the mean of its 'incorrect_vector')."""
+    return DigitsMLPBase(summary=('cost', 'train_error'))
+
+
 def _values(trainer, name):
     return [v for _, v in trainer.monitors.get_history(name)]
 
@@ -86,7 +80,7 @@ def test_validation_matches_a_direct_computation(digits, kind):
             self.names = [v.name for v in tfv1.trainable_variables()]
 
     before, after = Variables(), Variables()
-    model = DigitsMLP()
+    model = digits_mlp()
     trainer = SimpleTrainer()
     launch_train_with_config(TrainConfig(model=model, dataflow=batches(images[:N_TRAIN], labels[:N_TRAIN]),
                                          callbacks=[before, runner, direct, after], monitors=[],
@@ -116,7 +110,7 @@ def test_validation_matches_a_direct_computation(digits, kind):
 def test_periodic_trigger_and_two_runners_with_their_own_tower_funcs(digits, logdir):
     images, labels = digits
     test_df = batches(images[TEST], labels[TEST], remainder=True)
-    model = DigitsMLP()
+    model = digits_mlp()
 
     def doubled(image, label):
         return tf.multiply(model.build_graph(image, label), 2.0, name='double_cost')
@@ -151,10 +145,10 @@ def test_tensor_not_in_the_tower_fails_before_training(digits):
     images, labels = digits
     flag = StartFlag()
     runner = InferenceRunner(batches(images[TEST], labels[TEST]),
-                             [ScalarStats('cost'), ScalarStats('accuracy')])
-    config = TrainConfig(model=DigitsMLP(), dataflow=batches(images[:N_TRAIN], labels[:N_TRAIN]),
+                             [ScalarStats('cost'), ScalarStats('top5_error')])
+    config = TrainConfig(model=digits_mlp(), dataflow=batches(images[:N_TRAIN], labels[:N_TRAIN]),
                          callbacks=[flag, runner], monitors=[], max_epoch=1)
-    with pytest.raises(KeyError, match=r"ScalarStats fetches tensor 'accuracy:0', which is not in "
+    with pytest.raises(KeyError, match=r"ScalarStats fetches tensor 'top5_error:0', which is not in "
                                        r"the inference tower 'InferenceTower'"):
         launch_train_with_config(config, SimpleTrainer())
     assert not flag.started
@@ -169,7 +163,7 @@ def test_input_that_runs_out_early_is_an_error_not_the_end_of_training(digits):
 
     points = [[images[i:i + BATCH], labels[i:i + BATCH]] for i in range(0, 3 * BATCH, BATCH)]
     runner = InferenceRunner(Lying(points, shuffle=False), ClassificationError())
-    config = TrainConfig(model=DigitsMLP(), dataflow=batches(images[:N_TRAIN], labels[:N_TRAIN]),
+    config = TrainConfig(model=digits_mlp(), dataflow=batches(images[:N_TRAIN], labels[:N_TRAIN]),
                          callbacks=[runner], monitors=[], max_epoch=2)
     trainer = SimpleTrainer()
     with pytest.raises(RuntimeError, match=r"ran out after 3 of the 5 steps of a pass \(StopIteration\)"):
@@ -197,7 +191,7 @@ def test_runner_arguments_are_checked(digits):
 
 def test_an_inferencer_is_not_a_trainer_callback(digits):
     images, labels = digits
-    config = TrainConfig(model=DigitsMLP(), dataflow=batches(images[:N_TRAIN], labels[:N_TRAIN]),
+    config = TrainConfig(model=digits_mlp(), dataflow=batches(images[:N_TRAIN], labels[:N_TRAIN]),
                          callbacks=[ClassificationError()], monitors=[], max_epoch=1)
     with pytest.raises(RuntimeError, match=r'give it to an InferenceRunner'):
         launch_train_with_config(config, SimpleTrainer())

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from helpers import HANG_TIMEOUT, REPO_DIR, capture_logs, kill_process_tree, wait_until
-from helpers.scripted_stats import Model, dataflow
+from helpers.scripted_stats import dataflow, model
 from tensorpack_lite.callbacks import Callback, MLflowMonitor, ModelSaver
 from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.compat import tfv1
@@ -110,7 +110,7 @@ def train(max_epoch, monitor, at=None, more=()):
     """Train the linear model of test_minsaver_resume (2 steps an epoch), resuming what the logger
     directory holds; returns the weights of the last checkpoint."""
     with tfv1.Graph().as_default():
-        config = AutoResumeTrainConfig(model=Model(), dataflow=dataflow(), max_epoch=max_epoch,
+        config = AutoResumeTrainConfig(model=model(), dataflow=dataflow(), max_epoch=max_epoch,
                                        callbacks=[ModelSaver(), PutEveryStep(at), *more],
                                        monitors=DEFAULT_MONITORS() + ([monitor] if monitor else []))
         launch_train_with_config(config, SimpleTrainer())
@@ -146,7 +146,7 @@ def test_a_run_logs_its_parameters_every_scalar_once_its_artifacts_and_ends_fini
     params = run.data.params
     assert (params['lr'], params['note'], params['trainer'], params['world_size']) == ('0.1', 'linear',
                                                                                        'SimpleTrainer', '1')
-    assert (params['steps_per_epoch'], params['max_epoch'], params['model']) == ('2', '3', 'Model')
+    assert (params['steps_per_epoch'], params['max_epoch'], params['model']) == ('2', '3', 'LineRegression')
     assert params['callbacks'] == 'ModelSaver, PutEveryStep'
     assert run.data.tags['team'] == 'tp' and 'tensorpack_lite.version' in run.data.tags
     got, expected = history(client, monitor.run_id, str(tmp_path))
@@ -297,7 +297,7 @@ def test_without_a_logger_directory_it_says_so_before_the_session_exists(monkeyp
     with pytest.raises(ValueError, match=r"MLflowMonitor keeps its run's id in the logger directory.*"
                                          r"call logger.set_logger_dir\(\) first"):
         with tfv1.Graph().as_default():
-            launch_train_with_config(TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=1,
+            launch_train_with_config(TrainConfig(model=model(), dataflow=dataflow(), max_epoch=1,
                                                  monitors=[MLflowMonitor('sqlite:///unused.db')]),
                                      SimpleTrainer())
 

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from helpers.scripted_stats import STEPS, Model, ScriptedStat, dataflow
+from helpers.scripted_stats import STEPS, ScriptedStat, dataflow, model
 from tensorpack_lite.callbacks.base import Callback, CallbackFactory
 from tensorpack_lite.callbacks.inference import BinaryClassificationStats, ClassificationError, ScalarStats
 from tensorpack_lite.callbacks.inference_runner import InferenceRunner
@@ -26,7 +26,7 @@ def run(values, max_epoch, saver=None):
     """Train (resuming what the logger directory holds) with 'val-error' scripted by epoch."""
     saver = saver or MinSaver('val-error')
     with tfv1.Graph().as_default():
-        config = AutoResumeTrainConfig(model=Model(), dataflow=dataflow(), max_epoch=max_epoch,
+        config = AutoResumeTrainConfig(model=model(), dataflow=dataflow(), max_epoch=max_epoch,
                                        callbacks=[ModelSaver(), ScriptedStat('val-error', values), saver])
         launch_train_with_config(config, SimpleTrainer())
     return saver
@@ -253,7 +253,7 @@ def validation(*infs):
 def train_classifier(callbacks, max_epoch=1):
     counter = CountSteps()
     trainer = SimpleTrainer()
-    config = TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=max_epoch,
+    config = TrainConfig(model=model(), dataflow=dataflow(), max_epoch=max_epoch,
                          callbacks=[ModelSaver()] + callbacks + [counter])
     launch_train_with_config(config, trainer)
     return counter.steps
@@ -267,7 +267,7 @@ def declared_in(message):
 
 def test_misspelled_stat_raises_before_the_first_step(logdir):
     counter = CountSteps()
-    config = TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=2,
+    config = TrainConfig(model=model(), dataflow=dataflow(), max_epoch=2,
                          callbacks=[ModelSaver(), validation(), MinSaver('val-error'), counter])
     trainer = SimpleTrainer()
     with pytest.raises(KeyError) as info:

@@ -10,11 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import (DigitsMLPBase, TESTS_DIR, cross_entropy_cost, labelled_batches, run_bounded,
-                     subprocess_env)
+from helpers import DigitsMLPBase, TESTS_DIR, labelled_batches, run_bounded, subprocess_env
 
 from tensorpack_lite.callbacks import (Callback, InferenceRunner, ModelSaver, ScalarStats, WeightAverage)
-from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.compat import tfv1
 from tensorpack_lite.input_source import FeedInput, QueueInput
 from tensorpack_lite.predict import OfflinePredictor, PredictConfig
 from tensorpack_lite.tfutils.common import get_default_sess_config
@@ -30,12 +29,6 @@ from tensorpack_lite.utils import logger
 WEIGHTS = ['fc0/W', 'fc0/b', 'fc1/W', 'fc1/b']
 BATCH, STEPS, EPOCHS = 8, 5, 4        # 20 steps
 RESUME_SCRIPT = os.path.join(TESTS_DIR, 'resume_scripts', 'digits_resume.py')
-
-
-class DigitsMLP(DigitsMLPBase):
-    def outputs(self, logits, label):
-        tf.identity(logits, name='logits')
-        return cross_entropy_cost(logits, label)
 
 
 class RecordWeights(Callback):
@@ -107,7 +100,7 @@ def train(logdir, digits, callbacks, trainer=None, session_creator=None, data=No
     try:
         with tfv1.Graph().as_default():
             data = data or FeedInput(labelled_batches(images[:BATCH * STEPS], labels[:BATCH * STEPS], BATCH))
-            config = TrainConfig(model=DigitsMLP(hidden=16, lr=0.5), data=data,
+            config = TrainConfig(model=DigitsMLPBase(hidden=16, lr=0.5), data=data,
                                  callbacks=callbacks + [ModelSaver()], steps_per_epoch=STEPS,
                                  max_epoch=EPOCHS, session_creator=session_creator)
             launch_train_with_config(config, trainer or SimpleTrainer())
@@ -178,7 +171,7 @@ def test_inference_runner_with_averaged_reports_the_averaged_models_cost_and_put
 
 
 def predict_config(session_init):
-    return PredictConfig(model=DigitsMLP(hidden=16), session_init=session_init,
+    return PredictConfig(model=DigitsMLPBase(hidden=16), session_init=session_init,
                          input_names=['image'], output_names=['logits'])
 
 

@@ -6,7 +6,7 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from helpers import DigitsMLPBase, RecordCost, cross_entropy_cost, labelled_batches, run_or_hang
+from helpers import DigitsMLPBase, RecordCost, labelled_batches, run_or_hang
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import DataFromList, RemoteDataZMQ, send_dataflow_zmq
 from tensorpack_lite.input_source import QueueInput, ZMQInput
@@ -91,14 +91,9 @@ def test_send_refuses_what_it_cannot_serialize(tmp_path):
         send_dataflow_zmq(bad, addr, format='json')
 
 
-class DigitsMLP(DigitsMLPBase):
-    def outputs(self, logits, label):
-        return cross_entropy_cost(logits, label)
-
-
 def _train(data, steps):
     costs = RecordCost()
-    config = TrainConfig(model=DigitsMLP(hidden=16, lr=0.2), data=data, callbacks=[costs],
+    config = TrainConfig(model=DigitsMLPBase(hidden=16, lr=0.2), data=data, callbacks=[costs],
                          steps_per_epoch=steps, max_epoch=2)
     with tfv1.Graph().as_default():
         launch_train_with_config(config, SimpleTrainer())

@@ -9,7 +9,7 @@ statistics move with every micro-batch; bad values are refused naming the culpri
 import numpy as np
 import pytest
 
-from helpers import DigitsMLPBase, cross_entropy_cost
+from helpers import DigitsMLPBase
 
 from tensorpack_lite.callbacks import Callback, RunUpdateOps
 from tensorpack_lite.compat import tf, tfv1
@@ -31,22 +31,16 @@ WEIGHTS = ['fc0/W', 'fc0/b', 'fc1/W', 'fc1/b']
 MICRO, K = 6, 4
 
 
-def optimizer_of(name, lr=0.1):
-    return {'sgd': lambda: tfv1.train.GradientDescentOptimizer(lr),
-            'momentum': lambda: tfv1.train.MomentumOptimizer(lr, 0.9),
-            'adam': lambda: tfv1.train.AdamOptimizer(0.01)}[name]()
+OPTIMIZERS = {'sgd': tfv1.train.GradientDescentOptimizer,
+              'momentum': lambda lr: tfv1.train.MomentumOptimizer(lr, 0.9),
+              'adam': lambda lr: tfv1.train.AdamOptimizer(0.01)}
 
 
 class MLP(DigitsMLPBase):
+    """The shared digits MLP with 12 hidden units and the optimizer named ``opt``."""
+
     def __init__(self, opt='sgd'):
-        super().__init__(hidden=12)
-        self.opt = opt
-
-    def outputs(self, logits, label):
-        return cross_entropy_cost(logits, label)
-
-    def optimizer(self):
-        return optimizer_of(self.opt)
+        super().__init__(hidden=12, optimizer=OPTIMIZERS[opt])
 
 
 def micro_batches(num, size, seed=0):

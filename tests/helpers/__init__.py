@@ -5,7 +5,10 @@ their own: the shared models (:mod:`helpers.models`; the most used, DigitsMLPBas
 WhileLoopRNN and cross_entropy_cost, are importable from here too), small trainers for callback
 tests (:mod:`helpers.trainers`), DataFlow helpers (:mod:`helpers.dataflows`), graphs on virtual CPUs
 (:mod:`helpers.graphs`), running the examples (:mod:`helpers.examples`), the one-node Slurm
-(:mod:`helpers.slurm_node`) and the guides' code runner (:mod:`helpers.guide_blocks`). Free ports
+(:mod:`helpers.slurm_node`), the guides' code runner (:mod:`helpers.guide_blocks`), and what a
+few test files of a kind share (:mod:`helpers.distributed`, :mod:`helpers.mpi`,
+:mod:`helpers.multigpu`, :mod:`helpers.scripted_stats`, :mod:`helpers.checkpoint_runs`,
+:mod:`helpers.contract`, :mod:`helpers.dataflow_cases`; tests/README.md). Free ports
 come from the library (``tensorpack_lite.cluster.config.held_free_port`` / ``free_ports``).
 """
 

@@ -61,6 +61,7 @@ class LineRegression(ModelDesc):
     descent by default, at the rate ``lr``, kept with ``lr_variable`` in a non-trainable variable
     'learning_rate' (as tensorpack models have it; hyper-parameter tests compute the expected w by
     hand from :data:`LINE_INITIAL_LR`). ``summary`` adds the moving average of the cost.
+    'incorrect_vector' is 1 where x w misses y by more than 1 (for ClassificationError).
 
     Example::
 
@@ -86,6 +87,7 @@ class LineRegression(ModelDesc):
             residual = pred - self.target
         else:
             residual = (pred if self.dim is None else tf.squeeze(pred, 1)) - y
+        tf.cast(tf.abs(residual) > 1.0, tf.float32, name='incorrect_vector')
         cost = tf.reduce_mean(tf.square(residual), name='cost')
         if self.summary:
             add_moving_summary(cost)
@@ -176,14 +178,25 @@ class MLP(ModelDesc):
     """A classifier of fully connected layers of ``sizes`` with relu between them, on the inputs
     ``input_name`` [None, sizes[0]] and 'label' [None]. Layer i has the weights 'fc{i}/W', drawn
     from the numpy seed ``seed`` times ``scale`` (so that every run starts equal), and the biases
-    'fc{i}/b', from 0. :meth:`outputs` makes the cost of the logits: the mean cross-entropy 'cost'
-    (with its moving average if ``summary``); subclasses add outputs there. Gradient descent at
-    ``lr``. ``contexts`` records (is_training, ns_name) of each tower it is built in (None
-    outside towers)."""
+    'fc{i}/b', from 0. :meth:`outputs` names what tests read -- 'logits', 'prob' (softmax),
+    'incorrect_vector' (1 where the arg-max is not the label), 'train_error' and 'accuracy' (its
+    mean, and one minus it) -- and returns the mean cross-entropy 'cost'. ``summary`` adds moving
+    averages: True for the cost's, or the names of the tensors to average (e.g. ``('cost',
+    'accuracy')``). The optimizer is ``optimizer(lr)``, gradient descent by default.
+    ``contexts`` records (is_training, ns_name) of each tower it is built in (None outside
+    towers).
 
-    def __init__(self, sizes=(16, 8, 2), lr=0.1, seed=3, scale=0.2, input_name='x', summary=False):
+    Example::
+
+        MLP((16, 8, 2), lr=0.01)
+        DigitsMLPBase(hidden=16, summary=('cost', 'accuracy'), optimizer=tfv1.train.AdamOptimizer)
+    """
+
+    def __init__(self, sizes=(16, 8, 2), lr=0.1, seed=3, scale=0.2, input_name='x', summary=False,
+                 optimizer=tfv1.train.GradientDescentOptimizer):
         self.sizes, self.lr, self.seed, self.scale = tuple(sizes), lr, seed, scale
-        self.input_name, self.summary = input_name, summary
+        self.input_name, self.make_optimizer = input_name, optimizer
+        self.summary = ('cost',) if summary is True else tuple(summary or ())
         self.contexts = []
 
     def inputs(self):
@@ -205,30 +218,37 @@ class MLP(ModelDesc):
         return self.outputs(out, label)
 
     def outputs(self, logits, label):
-        """The cost of ``logits``."""
-        cost = cross_entropy_cost(logits, label)
+        """The named tensors of ``logits``, their moving averages; the cost."""
+        logits = tf.identity(logits, name='logits')
+        tf.nn.softmax(logits, name='prob')
+        wrong = tf.cast(tf.not_equal(tf.argmax(logits, 1, output_type=tf.int32), label), tf.float32,
+                        name='incorrect_vector')
+        named = {'cost': cross_entropy_cost(logits, label),
+                 'train_error': tf.reduce_mean(wrong, name='train_error'),
+                 'accuracy': tf.subtract(1.0, tf.reduce_mean(wrong), name='accuracy')}
         if self.summary:
-            add_moving_summary(cost)
-        return cost
+            add_moving_summary(*[named[name] for name in self.summary])
+        return named['cost']
 
     def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(self.lr)
+        return self.make_optimizer(self.lr)
 
 
 class DigitsMLPBase(MLP):
     """The :class:`MLP` 64 -> hidden -> 10 on the 8x8 digits (sklearn.datasets.load_digits):
     inputs 'image' [None, 64] and 'label' [None]."""
 
-    def __init__(self, hidden=32, lr=0.1, seed=3, summary=False):
-        super().__init__((64, hidden, 10), lr, seed, input_name='image', summary=summary)
+    def __init__(self, hidden=32, lr=0.1, seed=3, summary=False,
+                 optimizer=tfv1.train.GradientDescentOptimizer):
+        super().__init__((64, hidden, 10), lr, seed, input_name='image', summary=summary, optimizer=optimizer)
         self.hidden = hidden
 
 
 class DigitsMLP(DigitsMLPBase):
     """The digits MLP with the moving average of its cost."""
 
-    def __init__(self, hidden=32, lr=0.1, seed=3):
-        super().__init__(hidden, lr, seed, summary=True)
+    def __init__(self, hidden=32, lr=0.1, seed=3, optimizer=tfv1.train.GradientDescentOptimizer):
+        super().__init__(hidden, lr, seed, summary=True, optimizer=optimizer)
 
 
 # ----- a tf.while_loop ----------------------------------------------------------------------------

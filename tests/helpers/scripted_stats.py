@@ -5,39 +5,26 @@ epoch, and :class:`ScriptedStat`.
 Example::
 
     stat = ScriptedStat('val-error', {1: 3.0, 2: 1.0, 3: 2.0})
-    config = TrainConfig(model=Model(), dataflow=dataflow(), max_epoch=3,
+    config = TrainConfig(model=model(), dataflow=dataflow(), max_epoch=3,
                          callbacks=[ModelSaver(), stat, MinSaver('val-error')])   # the best: epoch 2
 """
 
 import numpy as np
 
 from tensorpack_lite.callbacks.base import Callback
-from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.tfutils.summary import add_moving_summary
-from tensorpack_lite.train import ModelDesc
 
-__all__ = ['STEPS', 'Model', 'ScriptedStat', 'dataflow']
+from helpers.models import LineRegression
+
+__all__ = ['STEPS', 'ScriptedStat', 'dataflow', 'model']
 
 STEPS = 2  # per epoch: 8 points in batches of 4
 
 
-class Model(ModelDesc):
-    """A linear regression; also a 0/1 'incorrect_vector' and a moving summary of its cost."""
-
-    def inputs(self):
-        return [tf.TensorSpec([None, 4], tf.float32, 'x'), tf.TensorSpec([None], tf.float32, 'y')]
-
-    def build_graph(self, x, y):
-        w = tfv1.get_variable('w', initializer=np.full((4, 1), 0.5, 'float32'))
-        pred = tf.squeeze(tf.matmul(x, w), 1)
-        tf.cast(tf.abs(pred - y) > 1.0, tf.float32, name='incorrect_vector')
-        cost = tf.reduce_mean(tf.square(pred - y), name='cost')
-        add_moving_summary(cost)
-        return cost
-
-    def optimizer(self):
-        return tfv1.train.GradientDescentOptimizer(0.1)
+def model():
+    """A linear regression of 4 features (w from 0.5, gradient descent at 0.1) with a 0/1
+    'incorrect_vector' and the moving average of its cost."""
+    return LineRegression(dim=4, init=0.5, lr=0.1, lr_variable=False, summary=True)
 
 
 class ScriptedStat(Callback):

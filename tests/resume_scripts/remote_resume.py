@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from helpers import DigitsMLPBase, cross_entropy_cost  # noqa: E402
+from helpers import DigitsMLPBase  # noqa: E402
 from tensorpack_lite import (AutoResumeTrainConfig, DataFromList, BatchData, ModelSaver,  # noqa: E402
                              PeriodicTrigger, SimpleTrainer, launch_train_with_config, logger)
 from tensorpack_lite import tfv1 as tf  # noqa: E402
@@ -28,14 +28,13 @@ STEPS_PER_EPOCH, BATCH, EPOCHS = 6, 8, 2
 
 
 class Model(DigitsMLPBase):
+    """The shared digits MLP on 8x8 images."""
+
     def inputs(self):
         return [tf.TensorSpec([None, 8, 8], tf.float32, 'image'), tf.TensorSpec([None], tf.int32, 'label')]
 
     def build_graph(self, image, label):
         return super().build_graph(tf.reshape(image, [-1, 64]), label)
-
-    def outputs(self, logits, label):
-        return cross_entropy_cost(logits, label)
 
 
 def kill_when_uploading(name):

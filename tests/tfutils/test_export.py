@@ -28,8 +28,7 @@ from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.base import Trainer
 
-from helpers import (AssignValues, DigitsMLPBase, RecordCost, cross_entropy_cost, labelled_batches,
-                     subprocess_env)
+from helpers import AssignValues, DigitsMLPBase, RecordCost, labelled_batches, subprocess_env
 
 BATCH = 16
 
@@ -43,16 +42,6 @@ def digits(digits):
     return images[:256], labels[:256]
 
 
-class DigitsMLP(DigitsMLPBase):
-    """64 -> 32 -> 10 with 'logits' and 'prob' outputs. Top-level, so worker processes can
-    unpickle it."""
-
-    def outputs(self, logits, label):
-        logits = tf.identity(logits, name='logits')
-        tf.nn.softmax(logits, name='prob')
-        return cross_entropy_cost(logits, label)
-
-
 def known_values(seed=0):
     """Variable values unlike the initializers, so that a test sees whether they were applied."""
     rng = np.random.RandomState(seed)
@@ -61,7 +50,7 @@ def known_values(seed=0):
 
 
 def predict_config(values, outputs=('logits',)):
-    return PredictConfig(model=DigitsMLP(), input_names=['image'], output_names=list(outputs),
+    return PredictConfig(model=DigitsMLPBase(), input_names=['image'], output_names=list(outputs),
                          session_init=AssignValues(values))
 
 
@@ -138,7 +127,7 @@ def test_dump_tensors_writes_the_values_of_each_epoch(digits, logdir):
     dump = DumpTensors(['cost', 'fc0/b'])
     # FeedInput: 'cost' needs the fed batch, so it can only come along with the training step
     df = labelled_batches(images, labels, BATCH)
-    config = TrainConfig(model=DigitsMLP(), data=FeedInput(df), callbacks=[costs, dump, bias],
+    config = TrainConfig(model=DigitsMLPBase(), data=FeedInput(df), callbacks=[costs, dump, bias],
                          monitors=[], steps_per_epoch=steps, max_epoch=epochs)
     launch_train_with_config(config, SimpleTrainer())
 

@@ -16,31 +16,23 @@ from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.input_source import (
     BatchQueueInput, FeedInput, QueueInput, StagingInput, TensorInput, TFDatasetInput, ZMQInput)
 from tensorpack_lite.predict import OfflinePredictor, PredictConfig
-from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import (
     ModelDesc, NoOpTrainer, QueueInputTrainer, SimpleTrainer, TrainConfig, launch_train_with_config)
 from tensorpack_lite.utils.serialize import dumps
 
-from helpers import (HANG_TIMEOUT, AssignValues, DigitsMLPBase, RecordCost, cross_entropy_cost,
-                     labelled_batches, run_or_hang)
+from helpers import HANG_TIMEOUT, AssignValues, DigitsMLPBase, RecordCost, labelled_batches, run_or_hang
 from helpers.models import LineRegression
-
-BATCH = 32
 
 
 class DigitsMLP(DigitsMLPBase):
-    """64 -> 64 -> 10 (by default) with 'logits', 'cost' and 'accuracy'."""
+    """The shared digits MLP, 64 hidden units by default and seed 7, averaging its cost and
+    'accuracy'."""
 
     def __init__(self, hidden=64, lr=0.05):
-        super().__init__(hidden, lr, seed=7)
+        super().__init__(hidden, lr, seed=7, summary=('cost', 'accuracy'))
 
-    def outputs(self, logits, label):
-        logits = tf.identity(logits, name='logits')
-        cost = cross_entropy_cost(logits, label)
-        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int32), label),
-                                          tf.float32), name='accuracy')
-        add_moving_summary(cost, accuracy)
-        return cost
+
+BATCH = 32
 
 
 batches_dataflow = functools.partial(labelled_batches, batch=BATCH)

@@ -25,21 +25,13 @@ from tensorpack_lite.train import (
     SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config)
 from tensorpack_lite.utils.naming import MOVING_SUMMARY_OPS_KEY
 
-from helpers import DigitsMLPBase, cross_entropy_cost
+from helpers import DigitsMLPBase
 from helpers.graphs import ReadAllVariables, cpus
 from helpers.multigpu import cpu_session_creator, train_towers
 
 BATCH = 8      # per tower
 STEPS = 3
 MAIN_VARIABLES = ['fc0/W', 'fc0/b', 'fc1/W', 'fc1/b']
-
-
-class DigitsMLP(DigitsMLPBase):
-    """64 -> 32 -> 10 with 'logits' and 'cost' (2410 parameters: enough to be packed)."""
-
-    def outputs(self, logits, label):
-        tf.identity(logits, name='logits')
-        return cross_entropy_cost(logits, label)
 
 
 def tower_batches(digits, k, steps=STEPS):
@@ -77,7 +69,7 @@ def reference(digits):
         if k not in cache:
             with tfv1.Graph().as_default():
                 source = FeedInput(DataFromList(concatenated(tower_batches(digits, k), k), shuffle=False))
-                cache[k] = train_towers(SimpleTrainer(), source, 1, DigitsMLP(), STEPS)
+                cache[k] = train_towers(SimpleTrainer(), source, 1, DigitsMLPBase(), STEPS)
         return cache[k]
     return get
 
@@ -111,8 +103,8 @@ def test_k_towers_make_the_update_of_one_tower_on_the_concatenated_batch(digits,
     trainer = make(cpus(k))
     trainer.BROADCAST_EVERY_EPOCH = False   # replicas must stay equal by themselves
     recorder = RecordTowerImages()
-    values = train_towers(trainer, QueueInput(DataFromList(batches, shuffle=False)), k, DigitsMLP(), STEPS,
-                          callbacks=[recorder])
+    values = train_towers(trainer, QueueInput(DataFromList(batches, shuffle=False)), k, DigitsMLPBase(),
+                          STEPS, callbacks=[recorder])
     # tower i of step s got datapoint s*k+i
     for step, images in enumerate(recorder.steps):
         for tower, image in enumerate(images):
@@ -130,7 +122,8 @@ def test_launch_train_with_config_stages_the_queue_of_the_towers(digits, referen
     k = 2
     trainer = SyncMultiGPUTrainerReplicated(cpus(k))
     readback = ReadAllVariables()
-    config = TrainConfig(model=DigitsMLP(), dataflow=DataFromList(tower_batches(digits, k), shuffle=False),
+    config = TrainConfig(model=DigitsMLPBase(),
+                         dataflow=DataFromList(tower_batches(digits, k), shuffle=False),
                          callbacks=[readback], monitors=[], extra_callbacks=[], max_epoch=1,
                          steps_per_epoch=STEPS, session_creator=cpu_session_creator(k))
     launch_train_with_config(config, trainer)
@@ -147,7 +140,7 @@ def records_text(records):
     return '\n'.join(records.messages(logging.DEBUG))
 
 
-class CountingMLP(DigitsMLP):
+class CountingMLP(DigitsMLPBase):
     """Adds a moving summary of the cost and an update op counting the steps of its tower."""
 
     def outputs(self, logits, label):
@@ -211,7 +204,7 @@ def test_replicated_checkpoint_restores_into_single_tower_models(digits, logdir)
     k = 2
     trainer = SyncMultiGPUTrainerReplicated(cpus(k), mode='collective')
     values = train_towers(trainer, QueueInput(DataFromList(tower_batches(digits, k), shuffle=False)), k,
-                          DigitsMLP(), STEPS, callbacks=[ModelSaver()])
+                          DigitsMLPBase(), STEPS, callbacks=[ModelSaver()])
     checkpoint = os.path.join(logdir, 'model-{}'.format(STEPS))
     saved = load_chkpt_vars(checkpoint)
     assert set(MAIN_VARIABLES) < set(saved) and not [n for n in saved if n.startswith('tower')]
@@ -222,7 +215,7 @@ def test_replicated_checkpoint_restores_into_single_tower_models(digits, logdir)
     with tfv1.Graph().as_default():
         restored = ReadAllVariables()
         simple = SimpleTrainer()
-        model = DigitsMLP()
+        model = DigitsMLPBase()
         simple.setup_graph(model.get_input_signature(), FeedInput(DataFromList(tower_batches(digits, 1))),
                            model.build_graph, model.get_optimizer)
         simple.train_with_defaults(callbacks=[restored], monitors=[], extra_callbacks=[], steps_per_epoch=1,
@@ -230,7 +223,7 @@ def test_replicated_checkpoint_restores_into_single_tower_models(digits, logdir)
                                    session_init=SaverRestore(checkpoint))
     assert restored.values['global_step'] == STEPS + 1   # restored at 3, then one step
 
-    config = PredictConfig(model=DigitsMLP(), input_names=['image'], output_names=['logits'],
+    config = PredictConfig(model=DigitsMLPBase(), input_names=['image'], output_names=['logits'],
                            session_init=SaverRestore(checkpoint))
     predictor = OfflinePredictor(config)
     logits, = predictor(images)
@@ -263,7 +256,7 @@ def run_with_timeout(func, seconds=60):
 @pytest.mark.parametrize('mode, soft_placement', [('collective', True), ('gpu', True), ('collective', False)])
 def test_more_towers_than_devices_is_an_error_before_any_step(digits, mode, soft_placement):
     trainer = SyncMultiGPUTrainerReplicated(cpus(3), mode=mode)
-    model = DigitsMLP()
+    model = DigitsMLPBase()
     trainer.setup_graph(model.get_input_signature(), QueueInput(DataFromList(tower_batches(digits, 3))),
                         model.build_graph, model.get_optimizer)
 
@@ -302,7 +295,7 @@ def test_hierarchical_with_other_than_8_towers_falls_back_with_a_warning(log_rec
 
 def test_several_towers_need_a_feed_free_input(digits):
     trainer = SyncMultiGPUTrainerParameterServer(cpus(2))
-    model = DigitsMLP()
+    model = DigitsMLPBase()
     with pytest.raises(TypeError, match='feed-free InputSource.*FeedInput would give every tower the same'):
         trainer.setup_graph(model.get_input_signature(), FeedInput(DataFromList(tower_batches(digits, 2))),
                             model.build_graph, model.get_optimizer)
@@ -313,7 +306,7 @@ def test_staging_input_keeps_the_order_of_towers(digits, reference):
     trainer = SyncMultiGPUTrainerParameterServer(cpus(k))
     source = StagingInput(QueueInput(DataFromList(tower_batches(digits, k), shuffle=False)))
     recorder = RecordTowerImages()
-    values = train_towers(trainer, source, k, DigitsMLP(), STEPS, callbacks=[recorder])
+    values = train_towers(trainer, source, k, DigitsMLPBase(), STEPS, callbacks=[recorder])
     batches = tower_batches(digits, k)
     for step, images in enumerate(recorder.steps):
         for tower, image in enumerate(images):
@@ -323,18 +316,11 @@ def test_staging_input_keeps_the_order_of_towers(digits, reference):
 
 # ----- multi-tower inference --------------------------------------------------------------------
 
-class DigitsMLPWithError(DigitsMLP):
-    def outputs(self, logits, label):
-        tf.cast(tf.not_equal(tf.argmax(logits, 1, output_type=tf.int32), label), tf.float32,
-                name='incorrect_vector')
-        return super().outputs(logits, label)
-
-
 def test_multi_tower_predictors_give_the_numbers_of_the_offline_predictor(digits, log_records):
     images = digits[0][:30]
 
     def config(k=1):
-        return PredictConfig(model=DigitsMLP(), input_names=['image'], output_names=['logits'],
+        return PredictConfig(model=DigitsMLPBase(), input_names=['image'], output_names=['logits'],
                              session_creator=cpu_session_creator(k))
     expected, = OfflinePredictor(config())(images)
 
@@ -367,7 +353,7 @@ def test_data_parallel_inference_runner_matches_the_single_tower_runner(digits):
     parallel = DataParallelInferenceRunner(test, [ScalarStats('cost', prefix='dp'),
                                                   ClassificationError(summary_name='dp_error')], cpus(3))
     trainer = SyncMultiGPUTrainerReplicated(cpus(2))
-    model = DigitsMLPWithError(lr=0.3)
+    model = DigitsMLPBase(lr=0.3)
     trainer.setup_graph(model.get_input_signature(),
                         QueueInput(DataFromList(tower_batches(digits, 2, steps=10), shuffle=False)),
                         model.build_graph, model.get_optimizer)
@@ -384,7 +370,7 @@ def test_data_parallel_inference_runner_matches_the_single_tower_runner(digits):
 
 
 def test_replicated_gives_each_replica_optimizer_state_of_its_own(log_records):
-    class AdamMLP(DigitsMLP):
+    class AdamMLP(DigitsMLPBase):
         def optimizer(self):
             return tfv1.train.AdamOptimizer(1e-3)
 
