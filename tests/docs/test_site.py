@@ -99,11 +99,15 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         super().send_error(code, message, explain)
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 64   # a browser opens many connections at once (the default backlog is 5)
+
+
 @pytest.fixture
 def served_site(docs_site):
     missing = []
     handler = functools.partial(type('Handler', (_QuietHandler,), {'missing': missing}), directory=docs_site)
-    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    server = _Server(('127.0.0.1', 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -130,6 +134,22 @@ def browser():
         yield driver
     finally:
         driver.quit()
+
+
+def open_page(driver, url):
+    """Open ``url`` and wait (up to 60 s) until it shows a heading: True, or False when it never
+    does. Once, in CI's parallel run, a page whose file has its <h1> showed none right after
+    ``get`` returned (the cause was not seen): the wait is for that, the caller names such a page
+    with what the browser shows."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    driver.get(url)
+    try:
+        WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.TAG_NAME, 'h1'))
+    except TimeoutException:
+        return False
+    return True
 
 
 def console_errors(driver):
@@ -186,9 +206,11 @@ def test_the_links_of_the_three_pages_land_on_their_anchors_in_the_browser(serve
     assert sum(len(names) for names in anchors.values()) > 100 and len(anchors) > 20
     lost = []
     for path, names in sorted(anchors.items()):
-        browser.get(base + path)
+        if not open_page(browser, base + path):
+            shown = browser.execute_script('return document.body ? document.body.innerText : ""')
+            lost.append((path, '(no h1: title {!r}, text {!r})'.format(browser.title, shown[:200])))
+            continue
         absent = browser.execute_script(
-            'if (document.querySelector("h1") === null) return ["(no h1)"];'
             'return arguments[0].filter(a => a !== "" && document.getElementById(a) === null)', sorted(names))
         lost += [(path, name) for name in absent]
     assert lost == [] and missing == [], (lost[:10], missing[:10])
