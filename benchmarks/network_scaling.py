@@ -616,7 +616,8 @@ def table(args, results):
                     '{:.2f}'.format(sent / MB), '{:.2f}'.format(want / MB), '{:.3f}'.format(sent / want),
                     '{:.3f}'.format((sent - HEADER_BYTES * packets) / want),
                     '{:.1%}'.format(retransmitted * FULL_FRAME / sent),
-                    '{:.0%}'.format(sent * 8 / (args.rate_mbit * 1e6) / step), '{:.3f}'.format(cpu),
+                    '{:.0%}'.format(sent * 8 / (args.rate_mbit * 1e6) / step) if args.rate_mbit else '',
+                    '{:.3f}'.format(cpu),
                     '{:.0%}'.format(_median(r.machine_busy for r in runs)) if first else ''])
     headers = ['variant', 'N', 'median step (s)', 'ratio to N={}'.format(low), 'bytes ratio',
                'step / bytes ratio', 'sent/step (MB)', 'expected (MB)', 'measured / expected',
