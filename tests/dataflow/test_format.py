@@ -18,7 +18,7 @@ from tensorpack_lite.dataflow.format import CaffeLMDB, HDF5Data, LMDBData, LMDBD
 from tensorpack_lite.dataflow.serialize import HDF5Serializer, LMDBSerializer
 from tensorpack_lite.utils import utils as rng_utils
 from helpers import varint
-from helpers.dataflows import loaded
+from helpers.dataflows import Opaque, loaded
 
 TF_DTYPES = ['bool', 'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8',
              'uint16', 'uint32', 'uint64', 'complex64', 'complex128']
@@ -277,8 +277,6 @@ def test_lmdb_errors_name_the_file(tmp_path):
 
 
 def test_lmdb_unserializable_datapoint_is_named_and_no_file_is_left(tmp_path):
-    class Opaque(object):
-        pass
     with pytest.raises(TypeError, match=r'datapoint #1: .*Opaque at datapoint\[1\]'):
         LMDBSerializer.save(DataFromList([[np.zeros(2), 1], [np.zeros(2), Opaque()]], shuffle=False),
                             str(tmp_path / 'x.lmdb'))

@@ -8,20 +8,15 @@ import re
 import sys
 import time
 
-import numpy as np
 import pytest
 
-from helpers import REPO_DIR, run_bounded, subprocess_env
+from helpers import run_bounded
+from helpers.mpi import (BATCH, EPOCHS, LR, SCRIPT, STEPS, assert_close, load_rank, rank_env,
+                         reference_weights, train_tiny)
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
 
-REPO = REPO_DIR
-SCRIPT = os.path.join(REPO, 'tests', 'horovod_scripts', 'train_tiny.py')
 RUN_TIMEOUT = 150
-BATCH, STEPS, EPOCHS, LR = 4, 3, 2, 0.05
-
-sys.path.insert(0, os.path.dirname(SCRIPT))
-import train_tiny  # noqa: E402
 
 
 # ----- without horovod (main environment) ----------------------------------------------------
@@ -61,33 +56,14 @@ def run_two_ranks(python, out_dir, *args):
     command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', python, SCRIPT,
                '--out', str(out_dir), '--batch', str(BATCH), '--steps-per-epoch', str(STEPS),
                '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
-    env = subprocess_env(TENSORPACK_LOGGER_ACTION='k')
     start = time.time()
-    code, output = run_bounded(command, RUN_TIMEOUT, env=env, cwd=out_dir)
+    code, output = run_bounded(command, RUN_TIMEOUT, env=rank_env(), cwd=out_dir)
     return code, output, time.time() - start
 
 
 def read_text(path):
     with open(str(path)) as f:
         return f.read()
-
-
-def load_rank(out_dir, rank):
-    result = json.loads(read_text(os.path.join(str(out_dir), 'rank{}.json'.format(rank))))
-    result['weights'] = {k: np.asarray(v, np.float32) for k, v in result['weights'].items()}
-    return result
-
-
-def assert_same_weights(a, b, rtol, atol):
-    assert sorted(a) == sorted(b)
-    for name in a:
-        np.testing.assert_allclose(a[name], b[name], rtol=rtol, atol=atol, err_msg=name)
-
-
-def reference_weights(lr, steps_per_epoch=STEPS, max_epoch=EPOCHS):
-    """One process, batches of both ranks concatenated, starting from rank 0's weights."""
-    samples = train_tiny.make_samples(STEPS * BATCH * 2)
-    return train_tiny.train_single(samples, 2 * BATCH, lr, steps_per_epoch, max_epoch)
 
 
 def files_in(directory):
@@ -101,8 +77,8 @@ def test_two_ranks_average_like_one_process_and_only_rank0_writes(horovod_python
     rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
     assert rank0['global_step'] == rank1['global_step'] == STEPS * EPOCHS
     # rank 1 started from other weights: equal results need the broadcast and the allreduce
-    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
-    assert_same_weights(rank0['weights'], reference_weights(LR), rtol=1e-4, atol=1e-5)
+    assert_close(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
+    assert_close(rank0['weights'], reference_weights(2, LR), rtol=1e-4, atol=1e-5)
 
     chief_dir, other_dir = str(logdir / 'rank0'), str(logdir / 'rank1')
     chief_files = files_in(chief_dir)
@@ -122,9 +98,9 @@ def test_two_ranks_sum_in_a_shared_logdir(horovod_python, tmp_path):
     code, output, _ = run_two_ranks(horovod_python, tmp_path, '--logdir', str(logdir), '--sum')
     assert code == 0, output[-6000:]
     rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
-    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
+    assert_close(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
     # summing the two per-rank mean gradients is one process's mean gradient times 2
-    assert_same_weights(rank0['weights'], reference_weights(2 * LR), rtol=1e-4, atol=1e-5)
+    assert_close(rank0['weights'], reference_weights(2, 2 * LR), rtol=1e-4, atol=1e-5)
 
     files = files_in(str(logdir))
     assert 'checkpoint' in files and 'stats.json' in files
@@ -147,9 +123,22 @@ def test_rank0_stopping_ends_every_rank_with_fp16_gradients(horovod_python, tmp_
     assert 'another rank ended its training' in output
     rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
     assert rank0['global_step'] == 2
-    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
-    reference = reference_weights(LR, steps_per_epoch=2, max_epoch=1)
-    assert_same_weights(rank0['weights'], reference, rtol=1e-2, atol=1e-3)   # float16 gradients
+    assert_close(rank0['weights'], rank1['weights'], rtol=0, atol=1e-6)
+    reference = reference_weights(2, LR, steps_per_epoch=2, max_epoch=1)
+    assert_close(rank0['weights'], reference, rtol=1e-2, atol=1e-3)   # float16 gradients
+
+
+def assert_both_ranks_stopped_after(tmp_path, output, step):
+    """Both ranks of a SIGTERMed run exited with 143 after global step ``step`` with the same
+    weights, and rank 0 wrote model-``step`` in tmp_path/logs."""
+    # horovodrun itself exits with 1 when a process did not with 0, and then ends the other rank
+    # (SIGTERM): the slower rank may be ended as it shuts Horovod down, before it says its status
+    statuses = re.findall(r'Process ([01]) exit with status code (\d+)\.', output)
+    assert statuses and all(code == '143' for _, code in statuses), output[-6000:]
+    assert os.path.isfile(os.path.join(str(tmp_path), 'logs', 'model-{}.index'.format(step)))
+    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
+    assert rank0['global_step'] == rank1['global_step'] == step
+    assert_close(rank0['weights'], rank1['weights'], rtol=0, atol=0)
 
 
 def test_sigterm_to_one_rank_stops_both_after_the_same_step(horovod_python, tmp_path):
@@ -159,14 +148,7 @@ def test_sigterm_to_one_rank_stops_both_after_the_same_step(horovod_python, tmp_
                                     '--logdir', str(tmp_path / 'logs'))
     assert code != 0, output[-6000:]
     train_tiny.assert_stopped_together(tmp_path, 2, 1, 5)
-    # horovodrun itself exits with 1 when a process did not with 0, and then ends the other rank
-    # (SIGTERM): the slower rank may be ended as it shuts Horovod down, before it says its status
-    statuses = re.findall(r'Process ([01]) exit with status code (\d+)\.', output)
-    assert statuses and all(code == '143' for _, code in statuses), output[-6000:]
-    assert os.path.isfile(os.path.join(str(tmp_path), 'logs', 'model-5.index'))
-    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
-    assert rank0['global_step'] == rank1['global_step'] == 5
-    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=0)
+    assert_both_ranks_stopped_after(tmp_path, output, 5)
 
 
 def test_two_ranks_accumulating_4_micro_batches_train_like_one_process_on_the_combined_batch(
@@ -182,9 +164,9 @@ def test_two_ranks_accumulating_4_micro_batches_train_like_one_process_on_the_co
     hashes = rank0['step_hashes']
     assert hashes == rank1['step_hashes']
     assert [k for k in range(1, len(hashes)) if hashes[k] != hashes[k - 1]] == [3, 7]
-    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=0)
+    assert_close(rank0['weights'], rank1['weights'], rtol=0, atol=0)
     reference = train_tiny.accumulated_reference(2, 4, BATCH, 8, 1, LR, 'adam')
-    assert_same_weights(rank0['weights'], reference, rtol=0, atol=1e-6)
+    assert_close(rank0['weights'], reference, rtol=0, atol=1e-6)
 
 
 def test_sigterm_in_the_middle_of_an_update_stops_both_ranks_at_its_end(horovod_python, tmp_path):
@@ -197,12 +179,7 @@ def test_sigterm_in_the_middle_of_an_update_stops_both_ranks_at_its_end(horovod_
     assert code != 0, output[-6000:]
     train_tiny.assert_stopped_together(tmp_path, 2, 1, 8,
                                        until='the next step that reduces (the end of this update)')
-    statuses = re.findall(r'Process ([01]) exit with status code (\d+)\.', output)
-    assert statuses and all(code == '143' for _, code in statuses), output[-6000:]
-    assert os.path.isfile(os.path.join(str(tmp_path), 'logs', 'model-8.index'))
-    rank0, rank1 = load_rank(tmp_path, 0), load_rank(tmp_path, 1)
-    assert rank0['global_step'] == rank1['global_step'] == 8
-    assert_same_weights(rank0['weights'], rank1['weights'], rtol=0, atol=0)
+    assert_both_ranks_stopped_after(tmp_path, output, 8)
 
 
 def test_ranks_with_different_variables_fail_with_a_clear_error(horovod_python, tmp_path):
@@ -229,4 +206,4 @@ def test_two_ranks_of_two_towers_with_synchronized_batch_norm_train_like_one_pro
     samples = train_tiny.make_samples(STEPS * BATCH * 4)
     reference = train_tiny.train_single(samples, 4 * BATCH, LR, STEPS, EPOCHS, batch_norm='')
     assert {'bn/mean/EMA', 'bn/variance/EMA'} <= set(main)
-    assert_same_weights(main, reference, rtol=1e-4, atol=1e-5)
+    assert_close(main, reference, rtol=1e-4, atol=1e-5)

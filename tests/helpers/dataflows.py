@@ -18,7 +18,7 @@ def reset(df):
 
 
 class Opaque(object):
-    pass
+    """An object no serializer knows: what the error of a datapoint holding one must name."""
 
 
 def children():
