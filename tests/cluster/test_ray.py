@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import TESTS_DIR, kill_process_tree, wait_until
-from helpers.distributed import SCRIPT, assert_replicas_match, load_worker, reference_weights, script_env
+from helpers import TESTS_DIR, kill_process_tree, subprocess_env, wait_until
+from helpers.distributed import SCRIPT, assert_replicas_match, load_worker, reference_weights
 
 ray = pytest.importorskip('ray', reason="Ray is not installed: pip install 'tensorpack_lite[ray]'")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -53,7 +53,7 @@ class Driver:
         if min_workers is not None:
             command += ['--min-workers', str(min_workers)]
         command += ['--', sys.executable, SCRIPT, '--out', str(out)] + [str(a) for a in args]
-        self.proc = subprocess.Popen(command, env=script_env(), stdout=self.log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(command, env=subprocess_env(), stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
 
     def events(self, kind=None):

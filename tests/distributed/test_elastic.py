@@ -12,8 +12,9 @@ import re
 
 import numpy as np
 
+from helpers import subprocess_env
 from helpers.distributed import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker, script_command,
-                                 script_env, train_tiny)
+                                 train_tiny)
 from tensorpack_lite.cluster.launch import launch
 
 STEPS = 3            # per epoch
@@ -160,7 +161,7 @@ def test_launcher_drops_a_worker_that_keeps_failing_and_the_job_resumes_with_few
             '--die-task', 3]
     output = io.BytesIO()
     code = launch(script_command(tmp_path, args), 4, grace=60, timeout=3 * RUN_TIMEOUT, restart_delay=0,
-                  env=script_env(), output=output, min_workers=3, drop_after=2, max_restarts=None)
+                  env=subprocess_env(), output=output, min_workers=3, drop_after=2, max_restarts=None)
     text = output.getvalue().decode('utf-8', 'replace')
     assert code == 0, text[-6000:]
     launcher = re.findall(r'^\[launch\] (.*)$', text, re.M)

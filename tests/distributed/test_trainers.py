@@ -16,9 +16,9 @@ import time
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT, UNIT_ROUNDOFF, kill_process_tree, wait_until
+from helpers import HANG_TIMEOUT, UNIT_ROUNDOFF, kill_process_tree, subprocess_env, wait_until
 from helpers.distributed import (RUN_TIMEOUT, Run, assert_replicas_match, assert_workers_end_with,
-                                 load_worker, reference_weights, script_command, script_env, stats_epochs,
+                                 load_worker, reference_weights, script_command, stats_epochs,
                                  train_tiny)
 from tensorpack_lite.compat import tf
 from tensorpack_lite.cluster import netns
@@ -38,7 +38,7 @@ class HandRun:
             for job, addresses in tf_cluster.items():
                 for index in range(len(addresses)):
                     tf_config = json.dumps({'cluster': tf_cluster, 'task': {'type': job, 'index': index}})
-                    env = dict(script_env(), TF_CONFIG=tf_config)
+                    env = dict(subprocess_env(), TF_CONFIG=tf_config)
                     procs[(job, index)] = subprocess.Popen(
                         script_command(out_dir, args), env=env, stdout=log, stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL, start_new_session=True)
@@ -471,7 +471,8 @@ def test_a_chief_killed_with_a_damaged_checkpoint_resumes_every_worker_from_the_
         args += ['--exchange', 'collective']
     output = io.BytesIO()
     code = launch(script_command(tmp_path, args), 2, 1 if trainer == 'ps' else 0, grace=60,
-                  timeout=2 * RUN_TIMEOUT, max_restarts=1, restart_delay=0, env=script_env(), output=output)
+                  timeout=2 * RUN_TIMEOUT, max_restarts=1, restart_delay=0, env=subprocess_env(),
+                  output=output)
     text = output.getvalue().decode('utf-8', 'replace')
     assert code == 0, text[-6000:]
     assert "[launch] restart 1 of 1 in 0 s, after: worker 0 failed with exit code 137" in text, text[-6000:]
@@ -493,7 +494,7 @@ def test_a_killed_parameter_server_ends_both_workers_promptly(tmp_path, trainer)
     every task, is given up after CLOSE_TIMEOUT. It used to wait for ever (30 s and more)."""
     output = io.BytesIO()
     command = script_command(tmp_path, ['--trainer', trainer, '--epochs', 200, '--steps-per-epoch', 20])
-    cluster = LocalCluster(command, 2, 1, grace=HANG_TIMEOUT, env=script_env(), output=output)
+    cluster = LocalCluster(command, 2, 1, grace=HANG_TIMEOUT, env=subprocess_env(), output=output)
     cluster.start()
     try:
         procs = {(job, index): proc for job, index, proc in cluster.tasks}
@@ -576,7 +577,8 @@ def test_a_worker_whose_link_is_cut_mid_run_is_named_by_the_other(tmp_path):
     output = io.BytesIO()
     command = script_command(tmp_path, ['--trainer', 'collective', '--epochs', 200, '--steps-per-epoch', 20])
     with netns.NetnsCluster(2) as net:
-        cluster = LocalCluster(command, 2, 0, grace=HANG_TIMEOUT, env=script_env(), output=output, hosts=net)
+        cluster = LocalCluster(command, 2, 0, grace=HANG_TIMEOUT, env=subprocess_env(), output=output,
+                               hosts=net)
         cluster.start()
         try:
             procs = {(job, index): proc for job, index, proc in cluster.tasks}
@@ -619,7 +621,7 @@ def test_a_link_cut_while_the_chief_saves_loses_no_checkpoint(tmp_path, trainer,
         partitioner = threading.Thread(target=partition, daemon=True)
         partitioner.start()
         code = launch(script_command(tmp_path, args), 2, num_ps, grace=60, timeout=2 * RUN_TIMEOUT,
-                      max_restarts=1, restart_delay=0, env=script_env(), output=output, hosts=net)
+                      max_restarts=1, restart_delay=0, env=subprocess_env(), output=output, hosts=net)
         partitioner.join(5)
     text = output.getvalue().decode('utf-8', 'replace')
     assert code == 0, text[-6000:]
@@ -655,7 +657,7 @@ def test_a_cut_link_restored_resumes_with_max_restarts_as_an_uninterrupted_run(t
         partitioner = threading.Thread(target=partition, daemon=True)
         partitioner.start()
         code = launch(script_command(tmp_path, args), 2, grace=60, timeout=2 * RUN_TIMEOUT, max_restarts=1,
-                      restart_delay=0, env=script_env(), output=output, hosts=net)
+                      restart_delay=0, env=subprocess_env(), output=output, hosts=net)
         partitioner.join(5)
     text = output.getvalue().decode('utf-8', 'replace')
     assert code == 0, text[-6000:]

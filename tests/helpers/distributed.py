@@ -22,7 +22,7 @@ import numpy as np
 from helpers import TESTS_DIR, subprocess_env
 from tensorpack_lite.cluster.launch import LocalCluster
 
-__all__ = ['SCRIPT', 'RUN_TIMEOUT', 'train_tiny', 'script_command', 'script_env', 'Run', 'load_worker',
+__all__ = ['SCRIPT', 'RUN_TIMEOUT', 'train_tiny', 'script_command', 'Run', 'load_worker',
            'reference_weights', 'assert_replicas_match', 'assert_workers_end_with', 'stats_epochs']
 
 SCRIPT = os.path.join(TESTS_DIR, 'distributed_scripts', 'train_tiny_multiworker.py')
@@ -37,11 +37,6 @@ def script_command(out_dir, args):
     return [sys.executable, SCRIPT, '--out', str(out_dir)] + [str(a) for a in args]
 
 
-def script_env():
-    """The environment of every task (:func:`helpers.subprocess_env`)."""
-    return subprocess_env()
-
-
 class Run:
     """One run of train_tiny_multiworker.py as a local cluster, until every process has ended on its
     own: ``code`` and ``output``. ``chief``: the launcher also starts a separate chief task.
@@ -52,7 +47,7 @@ class Run:
                  while_running=None, until_workers_end=False):
         self._output = io.BytesIO()
         self.cluster = LocalCluster(script_command(out_dir, args), num_worker, num_ps, grace=grace,
-                                    env=script_env(), output=self._output, chief=chief, hosts=hosts)
+                                    env=subprocess_env(), output=self._output, chief=chief, hosts=hosts)
         start = time.monotonic()
         self.cluster.start()
         waited = [proc for job, _, proc in self.cluster.tasks if job == 'worker' or not until_workers_end]
