@@ -1,6 +1,6 @@
 """Sources whose tensors come from the graph itself: :class:`TensorInput` (made by a
 function), :class:`DummyConstantInput` (random constants) and :class:`TFDatasetInput`
-(a ``tf.data.Dataset``)."""
+(a ``tf.data.Dataset`` or a DataFlow)."""
 
 import numpy as np
 
@@ -112,8 +112,10 @@ class TFDatasetInput(FeedfreeInput):
     initialized before training (and at every :meth:`reset_state`).
 
     Args:
-        dataset (tf.data.Dataset): elements are tuples with one tensor per input, of the
-            inputs' dtypes and compatible shapes.
+        dataset (tf.data.Dataset or DataFlow): a dataset's elements are tuples with one tensor
+            per input, of the inputs' dtypes and compatible shapes; a DataFlow becomes one with
+            :meth:`dataflow_to_dataset` when the source is set up (one pass of it per
+            :meth:`reset_state`: make it infinite for training, e.g. with ``RepeatedData``).
 
     Example::
 
@@ -122,13 +124,21 @@ class TFDatasetInput(FeedfreeInput):
     """
 
     def __init__(self, dataset):
-        if not isinstance(dataset, tf.data.Dataset):
-            raise TypeError("TFDatasetInput takes a tf.data.Dataset, got {!r}".format(dataset))
-        self._dataset = dataset
+        if isinstance(dataset, tf.data.Dataset):
+            self._dataset, self._dataflow = dataset, None
+        elif isinstance(dataset, DataFlow):
+            self._dataset, self._dataflow = None, dataset
+        else:
+            raise TypeError("TFDatasetInput takes a tf.data.Dataset or a DataFlow, got {!r}".format(
+                dataset))
         self._last_get_next = []
 
     def _setup(self, input_signature):
         self._spec = input_signature
+        if self._dataflow is not None:
+            self._dataset = self.dataflow_to_dataset(
+                self._dataflow, [spec.dtype for spec in input_signature],
+                names=[spec.name for spec in input_signature])
         element = self._dataset.element_spec
         if not isinstance(element, tuple):
             element = (element,)

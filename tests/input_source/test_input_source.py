@@ -443,6 +443,22 @@ def test_tf_dataset_input_from_dataflow():
     assert_batches(rec.batches, [0, 1, 2, 3, 0])
 
 
+@pytest.mark.parametrize('as_dict', [False, True], ids=['lists', 'dicts'])
+def test_tf_dataset_input_takes_a_dataflow(as_dict):
+    # as tensorpack's: the DataFlow becomes a dataset of the inputs' dtypes at setup
+    batches = [list(batch(k)) for k in range(4)]
+    if as_dict:
+        batches = [{'y': y, 'x': x} for x, y in batches]
+    rec = run_source(TFDatasetInput(DataFromList(batches, shuffle=False)), steps_per_epoch=4)
+    assert_batches(rec.batches, [0, 1, 2, 3])
+    assert rec.end['acc'] == pytest.approx(expected_sum([0, 1, 2, 3]))
+
+
+def test_tf_dataset_input_takes_nothing_else():
+    with pytest.raises(TypeError, match='takes a tf.data.Dataset or a DataFlow, got'):
+        TFDatasetInput([[1.0, 2]])
+
+
 @pytest.mark.parametrize('element, words', [
     ((tf.zeros([3, 2]), tf.zeros([3])), ["input 'y'", 'float32', 'int32']),
     ((tf.zeros([3, 4]), tf.zeros([3], tf.int32)), ["input 'x'", '(3, 4)']),
