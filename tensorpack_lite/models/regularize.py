@@ -18,27 +18,28 @@ def _check_scale(scale, name):
         raise ValueError("{}(scale): scale must be a number >= 0, got {!r}".format(name, scale))
 
 
+def _scaled(scale, loss, name):
+    """``scale * loss`` in the dtype of ``loss`` (float16 weights give a float16 loss)."""
+    return tf.multiply(tf.constant(scale, dtype=loss.dtype.base_dtype), loss, name=name)
+
+
 def l2_regularizer(scale):
-    """A function ``w -> scale * sum(w ** 2) / 2`` (as ``tf.contrib.layers.l2_regularizer``).
+    """A function ``w -> scale * sum(w ** 2) / 2`` (as ``tf.contrib.layers.l2_regularizer``),
+    a loss of ``w``'s dtype.
 
     Example::
 
         cost += regularize_cost('fc.*/W', l2_regularizer(1e-5))
     """
     _check_scale(scale, 'l2_regularizer')
-
-    def regularizer(weights):
-        return tf.multiply(float(scale), tf.nn.l2_loss(weights), name='l2_regularizer')
-    return regularizer
+    return lambda weights: _scaled(scale, tf.nn.l2_loss(weights), 'l2_regularizer')
 
 
 def l1_regularizer(scale):
-    """A function ``w -> scale * sum(|w|)`` (as ``tf.contrib.layers.l1_regularizer``)."""
+    """A function ``w -> scale * sum(|w|)`` (as ``tf.contrib.layers.l1_regularizer``), a loss
+    of ``w``'s dtype."""
     _check_scale(scale, 'l1_regularizer')
-
-    def regularizer(weights):
-        return tf.multiply(float(scale), tf.reduce_sum(tf.abs(weights)), name='l1_regularizer')
-    return regularizer
+    return lambda weights: _scaled(scale, tf.reduce_sum(tf.abs(weights)), 'l1_regularizer')
 
 
 def _as_float32_loss(loss, origin):

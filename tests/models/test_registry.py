@@ -1,5 +1,5 @@
 """layer_register (name forms, shape logging once per layer in the main tower), argscope
-(defaults applied, nested and restored), LinearWrap chains, and the regularization costs."""
+(defaults applied, nested and restored) and LinearWrap chains."""
 
 import logging
 
@@ -9,8 +9,7 @@ import pytest
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.models import (
     BatchNorm, ConcatWith, Conv2D, Dropout, FullyConnected, LinearWrap, MaxPooling, disable_layer_logging,
-    get_registered_layer, l1_regularizer, l2_regularizer, layer_register, regularize_cost,
-    regularize_cost_from_collection)
+    get_registered_layer, layer_register)
 from tensorpack_lite.models import common
 from tensorpack_lite.tfutils.argscope import (
     argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope)
@@ -197,43 +196,6 @@ def test_linearwrap_chain(capsys):
     with pytest.raises(AttributeError, match="is not a function"):
         LinearWrap(image).tf.float32()
     assert ConcatWith is get_registered_layer('ConcatWith') and Dropout is get_registered_layer('Dropout')
-
-
-# ----- regularization --------------------------------------------------------------------------
-
-def test_regularize_cost_numbers_and_towers(log_records):
-    x = tfv1.placeholder(tf.float32, [None, 3])
-    with TowerContext('', is_training=True):
-        FullyConnected('fc0', x, 4, kernel_initializer=tfv1.constant_initializer(2.0),
-                       bias_initializer=tfv1.constant_initializer(5.0))
-        FullyConnected('fc1', x, 2, kernel_initializer=tfv1.constant_initializer(-1.0))
-        l2 = regularize_cost('fc.*/W', l2_regularizer(0.1))
-        l1 = regularize_cost('fc1/W', l1_regularizer(0.5), name='l1_cost')
-        biases = regularize_cost('/b$', tf.nn.l2_loss, name='bias_cost')
-        nothing = regularize_cost('conv.*/W', tf.nn.l2_loss)
-    with tfv1.variable_scope(tfv1.get_variable_scope(), reuse=True), TowerContext('infer', is_training=False):
-        FullyConnected('fc0', x, 4)
-        in_inference = regularize_cost('fc.*/W', l2_regularizer(0.1))
-    assert l2.name == 'regularize_cost:0' and l1.name == 'l1_cost:0'
-    assert nothing.name == 'empty_regularize_cost:0' and in_inference.name == 'infer/empty_regularize_cost:0'
-    got = run([l2, l1, biases, nothing, in_inference])
-    # 0.1 * (12 * 4 + 6 * 1) / 2; 0.5 * 6; (4 * 25) / 2
-    np.testing.assert_allclose(got, [2.7, 3.0, 50.0, 0.0, 0.0], rtol=1e-6)
-    assert "The following tensors will be regularized: fc0/W, fc1/W" in log_records.messages(logging.INFO)
-    with pytest.raises(ValueError, match="scale must be a number >= 0"):
-        l2_regularizer(-1)
-
-
-def test_regularize_cost_from_collection():
-    x = tfv1.placeholder(tf.float32, [None, 2, 2, 1])
-    with TowerContext('', is_training=True):
-        assert regularize_cost_from_collection().name == 'empty_regularize_cost:0'
-        Conv2D('conv', x, 2, 1, kernel_initializer=tfv1.ones_initializer(),
-               kernel_regularizer=l2_regularizer(1.0), bias_regularizer=l1_regularizer(3.0),
-               bias_initializer=tfv1.constant_initializer(-1.0))
-        total = regularize_cost_from_collection(name='reg')
-    assert total.name == 'reg:0'
-    np.testing.assert_allclose(run(total), 1.0 + 6.0, rtol=1e-6)     # 2 * 1 / 2 + 3 * 2
 
 
 def test_enable_argscope_for_module_and_disable_layer_logging(log_records):
