@@ -60,17 +60,31 @@ def _ema_op(variable, value, momentum, name):
     return variable.assign_sub((variable - value) * (1.0 - momentum), name=name, read_value=False)
 
 
+def _variable_dtype(x):
+    """The dtype of the variables and statistics for input ``x``: float32 for a float16 or
+    bfloat16 input (as tensorpack's), else the input's."""
+    dtype = x.dtype.base_dtype
+    return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
+
+
 def _fused_format(x, axis):
     """The data format of the fused batch-norm kernel for ``x``, or None when it does not
-    apply (it takes 4-D float32 inputs with the channels on axis 1 or 3)."""
-    if x.shape.rank != 4 or x.dtype.base_dtype != tf.float32:
+    apply (it takes 4-D float32, float16 or bfloat16 inputs with the channels on axis 1 or 3,
+    and float32 statistics)."""
+    if x.shape.rank != 4 or x.dtype.base_dtype not in (tf.float32, tf.float16, tf.bfloat16):
         return None
     return {1: 'NCHW', 3: 'NHWC'}.get(axis)
 
 
-def _fused_affine(beta, gamma, num_chan, dtype):
-    return (tf.ones([num_chan], dtype) if gamma is None else gamma,
-            tf.zeros([num_chan], dtype) if beta is None else beta)
+def _computed_input(x, axis, dtype, fused):
+    """``x`` as the normalization takes it: as it is where the fused kernel may run on it
+    (``fused``), else in the variables' ``dtype``."""
+    return x if fused and _fused_format(x, axis) is not None else tf.cast(x, dtype)
+
+
+def _fused_affine(beta, gamma, num_chan):
+    return (tf.ones([num_chan], tf.float32) if gamma is None else gamma,
+            tf.zeros([num_chan], tf.float32) if beta is None else beta)
 
 
 def _normalize(x, axis, mean, variance, beta, gamma, epsilon):
@@ -78,7 +92,7 @@ def _normalize(x, axis, mean, variance, beta, gamma, epsilon):
     ndims = x.shape.rank
     data_format = _fused_format(x, axis)
     if data_format is not None:
-        scale, offset = _fused_affine(beta, gamma, x.shape[axis], x.dtype.base_dtype)
+        scale, offset = _fused_affine(beta, gamma, x.shape[axis])
         return tfv1.nn.fused_batch_norm(x, scale, offset, mean=mean, variance=variance, epsilon=epsilon,
                                         data_format=data_format, is_training=False)[0]
     return tf.nn.batch_normalization(
@@ -162,7 +176,7 @@ def _batch_normalize(x, axis, beta, gamma, epsilon, virtual_batch_size):
         mean, variance = tf.nn.moments(x, _reduction_axes(ndims, axis))
         return _normalize(x, axis, mean, variance, beta, gamma, epsilon), mean, variance
     # the fused kernel is about twice as fast on CPUs; its variance has Bessel's correction
-    scale, offset = _fused_affine(beta, gamma, x.shape[axis], x.dtype.base_dtype)
+    scale, offset = _fused_affine(beta, gamma, x.shape[axis])
     out, mean, unbiased = tfv1.nn.fused_batch_norm(x, scale, offset, epsilon=epsilon, data_format=data_format,
                                                    is_training=True)
     count = tf.cast(tf.size(x) // tf.shape(x)[axis], unbiased.dtype)
@@ -222,12 +236,12 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
             'collection'.
 
     Returns:
-        tf.Tensor named ``output``; ``.variables`` holds ``beta``, ``gamma``, ``mean``
-        (= ``moving_mean``) and ``variance`` (= ``moving_variance``).
+        tf.Tensor named ``output``, of the input's dtype; ``.variables`` holds ``beta``,
+        ``gamma``, ``mean`` (= ``moving_mean``) and ``variance`` (= ``moving_variance``).
 
     Variable names: ``beta`` (zeros), ``gamma`` (ones), ``mean/EMA`` (zeros),
     ``variance/EMA`` (ones); the last two are not trainable. The moving variance averages
-    the biased batch variance.
+    the biased batch variance. The variables are float32 for a float16 or bfloat16 input.
 
     Example::
 
@@ -258,7 +272,8 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
     if not training and ctx is not None and ctx.is_main_training_tower:
         log_once_per_graph("Some BatchNorm layer uses moving_mean/moving_variance in training.", 'warn')
 
-    dtype = inputs.dtype.base_dtype
+    dtype = _variable_dtype(inputs)
+    x = _computed_input(inputs, axis, dtype, fused=not (training and (sync or virtual_batch_size)))
     beta, gamma = affine_variables(num_chan, center, scale, beta_initializer, gamma_initializer, dtype)
     moving_mean = _statistics_variable('mean/EMA', num_chan, 0.0, ctx, dtype)
     moving_var = _statistics_variable('variance/EMA', num_chan, 1.0, ctx, dtype)
@@ -266,10 +281,10 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
     updates = []
     if training:
         if sync is None:
-            xn, batch_mean, batch_var = _batch_normalize(inputs, axis, beta, gamma, epsilon,
+            xn, batch_mean, batch_var = _batch_normalize(x, axis, beta, gamma, epsilon,
                                                          virtual_batch_size)
         else:
-            xn, batch_mean, batch_var = _synced_batch_normalize(inputs, axis, beta, gamma, epsilon, sync, ctx)
+            xn, batch_mean, batch_var = _synced_batch_normalize(x, axis, beta, gamma, epsilon, sync, ctx)
         if do_ema_update:
             updates = [_ema_op(moving_mean, batch_mean, momentum, 'mean_ema_op'),
                        _ema_op(moving_var, batch_var, momentum, 'var_ema_op')]
@@ -278,7 +293,8 @@ def BatchNorm(inputs, axis=None, training=None, momentum=0.9, epsilon=1e-5, cent
                     tfv1.add_to_collection(tfv1.GraphKeys.UPDATE_OPS, op)
                 updates = []
     else:
-        xn = _normalize(inputs, axis, moving_mean, moving_var, beta, gamma, epsilon)
+        xn = _normalize(x, axis, moving_mean, moving_var, beta, gamma, epsilon)
+    xn = tf.cast(xn, inputs.dtype)
     with tf.control_dependencies(updates):
         return finish_output(xn, moving_mean=moving_mean, mean=moving_mean, moving_variance=moving_var,
                              variance=moving_var, gamma=gamma, beta=beta)
@@ -304,7 +320,8 @@ def BatchRenorm(x, rmax, dmax, momentum=0.9, epsilon=1e-5, center=True, scale=Tr
     ``d = clip((batch_mean - renorm_mean) / renorm_std, -dmax, dmax)`` (no gradient through r,
     d); ``renorm_mean``/``renorm_stddev`` are moving averages with momentum 0.99, and
     ``moving_mean``/``moving_variance`` (momentum ``momentum``) normalize at inference. The
-    four updates go to ``UPDATE_OPS`` in the main training tower.
+    four updates go to ``UPDATE_OPS`` in the main training tower. The variables are float32
+    for a float16 or bfloat16 input, the output of the input's dtype.
 
     Args:
         rmax, dmax: scalars (floats or tensors), the largest corrections allowed.
@@ -318,7 +335,8 @@ def BatchRenorm(x, rmax, dmax, momentum=0.9, epsilon=1e-5, center=True, scale=Tr
     ndims = x.shape.rank
     axis = channel_axis(data_format, ndims)
     num_chan = known_dim(x, axis, 'number of channels', 'BatchRenorm')
-    dtype = x.dtype.base_dtype
+    dtype = _variable_dtype(x)
+    inputs, x = x, _computed_input(x, axis, dtype, fused=not training)
     beta, gamma = affine_variables(num_chan, center, scale, tfv1.zeros_initializer(), gamma_initializer,
                                    dtype)
     moving_mean = _statistics_variable('moving_mean', num_chan, 0.0, ctx, dtype)
@@ -328,7 +346,7 @@ def BatchRenorm(x, rmax, dmax, momentum=0.9, epsilon=1e-5, center=True, scale=Tr
 
     if not training:
         xn = _normalize(x, axis, moving_mean, moving_var, beta, gamma, epsilon)
-        return finish_output(xn, gamma=gamma, beta=beta)
+        return finish_output(tf.cast(xn, inputs.dtype), gamma=gamma, beta=beta)
 
     batch_mean, batch_var = tf.nn.moments(x, _reduction_axes(ndims, axis))
     batch_std = tf.sqrt(batch_var + epsilon)
@@ -346,4 +364,4 @@ def BatchRenorm(x, rmax, dmax, momentum=0.9, epsilon=1e-5, center=True, scale=Tr
                    _ema_op(renorm_mean, batch_mean, _RENORM_MOMENTUM, 'renorm_mean_ema_op'),
                    _ema_op(renorm_std, batch_std, _RENORM_MOMENTUM, 'renorm_std_ema_op')):
             tfv1.add_to_collection(tfv1.GraphKeys.UPDATE_OPS, op)
-    return finish_output(renormalized, gamma=gamma, beta=beta)
+    return finish_output(tf.cast(renormalized, inputs.dtype), gamma=gamma, beta=beta)

@@ -9,8 +9,8 @@ import pytest
 
 from tensorpack_lite.callbacks import Callback
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.models import (BatchNorm, Conv2D, Dropout, FullyConnected, MaxPooling, l2_regularizer,
-                                    regularize_cost)
+from tensorpack_lite.models import (BatchNorm, BatchRenorm, Conv2D, Dropout, FullyConnected, MaxPooling,
+                                    l2_regularizer, regularize_cost)
 from tensorpack_lite.tfutils.argscope import argscope
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.tower import PredictTowerContext, TowerContext, TrainTowerContext
@@ -162,6 +162,62 @@ def test_channels_first_axis_and_virtual_batch(sess):
     sess.run(update_ops(), {x: data})
     group_means = [data[:2].mean((0, 2, 3)), data[2:].mean((0, 2, 3))]
     np.testing.assert_allclose(sess.run(ghost.variables.mean), 0.1 * np.mean(group_means, 0), rtol=1e-4)
+
+
+HALF_CASES = {
+    'nhwc': ([8, 3, 3, 4], {}),
+    'nchw': ([8, 4, 3, 3], {'data_format': 'channels_first'}),
+    '2d': ([8, 4], {}),
+    'virtual': ([8, 3, 3, 4], {'virtual_batch_size': 4}),
+    'sync': ([8, 3, 3, 4], {'sync_statistics': 'nccl'}),
+}
+
+
+@pytest.mark.parametrize('case', sorted(HALF_CASES))
+def test_float16_input_keeps_float32_variables_and_float16_output(sess, case):
+    # as tensorpack's: float32 variables and statistics, the output in the input's dtype; the
+    # numbers those of a float32 layer on the same values, in training and in inference
+    shape, kwargs = HALF_CASES[case]
+    data = (RNG.randn(*shape) * 3 + 1).astype(np.float16)
+    inputs = [tf.constant(data), tf.constant(data, tf.float32)]
+    kwargs.update(gamma_initializer=tfv1.constant_initializer(2.0),
+                  beta_initializer=tfv1.constant_initializer(0.5))
+    with TowerContext('', is_training=True):
+        train_out = [BatchNorm(x.dtype.name, x, **kwargs) for x in inputs]
+    scope, ctx = inference_tower()
+    with scope, ctx:
+        infer_out = [BatchNorm(x.dtype.name, x, **kwargs) for x in inputs]
+    weights = tf.constant(RNG.randn(*shape), tf.float32)
+    grads = [tf.gradients(tf.reduce_sum(tf.cast(out, tf.float32) * weights),
+                          [out.variables.gamma, out.variables.beta]) for out in train_out]
+    assert {v.op.name: v.dtype.base_dtype for v in tfv1.global_variables()
+            if v.op.name.startswith('float16/')} == {
+        'float16/beta': tf.float32, 'float16/gamma': tf.float32,
+        'float16/mean/EMA': tf.float32, 'float16/variance/EMA': tf.float32}
+    assert train_out[0].dtype == infer_out[0].dtype == tf.float16
+    sess.run(tfv1.global_variables_initializer())
+    (half, half_grads), (full, full_grads) = sess.run(list(zip(train_out, grads)))
+    np.testing.assert_allclose(half, full, atol=1e-2)
+    np.testing.assert_allclose(half_grads, full_grads, rtol=1e-2, atol=1e-2)
+    sess.run(update_ops())
+    (half, half_var), (full, full_var) = sess.run([(out, train.variables.variance)
+                                                   for out, train in zip(infer_out, train_out)])
+    np.testing.assert_allclose(half_var, full_var, rtol=1e-5)
+    np.testing.assert_allclose(half, full, atol=1e-2)
+
+
+@pytest.mark.parametrize('is_training', [True, False], ids=['training', 'inference'])
+def test_batch_renorm_float16_input_keeps_float32_variables(sess, is_training):
+    data = (RNG.randn(8, 4) * 3 + 1).astype(np.float16)
+    outputs = {}
+    for dtype in (tf.float16, tf.float32):
+        with TowerContext('', is_training=is_training):
+            outputs[dtype] = BatchRenorm(dtype.name, tf.constant(data, dtype), rmax=3.0, dmax=5.0)
+    assert outputs[tf.float16].dtype == tf.float16
+    assert {v.dtype.base_dtype for v in tfv1.global_variables()} == {tf.float32}
+    sess.run(tfv1.global_variables_initializer())
+    half, full = sess.run([outputs[tf.float16], outputs[tf.float32]])
+    np.testing.assert_allclose(half, full, atol=1e-2)
 
 
 def test_batchnorm_errors_name_the_layer():
