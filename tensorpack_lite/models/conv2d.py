@@ -6,7 +6,7 @@ from ..compat import tf, tfv1
 from ..utils.argtools import shape2d, shape4d
 from .layout import call_in_data_format
 from .registry import layer_register
-from .tflayer import channel_axis, convert_to_tflayer_args, get_data_format, kernel_and_bias
+from .tflayer import channel_axis, convert_to_tflayer_args, get_data_format, kernel_and_bias, output_count
 from .utils import (check_input_rank, describe_layer, finish_output, known_dim, shape_argument,
                     static_or_dynamic_shape)
 
@@ -106,6 +106,7 @@ def Conv2D(inputs, filters, kernel_size, strides=(1, 1), padding='same', data_fo
     check_input_rank(inputs, (4,), 'Conv2D')
     data_format = get_data_format(data_format, keras_mode=False)
     in_channel = known_dim(inputs, channel_axis(data_format), 'number of channels', 'Conv2D')
+    filters = output_count(filters, 'Conv2D', 'filters')
     split = int(split)
     if split < 1 or in_channel % split or filters % split:
         raise ValueError("{}: split={} must divide both the input channels ({}) and filters ({}).".format(
@@ -181,6 +182,7 @@ def Conv2DTranspose(inputs, filters, kernel_size, strides=(1, 1), padding='same'
     check_input_rank(inputs, (4,), 'Conv2DTranspose')
     data_format = get_data_format(data_format, keras_mode=False)
     in_channel = known_dim(inputs, channel_axis(data_format), 'number of channels', 'Conv2DTranspose')
+    filters = output_count(filters, 'Conv2DTranspose', 'filters')
     kernel_shape, strides = shape2d(kernel_size), shape2d(strides)
     padding = _padding(padding, 'Conv2DTranspose')
     W, b = kernel_and_bias(kernel_shape + [filters, in_channel], filters, use_bias, kernel_initializer,

@@ -4,7 +4,7 @@ import numpy as np
 
 from ..compat import tf, tfv1
 from .registry import layer_register
-from .tflayer import convert_to_tflayer_args, kernel_and_bias
+from .tflayer import convert_to_tflayer_args, kernel_and_bias, output_count
 from .utils import describe_layer, finish_output, shape_text
 
 __all__ = ['FullyConnected', 'batch_flatten']
@@ -45,6 +45,7 @@ def FullyConnected(inputs, units, activation=None, use_bias=True, kernel_initial
     if in_dim is None:
         raise ValueError("{} needs all the dimensions of its input but the first to be known, got shape "
                          "{}".format(describe_layer('FullyConnected'), shape_text(inputs.shape)))
+    units = output_count(units, 'FullyConnected', 'units')
     inputs = batch_flatten(inputs)
     W, b = kernel_and_bias([in_dim, units], units, use_bias, kernel_initializer, bias_initializer,
                            kernel_regularizer, bias_regularizer, dtype=inputs.dtype.base_dtype)

@@ -6,7 +6,9 @@ and the variables most layers create.
 * the old tensorpack argument names still work: ``nl`` (activation), ``W_init``, ``b_init``,
   and per layer e.g. ``out_channel``, ``kernel_shape``, ``stride``;
 * the first few arguments after the input may be positional (``Conv2D('c', x, 32, 3)``) and
-  then win over defaults from argscope.
+  then win over defaults from argscope;
+* a number of outputs (``filters``, ``units``) may be a float with a whole value
+  (``n_in / 2``): :func:`output_count`.
 
 :func:`rename_tflayer_get_variable` gives variables created with ``tf.layers``' names
 (``kernel``, ``bias``, ``moving_mean``...) tensorpack's names (``W``, ``b``, ``mean/EMA``...).
@@ -16,10 +18,11 @@ import functools
 
 from ..compat import tfv1
 from ..tfutils.varreplace import custom_getter_scope
+from ..utils.argtools import is_int, is_real
 from .utils import describe_layer
 
 __all__ = ['get_data_format', 'convert_to_tflayer_args', 'default_kernel_initializer', 'kernel_and_bias',
-           'channel_axis', 'rename_get_variable', 'rename_tflayer_get_variable']
+           'channel_axis', 'output_count', 'rename_get_variable', 'rename_tflayer_get_variable']
 
 # tf.layers' variable names -> tensorpack's
 _TFLAYER_TO_TENSORPACK_NAMES = {
@@ -98,6 +101,18 @@ def default_kernel_initializer():
     """tensorpack's default for kernels: variance scaling with scale 2 over fan-in, from an
     untruncated normal distribution (He initialisation)."""
     return tfv1.variance_scaling_initializer(scale=2.0, mode='fan_in', distribution='untruncated_normal')
+
+
+def output_count(value, layer_type, argument):
+    """A layer's number of outputs ``argument`` (``filters``, ``units``) as an int: a float with
+    a whole value converts (``128.0``, as tensorpack's layers took it); a fraction is a
+    ValueError and anything else a TypeError, naming the layer and the argument."""
+    if is_int(value) or (is_real(value) and float(value).is_integer()):
+        return int(value)
+    if is_real(value):
+        raise ValueError("{}: {} must be a whole number, got {!r}".format(
+            describe_layer(layer_type), argument, value))
+    raise TypeError("{}: {} must be an int, got {!r}".format(describe_layer(layer_type), argument, value))
 
 
 def kernel_and_bias(kernel_shape, bias_size, use_bias, kernel_initializer, bias_initializer,
