@@ -48,7 +48,8 @@ from .epochs import repeat_epochs
 from .state import without_position
 
 __all__ = ['MultiProcessRunner', 'MultiProcessRunnerZMQ', 'MultiThreadRunner', 'DataFlowWorkerError',
-           'PrefetchData', 'MultiProcessPrefetchData', 'PrefetchDataZMQ', 'MultiThreadPrefetchData']
+           'PrefetchData', 'MultiProcessPrefetchData', 'PrefetchDataZMQ', 'MultiThreadPrefetchData',
+           'PlasmaPutData', 'PlasmaGetData']
 
 
 class DataFlowWorkerError(RuntimeError):
@@ -1209,3 +1210,24 @@ PrefetchData = MultiProcessRunner
 MultiProcessPrefetchData = MultiProcessRunner
 PrefetchDataZMQ = MultiProcessRunnerZMQ
 MultiThreadPrefetchData = MultiThreadRunner
+
+
+class _PlasmaData(ProxyDataFlow):
+    """tensorpack's DataFlows through pyarrow's plasma object store, which pyarrow removed
+    (version 12): the names import, as programs import them, and making one raises."""
+
+    def __init__(self, ds, socket='/tmp/plasma'):
+        raise NotImplementedError(
+            "{} is not supported: it needs pyarrow's plasma object store, which pyarrow removed in "
+            "version 12. MultiProcessRunnerZMQ sends large arrays between processes without "
+            "copies.".format(type(self).__name__))
+
+
+class PlasmaPutData(_PlasmaData):
+    """Not supported (tensorpack's put datapoints into a plasma store): making one raises
+    NotImplementedError."""
+
+
+class PlasmaGetData(_PlasmaData):
+    """Not supported (tensorpack's read datapoints back from a plasma store): making one raises
+    NotImplementedError."""
