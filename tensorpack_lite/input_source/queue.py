@@ -174,6 +174,19 @@ class _EnqueueThread(ShareSessionThread, StoppableThread):
         self._running.set()
 
 
+def _check_graph_queue(queue, owner):
+    """Raise if ``queue`` was made eagerly (TensorFlow 2's default before graph mode is on):
+    such a queue has no op, and cannot be part of the training graph."""
+    ref = getattr(queue, 'queue_ref', None)
+    if tf.is_tensor(ref) and not tf.is_symbolic_tensor(ref):
+        raise ValueError(
+            "{}: the queue was made in eager mode (TensorFlow 2's default), outside any graph, so the "
+            "training graph cannot use it. Call tf.compat.v1.disable_eager_execution() (or "
+            "tf.compat.v1.disable_v2_behavior()) at the top of the program, before making the queue; "
+            "or make the queue in a function called while the graph is built; or pass no queue and "
+            "let {} make its own.".format(owner, owner))
+
+
 class _EnqueueingInput(FeedfreeInput):
     """What :class:`QueueInput` and :class:`ZMQInput` share: a FIFO queue of datapoints filled
     by an :class:`_EnqueueThread` (started before training, stopped after it), dequeued on the
@@ -189,6 +202,8 @@ class _EnqueueingInput(FeedfreeInput):
     """Seconds to wait for the thread to end after training."""
 
     def __init__(self, queue=None):
+        if queue is not None:
+            _check_graph_queue(queue, type(self).__name__)
         self.queue = queue
         self.thread = None
         self._last_dequeue = []
@@ -343,8 +358,9 @@ class QueueInput(_EnqueueingInput):
 
     Args:
         ds (DataFlow): produces datapoints as lists, one component per input.
-        queue (tf.compat.v1.QueueBase): the queue to use; by default a ``FIFOQueue`` of
-            capacity 50 named ``input_queue``.
+        queue (tf.compat.v1.QueueBase): the queue to use, made in graph mode (a queue made
+            eagerly is a ValueError); by default a ``FIFOQueue`` of capacity 50 named
+            ``input_queue``.
 
     Example::
 

@@ -20,7 +20,7 @@ from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer
 from tensorpack_lite.utils.serialize import dumps
 
-from helpers import HANG_TIMEOUT, run_or_hang, wait_until
+from helpers import HANG_TIMEOUT, run_or_hang, run_python, wait_until
 
 N, B = 12, 3  # datapoints, batch size: 4 batches per pass
 
@@ -264,6 +264,39 @@ class FailingDataFlow(DataFlow):
         for k in range(3):
             yield list(batch(k))
         raise ValueError('the DataFlow broke at batch 3')
+
+
+EAGER_QUEUE_PROGRAM = """
+import numpy as np
+from tensorpack_lite.compat import enable_graph_mode, tf, tfv1
+from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.input_source import BatchQueueInput, QueueInput
+
+queue = tfv1.FIFOQueue(10, [tf.float32], name='module_level')   # eager: no trainer yet
+df = DataFromList([[np.float32(1)]])
+for make in (lambda: QueueInput(df, queue=queue), lambda: BatchQueueInput(df, 1, queue=queue)):
+    try:
+        make()
+    except ValueError as err:
+        print(err)
+enable_graph_mode()
+source = QueueInput(df, queue=tfv1.FIFOQueue(10, [tf.float32], name='in_graph'))
+source.setup([tf.TensorSpec([], tf.float32, 'x')])
+print('graph queue:', source.queue.name)
+"""
+
+
+def test_queue_input_refuses_an_eager_queue_saying_what_to_do():
+    # a queue made at module level before any trainer is eager in TF2 (tensorpack fails on
+    # 'Tensor.op is undefined when eager execution is enabled')
+    lines = run_python(EAGER_QUEUE_PROGRAM).splitlines()
+    assert lines[-1] == 'graph queue: in_graph'        # once graph mode is on, a queue is taken
+    for owner, line in zip(['QueueInput', 'BatchQueueInput'], lines):
+        assert line.startswith('{}: the queue was made in eager mode'.format(owner))
+        for advice in ('tf.compat.v1.disable_eager_execution()', 'disable_v2_behavior()',
+                       'in a function called while the graph is built',
+                       'pass no queue and let {} make its own'.format(owner)):
+            assert advice in line
 
 
 def test_queue_input_dataflow_error_ends_training_promptly(log_records):
