@@ -3,8 +3,7 @@
 import numpy as np
 
 from ..compat import tf, tf_internal, tfv1
-from ..utils.gpu import num_tensorflow_gpus
-from .dependency import ops_run_by
+from .caller_thread import run_in_caller_thread
 from .session_failure import leaves_session_unusable, note_session_error
 
 __all__ = ['HookedSession', 'RunRequests', 'CheckedFeeds']
@@ -48,42 +47,17 @@ def _int_fits(value, dtype):
     return dtype(np.array(value).astype(dtype)) == value
 
 
-# Op types (substrings) of ops that wait for another op of the same run: a queue's dequeue for
-# its enqueue, a staging area's get for its put, collectives for their peers, a receive for its
-# send. Run one after the other in one thread, they could wait for ever.
-_WAITING_OP_TYPES = ('Queue', 'Stage', 'Collective', 'Nccl', 'Send', 'Recv', 'Barrier', 'Accumulator')
-
-
-def _runs_in_caller_thread_safely(fetched):
-    """Whether the ops that running ``fetched`` (tensors and ops) needs can run one after the
-    other in the caller's thread (``RunOptions.inter_op_thread_pool = -1``): a process without
-    GPU, the ops on one device, none of them waiting for another (:data:`_WAITING_OP_TYPES`).
-
-    TensorFlow otherwise hands every run's ops to its inter-op thread pool: a fixed cost of
-    tens of microseconds per fed run (docs/efficiency.md), a tenth of a small model's step."""
-    if num_tensorflow_gpus():
-        return False
-    devices = set()
-    for op in ops_run_by(fetched):
-        if any(kind in op.type for kind in _WAITING_OP_TYPES):
-            return False
-        if op.device:
-            devices.add(tf.DeviceSpec.from_string(op.device).to_string())
-        if len(devices) > 1:
-            return False
-    return True
-
-
 class _CompiledRun:
     """One fetch structure and feed list compiled into a session callable.
 
     The structure is flattened once into the tensors to fetch and the ops to run; each call
     runs the callable and puts the values back into the structure, as ``sess.run`` would.
-    Where it is safe (:func:`_runs_in_caller_thread_safely`), the ops run in the caller's
-    thread; :attr:`in_caller_thread` says whether they do.
+    Where it is safe and wins (:func:`~tensorpack_lite.tfutils.caller_thread.run_in_caller_thread`,
+    asked with the first run's fed arrays), the ops run in the caller's thread;
+    :attr:`in_caller_thread` says whether they do.
     """
 
-    def __init__(self, sess, fetches, feed_tensors):
+    def __init__(self, sess, fetches, feed_tensors, fed_values=()):
         self._graph = sess.graph
         self._tensors = {}
         self._targets = []
@@ -94,7 +68,8 @@ class _CompiledRun:
         options.feed.extend(t.name for t in feed_tensors)
         options.fetch.extend(t.name for t in self._tensors)
         options.target.extend(op.name for op in self._targets)
-        self.in_caller_thread = _runs_in_caller_thread_safely(list(self._tensors) + self._targets)
+        self.in_caller_thread = run_in_caller_thread(list(self._tensors) + self._targets, fed_values,
+                                                     getattr(sess, '_config', None))
         if self.in_caller_thread:
             options.run_options.inter_op_thread_pool = -1
         try:   # builds the executors: grappler's passes run here
@@ -210,7 +185,7 @@ class _CallableCache:
         try:
             feed_tensors = [graph.as_graph_element(k, allow_tensor=True, allow_operation=False)
                             for k in feeds]
-            return _CompiledRun(self._sess, fetches, feed_tensors)
+            return _CompiledRun(self._sess, fetches, feed_tensors, list(feeds.values()))
         except (TypeError, ValueError, KeyError, tf.errors.InvalidArgumentError) as err:
             if leaves_session_unusable(err):
                 raise   # from inside TensorFlow: sess.run would wait for ever

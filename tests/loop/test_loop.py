@@ -8,7 +8,8 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source.feed import FeedInput
 from tensorpack_lite.loop import Callback, Callbacks, Schedule, TrainLoop
-from tensorpack_lite.tfutils.hooked_session import CheckedFeeds, HookedSession, _runs_in_caller_thread_safely
+from tensorpack_lite.tfutils.caller_thread import runs_safely_in_caller_thread
+from tensorpack_lite.tfutils.hooked_session import CheckedFeeds, HookedSession
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train import Trainer
@@ -170,7 +171,7 @@ def _train_op_of_one_device():
 
 def test_a_one_device_step_runs_in_the_caller_thread_with_the_same_results():
     cost, train_op, w = _train_op_of_one_device()
-    assert _runs_in_caller_thread_safely([cost, train_op])
+    assert runs_safely_in_caller_thread([cost, train_op])
     batch = CheckedFeeds({tf.compat.v1.get_default_graph().get_tensor_by_name('x:0'):
                           np.arange(6, dtype=np.float32).reshape(2, 3)})
     with tfv1.Session() as sess:
@@ -186,19 +187,3 @@ def test_a_one_device_step_runs_in_the_caller_thread_with_the_same_results():
         expected_w = expected_w - 0.1 * x.mean(axis=0).reshape(3, 1)
     np.testing.assert_allclose(costs, expected_costs, rtol=1e-6)
     np.testing.assert_allclose(w, expected_w, rtol=1e-6)
-
-
-def test_runs_that_wait_or_span_devices_use_the_thread_pool(monkeypatch):
-    queue = tfv1.FIFOQueue(4, [tf.float32], shapes=[[]])
-    dequeued = queue.dequeue() + 1.0
-    assert not _runs_in_caller_thread_safely([dequeued])
-    assert not _runs_in_caller_thread_safely([queue.enqueue([1.0])])
-    with tf.device('/cpu:0'):
-        a = tf.constant(1.0)
-    with tf.device('/cpu:1'):
-        b = a + 1.0
-    assert not _runs_in_caller_thread_safely([b])      # two devices: sends and receives
-    assert _runs_in_caller_thread_safely([a * 2.0])
-    monkeypatch.setattr(tf.config, 'list_physical_devices',
-                        lambda kind=None: ['GPU:0'] if kind == 'GPU' else [])
-    assert not _runs_in_caller_thread_safely([a * 2.0])  # a process with a GPU: left to TensorFlow

@@ -1,0 +1,224 @@
+#!/usr/bin/env python
+"""Steps per second of real models (ResNet-50 in NCHW and NHWC, VGG-16, AlexNet, a GroupNorm
+ResNet-50, a CIFAR ResNet-20; ``real_model_zoo.py``) through this library's default path against
+the bare loop of the same graph and tensorpack 0.11's default path, in one run.
+
+The paths, per model:
+  (a) bare:       ``sess.run([train_op, update_ops])`` in a plain ``tf.compat.v1.Session()``, the
+                  batch a constant in the graph (this library's layers build the graph)
+  (c) default:    ``launch_train_with_config(TrainConfig(model, dataflow=FakeData(random=False)),
+                  trainer)``: the default InputSource, callbacks and monitors (StepTimeMonitor too)
+  (e) tensorpack: tensorpack 0.11's own ``launch_train_with_config`` with the same model built by
+                  its layers, the same DataFlow and trainer, all its defaults (its session config
+                  has ONE intra-op thread); only when ``import tensorpack`` works
+  (i) no monitor: (c) without the StepTimeMonitor (``DEFAULT_CALLBACKS(step_monitor=False)``)
+  (j) pool:       (c) with every run on TensorFlow's inter-op thread pool
+                  (``TENSORPACK_LITE_CALLER_THREAD_RUNS=0``)
+The trainer is ``SyncMultiGPUTrainerReplicated(1)`` (what tensorpack's ImageNet programs use: its
+default input is QueueInput) or ``SimpleTrainer`` (FeedInput), by ``--trainer``.
+
+Each path's epochs are timed from the first step to the end of the last (each library's
+callback, :class:`timing.EpochTiming`); the first epoch is warm-up, a run's rate is the steps over
+its median timed epoch. The paths run one after the other in rounds, in alternating order.
+Printed per model and path: the median rate over the rounds, its ratio to (a) (of the medians),
+the median of the per-round ratios (paired) and their range. The machines here are noisy: read
+the paired ratios.
+
+tensorpack 0.11 needs Keras 2 for ``tf.layers`` on TensorFlow 2.16+: in a venv of its own,
+``pip install tensorflow-cpu tensorpack==0.11 && pip install --no-deps tf_keras && pip install -e .``,
+then run this script there (it sets ``TF_USE_LEGACY_KERAS=1`` itself, and switches graph mode on
+once: tensorpack 0.11 does not)::
+
+    python benchmarks/real_models.py --rounds 3 --models resnet50-nchw,cifar-resnet20
+    /root/tpvenv/bin/python benchmarks/real_models.py --rounds 3
+"""
+
+import os
+
+os.environ.setdefault('TF_USE_LEGACY_KERAS', '1')   # tensorpack 0.11's tf.layers need Keras 2
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from tensorpack_lite import models as lite_models  # noqa: E402
+from tensorpack_lite import tfv1 as tf  # noqa: E402
+from tensorpack_lite.compat import enable_graph_mode  # noqa: E402
+from tensorpack_lite.dataflow import FakeData  # noqa: E402
+from tensorpack_lite.tfutils.argscope import argscope as lite_argscope  # noqa: E402
+from tensorpack_lite.tfutils.tower import TrainTowerContext  # noqa: E402
+from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated,  # noqa: E402
+                                   TrainConfig, launch_train_with_config)
+from tensorpack_lite.train.defaults import DEFAULT_CALLBACKS  # noqa: E402
+from tensorpack_lite.utils import logger  # noqa: E402
+from real_model_zoo import MODELS, layer_namespace  # noqa: E402
+from timing import EpochTimer, EpochTiming  # noqa: E402
+
+try:
+    import tensorpack
+except ImportError:
+    tensorpack = None
+
+LITE_LAYERS = layer_namespace(lite_models, lite_argscope)
+STEPS = {'resnet50-nchw': 8, 'resnet50-nhwc': 8, 'vgg16': 4, 'alexnet': 12, 'resnet50-gn': 6,
+         'cifar-resnet20': 20}
+"""Steps per epoch: a few seconds of training on 2 cores."""
+
+
+def model_class(base, layers, name):
+    """A ModelDesc of ``base`` (either library's) for the model ``name`` built with ``layers``."""
+    build, data_format, side, _ = MODELS[name]
+
+    class RealModel(base):
+        def inputs(self):
+            return [tf.TensorSpec([None, side, side, 3], tf.float32, 'input'),
+                    tf.TensorSpec([None], tf.int32, 'label')]
+
+        def build_graph(self, image, label):
+            return build(layers, image, label, data_format)
+
+        def optimizer(self):
+            return tf.train.MomentumOptimizer(0.01, 0.9)
+
+    return RealModel
+
+
+def fake_data(dataflow_cls, name):
+    _, _, side, batch = MODELS[name]
+    return dataflow_cls([[batch, side, side, 3], [batch]], size=1000, random=False,
+                        dtype=['float32', 'int32'], domain=[(0, 1), (0, 10)])
+
+
+def bare_loop(name, steps, epochs):
+    """(a): the graph of (c)'s tower on a constant batch, in a plain session."""
+    _, _, side, batch = MODELS[name]
+    rng = np.random.RandomState(0)
+    with tf.Graph().as_default():
+        image = tf.constant(rng.rand(batch, side, side, 3).astype('float32'))
+        label = tf.constant(rng.randint(0, 10, batch).astype('int32'))
+        model = model_class(ModelDesc, LITE_LAYERS, name)()
+        with TrainTowerContext(''):
+            cost = model.build_graph(image, label)
+        train_op = model.get_optimizer().minimize(cost, global_step=tf.train.get_or_create_global_step())
+        fetches = [train_op, tf.get_collection(tf.GraphKeys.UPDATE_OPS)]
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.graph.finalize()
+            times = []
+            for _ in range(epochs):
+                timer = EpochTiming()
+                timer._before_epoch()
+                for _ in range(steps):
+                    sess.run(fetches)
+                timer._after_epoch()
+                times += timer.times
+    return times
+
+
+@contextlib.contextmanager
+def environ(**values):
+    old = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def library_path(name, steps, epochs, logdir, trainer, step_monitor=True, env=None):
+    """(c), (i) and (j): this library's launch_train_with_config with its defaults."""
+    with tf.Graph().as_default(), environ(**(env or {})):
+        logger.set_logger_dir(logdir, action='d')
+        timer = EpochTimer()
+        extra = {} if step_monitor else {'extra_callbacks': DEFAULT_CALLBACKS(step_monitor=False)}
+        config = TrainConfig(model=model_class(ModelDesc, LITE_LAYERS, name)(), dataflow=fake_data(FakeData, name),
+                             callbacks=[timer], steps_per_epoch=steps, max_epoch=epochs, **extra)
+        launch_train_with_config(config, SimpleTrainer() if trainer == 'simple'
+                                 else SyncMultiGPUTrainerReplicated(1))
+    return timer.times
+
+
+def tensorpack_path(name, steps, epochs, logdir, trainer):
+    """(e): tensorpack 0.11's launch_train_with_config, its layers, its defaults."""
+    class TPEpochTimer(EpochTiming, tensorpack.Callback):
+        """:class:`EpochTiming` as a tensorpack callback."""
+
+    layers = layer_namespace(tensorpack.models, tensorpack.argscope)
+    with tf.Graph().as_default():
+        tensorpack.logger.set_logger_dir(logdir, action='d')
+        timer = TPEpochTimer()
+        config = tensorpack.TrainConfig(
+            model=model_class(tensorpack.ModelDesc, layers, name)(), dataflow=fake_data(tensorpack.FakeData, name),
+            callbacks=[timer], steps_per_epoch=steps, max_epoch=epochs)
+        tensorpack.launch_train_with_config(config, tensorpack.SimpleTrainer() if trainer == 'simple'
+                                            else tensorpack.SyncMultiGPUTrainerReplicated(1))
+    return timer.times
+
+
+PATHS = {'a': '(a) bare sess.run', 'c': '(c) default path', 'e': '(e) tensorpack 0.11',
+         'i': '(i) (c) without StepTimeMonitor', 'j': "(j) (c) on TF's thread pool"}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--models', default=','.join(MODELS), help='comma-separated, of: ' + ', '.join(MODELS))
+    parser.add_argument('--paths', default='a,c,e', help='by letter, of ' + ','.join(PATHS) +
+                        ' (a is always run: the ratios refer to it; e only when tensorpack is importable)')
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--epochs', type=int, default=3, help='epochs per run, the first is warm-up')
+    parser.add_argument('--steps-scale', type=float, default=1.0, help='multiplies the steps per epoch')
+    parser.add_argument('--trainer', choices=['replicated', 'simple'], default='replicated')
+    args = parser.parse_args()
+    os.environ.setdefault('TENSORPACK_PROGRESS_REFRESH', '30')
+    enable_graph_mode()   # tensorpack 0.11 does not switch TF 2.x's eager execution off
+    wanted = sorted(set(args.paths.split(',')) | {'a'})
+    if tensorpack is None:
+        wanted = [p for p in wanted if p != 'e']
+    print("TensorFlow {}, tensorpack: {}, trainer: {}".format(
+        tf.__version__, tensorpack.__version__ if tensorpack else 'not importable', args.trainer))
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(','):
+            steps = max(2, int(round(STEPS[name] * args.steps_scale)))
+            logdir = os.path.join(tmp, name)
+            run = {
+                'a': lambda: bare_loop(name, steps, args.epochs),
+                'c': lambda: library_path(name, steps, args.epochs, logdir + '-c', args.trainer),
+                'e': lambda: tensorpack_path(name, steps, args.epochs, logdir + '-e', args.trainer),
+                'i': lambda: library_path(name, steps, args.epochs, logdir + '-i', args.trainer,
+                                          step_monitor=False),
+                'j': lambda: library_path(name, steps, args.epochs, logdir + '-j', args.trainer,
+                                          env={'TENSORPACK_LITE_CALLER_THREAD_RUNS': '0'}),
+            }
+            rates = {letter: [] for letter in wanted}
+            for round_index in range(args.rounds):
+                order = wanted if round_index % 2 == 0 else list(reversed(wanted))
+                for letter in order:
+                    rate = steps / statistics.median(run[letter]()[1:])
+                    rates[letter].append(rate)
+                    print("[real_models] {} round {} {}: {:.3f} steps/s".format(name, round_index, PATHS[letter],
+                                                                             rate), flush=True)
+            for letter in wanted:
+                paired = [v / r for v, r in zip(rates[letter], rates['a'])]
+                results.append((name, PATHS[letter], statistics.median(rates[letter]),
+                                statistics.median(rates[letter]) / statistics.median(rates['a']),
+                                statistics.median(paired), min(paired), max(paired)))
+    print("\nsteps/s: median over {} rounds (alternating order) of {} timed epochs' median; ratio to (a) "
+          "of the medians; paired: median (range) of the per-round ratios to (a)".format(
+              args.rounds, args.epochs - 1))
+    print("{:<15} {:<34} {:>8} {:>6} {:>6} {:>13}".format('model', 'path', 'steps/s', 'ratio', 'paired',
+                                                            'paired range'))
+    for name, path, rate, ratio, paired, low, high in results:
+        print("{:<15} {:<34} {:>8.3f} {:>6.3f} {:>6.3f} {:>6.3f}-{:<6.3f}".format(
+            name, path, rate, ratio, paired, low, high))
+
+
+if __name__ == '__main__':
+    main()
