@@ -101,9 +101,11 @@ class StepTimeMonitor(Callback):
     step's start and end, a run's end), two in ``FeedInput`` (and a ``record_wait``), and this
     callback's ``before_run`` (a countdown; on one run in ``sample_every``, a perf_counter read).
     Only when the step dequeues from a queue or staging area or runs collectives is its
-    ``after_run`` called too: with an input queue, the queue's size is one more fetch of the
-    sampled runs, and one run every ``trace_every_seconds`` is traced
-    (``RunOptions.SOFTWARE_TRACE``, ``FULL_TRACE`` with GPUs) to split the session's time.
+    ``after_run`` called too: with an input queue, the queue's size is one more fetch of every
+    run (read in the sampled ones: runs that fetch the same are compiled once), and one run
+    every ``trace_every_seconds`` is traced (``RunOptions.SOFTWARE_TRACE``, ``FULL_TRACE`` with
+    GPUs) to split the session's time; the first traced run builds TensorFlow's executors of
+    the step once more (seconds for a ResNet-50), each later one costs about one more step.
 
     Turn it off with ``TrainConfig(extra_callbacks=DEFAULT_CALLBACKS(step_monitor=False))``.
 
@@ -148,6 +150,8 @@ class StepTimeMonitor(Callback):
         self._has_input_ops = any(op.type in _INPUT_WAIT_OP_TYPES for op in step_ops)
         self._has_collectives = any(is_communication_op(op) for op in step_ops)
         sample_fetches = [self._queue_size] if queues else None
+        # Fetched by every run, read in the sampled ones: a run whose fetches differ from the
+        # others' is compiled anew (grappler and an executor: seconds for a ResNet-50).
         self._sample_args = tfv1.train.SessionRunArgs(sample_fetches) if queues else None
         # the ops' times; a GPU's kernels need FULL_TRACE, which without GPU only adds TensorFlow's
         # warning that it collected no GPU trace
@@ -215,7 +219,7 @@ class StepTimeMonitor(Callback):
             self._take_session_time()
         self._countdown -= 1
         if self._countdown:
-            return None
+            return self._sample_args   # every run asks the same: one compiled run, not two
         self._countdown = self._sample_every
         now = perf_counter()
         if self._mark is None:      # the run's third run: the first cycle begins

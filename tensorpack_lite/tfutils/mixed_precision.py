@@ -16,6 +16,8 @@ A trainer takes a mode through ``trainer.mixed_precision = 'bf16'`` (or
 :func:`mixed_precision_session_config`. See docs/mixed_precision.md.
 """
 
+import weakref
+
 from ..compat import tf, tf_internal, tfv1
 from ..utils import logger
 from ..utils.gpu import get_num_gpu
@@ -25,7 +27,8 @@ from .optimizer import ProxyOptimizer
 __all__ = ['MODES', 'CPU_FP16_REWRITE', 'MixedPrecisionError', 'check_rewrite', 'MixedPrecision',
            'mixed_precision_session_config', 'cpu_flags', 'cpu_bf16_flags', 'missing_hardware',
            'NATIVE', 'EMULATED', 'FLOAT32', 'ops_in_16_bits', 'measured_path',
-           'PrecisionReport', 'DynamicLossScale', 'LossScaleOptimizer']
+           'PrecisionReport', 'DynamicLossScale', 'LossScaleOptimizer', 'expect_float16_rewrite',
+           'float16_rewrite_expected']
 
 MODES = ('bf16', 'fp16')
 """The mixed-precision modes (None: float32 throughout)."""
@@ -253,6 +256,21 @@ def check_rewrite(sess, op, mode):
                 mode, tf.__version__, type(err).__name__, err, instead)) from err
 
 
+_FLOAT16_GRAPHS = weakref.WeakSet()
+
+
+def expect_float16_rewrite(graph):
+    """Note that a session will rewrite ``graph``'s float32 ops to float16 (mode 'fp16'), so that
+    layers built into it from now on pick kernels that exist in float16 (channels-first pooling
+    on a CPU has none: :func:`~tensorpack_lite.models.layout.cpu_runs_nchw`)."""
+    _FLOAT16_GRAPHS.add(graph)
+
+
+def float16_rewrite_expected(graph):
+    """Whether :func:`expect_float16_rewrite` was told of ``graph``."""
+    return graph in _FLOAT16_GRAPHS
+
+
 class MixedPrecision:
     """A mixed-precision mode and its loss-scaling settings.
 
@@ -294,6 +312,12 @@ class MixedPrecision:
         if not self.loss_scaling:
             return None
         return DynamicLossScale(self.initial_scale, self.growth_interval, device=device)
+
+    def prepare_graph(self, graph):
+        """Before the model is built into ``graph``: tell the layers what the rewrite will make of
+        it (:func:`expect_float16_rewrite` for 'fp16')."""
+        if self.mode == 'fp16':
+            expect_float16_rewrite(graph)
 
     def session_config(self, config):
         """:func:`mixed_precision_session_config` of this mode."""

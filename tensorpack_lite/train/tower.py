@@ -268,6 +268,8 @@ class SingleCostTrainer(TowerTrainer):
                             "FeedInput or QueueInput".format(input))
         if input.setup_done():
             raise RuntimeError("{} was already set up: an InputSource feeds one trainer".format(input))
+        if self.mixed_precision is not None:
+            self.mixed_precision.prepare_graph(tfv1.get_default_graph())
         get_opt_fn = self._with_loss_scaling(get_opt_fn)
         tower_func = TowerFunc(get_cost_fn, input_signature)
         if self._accumulate > 1:

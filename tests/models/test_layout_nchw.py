@@ -1,8 +1,9 @@
 """Channels-first (NCHW) layers on a CPU: every layer with a ``data_format`` gives, with the
 same weights, what it gives in channels-last on the transposed input (outputs, gradients with
-respect to input and weights, moving statistics), in training and inference towers; only the
-CPU kernels that need NHWC get transposes, and a GPU tower gets none; variables and output
-names are those of channels-last."""
+respect to input and weights, moving statistics), in training and inference towers, whether the
+CPU's kernels take NCHW (oneDNN, float32: no transpose) or not (the generic kernels: transposes
+around those that need NHWC); a GPU tower gets none; variables and output names are those of
+channels-last."""
 
 import functools
 import os
@@ -19,6 +20,7 @@ from tensorpack_lite.models import (
     InstanceNorm, LayerNorm, MaxPooling)
 from tensorpack_lite.models import layout
 from tensorpack_lite.tfutils.argscope import argscope
+from tensorpack_lite.tfutils.mixed_precision import MixedPrecision
 from tensorpack_lite.tfutils.tower import TowerContext
 from helpers import TESTS_DIR, subprocess_env
 
@@ -75,6 +77,20 @@ def variables_under(scope):
     return {v.op.name[len(prefix):]: v for v in tfv1.global_variables() if v.op.name.startswith(prefix)}
 
 
+@pytest.fixture(params=['onednn', 'generic'])
+def cpu_kernels(request, monkeypatch, say_machine_fact):
+    """The CPU kernels the layers build for: oneDNN's (they take NCHW in float32; skipped where
+    this machine's TensorFlow does not run them) or TensorFlow's generic ones (NHWC only, which
+    oneDNN runs too)."""
+    if request.param == 'onednn':
+        if not layout.cpu_runs_nchw():
+            pytest.skip("this machine's CPU kernels do not take NCHW (oneDNN off, or not x86)")
+        say_machine_fact("oneDNN's CPU kernels take NCHW")
+    else:
+        monkeypatch.setattr(layout, 'onednn_enabled', lambda: False)
+    return request.param
+
+
 def build(scope, layer, x, data_format, is_training):
     with TowerContext(scope, is_training=is_training, vs_name=scope):
         return layer(x, data_format=data_format)
@@ -91,8 +107,9 @@ def random_values(variables, rng):
 
 @pytest.mark.parametrize('is_training', [True, False], ids=['training', 'inference'])
 @pytest.mark.parametrize('name', sorted(LAYERS))
-def test_channels_first_equals_channels_last_on_the_transposed_input(name, is_training):
+def test_channels_first_equals_channels_last_on_the_transposed_input(cpu_kernels, name, is_training):
     layer, transposes, four_d = LAYERS[name]
+    transposes = transposes if cpu_kernels == 'generic' else 0
     rng = np.random.RandomState(0)
     x_nhwc = rng.randn(*NHWC_SHAPE).astype('float32')
     inputs = {'nhwc': tf.constant(x_nhwc), 'nchw': tf.constant(x_nhwc.transpose(TO_NCHW))}
@@ -137,6 +154,12 @@ def test_channels_first_equals_channels_last_on_the_transposed_input(name, is_tr
 
 
 @pytest.fixture
+def generic_cpu_kernels(monkeypatch):
+    """The layers build for TensorFlow's generic CPU kernels (NHWC only)."""
+    monkeypatch.setattr(layout, 'onednn_enabled', lambda: False)
+
+
+@pytest.fixture
 def gpu_process(monkeypatch):
     """TensorFlow says the process has a GPU (graphs are built, not run)."""
     def list_physical_devices(device_type=None):
@@ -153,7 +176,7 @@ def probe_ops():
 @pytest.mark.parametrize('device', ['/gpu:0', '/job:worker/task:0/device:GPU:1',
                                     LeastLoadedDeviceSetter('/gpu:1', ['/cpu:0'])],
                          ids=['gpu', 'worker-gpu', 'device-function'])
-def test_a_gpu_tower_builds_the_nchw_kernels_without_transposes(gpu_process, name, device):
+def test_a_gpu_tower_builds_the_nchw_kernels_without_transposes(gpu_process, generic_cpu_kernels, name, device):
     layer = LAYERS[name][0]
     x = tfv1.placeholder(tf.float32, [None, 4, 6, 6])
     with tfv1.device(device):
@@ -168,13 +191,14 @@ def test_a_gpu_tower_builds_the_nchw_kernels_without_transposes(gpu_process, nam
     assert out.shape.as_list() == on_cpu.shape.as_list()
 
 
-def test_a_gpu_tower_in_a_process_without_gpu_transposes_and_runs_on_the_cpu():
-    """As a one-tower trainer given GPU 0 on a machine without GPU: soft placement."""
+def test_a_gpu_tower_in_a_process_without_gpu_runs_on_the_cpu(cpu_kernels):
+    """As a one-tower trainer given GPU 0 on a machine without GPU: soft placement; the CPU's
+    kernels decide."""
     assert not tf.config.list_physical_devices('GPU')
     data = np.random.RandomState(0).rand(2, 4, 6, 6).astype('float32')
     with tf.device('/gpu:0'):
         out = build('tower', LAYERS['maxpool'][0], tf.constant(data), 'channels_first', is_training=True)
-    assert count_ops('Transpose', 'tower') == 2 and not probe_ops()
+    assert count_ops('Transpose', 'tower') == (2 if cpu_kernels == 'generic' else 0) and not probe_ops()
     with tfv1.Session(config=tfv1.ConfigProto(allow_soft_placement=True)) as sess:
         np.testing.assert_array_equal(sess.run(out), data.reshape(2, 4, 3, 2, 3, 2).max(axis=(3, 5)))
 
@@ -187,17 +211,39 @@ DEVICE_TYPES = [
 
 
 @pytest.mark.parametrize('device, strategy', DEVICE_TYPES, ids=[d or 'no-device' for d, _ in DEVICE_TYPES])
-def test_with_a_gpu_the_device_type_decides(gpu_process, device, strategy):
-    assert layout.nchw_strategy(device) == strategy
+def test_with_a_gpu_the_device_type_decides(gpu_process, cpu_kernels, device, strategy):
+    expected = 'native' if cpu_kernels == 'onednn' else strategy
+    assert layout.nchw_strategy(device) == expected
 
 
 @pytest.mark.parametrize('device', [d for d, _ in DEVICE_TYPES],
                          ids=[d or 'no-device' for d, _ in DEVICE_TYPES])
-def test_without_a_gpu_every_device_transposes(device):
-    assert layout.nchw_strategy(device) == 'transpose'
+def test_without_a_gpu_every_device_decides_as_the_cpu(cpu_kernels, device):
+    assert layout.nchw_strategy(device) == ('native' if cpu_kernels == 'onednn' else 'transpose')
 
 
-def test_the_current_device_comes_from_scopes_and_device_functions(gpu_process):
+@pytest.mark.parametrize('dtype', [tf.float16, tf.bfloat16, tf.float64])
+def test_only_float32_runs_in_nchw_on_the_cpu(cpu_kernels, dtype):
+    """oneDNN has no NCHW float16 pooling gradient on a CPU (and bfloat16 depends on the CPU)."""
+    assert layout.nchw_strategy('/cpu:0', dtype) == 'transpose'
+    assert layout.nchw_strategy('/cpu:0', tf.float32) == ('native' if cpu_kernels == 'onednn' else 'transpose')
+
+
+def test_a_graph_awaiting_the_float16_rewrite_transposes_on_the_cpu(cpu_kernels):
+    """Mixed precision 'fp16' rewrites the float32 graph to float16 in the session: its layers
+    are built as for float16 (the trainer says so before building the towers)."""
+    graph = tfv1.get_default_graph()
+    other = tf.Graph()
+    MixedPrecision('fp16').prepare_graph(graph)
+    MixedPrecision('bf16').prepare_graph(other)
+    assert layout.nchw_strategy('/cpu:0') == 'transpose'
+    assert layout.cpu_runs_nchw(graph=other) == (cpu_kernels == 'onednn')
+    x = tf.zeros([2, 4, 6, 6])
+    MaxPooling('pool', x, 2, data_format='channels_first')
+    assert count_ops('Transpose', 'pool') == 2
+
+
+def test_the_current_device_comes_from_scopes_and_device_functions(gpu_process, generic_cpu_kernels):
     assert layout.current_device() == ''
     assert layout.nchw_strategy() == 'native'      # no device: TensorFlow picks the GPU
     with tf.device('/gpu:1'):
@@ -220,7 +266,7 @@ def test_channels_last_layers_never_ask_the_device(gpu_process):
     assert not [op.name for op in ops if op.type == 'Transpose' or 'device_probe' in op.name]
 
 
-def test_call_in_data_format_transposes_around_the_kernel_on_a_cpu():
+def test_call_in_data_format_transposes_around_the_kernel_on_a_cpu(generic_cpu_kernels):
     calls = []
 
     def kernel(x, data_format):
