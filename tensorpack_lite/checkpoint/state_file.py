@@ -1,10 +1,14 @@
 """The ``checkpoint`` state file of a directory: which checkpoints are listed, the latest last.
 
-It is TensorFlow's text format (``model_checkpoint_path: "model-45"``, then one
-``all_model_checkpoint_paths: "..."`` line per listed checkpoint, paths relative to the
-directory), so TensorFlow's own readers (``tf.train.latest_checkpoint``) understand it. It is
-read and written here only; it is replaced in one rename, so a reader sees the old list or the
-new one, never a mix.
+It is TensorFlow's ``CheckpointState`` protocol buffer in text format
+(``model_checkpoint_path: "model-45"``, then one ``all_model_checkpoint_paths: "..."`` line per
+listed checkpoint, paths relative to the directory), read and written with protobuf's
+``text_format`` and TensorFlow's own message, so both sides agree on every name: TensorFlow's
+readers (``tf.train.latest_checkpoint``) understand what is written here, and what TensorFlow
+writes (non-ASCII names as they are or in octal escapes, as its protobuf version does, and the
+timestamps its Saver records) reads back here.
+It is read and written here only; it is replaced in one rename, so a reader sees the old list or
+the new one, never a mix.
 
 Example::
 
@@ -15,6 +19,9 @@ Example::
 import os
 import re
 
+from google.protobuf import text_format
+
+from ..compat import tf_internal
 from ..utils.fs import write_atomically
 
 __all__ = ['STATE_FILE', 'CheckpointStateError', 'read_checkpoint_state', 'write_checkpoint_state']
@@ -22,10 +29,10 @@ __all__ = ['STATE_FILE', 'CheckpointStateError', 'read_checkpoint_state', 'write
 STATE_FILE = 'checkpoint'
 """The name of the state file in a checkpoint directory."""
 
-_STATE_LINE = re.compile(r'^(model_checkpoint_path|all_model_checkpoint_paths)\s*:\s*"((?:[^"\\]|\\.)*)"$')
-# TF's own Saver also records when each checkpoint was written.
-_STATE_TIME_LINE = re.compile(
-    r'^(all_model_checkpoint_timestamps|last_preserved_timestamp)\s*:\s*[-+.\deE]+$')
+
+def _checkpoint_state(**fields):
+    """TensorFlow's ``CheckpointState`` message (the state file's content) with ``fields``."""
+    return tf_internal('python.training.checkpoint_state_pb2').CheckpointState(**fields)
 
 
 class CheckpointStateError(ValueError):
@@ -38,7 +45,8 @@ def read_checkpoint_state(dirname):
 
     Raises:
         CheckpointStateError: the file is unreadable or not a checkpoint state (garbage,
-            zeroed or cut short: every non-empty line must be a ``key: "path"`` entry).
+            zeroed or cut short: it must parse as TensorFlow's ``CheckpointState`` and name the
+            latest checkpoint); the message names the file and the line at fault.
     """
     dirname = os.path.abspath(dirname)
     state_file = os.path.join(dirname, STATE_FILE)
@@ -49,19 +57,17 @@ def read_checkpoint_state(dirname):
             text = f.read().decode('utf-8')
     except (OSError, UnicodeDecodeError) as err:
         raise CheckpointStateError("cannot read state file '{}': {}".format(state_file, err)) from err
-    latest, listed = None, []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or _STATE_TIME_LINE.match(line):
-            continue
-        match = _STATE_LINE.match(line)
-        if match is None:
-            raise CheckpointStateError("state file '{}' is not a checkpoint state: line {} is {!r}".format(
-                state_file, number, line[:60]))
-        path = os.path.normpath(os.path.join(dirname, re.sub(r'\\(.)', r'\1', match.group(2))))
-        if match.group(1) == 'model_checkpoint_path':
-            latest = path
-        elif path not in listed:
+    state = _checkpoint_state()
+    try:
+        text_format.Merge(text, state)     # as TensorFlow reads it (get_checkpoint_state)
+    except text_format.ParseError as err:
+        raise CheckpointStateError("state file '{}' is not a checkpoint state: {}".format(
+            state_file, _where(err, text))) from err
+    latest = _absolute(dirname, state.model_checkpoint_path) if state.model_checkpoint_path else None
+    listed = []
+    for path in state.all_model_checkpoint_paths:
+        path = _absolute(dirname, path)
+        if path not in listed:
             listed.append(path)
     if latest is None:
         raise CheckpointStateError("state file '{}' names no latest checkpoint".format(state_file))
@@ -71,7 +77,24 @@ def read_checkpoint_state(dirname):
 def write_checkpoint_state(dirname, paths):
     """Replace the state file of ``dirname`` with one listing ``paths`` (checkpoint prefixes,
     oldest first; the last is the latest), relative to ``dirname``, in one rename (synced)."""
-    names = [os.path.relpath(path, dirname).replace('\\', '\\\\').replace('"', '\\"') for path in paths]
-    lines = ['model_checkpoint_path: "{}"'.format(names[-1])]
-    lines += ['all_model_checkpoint_paths: "{}"'.format(name) for name in names]
-    write_atomically(os.path.join(dirname, STATE_FILE), lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
+    names = [os.path.relpath(path, dirname) for path in paths]
+    # ASCII only, whatever the names (octal escapes of UTF-8, as TensorFlow's writer made them
+    # before protobuf 6): any reader reads it, in any locale
+    text = text_format.MessageToString(_checkpoint_state(model_checkpoint_path=names[-1],
+                                                         all_model_checkpoint_paths=names), as_utf8=False)
+    write_atomically(os.path.join(dirname, STATE_FILE), lambda f: f.write(text), mode='w')
+
+
+def _absolute(dirname, path):
+    """A path of the state file (relative to its directory, or absolute) as an absolute one."""
+    return os.path.normpath(os.path.join(dirname, path))
+
+
+def _where(err, text):
+    """What a ``text_format.ParseError`` of ``text`` found: its line, shown, and the reason."""
+    reason = re.sub(r'^\d+(:\d+)? : ', '', str(err))
+    lines = text.splitlines()
+    number = err.GetLine()
+    if number is None or not 1 <= number <= len(lines):
+        return reason
+    return "line {} is {!r} ({})".format(number, lines[number - 1].strip()[:60], reason)

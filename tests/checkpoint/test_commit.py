@@ -50,13 +50,6 @@ def test_data_without_an_index_is_no_checkpoint(tmp_path):
     assert listed_checkpoints(str(tmp_path)) == ({}, [])
 
 
-def test_the_state_file_round_trips_names_that_need_escaping(tmp_path):
-    paths = [str(tmp_path / 'model-1'), str(tmp_path / 'odd "name"-2')]
-    write_checkpoint_state(str(tmp_path), paths)
-    assert read_checkpoint_state(str(tmp_path)) == paths
-    assert not [f for f in os.listdir(str(tmp_path)) if f != STATE_FILE]   # no temporary left
-
-
 def test_the_next_start_removes_what_an_interrupted_write_left_and_nothing_else(tmp_path):
     left = ['model-5.data-00000-of-00001.tempstate17',      # killed during the data write
             'model-6.data-00000-of-00001', 'model-6.resume',   # killed before the index / mid-rotation
