@@ -172,13 +172,14 @@ def cifar_resnet(layers, image, label, data_format, depth=20):
 
 
 MODELS = {
-    # name: (build, data_format, image side, batch)
-    'resnet50-nchw': (resnet50, 'channels_first', 224, 2),
-    'resnet50-nhwc': (resnet50, 'channels_last', 224, 2),
-    'vgg16': (vgg16, 'channels_first', 224, 2),
-    'alexnet': (alexnet, 'channels_first', 224, 16),
-    'resnet50-gn': (resnet50_gn, 'channels_first', 224, 2),
-    'cifar-resnet20': (cifar_resnet, 'channels_first', 32, 32),
+    # name: (build, data_format, image side, batch, learning rate)
+    'resnet50-nchw': (resnet50, 'channels_first', 224, 2, 1e-2),
+    'resnet50-nhwc': (resnet50, 'channels_last', 224, 2, 1e-2),
+    'vgg16': (vgg16, 'channels_first', 224, 2, 1e-4),
+    'alexnet': (alexnet, 'channels_first', 224, 16, 1e-4),
+    'resnet50-gn': (resnet50_gn, 'channels_first', 224, 2, 1e-2),
+    'cifar-resnet20': (cifar_resnet, 'channels_first', 32, 32, 1e-2),
 }
 """The models by name: how each is built, its layout (NCHW as tensorpack's GPU programs write
-them, NHWC for one ResNet-50), its image side and its batch per step."""
+them, NHWC for one ResNet-50), its image side, its batch per step and the learning rate of its
+momentum SGD (the models without normalization diverge on one repeated batch at 1e-2)."""

@@ -11,9 +11,13 @@ The paths, per model:
   (e) tensorpack: tensorpack 0.11's own ``launch_train_with_config`` with the same model built by
                   its layers, the same DataFlow and trainer, all its defaults (its session config
                   has ONE intra-op thread); only when ``import tensorpack`` works
+  (f) one thread: (c) with tensorpack's session config (one intra-op thread: ops run single-threaded,
+                  two at once on TensorFlow's inter-op pool)
   (i) no monitor: (c) without the StepTimeMonitor (``DEFAULT_CALLBACKS(step_monitor=False)``)
   (j) pool:       (c) with every run on TensorFlow's inter-op thread pool
                   (``TENSORPACK_LITE_CALLER_THREAD_RUNS=0``)
+  (k) caller:     (c) with every run that safely can in the caller's thread
+                  (``TENSORPACK_LITE_CALLER_THREAD_RUNS=1``; with QueueInput, none can)
 The trainer is ``SyncMultiGPUTrainerReplicated(1)`` (what tensorpack's ImageNet programs use: its
 default input is QueueInput) or ``SimpleTrainer`` (FeedInput), by ``--trainer``.
 
@@ -49,6 +53,7 @@ from tensorpack_lite import tfv1 as tf  # noqa: E402
 from tensorpack_lite.compat import enable_graph_mode  # noqa: E402
 from tensorpack_lite.dataflow import FakeData  # noqa: E402
 from tensorpack_lite.tfutils.argscope import argscope as lite_argscope  # noqa: E402
+from tensorpack_lite.tfutils.common import get_default_sess_config  # noqa: E402
 from tensorpack_lite.tfutils.tower import TrainTowerContext  # noqa: E402
 from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated,  # noqa: E402
                                    TrainConfig, launch_train_with_config)
@@ -63,14 +68,14 @@ except ImportError:
     tensorpack = None
 
 LITE_LAYERS = layer_namespace(lite_models, lite_argscope)
-STEPS = {'resnet50-nchw': 8, 'resnet50-nhwc': 8, 'vgg16': 4, 'alexnet': 12, 'resnet50-gn': 6,
-         'cifar-resnet20': 20}
+STEPS = {'resnet50-nchw': 10, 'resnet50-nhwc': 10, 'vgg16': 8, 'alexnet': 20, 'resnet50-gn': 8,
+         'cifar-resnet20': 30}
 """Steps per epoch: a few seconds of training on 2 cores."""
 
 
 def model_class(base, layers, name):
     """A ModelDesc of ``base`` (either library's) for the model ``name`` built with ``layers``."""
-    build, data_format, side, _ = MODELS[name]
+    build, data_format, side, _, learning_rate = MODELS[name]
 
     class RealModel(base):
         def inputs(self):
@@ -81,20 +86,20 @@ def model_class(base, layers, name):
             return build(layers, image, label, data_format)
 
         def optimizer(self):
-            return tf.train.MomentumOptimizer(0.01, 0.9)
+            return tf.train.MomentumOptimizer(learning_rate, 0.9)
 
     return RealModel
 
 
 def fake_data(dataflow_cls, name):
-    _, _, side, batch = MODELS[name]
+    _, _, side, batch, _ = MODELS[name]
     return dataflow_cls([[batch, side, side, 3], [batch]], size=1000, random=False,
                         dtype=['float32', 'int32'], domain=[(0, 1), (0, 10)])
 
 
 def bare_loop(name, steps, epochs):
     """(a): the graph of (c)'s tower on a constant batch, in a plain session."""
-    _, _, side, batch = MODELS[name]
+    _, _, side, batch, _ = MODELS[name]
     rng = np.random.RandomState(0)
     with tf.Graph().as_default():
         image = tf.constant(rng.rand(batch, side, side, 3).astype('float32'))
@@ -132,12 +137,21 @@ def environ(**values):
                 os.environ[key] = value
 
 
-def library_path(name, steps, epochs, logdir, trainer, step_monitor=True, env=None):
-    """(c), (i) and (j): this library's launch_train_with_config with its defaults."""
+def one_intra_op_thread():
+    """tensorpack 0.11's default session config: this library's with one intra-op thread."""
+    config = get_default_sess_config()
+    config.intra_op_parallelism_threads = 1
+    return config
+
+
+def library_path(name, steps, epochs, logdir, trainer, step_monitor=True, env=None, session_config=None):
+    """(c), (f), (i), (j) and (k): this library's launch_train_with_config with its defaults."""
     with tf.Graph().as_default(), environ(**(env or {})):
         logger.set_logger_dir(logdir, action='d')
         timer = EpochTimer()
         extra = {} if step_monitor else {'extra_callbacks': DEFAULT_CALLBACKS(step_monitor=False)}
+        if session_config is not None:
+            extra['session_config'] = session_config
         config = TrainConfig(model=model_class(ModelDesc, LITE_LAYERS, name)(), dataflow=fake_data(FakeData, name),
                              callbacks=[timer], steps_per_epoch=steps, max_epoch=epochs, **extra)
         launch_train_with_config(config, SimpleTrainer() if trainer == 'simple'
@@ -163,7 +177,9 @@ def tensorpack_path(name, steps, epochs, logdir, trainer):
 
 
 PATHS = {'a': '(a) bare sess.run', 'c': '(c) default path', 'e': '(e) tensorpack 0.11',
-         'i': '(i) (c) without StepTimeMonitor', 'j': "(j) (c) on TF's thread pool"}
+         'f': '(f) (c), one intra-op thread',
+         'i': '(i) (c) without StepTimeMonitor', 'j': "(j) (c) on TF's thread pool",
+         'k': "(k) (c) in the caller's thread"}
 
 
 def main():
@@ -192,10 +208,14 @@ def main():
                 'a': lambda: bare_loop(name, steps, args.epochs),
                 'c': lambda: library_path(name, steps, args.epochs, logdir + '-c', args.trainer),
                 'e': lambda: tensorpack_path(name, steps, args.epochs, logdir + '-e', args.trainer),
+                'f': lambda: library_path(name, steps, args.epochs, logdir + '-f', args.trainer,
+                                          session_config=one_intra_op_thread()),
                 'i': lambda: library_path(name, steps, args.epochs, logdir + '-i', args.trainer,
                                           step_monitor=False),
                 'j': lambda: library_path(name, steps, args.epochs, logdir + '-j', args.trainer,
                                           env={'TENSORPACK_LITE_CALLER_THREAD_RUNS': '0'}),
+                'k': lambda: library_path(name, steps, args.epochs, logdir + '-k', args.trainer,
+                                          env={'TENSORPACK_LITE_CALLER_THREAD_RUNS': '1'}),
             }
             rates = {letter: [] for letter in wanted}
             for round_index in range(args.rounds):
