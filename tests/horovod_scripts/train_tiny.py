@@ -5,7 +5,8 @@ tests/distributed/test_horovod.py (Horovod) and tests/distributed/test_mpi.py (M
     mpiexec -n 2 python train_tiny.py --out DIR [options]
 
 Each rank trains on its share (RankShardData) of the same deterministic data and, when
-training ends, writes ``DIR/rank<r>.json`` (its final weights, pid, how training ended).
+training ends, writes ``DIR/rank<r>.json`` (its final weights, pid, how training ended); its log
+(``DIR/rank<r>.log``) ends with the status it exits with (:data:`EXIT_MESSAGE`).
 Rank r starts from its own initial weights (seed ``INIT_SEED + r``), so equal final weights
 prove that rank 0's were broadcast. The test trains the same model on one process with
 :func:`train_single` on the batches of both ranks concatenated, for comparison. On the MPI
@@ -37,6 +38,9 @@ from helpers import (RecordCost, WhileLoopRNN, add_model_arguments,  # noqa: E40
                      sequence_samples)
 
 INIT_SEED = 100
+EXIT_MESSAGE = 'Rank {rank} exits with status {status}.'
+"""The last line of a rank's log: what the process exits with, told from inside (a launcher
+prints a rank's status only when it is not 0, and may end a rank itself)."""
 FEATURES = 6
 HIDDEN = 5
 OPTIMIZERS = {
@@ -301,6 +305,7 @@ def main(argv):
     # can be missing from mpiexec's output (hydra stops forwarding as it ends the job).
     logging.getLogger('tensorpack_lite').addHandler(
         logging.FileHandler(os.path.join(args.out, 'rank{}.log'.format(trainer.rank))))
+    _ranks_logging.append(trainer.rank)
     if args.raise_before_training == trainer.rank:
         raise RuntimeError("rank {} fails before training (--raise-before-training)".format(trainer.rank))
     if args.logdir:   # on every rank: HorovodTrainer keeps ranks > 0 from writing there
@@ -345,5 +350,24 @@ def main(argv):
     launch_train_with_config(config, trainer)
 
 
+_ranks_logging = []     # this process's rank, once its log is OUT/rank<r>.log
+
+
+def run_and_say_the_exit(argv):
+    """:func:`main`, then the status this process exits with as the last line of its log."""
+    status = 0
+    try:
+        main(argv)
+    except SystemExit as exit:      # Preempted: 143
+        status = exit.code if isinstance(exit.code, int) else 1
+        raise
+    except BaseException:
+        status = 1
+        raise
+    finally:
+        if _ranks_logging:
+            logger.info(EXIT_MESSAGE.format(rank=_ranks_logging[0], status=status))
+
+
 if __name__ == '__main__':
-    main(sys.argv[1:])
+    run_and_say_the_exit(sys.argv[1:])
