@@ -25,7 +25,7 @@ if _TESTS_DIR not in sys.path:
 
 import pytest  # noqa: E402
 
-from helpers import capture_logs  # noqa: E402
+from helpers.logs import capture_logs  # noqa: E402
 
 
 CI_VARIABLE = 'TENSORPACK_LITE_CI'

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from helpers import capture_logs
+from helpers.logs import capture_logs
 from helpers.scripted_stats import STEPS, ScriptedStat, dataflow, model
 from tensorpack_lite.callbacks import EarlyStopping, MinSaver, ModelSaver, PeriodicTrigger
 from tensorpack_lite.checkpoint.resume_state import ResumeState

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from helpers import VirtualClock
+from helpers.timing import VirtualClock
 
 from tensorpack_lite.callbacks import misc
 from tensorpack_lite.callbacks.base import Callback

@@ -31,7 +31,8 @@ from tensorpack_lite.train import (AutoResumeTrainConfig, SimpleTrainer, TrainCo
                                    launch_train_with_config)
 from tensorpack_lite.utils import logger, stats_json  # noqa: E402
 
-from helpers import TIMING_PREFIX, LineRegression  # noqa: E402
+from helpers.models import LineRegression  # noqa: E402
+from helpers.stats_records import TIMING_PREFIX  # noqa: E402
 
 STEPS = 2          # per epoch: 8 points in batches of 4
 PARAMS = {'lr': 0.3, 'depth': 18, 'augment': True, 'arch': 'line', 'seed': np.int64(7)}

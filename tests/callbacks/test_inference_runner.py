@@ -19,7 +19,8 @@ from tensorpack_lite.input_source import FeedInput, QueueInput, StagingInput
 from tensorpack_lite.tfutils.tower import TowerFunc
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
-from helpers import DigitsMLPBase, labelled_batches
+from helpers.dataflows import labelled_batches
+from helpers.models import DigitsMLPBase
 
 BATCH = 32
 N_TRAIN = 640          # 20 steps per epoch

@@ -16,7 +16,10 @@ import urllib.request
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT, REPO_DIR, capture_logs, kill_process_tree, wait_until
+from helpers.logs import capture_logs
+from helpers.paths import REPO_DIR
+from helpers.processes import kill_process_tree
+from helpers.timing import HANG_TIMEOUT, wait_until
 from helpers.scripted_stats import dataflow, model
 from tensorpack_lite.callbacks import Callback, MLflowMonitor, ModelSaver
 from tensorpack_lite.cluster.config import held_free_port

@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-from helpers import LineRegression, REPO_DIR, kill_process_tree, subprocess_env
+from helpers.models import LineRegression
+from helpers.paths import REPO_DIR
+from helpers.processes import kill_process_tree, subprocess_env
 
 from tensorpack_lite.callbacks import Callback, OptunaPruning
 from tensorpack_lite.dataflow import BatchData, DataFromList

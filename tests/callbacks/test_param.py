@@ -17,7 +17,7 @@ from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
-from helpers import LINE_INITIAL_LR, LineRegression
+from helpers.models import LINE_INITIAL_LR, LineRegression
 
 INITIAL_LR = LINE_INITIAL_LR
 STEPS_PER_EPOCH = 2   # 8 points in batches of 4

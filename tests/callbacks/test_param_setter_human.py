@@ -14,7 +14,7 @@ from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
-from helpers import LINE_INITIAL_LR, LineRegression
+from helpers.models import LINE_INITIAL_LR, LineRegression
 
 INITIAL_LR = LINE_INITIAL_LR
 XS = np.linspace(-1, 1, 8).astype('float32')

@@ -4,7 +4,7 @@ adapters between callbacks and TensorFlow's SessionRunHooks."""
 
 import pytest
 
-from helpers import VirtualClock
+from helpers.timing import VirtualClock
 
 from tensorpack_lite.callbacks import prof
 from tensorpack_lite.callbacks.base import Callback

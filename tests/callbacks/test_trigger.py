@@ -20,7 +20,9 @@ from tensorpack_lite.callbacks.trigger import EnableCallbackIf, PeriodicCallback
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.train.base import Trainer
 
-from helpers import ReadBack, VirtualClock, capture_logs, run_or_hang
+from helpers.callbacks import ReadBack
+from helpers.logs import capture_logs
+from helpers.timing import VirtualClock, run_or_hang
 
 
 def build_model():

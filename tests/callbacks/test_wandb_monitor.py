@@ -14,7 +14,8 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers import RaiseAt, capture_logs
+from helpers.callbacks import RaiseAt
+from helpers.logs import capture_logs
 from helpers.models import LineRegression
 
 from tensorpack_lite.callbacks.base import Callback

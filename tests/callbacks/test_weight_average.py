@@ -10,7 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import DigitsMLPBase, TESTS_DIR, labelled_batches, run_bounded, subprocess_env
+from helpers.dataflows import labelled_batches
+from helpers.models import DigitsMLPBase
+from helpers.paths import TESTS_DIR
+from helpers.processes import run_bounded, subprocess_env
 
 from tensorpack_lite.callbacks import (Callback, InferenceRunner, ModelSaver, ScalarStats, WeightAverage)
 from tensorpack_lite.compat import tfv1

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from helpers import capture_logs
+from helpers.logs import capture_logs
 from helpers.checkpoint_runs import STEPS, train
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.callbacks.trigger import PeriodicTrigger

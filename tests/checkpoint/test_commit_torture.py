@@ -15,7 +15,7 @@ import pytest
 
 from tensorpack_lite.checkpoint import ResumeSearch, ResumeState, write_checkpoint_state
 from tensorpack_lite.tfutils.varmanip import save_checkpoint_vars
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 
 _HARNESS = os.path.join(REPO_DIR, 'benchmarks',
                         'checkpoint_torture.py')

@@ -14,7 +14,8 @@ import shutil
 import numpy as np
 import pytest
 
-from helpers import assert_records_close, labelled_batches
+from helpers.dataflows import labelled_batches
+from helpers.stats_records import assert_records_close
 
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, ModelSaver
 from tensorpack_lite.compat import tf, tfv1

@@ -20,8 +20,10 @@ import urllib.request
 import numpy as np
 import pytest
 
-from helpers import (HANG_TIMEOUT, TESTS_DIR, capture_logs, kill_process_tree, run_bounded, subprocess_env,
-                     wait_until)
+from helpers.logs import capture_logs
+from helpers.paths import TESTS_DIR
+from helpers.processes import kill_process_tree, run_bounded, subprocess_env
+from helpers.timing import HANG_TIMEOUT, wait_until
 from tensorpack_lite.cluster.config import held_free_port
 from tensorpack_lite.checkpoint import RemoteMirror, write_checkpoint_state
 from tensorpack_lite.compat import tfv1

@@ -13,7 +13,9 @@ import threading
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT, BreakSessionAt, RaiseAt
+from helpers.breaking_session import BreakSessionAt
+from helpers.callbacks import RaiseAt
+from helpers.timing import HANG_TIMEOUT
 from helpers.checkpoint_runs import STEPS, build_regression, train
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, MinSaver, ModelSaver

@@ -13,7 +13,9 @@ import threading
 import psutil
 import pytest
 
-from helpers import HANG_TIMEOUT, TESTS_DIR, kill_process_tree, run_or_hang, subprocess_env, wait_until
+from helpers.paths import TESTS_DIR
+from helpers.processes import kill_process_tree, subprocess_env
+from helpers.timing import HANG_TIMEOUT, run_or_hang, wait_until
 from tensorpack_lite.cluster.config import (ClusterConfig, LostTaskError, TaskWatchdog, free_ports,
                                             held_free_port, local_cluster)
 from tensorpack_lite.cluster.launch import LocalCluster, launch

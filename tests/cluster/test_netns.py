@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from helpers import subprocess_env, wait_until
+from helpers.processes import subprocess_env
+from helpers.timing import wait_until
 from tensorpack_lite.cluster import netns
 
 REASON = netns.unavailable()

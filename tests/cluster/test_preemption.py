@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from helpers import capture_logs, run_or_hang, wait_until
+from helpers.logs import capture_logs
+from helpers.timing import run_or_hang, wait_until
 from tensorpack_lite.cluster.preemption import PREEMPTED_EXIT_CODE, Preempted, PreemptionNotice
 
 

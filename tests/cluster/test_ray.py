@@ -17,7 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import TESTS_DIR, kill_process_tree, subprocess_env, wait_until
+from helpers.paths import TESTS_DIR
+from helpers.processes import kill_process_tree, subprocess_env
+from helpers.timing import wait_until
 from helpers.distributed import SCRIPT, assert_replicas_match, load_worker, reference_weights
 
 ray = pytest.importorskip('ray', reason="Ray is not installed: pip install 'tensorpack_lite[ray]'")

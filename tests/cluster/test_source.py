@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from helpers import capture_logs, run_bounded
+from helpers.logs import capture_logs
+from helpers.processes import run_bounded
 from tensorpack_lite.cluster.slurm import PORT_VARIABLE
 from tensorpack_lite.cluster.source import find_cluster, mpi_rank_and_size
 from tensorpack_lite.tfutils.distributed import create_server

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from helpers import TESTS_DIR, run_bounded, subprocess_env
+from helpers.paths import TESTS_DIR
+from helpers.processes import run_bounded, subprocess_env
 
 HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)

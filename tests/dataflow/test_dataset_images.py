@@ -17,7 +17,7 @@ from tensorpack_lite.dataflow.dataset.ilsvrc import (ILSVRC12, ILSVRC12Files, IL
                                                      read_caffe_blob)
 from tensorpack_lite.dataflow.dataset.places import Places365Standard
 from tensorpack_lite.dataflow.dataset.svhn import SVHNDigit
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 from helpers.dataflows import reset
 
 sys.path.insert(0, os.path.join(REPO_DIR,

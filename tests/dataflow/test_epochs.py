@@ -12,7 +12,7 @@ from tensorpack_lite.dataflow import (BatchDataByShape, DataFlow, DataFlowWorker
                                       MultiThreadRunner, RepeatedData, send_dataflow_zmq)
 from tensorpack_lite.dataflow.epochs import EmptyEpochs
 
-from helpers import run_or_hang
+from helpers.timing import run_or_hang
 
 
 class OnePerEpoch(DataFlow):

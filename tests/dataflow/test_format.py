@@ -17,7 +17,7 @@ from tensorpack_lite.dataflow import serialize as serialize_module
 from tensorpack_lite.dataflow.format import CaffeLMDB, HDF5Data, LMDBData, LMDBDataDecoder, SVMLightData
 from tensorpack_lite.dataflow.serialize import HDF5Serializer, LMDBSerializer
 from tensorpack_lite.utils import utils as rng_utils
-from helpers import varint
+from helpers.protobuf import varint
 from helpers.dataflows import Opaque, loaded
 
 TF_DTYPES = ['bool', 'float16', 'float32', 'float64', 'int8', 'int16', 'int32', 'int64', 'uint8',

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from helpers import run_python
+from helpers.processes import run_python
 
 from tensorpack_lite.dataflow.imgaug.base import (Augmentor, AugmentorList, ImageAugmentor,
                                                   PhotometricAugmentor)

@@ -21,7 +21,7 @@ from tensorpack_lite.dataflow import (DataFlow, DataFlowWorkerError, DataFromLis
                                       MultiThreadRunner, PrefetchData, PrefetchDataZMQ, RNGDataFlow)
 from tensorpack_lite.utils import utils as rng_utils
 
-from helpers import HANG_TIMEOUT, run_or_hang, wait_until
+from helpers.timing import HANG_TIMEOUT, run_or_hang, wait_until
 from helpers.dataflows import Opaque, children, gone
 
 FORK = mp.get_context('fork')

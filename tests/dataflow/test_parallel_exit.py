@@ -19,7 +19,9 @@ import tempfile
 import psutil
 import pytest
 
-from helpers import HANG_TIMEOUT, REPO_DIR, kill_process_tree, run_or_hang, wait_until
+from helpers.paths import REPO_DIR
+from helpers.processes import kill_process_tree
+from helpers.timing import HANG_TIMEOUT, run_or_hang, wait_until
 
 ROOT = REPO_DIR
 WORKERS = 8

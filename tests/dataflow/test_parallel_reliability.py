@@ -20,7 +20,7 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers import run_or_hang
+from helpers.timing import run_or_hang
 from tensorpack_lite.dataflow.base import DataFlow
 from tensorpack_lite.dataflow.raw import DataFromList
 from tensorpack_lite.dataflow.parallel import (DataFlowWorkerError, MultiProcessRunner, MultiProcessRunnerZMQ,

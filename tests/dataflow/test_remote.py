@@ -6,7 +6,10 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from helpers import DigitsMLPBase, RecordCost, labelled_batches, run_or_hang
+from helpers.callbacks import RecordCost
+from helpers.dataflows import labelled_batches
+from helpers.models import DigitsMLPBase
+from helpers.timing import run_or_hang
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.dataflow import DataFromList, RemoteDataZMQ, send_dataflow_zmq
 from tensorpack_lite.input_source import QueueInput, ZMQInput

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import subprocess_env
+from helpers.processes import subprocess_env
 from helpers.dataflow_cases import (CASES, JOBS, augmentors, build, close, double_first, epochs_after, images,
                                     numbers, write_data)
 from tensorpack_lite.dataflow import (BatchData, BatchDataByShape, CacheData, ConcatData, DataFromGenerator,
@@ -370,7 +370,7 @@ def test_entries_older_than_the_replay_limit_are_kept_in_the_state_said_in_one_l
     """With a shuffle at every datapoint and a replay limit of 3 buffers (a fifth of the default),
     some entries outlive the anchors: the state holds them (one log line, with their size), the
     resume stays exact, and no resume reads more than replay_limit plus one anchor interval again."""
-    from helpers import capture_logs   # here: the subprocess restoring states imports this module
+    from helpers.logs import capture_logs  # here: the subprocess restoring states imports this module
     #                                    and should not import TensorFlow (helpers does)
 
     def flow():
@@ -414,7 +414,7 @@ def test_a_resume_reads_about_buffer_size_times_its_log_again_and_never_more_tha
         next(iterator)
         if n % 500 == 0:
             states.append(dumps(df.get_state()))
-    from helpers import capture_logs   # TensorFlow: see above
+    from helpers.logs import capture_logs  # TensorFlow: see above
     with capture_logs() as logs:
         for state in states:
             again = LocallyShuffleData(DataFromList([[k] for k in range(300)], shuffle=True), 100)
@@ -501,7 +501,7 @@ def test_the_states_an_input_source_keeps_in_flight_hold_no_datapoint(big_items,
 
 
 def test_a_dataflow_whose_state_must_hold_datapoints_says_so_once_with_their_size():
-    from helpers import capture_logs   # TensorFlow: see above
+    from helpers.logs import capture_logs  # TensorFlow: see above
     shapes = DataFromList([[np.zeros((1 + k % 3, 100), 'float32')] for k in range(12)], shuffle=False)
     df = BatchDataByShape(shapes, 4, idx=0)
     df.reset_state()

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from helpers import subprocess_env
+from helpers.processes import subprocess_env
 from helpers.distributed import (RUN_TIMEOUT, Run, assert_replicas_match, load_worker, script_command,
                                  train_tiny)
 from tensorpack_lite.cluster.launch import launch

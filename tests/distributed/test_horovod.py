@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import run_bounded
+from helpers.processes import run_bounded
 from helpers.mpi import (BATCH, EPOCHS, LR, SCRIPT, STEPS, assert_close, load_rank, rank_env,
                          reference_weights, train_tiny)
 from tensorpack_lite.dataflow import DataFromList

@@ -25,7 +25,9 @@ import threading
 
 import pytest
 
-from helpers import HANG_TIMEOUT, TESTS_DIR, kill_process_tree, subprocess_env, wait_until
+from helpers.paths import TESTS_DIR
+from helpers.processes import kill_process_tree, subprocess_env
+from helpers.timing import HANG_TIMEOUT, wait_until
 from tensorpack_lite.cluster import exposure, netns
 from tensorpack_lite.cluster import private_network as private_network_module
 from tensorpack_lite.cluster.config import free_ports

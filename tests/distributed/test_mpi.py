@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from helpers import run_bounded, subprocess_env
+from helpers.processes import run_bounded, subprocess_env
 from helpers.mpi import (BATCH, EPOCHS, LR, MPIEXEC, RUN_TIMEOUT, SCRIPT, STEPS, SUPERVISED,
                          assert_bit_identical, assert_close, load_rank, needs_mpiexec, pid_of_rank, rank_env,
                          rank_logs, reference_weights, run_ranks, train_tiny)

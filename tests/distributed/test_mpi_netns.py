@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from helpers import kill_process_tree, run_bounded, wait_until
+from helpers.processes import kill_process_tree, run_bounded
+from helpers.timing import wait_until
 from helpers.mpi import (BATCH, EPOCHS, LR, MPIEXEC, RUN_TIMEOUT, SCRIPT, STEPS, SUPERVISED,
                          assert_bit_identical, assert_close, load_rank, needs_mpiexec, pid_of_rank, rank_env,
                          rank_logs, reference_weights)

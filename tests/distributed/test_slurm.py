@@ -18,7 +18,10 @@ import time
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR, distributed, kill_process_tree, mpi, slurm_node, wait_until
+from helpers.paths import REPO_DIR
+from helpers.processes import kill_process_tree
+from helpers.timing import wait_until
+from helpers import distributed, mpi, slurm_node
 from tensorpack_lite.cluster.slurm import reserved_ports
 
 REASON = slurm_node.unavailable()

@@ -16,7 +16,9 @@ import time
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT, UNIT_ROUNDOFF, kill_process_tree, subprocess_env, wait_until
+from helpers.precision import UNIT_ROUNDOFF
+from helpers.processes import kill_process_tree, subprocess_env
+from helpers.timing import HANG_TIMEOUT, wait_until
 from helpers.distributed import (RUN_TIMEOUT, Run, assert_replicas_match, assert_workers_end_with,
                                  load_worker, reference_weights, script_command, stats_epochs,
                                  train_tiny)

@@ -11,7 +11,7 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from helpers import assert_16_bit_sum
+from helpers.precision import assert_16_bit_sum
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
 from tensorpack_lite.tfutils.distributed import create_server

@@ -33,8 +33,9 @@ from tensorpack_lite.utils import logger
 from tensorpack_lite.utils.utils import fix_rng_seed
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from helpers import (BreakSessionAt, RecordCost, WhileLoopRNN, add_model_arguments,  # noqa: E402  (tests/)
-                     sequence_samples)
+from helpers.breaking_session import BreakSessionAt  # noqa: E402  (tests/)
+from helpers.callbacks import RecordCost  # noqa: E402
+from helpers.models import WhileLoopRNN, add_model_arguments, sequence_samples  # noqa: E402
 
 INIT_SEED = 100
 FEATURES = 6

@@ -7,7 +7,7 @@ import inspect
 import os
 import re
 
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 from helpers.contract import CONTRACT, DATASET_NAMES, IMGAUG_NAMES, SECOND_ROUND, SUBMODULE_ONLY
 
 REPO = REPO_DIR

@@ -10,7 +10,7 @@ import sys
 from xml.etree import ElementTree
 
 import pytest
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 
 REPO = REPO_DIR
 sys.path.insert(0, os.path.join(REPO, 'docs', '_ext'))

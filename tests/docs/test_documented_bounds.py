@@ -5,22 +5,29 @@ The end of training is run for real after a failed step, on a clock of its own
 (:class:`WorstCaseClock`): every bounded wait it makes reaches its timeout, the probe of the
 session answering at its deadline (so the state at the end is taken too) and everything else
 never, and the exit is held for its bound. What that clock reads when the end is over is the
-longest the code can take; the docs must state exactly that. The phases themselves are also
-tested at their real timeouts in tfutils/test_session_failure.py and distributed/test_trainers.py."""
+longest the code can take; the docs must state exactly that. A lost worker is run for real
+too: the distributed trainer's watchdog watches a peer whose link is cut mid-run
+(:class:`CutLink`: its waits and probes reach their timeouts), the step waiting for the peer
+is cancelled by what the trainer does about the loss, and the end that follows is counted as
+above. The phases themselves are also tested at their real timeouts in
+tfutils/test_session_failure.py and distributed/test_trainers.py."""
 
+import contextlib
 import os
 import re
+import socket
 import threading
 
 import numpy as np
 import pytest
 
-from helpers import HANG_TIMEOUT, REPO_DIR
+from helpers.paths import REPO_DIR
+from helpers.timing import HANG_TIMEOUT
 from helpers.models import LineRegression
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
-from tensorpack_lite.cluster.config import local_cluster
-from tensorpack_lite.compat import tf
+from tensorpack_lite.cluster.config import ClusterConfig, LostTaskError, free_ports, local_cluster
+from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.tfutils.distributed import create_server
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
@@ -69,6 +76,77 @@ class WorstCaseClock:
         return sum(timeout for _, timeout in self.waits) + (min(self.exit_bounds) if self.exit_bounds else 0)
 
 
+class CutLink:
+    """The link between this worker and a peer task at ``('localhost', port)``, as the trainer's
+    watchdog sees it (its probes: ``socket.create_connection``; its waits: ``threading.Event.wait``
+    in its thread, named 'TaskWatchdog'), on a clock of its own. The peer answers until
+    :meth:`cut` is called; the probe after that still answers, and the link is cut right after it:
+    the worst case, where a whole wait and a whole probe pass before the loss can be seen. From
+    then on each wait of the watchdog counts its timeout and returns at once, and each probe of
+    the peer counts its timeout and fails (``counted``); ``found`` is what the clock reads when a
+    probe has failed, where the watchdog reports the loss. Each bounded wait its thread makes
+    after that (what the trainer does about the loss) is recorded in ``after_loss`` and waited
+    for for real, up to HANG_TIMEOUT (``hung`` if that passes, instead of the process's exit)."""
+
+    def __init__(self, monkeypatch, port):
+        self.peer = ('localhost', port)
+        self.requested = self.cut_done = self.hung = False
+        self.counted, self.after_loss, self.found = [], [], None
+        real_connect, real_wait = socket.create_connection, threading.Event.wait
+
+        def create_connection(address, timeout=None, *args, **kwargs):
+            if tuple(address) != self.peer:
+                return real_connect(address, timeout, *args, **kwargs)
+            if not self.cut_done:
+                self.cut_done = self.requested
+                return contextlib.nullcontext()
+            self.counted.append(('probe', timeout))
+            self.found = sum(seconds for _, seconds in self.counted)
+            raise socket.timeout('timed out (the link is cut)')
+
+        def wait(event, timeout=None):
+            if timeout is None or not self.cut_done or threading.current_thread().name != 'TaskWatchdog':
+                return real_wait(event, timeout)
+            if self.found is None:
+                self.counted.append(('wait', timeout))
+                return event.is_set()
+            self.after_loss.append(timeout)
+            if not real_wait(event, HANG_TIMEOUT):
+                self.hung = True
+            return True
+
+        monkeypatch.setattr(socket, 'create_connection', create_connection)
+        monkeypatch.setattr(threading.Event, 'wait', wait)
+
+    def cut(self):
+        self.requested = True
+
+
+class LosePeerAtStep2(Callback):
+    """Puts the peer of ``link`` in the trainer's cluster as worker 1 before the session starts
+    (so the trainer's watchdog watches it), cuts the link after step 2 (and starts ``clock``), and
+    holds step 3 in a queue nothing fills, as a collective op waits for a lost peer: only what
+    the trainer does about the loss (closing the session) ends it."""
+
+    def __init__(self, clock, link):
+        self.clock, self.link = clock, link
+        self._held = None
+
+    def _setup_graph(self):
+        cluster = self.trainer.cluster
+        own = cluster.address(cluster.job_name, cluster.task_index)
+        self.trainer.cluster = ClusterConfig({'worker': [own, '{}:{}'.format(*self.link.peer)]}, 'worker', 0)
+        self._held = tfv1.FIFOQueue(1, tf.float32).dequeue()
+
+    def _before_run(self, ctx):
+        return [self._held] if self.link.requested else None
+
+    def _trigger_step(self):
+        if self.global_step == 2:
+            self.clock.start()
+            self.link.cut()
+
+
 class HoldsAtEnd(Callback):
     """An ``after_train`` that never ends (its thread is a daemon, abandoned by the trainer)."""
 
@@ -89,17 +167,19 @@ class BreakStep(Callback):
             self.trainer.sess.run(object())
 
 
-def end_of_a_failed_step(trainer, logdir, monkeypatch):
-    """The worst case of the end of training after a failed step, by the trainer's code path."""
+def end_of_a_failed_step(trainer, logdir, monkeypatch, failure=BreakStep, error=TypeError):
+    """The worst case of the end of training after a failed step, by the trainer's code path:
+    ``failure(clock)`` is the callback that makes step 3 fail with ``error``."""
     clock = WorstCaseClock(monkeypatch)
     logger.set_logger_dir(logdir, action='d')
     data = BatchData(DataFromList([[np.ones(2, 'float32')]] * 8, shuffle=False), 2)
     model = LineRegression(dim=2, init=1.0, target=1.0, lr=0.1, lr_variable=False)
     config = TrainConfig(model=model, dataflow=data, steps_per_epoch=4, max_epoch=1,
-                         callbacks=[HoldsAtEnd(), ModelSaver(), BreakStep(clock)])
-    with pytest.raises(TypeError):
+                         callbacks=[HoldsAtEnd(), ModelSaver(), failure(clock)])
+    with pytest.raises(error) as info:
         launch_train_with_config(config, trainer)
     assert trainer.loop.failure is not None
+    clock.error = info.value
     return clock
 
 
@@ -146,11 +226,33 @@ def test_the_end_after_a_failed_step_is_the_one_measured(ends):
     assert '({} s at most: the sum of the timeouts of its phases)'.format(total) in read('reliability.md')
 
 
-def test_a_lost_worker_ends_within_the_stated_bound_after_the_cut(ends):
-    found = 2 * DistributedTrainerBase.PROBE_INTERVAL      # one wait, then a probe of as long
-    bound = found + max(DistributedTrainerBase.EXIT_AFTER_LOSS_TIMEOUT, ends['distributed'].elapsed)
+@pytest.fixture(scope='module')
+def lost(tmp_path_factory, lone_worker):
+    """(link, clock): a collective worker whose peer's link is cut after step 2, measured."""
+    with pytest.MonkeyPatch.context() as monkeypatch, tf.Graph().as_default():
+        link = CutLink(monkeypatch, free_ports(1)[0])
+        trainer = CollectiveAllReduceTrainer(['/cpu:0'], lone_worker)
+        trainer.STEP_TIMEOUT = HANG_TIMEOUT     # were the step never cancelled: a failure, not a hang
+        clock = end_of_a_failed_step(trainer, str(tmp_path_factory.mktemp('lost')), monkeypatch,
+                                     failure=lambda clock: LosePeerAtStep2(clock, link), error=LostTaskError)
+    return link, clock
+
+
+def test_a_lost_worker_ends_within_the_stated_bound_after_the_cut(lost):
+    """The bound after a cut link, measured on the code path: from the cut to the watchdog's
+    report (``found``), then the longer of what ends the worker: the end of the failed step
+    (the step was cancelled) or the wait after which the trainer exits when it cannot be."""
+    link, clock = lost
+    print("found {} = {} s; after the loss {}; the end {} + exit {} = {:g} s".format(
+        link.counted, link.found, link.after_loss, clock.waits, min(clock.exit_bounds), clock.elapsed))
+    assert 'lost worker 1 (localhost:{})'.format(link.peer[1]) in str(clock.error)
+    assert not link.hung, "the step was not cancelled: the loop did not end after the loss"
+    interval = DistributedTrainerBase.PROBE_INTERVAL
+    assert link.counted == [('wait', interval), ('probe', interval)]     # one wait, then a probe of as long
+    assert link.after_loss == [DistributedTrainerBase.EXIT_AFTER_LOSS_TIMEOUT]
+    bound = link.found + max(sum(link.after_loss), clock.elapsed)
     stated = re.search(r'a lost task is found within 2 x `PROBE_INTERVAL`.*?failed step \((\d+) s at '
                        r'most.*?(\d+) s at most after the cut', read('distributed.md'))
     assert stated, "docs/distributed.md no longer states the bound after a cut link"
-    assert [int(n) for n in stated.groups()] == [ends['distributed'].elapsed, bound] == [46, 48]
+    assert [int(n) for n in stated.groups()] == [clock.elapsed, bound] == [46, 48]
     assert 'within {:g} s at most of the cut'.format(bound) in read('reliability.md')

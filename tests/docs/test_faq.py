@@ -6,7 +6,8 @@ import os
 import re
 
 from helpers.guide_blocks import run_guide
-from helpers import REPO_DIR, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
 
 REPO = REPO_DIR
 

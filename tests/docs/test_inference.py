@@ -9,7 +9,8 @@ import re
 import pytest
 
 from helpers.guide_blocks import run_guide, without_package
-from helpers import REPO_DIR, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
 
 REPO = REPO_DIR
 GUIDE = os.path.join(REPO, 'docs', 'inference.md')

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 
 REPO = REPO_DIR
 

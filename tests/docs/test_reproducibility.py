@@ -5,7 +5,8 @@ does not; a strict parallel map keeps its input's order."""
 import os
 
 from helpers.guide_blocks import run_guide
-from helpers import REPO_DIR, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
 
 REPO = REPO_DIR
 

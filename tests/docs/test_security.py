@@ -12,7 +12,7 @@ import re
 
 import pytest
 import yaml
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 
 REPO = REPO_DIR
 SECURITY = os.path.join(REPO, 'docs', 'security.md')

@@ -9,7 +9,7 @@ statistics move with every micro-batch; bad values are refused naming the culpri
 import numpy as np
 import pytest
 
-from helpers import DigitsMLPBase
+from helpers.models import DigitsMLPBase
 
 from tensorpack_lite.callbacks import Callback, RunUpdateOps
 from tensorpack_lite.compat import tf, tfv1

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import run_or_hang
+from helpers.timing import run_or_hang
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder import backprop_order as backprop_order_module
 from tensorpack_lite.graph_builder.backprop_order import backprop_order, consecutive_groups, op_depths

@@ -10,8 +10,9 @@ import threading
 import numpy as np
 import pytest
 
-from helpers import subprocess_env
-from helpers import UNIT_ROUNDOFF, assert_16_bit_sum, wait_until
+from helpers.processes import subprocess_env
+from helpers.precision import UNIT_ROUNDOFF, assert_16_bit_sum
+from helpers.timing import wait_until
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import (CollectiveAllReduceBuilder,
                                                        DistributedParameterServerBuilder,

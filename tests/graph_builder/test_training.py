@@ -13,7 +13,7 @@ from tensorpack_lite.graph_builder import (
     check_session_devices, interpret_towers, merge_grad_list, override_to_local_variable, split_grad_list)
 from tensorpack_lite.tfutils.tower import get_current_tower_context
 
-from helpers import capture_logs
+from helpers.logs import capture_logs
 from helpers.graphs import cpus
 
 

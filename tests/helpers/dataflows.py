@@ -1,7 +1,9 @@
 """Helpers of the DataFlow tests: the seed of their draws, an epoch read, worker processes looked at
-(the fixture seeding with it: tests/dataflow/conftest.py)."""
+(the fixture seeding with it: tests/dataflow/conftest.py); labelled batches of arrays."""
 
 import psutil
+
+from tensorpack_lite.dataflow import BatchData, DataFromList
 
 
 SEED = 123
@@ -35,3 +37,9 @@ def gone(pid):
 def loaded(df):
     df.reset_state()
     return list(df)
+
+
+def labelled_batches(images, labels, batch, shuffle=False, remainder=False):
+    """A DataFlow of [images, labels] batches."""
+    return BatchData(DataFromList([[x, y] for x, y in zip(images, labels)], shuffle=shuffle), batch,
+                     remainder=remainder)

@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from helpers import TESTS_DIR, subprocess_env
+from helpers.paths import TESTS_DIR
+from helpers.processes import subprocess_env
 from tensorpack_lite.cluster.launch import LocalCluster
 
 __all__ = ['SCRIPT', 'RUN_TIMEOUT', 'train_tiny', 'script_command', 'Run', 'load_worker',

@@ -8,7 +8,7 @@ import re
 import runpy
 import sys
 
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 
 
 def load_example(relpath):

@@ -7,7 +7,7 @@ import os
 import re
 import sys
 
-from helpers import run_bounded
+from helpers.processes import run_bounded
 
 BLOCK = re.compile(r'^```(python|console)\n(.*?)^```', re.M | re.S)
 

@@ -8,8 +8,7 @@ size of an input, an initial value, the learning rate or optimizer, a name a tes
   :class:`DigitsMLP` are it on the 8x8 digits;
 - :class:`WhileLoopRNN`: a recurrent net whose loop is a ``tf.while_loop``.
 
-The most used (``DigitsMLPBase``, ``LineRegression``, ``WhileLoopRNN``...) are also importable from
-:mod:`helpers` itself, as the programs under tests/*_scripts/ import them.
+The multi-process training scripts choose theirs with :func:`add_model_arguments`.
 
 Example::
 
@@ -26,9 +25,12 @@ from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.tower import get_current_tower_context
 from tensorpack_lite.train import ModelDesc
 
+from helpers.callbacks import AssignValues
+
 __all__ = ['cross_entropy_cost', 'LINE_INITIAL_LR', 'LineRegression', 'PointMean',
            'W_VALUE', 'B_VALUE', 'X_BATCHES', 'LABEL_BATCHES', 'LinearModel', 'linear_config',
-           'batches_dataflow', 'MLP', 'DigitsMLPBase', 'DigitsMLP', 'WhileLoopRNN', 'sequence_samples']
+           'batches_dataflow', 'MLP', 'DigitsMLPBase', 'DigitsMLP', 'WhileLoopRNN', 'sequence_samples',
+           'add_model_arguments']
 
 
 def cross_entropy_cost(logits, label):
@@ -162,7 +164,6 @@ class LinearModel(ModelDesc):
 
 def linear_config(output_names):
     """A PredictConfig of :class:`LinearModel` with :data:`W_VALUE` and :data:`B_VALUE`."""
-    from helpers import AssignValues   # not at the top: helpers/__init__.py imports this module first
     return PredictConfig(model=LinearModel(), output_names=output_names,
                          session_init=AssignValues({'fc/W': W_VALUE, 'fc/b': B_VALUE}))
 
@@ -300,3 +301,14 @@ def sequence_samples(num, seed=0):
     seq = rng.randn(num, WhileLoopRNN.STEPS, WhileLoopRNN.FEATURES).astype('float32')
     label = ((seq[:, 0, 0] > 0).astype('int32') + (seq[:, -1, 0] > 0)).astype('int32')
     return [[x, y] for x, y in zip(seq, label)]
+
+
+def add_model_arguments(parser, process='process'):
+    """The options of the multi-process training scripts that choose their model: ``--model
+    tiny|rnn`` (:class:`WhileLoopRNN` on :func:`sequence_samples`) and ``--tf1``."""
+    parser.add_argument('--model', choices=['tiny', 'rnn'], default='tiny',
+                        help="'rnn': helpers.models.WhileLoopRNN on helpers.models.sequence_samples (a "
+                             "tf.while_loop); every {} writes the costs of its steps too".format(process))
+    parser.add_argument('--tf1', action='store_true',
+                        help='tf.compat.v1.disable_v2_behavior() first, as TF1-era scripts start (v1 control '
+                             'flow: a tf.while_loop builds Merge/NextIteration cycles)')

@@ -20,7 +20,8 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import TESTS_DIR, run_bounded, subprocess_env
+from helpers.paths import TESTS_DIR
+from helpers.processes import run_bounded, subprocess_env
 
 __all__ = ['SCRIPT', 'MPIEXEC', 'RUN_TIMEOUT', 'BATCH', 'STEPS', 'EPOCHS', 'LR', 'train_tiny',
            'needs_mpiexec', 'SUPERVISED', 'run_ranks', 'rank_env', 'load_rank', 'reference_weights',

@@ -34,8 +34,8 @@ from tensorpack_lite.train.elastic import KeepGlobalBatch
 from tensorpack_lite.utils import logger
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from helpers import (RecordCost, WhileLoopRNN, add_model_arguments,  # noqa: E402  (tests/helpers.py)
-                     sequence_samples)
+from helpers.callbacks import RecordCost  # noqa: E402  (tests/)
+from helpers.models import WhileLoopRNN, add_model_arguments, sequence_samples  # noqa: E402
 
 INIT_SEED = 100
 EXIT_MESSAGE = 'Rank {rank} exits with status {status}.'

@@ -11,7 +11,8 @@ from tensorpack_lite.input_source import FeedInput, QueueInput, StagingInput
 from tensorpack_lite.input_source.data_position import DataPosition
 from tensorpack_lite.utils.serialize import dumps, loads
 
-from helpers import capture_logs, wait_until
+from helpers.logs import capture_logs
+from helpers.timing import wait_until
 
 N = 10
 

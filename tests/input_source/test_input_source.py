@@ -20,7 +20,8 @@ from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer
 from tensorpack_lite.utils.serialize import dumps
 
-from helpers import HANG_TIMEOUT, run_or_hang, run_python, wait_until
+from helpers.processes import run_python
+from helpers.timing import HANG_TIMEOUT, run_or_hang, wait_until
 
 N, B = 12, 3  # datapoints, batch size: 4 batches per pass
 

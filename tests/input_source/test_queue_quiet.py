@@ -10,7 +10,8 @@ printed the line."""
 import subprocess
 import sys
 import textwrap
-from helpers import REPO_DIR, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
 
 REPO = REPO_DIR
 

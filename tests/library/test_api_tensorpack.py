@@ -7,7 +7,8 @@ import os
 import re
 
 import pytest
-from helpers import TESTS_DIR, run_python
+from helpers.paths import TESTS_DIR
+from helpers.processes import run_python
 
 HERE = TESTS_DIR
 # the packages' names (their __all__, computed on import), then every public module's (generated from

@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import TESTS_DIR, run_python, subprocess_env
+from helpers.paths import TESTS_DIR
+from helpers.processes import run_python, subprocess_env
 
 HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)

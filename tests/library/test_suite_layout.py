@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from helpers import REPO_DIR, TESTS_DIR
+from helpers.paths import REPO_DIR, TESTS_DIR
 
 pytestmark = pytest.mark.quick
 

@@ -17,7 +17,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO_DIR, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
 
 REPO = REPO_DIR
 MNIST = os.path.join(REPO, 'examples', 'basics', 'mnist-convnet.py')

@@ -17,7 +17,9 @@ from tensorpack_lite.tfutils.tower import PredictTowerContext, TowerContext, Tra
 from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
                                    launch_train_with_config)
 
-from helpers import RecordCost, cross_entropy_cost, labelled_batches
+from helpers.callbacks import RecordCost
+from helpers.dataflows import labelled_batches
+from helpers.models import cross_entropy_cost
 
 EPS = 1e-5
 RNG = np.random.RandomState(1)

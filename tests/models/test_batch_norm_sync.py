@@ -20,7 +20,7 @@ from tensorpack_lite.tfutils.tower_context import PredictTowerContext, TowerCont
 from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
                                    SyncMultiGPUTrainerReplicated)
 
-from helpers import cross_entropy_cost
+from helpers.models import cross_entropy_cost
 from helpers.graphs import ReadAllVariables
 
 TOL = 1e-5

@@ -22,7 +22,8 @@ from tensorpack_lite.models import layout
 from tensorpack_lite.tfutils.argscope import argscope
 from tensorpack_lite.tfutils.mixed_precision import MixedPrecision
 from tensorpack_lite.tfutils.tower import TowerContext
-from helpers import TESTS_DIR, subprocess_env
+from helpers.paths import TESTS_DIR
+from helpers.processes import subprocess_env
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 NHWC_SHAPE = (4, 6, 6, 4)     # batch, height, width, channels

@@ -17,7 +17,7 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.train import (AsyncMultiGPUTrainer, ModelDesc, SimpleTrainer,
                                    SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated)
 
-from helpers import cross_entropy_cost
+from helpers.models import cross_entropy_cost
 
 BATCH = 16     # per tower
 STEPS = 8

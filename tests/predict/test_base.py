@@ -8,7 +8,7 @@ from tensorpack_lite.predict import OfflinePredictor, OnlinePredictor, PredictCo
 from tensorpack_lite.tfutils import varreplace
 from tensorpack_lite.tfutils.tower import TowerFunc
 
-from helpers import AssignValues
+from helpers.callbacks import AssignValues
 from helpers.models import B_VALUE, W_VALUE, LinearModel
 
 X_VALUE = np.array([[1., 0., 0.], [1., 1., 1.], [0., -1., 2.]], np.float32)

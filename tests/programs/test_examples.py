@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR, run_bounded, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import run_bounded, subprocess_env
 from helpers.examples import final_number, read_stats, run_in_process
 
 REPO = REPO_DIR

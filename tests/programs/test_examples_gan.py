@@ -10,7 +10,7 @@ from tensorpack_lite import Callback, DataFromList, FeedInput, FullyConnected, M
 from tensorpack_lite.compat import tfv1 as tf
 from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 
 REPO = REPO_DIR
 sys.path.insert(0, os.path.join(REPO, 'examples', 'GAN'))

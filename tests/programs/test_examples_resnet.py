@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
 from helpers.examples import final_number, read_stats, run_in_process
 
 REPO = REPO_DIR

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 
 cv2 = pytest.importorskip('cv2')
 pytest.importorskip('scipy.io')

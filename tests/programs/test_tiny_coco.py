@@ -6,7 +6,7 @@ import os
 import sys
 
 import pytest
-from helpers import REPO_DIR
+from helpers.paths import REPO_DIR
 
 cv2 = pytest.importorskip('cv2')
 sys.path.insert(0, os.path.join(REPO_DIR,

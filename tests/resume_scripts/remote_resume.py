@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from helpers import DigitsMLPBase  # noqa: E402
+from helpers.models import DigitsMLPBase  # noqa: E402
 from tensorpack_lite import (AutoResumeTrainConfig, DataFromList, BatchData, ModelSaver,  # noqa: E402
                              PeriodicTrigger, SimpleTrainer, launch_train_with_config, logger)
 from tensorpack_lite import tfv1 as tf  # noqa: E402

@@ -28,7 +28,10 @@ from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train.base import Trainer
 
-from helpers import AssignValues, DigitsMLPBase, RecordCost, labelled_batches, subprocess_env
+from helpers.callbacks import AssignValues, RecordCost
+from helpers.dataflows import labelled_batches
+from helpers.models import DigitsMLPBase
+from helpers.processes import subprocess_env
 
 BATCH = 16
 

@@ -20,7 +20,7 @@ from tensorpack_lite.tfutils.tower import (
 from tensorpack_lite.train.base import Trainer
 from tensorpack_lite.utils.naming import MOVING_SUMMARY_OPS_KEY
 
-from helpers import ReadBack
+from helpers.callbacks import ReadBack
 from helpers.graphs import run
 
 

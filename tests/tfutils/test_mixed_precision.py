@@ -23,7 +23,8 @@ from tensorpack_lite.train import (AsyncMultiGPUTrainer, ModelDesc, SimpleTraine
                                    TrainConfig, launch_train_with_config)
 from tensorpack_lite.utils import logger
 
-from helpers import capture_logs, expected_precision_path
+from helpers.logs import capture_logs
+from helpers.precision import expected_precision_path
 
 FEATURES = 8
 OVERFLOW = 1e30

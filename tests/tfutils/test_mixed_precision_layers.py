@@ -16,7 +16,10 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import BreakingSession, REPO_DIR, expected_precision_path, subprocess_env
+from helpers.breaking_session import BreakingSession
+from helpers.paths import REPO_DIR
+from helpers.precision import expected_precision_path
+from helpers.processes import subprocess_env
 from helpers.examples import load_example
 
 from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith, Conv2D, Conv2DTranspose,

@@ -15,7 +15,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import BreakSessionAt, REPO_DIR, capture_logs, run_bounded, run_or_hang, subprocess_env
+from helpers.breaking_session import BreakSessionAt
+from helpers.logs import capture_logs
+from helpers.paths import REPO_DIR
+from helpers.processes import run_bounded, subprocess_env
+from helpers.timing import run_or_hang
 from helpers.models import LineRegression
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver

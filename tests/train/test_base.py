@@ -12,7 +12,8 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession, SessionInit
 from tensorpack_lite.train.base import StopTraining, Trainer
 
-from helpers import ReadBack, VirtualClock
+from helpers.callbacks import ReadBack
+from helpers.timing import VirtualClock
 
 
 def build_regression(seed=0):

@@ -9,7 +9,8 @@ import sys
 import textwrap
 
 import pytest
-from helpers import REPO_DIR, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
 
 REPO = REPO_DIR
 

@@ -21,8 +21,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers import REPO_DIR, subprocess_env
-from helpers import (assert_records_close, kill_process_tree, labelled_batches)
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
+from helpers.dataflows import labelled_batches
+from helpers.processes import kill_process_tree
+from helpers.stats_records import assert_records_close
 
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, ModelSaver

@@ -16,7 +16,8 @@ import pytest
 
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
 
-from helpers import TESTS_DIR, run_bounded, subprocess_env
+from helpers.paths import TESTS_DIR
+from helpers.processes import run_bounded, subprocess_env
 
 SCRIPT = os.path.join(TESTS_DIR, 'resume_scripts', 'digits_resume.py')
 TIMEOUT = 240

@@ -20,7 +20,10 @@ from tensorpack_lite.train import (
     ModelDesc, NoOpTrainer, QueueInputTrainer, SimpleTrainer, TrainConfig, launch_train_with_config)
 from tensorpack_lite.utils.serialize import dumps
 
-from helpers import HANG_TIMEOUT, AssignValues, DigitsMLPBase, RecordCost, labelled_batches, run_or_hang
+from helpers.callbacks import AssignValues, RecordCost
+from helpers.dataflows import labelled_batches
+from helpers.models import DigitsMLPBase
+from helpers.timing import HANG_TIMEOUT, run_or_hang
 from helpers.models import LineRegression
 
 

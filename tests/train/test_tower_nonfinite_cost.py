@@ -9,7 +9,7 @@ from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source.feed import FeedInput
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 
-from helpers import ReadBack
+from helpers.callbacks import ReadBack
 from helpers.models import LineRegression
 
 

@@ -25,7 +25,7 @@ from tensorpack_lite.train import (
     SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config)
 from tensorpack_lite.utils.naming import MOVING_SUMMARY_OPS_KEY
 
-from helpers import DigitsMLPBase
+from helpers.models import DigitsMLPBase
 from helpers.graphs import ReadAllVariables, cpus
 from helpers.multigpu import cpu_session_creator, train_towers
 

@@ -21,7 +21,10 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import RecordCost, TESTS_DIR, WhileLoopRNN, run_bounded, sequence_samples, subprocess_env
+from helpers.callbacks import RecordCost
+from helpers.models import WhileLoopRNN, sequence_samples
+from helpers.paths import TESTS_DIR
+from helpers.processes import run_bounded, subprocess_env
 from tensorpack_lite.callbacks import Callback
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList

@@ -4,7 +4,8 @@ receiver fails or hangs, with one warning; the putting thread never waits."""
 import logging
 import threading
 
-from helpers import capture_logs, wait_until
+from helpers.logs import capture_logs
+from helpers.timing import wait_until
 from tensorpack_lite.utils.outbox import Outbox, PermanentSendError
 
 

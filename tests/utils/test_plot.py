@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.utils.plot import load_stats, main, moving_average, plot_runs, run_names, split_key
-from helpers import REPO_DIR, subprocess_env
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
 
 matplotlib = pytest.importorskip('matplotlib')
 

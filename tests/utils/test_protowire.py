@@ -6,7 +6,7 @@ import pytest
 
 from tensorpack_lite.utils.protowire import (FIXED32, FIXED64, LENGTH_DELIMITED, VARINT, int32,
                                              message_fields, packed_varints, read_varint)
-from helpers import varint
+from helpers.protobuf import varint
 
 
 def field(number, wire_type, payload):

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 import tensorpack_lite.utils.utils as utils_mod
-from helpers import HANG_TIMEOUT, REPO_DIR, VirtualClock, run_or_hang, subprocess_env, wait_until
+from helpers.paths import REPO_DIR
+from helpers.processes import subprocess_env
+from helpers.timing import HANG_TIMEOUT, VirtualClock, run_or_hang, wait_until
 from tensorpack_lite.utils import argtools, concurrency, gpu, timer
 from tensorpack_lite.utils.argtools import (call_only_once, graph_memoized, log_once, map_arg,
                                             memoized, memoized_ignoreargs, memoized_method,

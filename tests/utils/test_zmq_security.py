@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import zmq
 
-from helpers import HANG_TIMEOUT, VirtualClock, wait_until
+from helpers.timing import HANG_TIMEOUT, VirtualClock, wait_until
 from helpers.models import PointMean
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.cluster.config import free_ports
