@@ -7,10 +7,10 @@ session answering at its deadline (so the state at the end is taken too) and eve
 never, and the exit is held for its bound. What that clock reads when the end is over is the
 longest the code can take; the docs must state exactly that. A lost worker is run for real
 too: the distributed trainer's watchdog watches a peer whose link is cut mid-run
-(:class:`CutLink`: its waits and probes reach their timeouts), the step waiting for the peer
-is cancelled by what the trainer does about the loss, and the end that follows is counted as
-above. The phases themselves are also tested at their real timeouts in
-tfutils/test_session_failure.py and distributed/test_trainers.py."""
+(:class:`CutLink`: its waits and probes reach their timeouts), what the trainer does about the
+loss (closing the session) ends its loop, whether it waited in a step or was between two runs,
+and the end that follows is counted as above. The phases themselves are also tested at their
+real timeouts in tfutils/test_session_failure.py and distributed/test_trainers.py."""
 
 import contextlib
 import os
@@ -88,10 +88,14 @@ class CutLink:
     after that (what the trainer does about the loss) is recorded in ``after_loss`` and waited
     for for real, up to HANG_TIMEOUT (``hung`` if that passes, instead of the process's exit)."""
 
+    REACTION = 'cancel-step'
+    """The thread in which the trainer closes its session once it knows the peer lost."""
+
     def __init__(self, monkeypatch, port):
         self.peer = ('localhost', port)
         self.requested = self.cut_done = self.hung = False
         self.counted, self.after_loss, self.found = [], [], None
+        self.reacting = threading.Event()
         real_connect, real_wait = socket.create_connection, threading.Event.wait
 
         def create_connection(address, timeout=None, *args, **kwargs):
@@ -111,6 +115,7 @@ class CutLink:
                 self.counted.append(('wait', timeout))
                 return event.is_set()
             self.after_loss.append(timeout)
+            self.reacting.set()
             if not real_wait(event, HANG_TIMEOUT):
                 self.hung = True
             return True
@@ -121,30 +126,43 @@ class CutLink:
     def cut(self):
         self.requested = True
 
+    def wait_for_the_reaction(self):
+        """Until the trainer has done what it does about the loss (closed its session)."""
+        assert self.reacting.wait(HANG_TIMEOUT), "the loss was not found"
+        for thread in threading.enumerate():
+            if thread.name == self.REACTION:
+                thread.join(HANG_TIMEOUT)
+
 
 class LosePeerAtStep2(Callback):
     """Puts the peer of ``link`` in the trainer's cluster as worker 1 before the session starts
-    (so the trainer's watchdog watches it), cuts the link after step 2 (and starts ``clock``), and
-    holds step 3 in a queue nothing fills, as a collective op waits for a lost peer: only what
-    the trainer does about the loss (closing the session) ends it."""
+    (so the trainer's watchdog watches it), cuts the link after step 2 (and starts ``clock``).
+    Then either step 3 waits in a queue nothing fills, as a collective op waits for a lost peer,
+    until what the trainer does about the loss (closing the session) cancels it; or, with
+    ``between_runs``, the loss is met between two runs: once the trainer has closed the session,
+    this callback runs in it, as any run after the close would (the error is not TensorFlow's)."""
 
-    def __init__(self, clock, link):
-        self.clock, self.link = clock, link
-        self._held = None
+    def __init__(self, clock, link, between_runs=False):
+        self.clock, self.link, self.between_runs = clock, link, between_runs
+        self._held = self._step = None
 
     def _setup_graph(self):
         cluster = self.trainer.cluster
         own = cluster.address(cluster.job_name, cluster.task_index)
         self.trainer.cluster = ClusterConfig({'worker': [own, '{}:{}'.format(*self.link.peer)]}, 'worker', 0)
         self._held = tfv1.FIFOQueue(1, tf.float32).dequeue()
+        self._step = tfv1.train.get_global_step()
 
     def _before_run(self, ctx):
-        return [self._held] if self.link.requested else None
+        return [self._held] if self.link.requested and not self.between_runs else None
 
     def _trigger_step(self):
         if self.global_step == 2:
             self.clock.start()
             self.link.cut()
+            if self.between_runs:
+                self.link.wait_for_the_reaction()
+                self.trainer.sess.run(self._step)      # the session is closed
 
 
 class HoldsAtEnd(Callback):
@@ -228,31 +246,46 @@ def test_the_end_after_a_failed_step_is_the_one_measured(ends):
 
 @pytest.fixture(scope='module')
 def lost(tmp_path_factory, lone_worker):
-    """(link, clock): a collective worker whose peer's link is cut after step 2, measured."""
-    with pytest.MonkeyPatch.context() as monkeypatch, tf.Graph().as_default():
-        link = CutLink(monkeypatch, free_ports(1)[0])
-        trainer = CollectiveAllReduceTrainer(['/cpu:0'], lone_worker)
-        trainer.STEP_TIMEOUT = HANG_TIMEOUT     # were the step never cancelled: a failure, not a hang
-        clock = end_of_a_failed_step(trainer, str(tmp_path_factory.mktemp('lost')), monkeypatch,
-                                     failure=lambda clock: LosePeerAtStep2(clock, link), error=LostTaskError)
-    return link, clock
+    """{how: (link, clock)}: a collective worker whose peer's link is cut after step 2, measured
+    for each way its loop ends after the loss: the step waiting for the peer cancelled ('in a
+    step': LostTaskError), or the closed session met by a run between two steps ('between runs':
+    RuntimeError, no TensorFlow error, so the session is probed)."""
+    measured = {}
+    ways = (('in a step', False, LostTaskError), ('between runs', True, RuntimeError))
+    for how, between_runs, error in ways:
+        with pytest.MonkeyPatch.context() as monkeypatch, tf.Graph().as_default():
+            link = CutLink(monkeypatch, free_ports(1)[0])
+            trainer = CollectiveAllReduceTrainer(['/cpu:0'], lone_worker)
+            trainer.STEP_TIMEOUT = HANG_TIMEOUT     # were the step never cancelled: a failure, not a hang
+            measured[how] = link, end_of_a_failed_step(
+                trainer, str(tmp_path_factory.mktemp('lost')), monkeypatch, error=error,
+                failure=lambda clock: LosePeerAtStep2(clock, link, between_runs))
+    return measured
 
 
 def test_a_lost_worker_ends_within_the_stated_bound_after_the_cut(lost):
     """The bound after a cut link, measured on the code path: from the cut to the watchdog's
-    report (``found``), then the longer of what ends the worker: the end of the failed step
-    (the step was cancelled) or the wait after which the trainer exits when it cannot be."""
-    link, clock = lost
-    print("found {} = {} s; after the loss {}; the end {} + exit {} = {:g} s".format(
-        link.counted, link.found, link.after_loss, clock.waits, min(clock.exit_bounds), clock.elapsed))
-    assert 'lost worker 1 (localhost:{})'.format(link.peer[1]) in str(clock.error)
-    assert not link.hung, "the step was not cancelled: the loop did not end after the loss"
+    report (``found``), then the longest of what ends the worker: the end of the failed step,
+    however the loop met the loss, or the wait after which the trainer exits when its loop does
+    not end (a call TensorFlow cannot cancel)."""
     interval = DistributedTrainerBase.PROBE_INTERVAL
-    assert link.counted == [('wait', interval), ('probe', interval)]     # one wait, then a probe of as long
-    assert link.after_loss == [DistributedTrainerBase.EXIT_AFTER_LOSS_TIMEOUT]
-    bound = link.found + max(sum(link.after_loss), clock.elapsed)
-    stated = re.search(r'a lost task is found within 2 x `PROBE_INTERVAL`.*?failed step \((\d+) s at '
-                       r'most.*?(\d+) s at most after the cut', read('distributed.md'))
+    for how, (link, clock) in sorted(lost.items()):
+        print("{}: found {} = {} s; after the loss {}; the end {} + exit {} = {:g} s".format(
+            how, link.counted, link.found, link.after_loss, clock.waits, min(clock.exit_bounds),
+            clock.elapsed))
+        assert not link.hung, "{}: the loop did not end after the loss".format(how)
+        assert link.counted == [('wait', interval), ('probe', interval)]   # one wait, then a probe of as long
+        assert link.after_loss == [DistributedTrainerBase.EXIT_AFTER_LOSS_TIMEOUT]
+    (link, in_a_step), (_, between_runs) = lost['in a step'], lost['between runs']
+    assert 'lost worker 1 (localhost:{})'.format(link.peer[1]) in str(in_a_step.error)
+    assert 'closed Session' in str(between_runs.error)
+    assert 'session-probe' not in dict(in_a_step.waits)                # a TensorFlow error: not probed
+    assert 'resume-state-at-end' not in dict(between_runs.waits)      # probed, found closed: no state
+    bound = link.found + max(sum(link.after_loss), in_a_step.elapsed, between_runs.elapsed)
+    stated = re.search(r'a lost task is found within 2 x `PROBE_INTERVAL`.*?not probed \((\d+) s at most\)'
+                       r'.*?no state is taken at the end \((\d+) s at most\).*?(\d+) s at most after the cut',
+                       read('distributed.md'))
     assert stated, "docs/distributed.md no longer states the bound after a cut link"
-    assert [int(n) for n in stated.groups()] == [clock.elapsed, bound] == [46, 48]
+    measured = [in_a_step.elapsed, between_runs.elapsed, bound]
+    assert [int(n) for n in stated.groups()] == measured == [36, 44, 46]
     assert 'within {:g} s at most of the cut'.format(bound) in read('reliability.md')
