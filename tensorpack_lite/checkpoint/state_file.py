@@ -78,8 +78,9 @@ def write_checkpoint_state(dirname, paths):
     """Replace the state file of ``dirname`` with one listing ``paths`` (checkpoint prefixes,
     oldest first; the last is the latest), relative to ``dirname``, in one rename (synced)."""
     names = [os.path.relpath(path, dirname) for path in paths]
-    # ASCII only, whatever the names (octal escapes of UTF-8, as TensorFlow's writer made them
-    # before protobuf 6): any reader reads it, in any locale
+    # ASCII only, whatever the names (octal escapes of their UTF-8 bytes, as TensorFlow's writer
+    # makes them with a protobuf whose text format escapes by default, e.g. 3.x): any reader
+    # reads it, in any locale
     text = text_format.MessageToString(_checkpoint_state(model_checkpoint_path=names[-1],
                                                          all_model_checkpoint_paths=names), as_utf8=False)
     write_atomically(os.path.join(dirname, STATE_FILE), lambda f: f.write(text), mode='w')

@@ -36,7 +36,8 @@ def test_the_state_file_round_trips_names_that_need_escaping(directory):
 @pytest.mark.parametrize('relative', [False, True], ids=['absolute', 'relative'])
 def test_a_state_file_tensorflow_writes_with_non_ascii_names_reads_back(directory, relative):
     """TensorFlow's own writer (tf.compat.v1.train.update_checkpoint_state, what its Saver calls),
-    with the names as they are (protobuf 6 and later) or in octal escapes (earlier versions)."""
+    with the names as they are or in octal escapes, as the installed protobuf's text format
+    writes them by default (as they are with protobuf 5.29 and 7.36)."""
     paths = [os.path.join(directory, name) for name in NAMES]
     given = NAMES if relative else paths
     tfv1.train.update_checkpoint_state(directory, given[-1], given)
@@ -44,8 +45,8 @@ def test_a_state_file_tensorflow_writes_with_non_ascii_names_reads_back(director
 
 
 def test_octal_escapes_of_non_ascii_names_read_back(directory):
-    """What TensorFlow's writer wrote with protobuf before 6 (and what the library writes):
-    each UTF-8 byte of a name that is not ASCII as an octal escape."""
+    """What TensorFlow's writer writes with a protobuf that escapes by default (3.x), and what
+    the library writes: each UTF-8 byte of a name that is not ASCII as an octal escape."""
     with open(os.path.join(directory, STATE_FILE), 'w') as f:
         f.write('model_checkpoint_path: "\\346\\250\\241\\345\\236\\213-3"\n'
                 'all_model_checkpoint_paths: "mod\\303\\250le-2"\n')
