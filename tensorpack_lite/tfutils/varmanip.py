@@ -28,7 +28,7 @@ from ..utils.fs import write_atomically
 from .common import get_op_tensor_name
 from .weight_average import is_average_name
 
-__all__ = ['variable_of_tensor', 'SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
+__all__ = ['variable_of_tensor', 'is_reference_variable', 'SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
            'load_checkpoint_vars', 'save_checkpoint_vars', 'get_all_checkpoints', 'load_npz_file',
            'get_checkpoint_path', 'CheckpointStateError', 'read_checkpoint_state', 'find_step_checkpoints',
            'verify_checkpoint', 'latest_intact_checkpoint', 'move_checkpoint_aside', 'checkpoint_files']
@@ -49,6 +49,13 @@ def variable_of_tensor(tensor):
             if var.name == tensor.name:
                 return var
     return None
+
+
+def is_reference_variable(var):
+    """True for a TF1 reference variable (a ``VariableV2`` op, what ``get_variable`` makes after
+    ``tf.compat.v1.disable_v2_behavior()`` or ``disable_resource_variables()``), False for a
+    resource variable. A reference variable's reads alias the buffer its updates write in place."""
+    return var.op.type in ('VariableV2', 'Variable')
 
 
 def _pickle_refusal(path, where=''):

@@ -17,6 +17,7 @@ from ..tfutils.inference_tower import build_predict_tower
 from ..tfutils.mixed_precision import LossScaleOptimizer
 from ..tfutils.tower_context import get_current_tower_context
 from ..tfutils.tower_func import TowerFunc
+from ..tfutils.varmanip import is_reference_variable
 from ..utils.argtools import call_only_once, is_int, memoized, memoized_method
 from .base import Trainer
 
@@ -159,7 +160,8 @@ class SingleCostTrainer(TowerTrainer):
     """Compute each gradient on the device of its forward op."""
 
     GATE_GRADIENTS = False
-    """Passed to ``Optimizer.compute_gradients`` (``GATE_OP`` when True, ``GATE_NONE`` otherwise)."""
+    """Passed to ``Optimizer.compute_gradients`` (``GATE_OP`` when True, ``GATE_NONE`` otherwise;
+    ``GATE_GRAPH`` whatever it says when a variable is a TF1 reference variable)."""
 
     AGGREGATION_METHOD = None
     """``tf.AggregationMethod`` used to add up gradients (None: TensorFlow's default)."""
@@ -337,10 +339,9 @@ class SingleCostTrainer(TowerTrainer):
             if not isinstance(optimizer, tfv1.train.Optimizer):
                 raise TypeError("The optimizer function must return a tf.compat.v1.train.Optimizer, "
                                 "got {!r}".format(optimizer))
+            variables = self._trainable_variables(ctx)
             grads = optimizer.compute_gradients(
-                cost, var_list=self._trainable_variables(ctx),
-                gate_gradients=(tfv1.train.Optimizer.GATE_OP if self.GATE_GRADIENTS
-                                else tfv1.train.Optimizer.GATE_NONE),
+                cost, var_list=variables, gate_gradients=self._gate_for(variables),
                 colocate_gradients_with_ops=self.COLOCATE_GRADIENTS_WITH_OPS,
                 aggregation_method=self.AGGREGATION_METHOD)
             grads = FilterNoneGrad().process(grads)
@@ -368,6 +369,17 @@ class SingleCostTrainer(TowerTrainer):
             return accumulated(list(zip(grads, variables)))
 
         return get_grad_fn
+
+    def _gate_for(self, variables):
+        """The ``gate_gradients`` of ``compute_gradients``: ``GATE_GRAPH`` when a variable is a
+        reference variable (TF1's, e.g. after ``disable_v2_behavior()``), whose reads alias the
+        buffer an update writes in place: an update may otherwise run while a gradient that reads
+        the variable (another layer's, or another tower's) is still to be computed, so the step
+        computes with half-updated weights. Resource variables are read as snapshots, so they
+        keep ``GATE_OP`` / ``GATE_NONE`` by :attr:`GATE_GRADIENTS`."""
+        if any(is_reference_variable(var) for var in variables):
+            return tfv1.train.Optimizer.GATE_GRAPH
+        return tfv1.train.Optimizer.GATE_OP if self.GATE_GRADIENTS else tfv1.train.Optimizer.GATE_NONE
 
     @staticmethod
     def _trainable_variables(ctx):

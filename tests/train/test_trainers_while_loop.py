@@ -175,10 +175,14 @@ def test_a_two_rank_mpi_job_trains_a_while_loop(control_flow, reference, tmp_pat
         assert result['global_step'] == STEPS
         assert_finite_costs(result['costs'])
         assert_trains_like(result['weights'], reference[0])
-    # the gradients travel in backprop's order: the vote and the output layer's first, the input's last
+    # the vote first; then, with TF2's resource variables, the gradients travel in backprop's order
+    # (the output layer's first, the input's last); TF1's reference variables gate every gradient
+    # on all of them (tests/train/test_tower_gradient_gate.py), so all are ready at once and they
+    # travel in the variables' order
     calls = load_rank(tmp_path, 0)['allreduce_calls']
     shapes = [shape for call in calls for shape in call['shapes']]
-    assert shapes == [[2], [6, 3], [3], [6, 6], [6], [4, 6]], shapes
+    expected = {'v2': [[6, 3], [3], [6, 6], [6], [4, 6]], 'v1': [[4, 6], [6, 6], [6], [6, 3], [3]]}
+    assert shapes == [[2]] + expected[control_flow], shapes
 
 
 if __name__ == '__main__':

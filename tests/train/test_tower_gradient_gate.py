@@ -1,0 +1,89 @@
+"""With TF1 reference variables (what ``get_variable`` makes after ``disable_v2_behavior()``), every
+update of a step waits for all of the step's gradients: a reference variable's reads alias the
+buffer its update writes in place, so an early update (the output layer's) raced with a gradient
+still to be computed from its value (the layer below's), and the step used half-updated weights
+(the TF1 while-loop test saw it on 2 towers under load: tests/train/test_trainers_while_loop.py).
+Resource variables are read as snapshots and stay ungated (no barrier between backprop and the
+updates)."""
+
+import re
+
+import numpy as np
+import pytest
+
+from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.graph_builder.model_desc import ModelDesc
+from tensorpack_lite.input_source import QueueInput
+is_reference_variable = lambda v: v.op.type == "VariableV2"
+from tensorpack_lite.train import SimpleTrainer, SyncMultiGPUTrainerReplicated
+
+
+class TwoLayers(ModelDesc):
+    """cost = mean((relu(x W1) W2 - y)^2), reference or resource variables as asked."""
+
+    def __init__(self, use_resource):
+        self.use_resource = use_resource
+
+    def inputs(self):
+        return [tf.TensorSpec([None, 3], tf.float32, 'x'), tf.TensorSpec([None, 1], tf.float32, 'y')]
+
+    def build_graph(self, x, y):
+        with tfv1.variable_scope('net', use_resource=self.use_resource):
+            w1 = tfv1.get_variable('W1', initializer=np.full((3, 4), 0.1, np.float32))
+            w2 = tfv1.get_variable('W2', initializer=np.full((4, 1), 0.2, np.float32))
+        return tf.reduce_mean(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2) - y), name='cost')
+
+    def optimizer(self):
+        return tfv1.train.GradientDescentOptimizer(0.1)
+
+
+def apply_ops(graph):
+    return [op for op in graph.get_operations() if op.type.endswith('ApplyGradientDescent')]
+
+
+def backprop_matmuls(graph):
+    """The matmuls of backprop that training uses, every tower's (each gradient of TwoLayers ends in
+    one; the gradient of the input ``x`` is computed and left unused)."""
+    return {op for op in graph.get_operations()
+            if op.type == 'MatMul' and '_grad/' in op.name and op.outputs[0].consumers()}
+
+
+def ancestors(op):
+    """Every op ``op`` waits for, through data and control edges."""
+    seen, todo = set(), [op]
+    while todo:
+        current = todo.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
+
+
+def build(model, trainer):
+    data = QueueInput(DataFromList([[np.ones((2, 3), np.float32), np.ones((2, 1), np.float32)]]))
+    trainer.setup_graph(model.get_input_signature(), data, model.build_graph, model.get_optimizer)
+
+
+@pytest.mark.parametrize('make_trainer', [SimpleTrainer, lambda: SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'])],
+                         ids=['simple', 'replicated'])
+def test_reference_variables_update_after_every_gradient(make_trainer):
+    with tf.Graph().as_default() as graph:
+        build(TwoLayers(use_resource=False), make_trainer())
+        variables = tfv1.trainable_variables()
+        assert variables and all(is_reference_variable(v) for v in variables)
+        updates, gradients = apply_ops(graph), backprop_matmuls(graph)
+        assert len(updates) == len(variables) and len(gradients) >= 3 * len(variables) // 2
+        for update in updates:
+            missing = gradients - ancestors(update)
+            assert not missing, (update.name, sorted(op.name for op in missing))
+
+
+def test_resource_variables_stay_ungated():
+    """The output layer's update does not wait for the input layer's gradient."""
+    with tf.Graph().as_default() as graph:
+        build(TwoLayers(use_resource=True), SimpleTrainer())
+        assert not any(is_reference_variable(v) for v in tfv1.trainable_variables())
+        update = next(op for op in apply_ops(graph) if 'W2' in op.inputs[0].name)
+        assert backprop_matmuls(graph) - ancestors(update)
