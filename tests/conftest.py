@@ -1,7 +1,9 @@
 """Shared test set-up: quiet TensorFlow, graph mode, a fresh graph and logger state for every
 test, the fixtures several modules use, and the run's two tiers (tests/README.md): the ``quick``
 marker and the ``alone`` tests, which no other test runs beside under pytest-xdist. Shared
-non-fixture helpers are in tests/helpers/."""
+non-fixture helpers are in tests/helpers/; two of its modules are plugins of every run: the process
+guard (helpers/process_guard.py: a test leaves the process as it found it) and the run's order
+(helpers/run_order.py: the random order's seed, and how to run a failing worker's files again)."""
 
 import fcntl
 import os
@@ -26,6 +28,9 @@ if _TESTS_DIR not in sys.path:
 import pytest  # noqa: E402
 
 from helpers.logs import capture_logs  # noqa: E402
+
+# pytester: the process guard's own tests run pytest on files that leak (library/test_process_guard.py).
+pytest_plugins = ('pytester', 'helpers.process_guard', 'helpers.run_order')
 
 
 CI_VARIABLE = 'TENSORPACK_LITE_CI'

@@ -1,5 +1,7 @@
 """launch_on_ray (tensorpack_lite/cluster/ray.py) on a real local Ray cluster started by each test
-(Ray's cluster utilities: a head without CPUs and two nodes of one CPU each, stopped at the end):
+(Ray's cluster utilities: a head without CPUs and two nodes of one CPU each, stopped at the end), in
+a process of its own (distributed_scripts/ray_cluster.py: Ray's nodes install signal handlers and
+start threads in the process that starts them, which must not be pytest's):
 distributed_scripts/train_tiny_multiworker.py runs as the job's tasks, started by the driver
 distributed_scripts/ray_driver.py in a process of its own (bounded in time, killed at the end).
 Two workers train like one process on the combined batch; a worker whose actor is killed mid-epoch
@@ -10,6 +12,7 @@ every worker after the same step with a checkpoint. The chief's stats.json holds
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -23,24 +26,77 @@ from helpers.timing import wait_until
 from helpers.distributed import SCRIPT, assert_replicas_match, load_worker, reference_weights
 
 ray = pytest.importorskip('ray', reason="Ray is not installed: pip install 'tensorpack_lite[ray]'")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 DRIVER = os.path.join(TESTS_DIR, 'distributed_scripts', 'ray_driver.py')
+CLUSTER = os.path.join(TESTS_DIR, 'distributed_scripts', 'ray_cluster.py')
 WAIT = 600     # seconds: only a hang takes that long
 LR = 0.05
 
 
+class RayCluster:
+    """distributed_scripts/ray_cluster.py: a head node (no CPU: it runs no task) and two nodes of one
+    CPU each, in a process of its own that takes requests (add a node, remove one) on its stdin."""
+
+    def __init__(self, out):
+        self.log_path = out / 'ray_cluster.txt'
+        self.log = open(str(self.log_path), 'wb')
+        self.proc = subprocess.Popen([sys.executable, CLUSTER, '--nodes', '2'], env=subprocess_env(),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, start_new_session=True)
+        self.address = None
+
+    def start(self):
+        self.address = self.answer('the cluster')['address']
+
+    def answer(self, what):
+        ready, _, _ = select.select([self.proc.stdout], [], [], WAIT)
+        line = self.proc.stdout.readline() if ready else ''
+        if not line:
+            line = json.dumps({'error': 'ended (exit code {})'.format(self.proc.poll()) if ready
+                               else 'no answer within {} s'.format(WAIT)})
+        message = json.loads(line)
+        if 'error' in message:
+            pytest.fail("ray_cluster.py, {}: {}\n{}".format(what, message['error'], self.output[-6000:]))
+        return message
+
+    def request(self, op, **arguments):
+        self.proc.stdin.write(json.dumps(dict(arguments, op=op)) + '\n')
+        self.proc.stdin.flush()
+        return self.answer(op)
+
+    def add_node(self, num_cpus):
+        return self.request('add_node', num_cpus=num_cpus)['node_id']
+
+    def remove_node(self, node_id):
+        self.request('remove_node', node_id=node_id)
+
+    @property
+    def output(self):
+        with open(str(self.log_path), errors='replace') as f:
+            return f.read()
+
+    def close(self):
+        """Stop the cluster (its process stops its nodes), and end whatever is left of it."""
+        try:
+            self.proc.stdin.close()             # the end of its requests: it shuts the cluster down
+            self.proc.wait(timeout=WAIT)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            kill_process_tree(self.proc)
+            self.proc.wait()
+            self.proc.stdout.close()
+            self.log.close()
+
+
 @pytest.fixture
-def ray_cluster():
-    """A head node (no CPU: it runs no task) and two nodes of one CPU each."""
-    cluster = Cluster(initialize_head=True, head_node_args={'num_cpus': 0, 'include_dashboard': False})
+def ray_cluster(tmp_path):
+    cluster = RayCluster(tmp_path)
     try:
-        for _ in range(2):
-            cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
+        cluster.start()
         yield cluster
     finally:
-        cluster.shutdown()
+        cluster.close()
 
 
 class Driver:
@@ -119,10 +175,6 @@ def assert_workers_at_reference(out, num_worker, global_step, reference):
             k, max_difference(worker['weights'], reference)))
 
 
-def node_of(cluster, node_id):
-    return next(node for node in cluster.list_all_nodes() if node.node_id == node_id)
-
-
 def test_two_workers_on_ray_train_like_one_process_on_the_combined_batch(ray_cluster, drivers, tmp_path):
     logdir = tmp_path / 'logs'
     driver = Driver(ray_cluster, tmp_path, ['--trainer', 'collective', '--lr', LR, '--epochs', 2,
@@ -180,7 +232,7 @@ def test_a_lost_node_shrinks_the_job_and_a_new_node_grows_it_at_the_next_epoch(
     drivers.append(driver)
     driver.wait_for_file('held-5')
     [first] = driver.events('started')
-    ray_cluster.remove_node(node_of(ray_cluster, first['tasks'][1]['node_id']))
+    ray_cluster.remove_node(first['tasks'][1]['node_id'])
     (tmp_path / 'go-5').touch()
     driver.wait_for_file('held-8')
     assert [a['num_worker'] for a in driver.events('started')] == [2, 1]

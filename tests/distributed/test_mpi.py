@@ -18,7 +18,7 @@ import pytest
 from helpers.processes import run_bounded, subprocess_env
 from helpers.mpi import (BATCH, EPOCHS, LR, MPIEXEC, RUN_TIMEOUT, SCRIPT, STEPS, SUPERVISED,
                          assert_bit_identical, assert_close, load_rank, needs_mpiexec, pid_of_rank, rank_env,
-                         rank_logs, reference_weights, run_ranks, train_tiny)
+                         rank_logs, reference_weights, run_ranks, starts_mpi_here, train_tiny)
 from tensorpack_lite.compat import tf, tfv1
 
 mpi4py = pytest.importorskip('mpi4py',
@@ -38,6 +38,7 @@ def hvd():
 
 
 @pytest.mark.quick
+@starts_mpi_here
 def test_facade_with_one_rank(hvd):
     assert hvd.is_initialized()
     assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
@@ -80,6 +81,7 @@ def test_compressors_as_horovods():
     assert ints.dtype == tf.int32 and ctx is None
 
 
+@starts_mpi_here
 def test_facade_rejects_bad_arguments(hvd):
     with pytest.raises(ValueError, match='op must be mpi_ops.Average or mpi_ops.Sum'):
         hvd.allreduce(tf.constant(1.0), op='Max')
@@ -92,6 +94,7 @@ def test_facade_rejects_bad_arguments(hvd):
         sess.run(average_of_ints)
 
 
+@starts_mpi_here
 def test_facade_after_shutdown(hvd):
     hvd.shutdown()
     assert not hvd.is_initialized()
@@ -99,6 +102,7 @@ def test_facade_after_shutdown(hvd):
         hvd.rank()
 
 
+@starts_mpi_here
 def test_trainer_uses_mpi_without_horovod(monkeypatch, log_records):
     monkeypatch.setitem(sys.modules, 'horovod', None)
     monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)
@@ -112,6 +116,7 @@ def test_trainer_uses_mpi_without_horovod(monkeypatch, log_records):
         mpi_ops.shutdown()
 
 
+@starts_mpi_here
 def test_trainer_gives_layers_the_mean_over_ranks(monkeypatch):
     """While HorovodTrainer builds its tower, cross_rank_mean (BatchNorm's sync_statistics=
     'horovod') is the engine's differentiable allreduce."""
@@ -179,6 +184,7 @@ def _inference_cost(weights, samples):
     return float(np.mean(np.square((np.tanh(hidden) @ weights['fc1/W'])[:, 0] - y)))
 
 
+@starts_mpi_here
 def test_towers_inside_a_rank_are_placed_on_their_devices_and_train_like_one_process(monkeypatch):
     """HorovodTrainer(gpus=['/cpu:0', '/cpu:1']) on one rank: each tower's ops and replica on its
     device, the mean over ranks (BatchNorm's, here) crossed by tower 0 alone, one process's
@@ -225,6 +231,7 @@ def test_towers_inside_a_rank_are_placed_on_their_devices_and_train_like_one_pro
     assert not mpi_ops.is_initialized()
 
 
+@starts_mpi_here
 def test_towers_inside_a_rank_need_their_devices_in_the_session(monkeypatch):
     from tensorpack_lite.dataflow import BatchData, DataFromList
     from tensorpack_lite.train import TrainConfig, launch_train_with_config

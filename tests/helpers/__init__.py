@@ -2,6 +2,13 @@
 tests/conftest.py). Import a name from its module: ``from helpers.processes import run_bounded``
 (conftest.py puts tests/ on sys.path). This file is the index; it defines nothing.
 
+The suite's machinery (plugins tests/conftest.py loads):
+
+- :mod:`helpers.process_guard`: a test leaves the process as it found it (signal handlers,
+  environment, directory, sys.path, logger, default graph, threads, child processes, sockets).
+- :mod:`helpers.run_order`: the random order of a run (pytest-randomly), its seed and the command
+  that runs a worker's files again in that order.
+
 Of any test:
 
 - :mod:`helpers.paths`: ``TESTS_DIR``, ``REPO_DIR``.

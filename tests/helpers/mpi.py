@@ -25,7 +25,7 @@ from helpers.processes import run_bounded, subprocess_env
 
 __all__ = ['SCRIPT', 'MPIEXEC', 'RUN_TIMEOUT', 'BATCH', 'STEPS', 'EPOCHS', 'LR', 'train_tiny',
            'needs_mpiexec', 'SUPERVISED', 'run_ranks', 'rank_env', 'load_rank', 'reference_weights',
-           'assert_close', 'assert_bit_identical', 'pid_of_rank', 'rank_logs']
+           'assert_close', 'assert_bit_identical', 'pid_of_rank', 'rank_logs', 'starts_mpi_here']
 
 SCRIPT = os.path.join(TESTS_DIR, 'horovod_scripts', 'train_tiny.py')
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
@@ -35,6 +35,12 @@ BATCH, STEPS, EPOCHS, LR = 4, 3, 2, 0.05
 
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import train_tiny  # noqa: E402
+
+starts_mpi_here = pytest.mark.may_leave(
+    sockets=True, reason="the MPI engine in this process (mpi_ops.init, HorovodTrainer): MPI_Init, at its "
+                         "first use, opens MPICH's sockets, kept until MPI_Finalize when the process exits")
+"""The mark of a test that may be the first to start MPI in the pytest process (the process guard,
+tests/README.md: "What a test leaves behind")."""
 
 
 def _missing():

@@ -19,7 +19,8 @@ PACKAGE_DIR = os.path.join(REPO_DIR, 'tensorpack_lite')
 HELPERS_DIR = os.path.join(TESTS_DIR, 'helpers')
 
 NAMED_FOLDERS = {
-    'library': 'the package as a whole: its public names, its layers, its warnings, this layout',
+    'library': 'the package as a whole: its public names, its layers, its warnings; the suite: this layout, '
+               'the process guard, the order of a run',
     'programs': "tensorpack's programs, the examples, CI's scripts",
     'docs': 'the guides run as written, the site, the documented numbers',
     'distributed': 'real multi-process jobs (several workers, MPI ranks, Slurm, network isolation)',
@@ -183,3 +184,18 @@ def test_no_file_imports_a_test_module():
                     found += ['{}: {}'.format(os.path.relpath(path, TESTS_DIR), imported)
                               for imported in imported_test_modules(f.read())]
     assert found == [], "test modules imported (move what they share to tests/helpers/): {}".format(found)
+
+
+def test_the_helpers_package_is_an_index_of_its_modules():
+    """helpers/__init__.py defines and imports nothing (a name is imported from its module); its
+    docstring and tests/README.md name every module of helpers/."""
+    with open(os.path.join(HELPERS_DIR, '__init__.py'), encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+    assert [type(node).__name__ for node in tree.body] == ['Expr'], 'helpers/__init__.py is a docstring only'
+    index = ast.get_docstring(tree)
+    with open(os.path.join(TESTS_DIR, 'README.md'), encoding='utf-8') as f:
+        readme = f.read()
+    modules = sorted(name[:-3] for name in os.listdir(HELPERS_DIR)
+                     if name.endswith('.py') and name != '__init__.py')
+    assert [m for m in modules if ':mod:`helpers.{}`'.format(m) not in index] == []
+    assert [m for m in modules if '`helpers.{}`'.format(m) not in readme] == []

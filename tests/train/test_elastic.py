@@ -27,6 +27,7 @@ from tensorpack_lite.train.elastic import KeepGlobalBatch, NoAdjustment, ScaleLe
 from tensorpack_lite.utils import stats_json
 
 from helpers.models import LineRegression
+from helpers.mpi import starts_mpi_here
 
 W0 = np.linspace(-1, 1, 4).reshape(4, 1).astype('float32')
 
@@ -138,7 +139,7 @@ def test_scaling_the_learning_rate_2_1_2_towers_makes_the_scaled_updates_and_kee
         "(was x 1/2) and an epoch is 2 steps (was 4), the same data."]
 
 
-@pytest.mark.parametrize('kind', ['simple', 'horovod'])
+@pytest.mark.parametrize('kind', ['simple', pytest.param('horovod', marks=starts_mpi_here)])
 def test_a_schedule_written_for_the_reference_size_is_scaled_at_every_epoch(logdir, kind, monkeypatch):
     """ScaleLearningRate with a ScheduledHyperParamSetter: the schedule (0.1 for epoch 1, 0.04
     from epoch 2: as in tensorpack, (e, v) sets v after epoch e) is written once, for the
