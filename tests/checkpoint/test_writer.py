@@ -17,6 +17,7 @@ from helpers.breaking_session import BreakSessionAt
 from helpers.callbacks import RaiseAt
 from helpers.timing import HANG_TIMEOUT
 from helpers.checkpoint_runs import STEPS, build_regression, train
+from helpers.process_guard import starts_tensorflow_server_here
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import CheckpointWriteError, MinSaver, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
@@ -29,6 +30,8 @@ from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer
 from tensorpack_lite.cluster.config import local_cluster
+
+pytestmark = starts_tensorflow_server_here   # servers made in this process
 
 
 def values(sess):

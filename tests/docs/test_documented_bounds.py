@@ -24,6 +24,7 @@ import pytest
 from helpers.paths import REPO_DIR
 from helpers.timing import HANG_TIMEOUT
 from helpers.models import LineRegression
+from helpers.process_guard import starts_tensorflow_server_here
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.cluster.config import ClusterConfig, LostTaskError, free_ports, local_cluster
@@ -36,6 +37,8 @@ from tensorpack_lite.train import distributed as train_distributed
 from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer, DistributedTrainerBase
 from tensorpack_lite.utils import logger
 from tensorpack_lite.utils.concurrency import DaemonCall
+
+pytestmark = starts_tensorflow_server_here   # servers made in this process
 
 DOCS = os.path.join(REPO_DIR, 'docs')
 

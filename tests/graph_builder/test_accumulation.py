@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from helpers.models import DigitsMLPBase
+from helpers.process_guard import starts_tensorflow_server_here
 
 from tensorpack_lite.callbacks import Callback, RunUpdateOps
 from tensorpack_lite.compat import tf, tfv1
@@ -26,6 +27,8 @@ from tensorpack_lite.train import (AsyncMultiGPUTrainer, SimpleTrainer, SyncMult
 from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
                                                DistributedTrainerReplicated)
 from tensorpack_lite.utils import logger
+
+pytestmark = starts_tensorflow_server_here   # servers made in this process
 
 WEIGHTS = ['fc0/W', 'fc0/b', 'fc1/W', 'fc1/b']
 MICRO, K = 6, 4

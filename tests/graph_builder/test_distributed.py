@@ -13,6 +13,7 @@ import pytest
 from helpers.processes import subprocess_env
 from helpers.precision import UNIT_ROUNDOFF, assert_16_bit_sum
 from helpers.timing import wait_until
+from helpers.process_guard import starts_tensorflow_server_here
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import (CollectiveAllReduceBuilder,
                                                        DistributedParameterServerBuilder,
@@ -24,6 +25,8 @@ from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
                                                DistributedTrainerReplicated)
 from tensorpack_lite.cluster.config import LostTaskError, held_free_port, local_cluster
+
+pytestmark = starts_tensorflow_server_here   # servers made in this process
 
 
 @pytest.fixture(scope='module')

@@ -43,7 +43,8 @@ import time
 
 import pytest
 
-__all__ = ['ASPECTS', 'NOT_A_LEAK', 'SETTLE_TIMEOUT', 'snapshot', 'changes_between']
+__all__ = ['ASPECTS', 'NOT_A_LEAK', 'starts_tensorflow_server_here', 'SETTLE_TIMEOUT', 'snapshot',
+           'changes_between']
 
 SETTLE_TIMEOUT = 60.0
 """Seconds that the threads and child processes a test started get, together, to end after it:
@@ -63,6 +64,12 @@ NOT_A_LEAK = (
 )
 """(aspect, pattern, why): what the test runner holds for the running test, and what libraries
 start once per process and keep for its life: no test's change."""
+
+
+starts_tensorflow_server_here = pytest.mark.may_leave(
+    sockets=True, reason='a TensorFlow server (tf.distribute.Server, create_server) started in this process '
+                         'listens until the process exits: TensorFlow has no way to stop one')
+"""The mark of a test module that starts TensorFlow servers in the pytest process."""
 
 
 # ----- the aspects ---------------------------------------------------------------------------

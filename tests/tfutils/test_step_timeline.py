@@ -24,6 +24,9 @@ from tensorpack_lite.tfutils.step_timeline import StepTimeline, is_communication
 from tensorpack_lite.train import SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config
 
 from helpers.models import MLP
+from helpers.process_guard import starts_tensorflow_server_here
+
+pytestmark = starts_tensorflow_server_here   # servers made in this process
 
 LAYERS = (16, 300, 200, 8)
 """The MLP's layers (helpers.models.MLP, softmax cross-entropy): 66.6 k parameters."""
