@@ -17,6 +17,9 @@ import threading
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# MLflow's usage telemetry off for the whole run (no test sends anything out; with it on, MLflow
+# sets and unsets a variable of its own mid-test, which the process guard would count)
+os.environ.setdefault('MLFLOW_DISABLE_TELEMETRY', 'true')
 
 # `from helpers import ...` in the test modules (tests/helpers/), whatever pytest's import mode.
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -28,7 +28,8 @@ from ..utils.fs import write_atomically
 from .common import get_op_tensor_name
 from .weight_average import is_average_name
 
-__all__ = ['variable_of_tensor', 'is_reference_variable', 'SessionUpdate', 'dump_session_params', 'load_chkpt_vars', 'save_chkpt_vars',
+__all__ = ['variable_of_tensor', 'is_reference_variable', 'SessionUpdate', 'dump_session_params',
+           'load_chkpt_vars', 'save_chkpt_vars',
            'load_checkpoint_vars', 'save_checkpoint_vars', 'get_all_checkpoints', 'load_npz_file',
            'get_checkpoint_path', 'CheckpointStateError', 'read_checkpoint_state', 'find_step_checkpoints',
            'verify_checkpoint', 'latest_intact_checkpoint', 'move_checkpoint_aside', 'checkpoint_files']

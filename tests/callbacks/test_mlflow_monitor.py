@@ -85,6 +85,25 @@ def server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture
+def own_server(tmp_path_factory):
+    """A server of the test's own, for a test that stops and starts it: its process is the test's,
+    and ended by it (the module's server keeps serving the others)."""
+    server = MlflowServer(str(tmp_path_factory.mktemp('mlflow-own-server')))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def mlflow_connections_closed():
+    """MLflow keeps its HTTP sessions, with their open connections to a server, in a process-wide
+    cache; a test's connections end with it (the process guard counts an open socket)."""
+    yield
+    from mlflow.utils import request_utils
+    request_utils._cached_get_request_session.cache_clear()     # the sessions go, closing their sockets
+
+
 @pytest.fixture(autouse=True)
 def fail_fast(monkeypatch):
     """MLflow's own client retries a refused connection for minutes; the monitor retries by
@@ -193,7 +212,7 @@ def test_an_error_ends_the_run_failed_with_the_error_and_a_rerun_goes_on_in_it(s
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
-def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kept(server, tmp_path):
+def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kept(own_server, tmp_path):
     """The server stops at step 3 of 6 (once it has steps 1 and 2): training goes on and ends with
     the weights of a run without the monitor, one warning says the server did not take the
     values, and the end does not wait for it: what was not sent is written to mlflow-unsent.json.
@@ -202,13 +221,13 @@ def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kep
     logger.set_logger_dir(str(tmp_path / 'plain'), action='k')
     reference = train(3, None)
     logger.set_logger_dir(str(tmp_path / 'tracked'), action='k')
-    monitor = MLflowMonitor(server.uri, experiment_name='monitor-test')
-    client = MlflowClient(server.uri)
+    monitor = MLflowMonitor(own_server.uri, experiment_name='monitor-test')
+    client = MlflowClient(own_server.uri)
 
     def stop_server():    # once MLflow has the values of steps 1 and 2
         assert wait_until(lambda: monitor.run_id and [
             m.step for m in client.get_metric_history(monitor.run_id, 'step_value')] == [1, 2])
-        server.stop()
+        own_server.stop()
     with capture_logs() as logs:
         weights = train(3, monitor, at={3: stop_server})
     np.testing.assert_array_equal(weights, reference)
@@ -221,12 +240,12 @@ def test_a_server_gone_mid_run_costs_nothing_and_a_resumed_run_sends_what_it_kep
                     r"kept in .*mlflow-unsent.json, sent by the next run in this directory\.", warned[1])
     with open(tmp_path / 'tracked' / MLflowMonitor.UNSENT) as f:
         unsent = json.load(f)
-    assert unsent['tracking_uri'] == server.uri
+    assert unsent['tracking_uri'] == own_server.uri
     kept_steps = [i['step'] for i in unsent['items'] if i['op'] == 'metric' and i['key'] == 'step_value']
     assert kept_steps == [3, 4, 5, 6]
 
-    server.start()
-    resumed = MLflowMonitor(server.uri, experiment_name='monitor-test')
+    own_server.start()
+    resumed = MLflowMonitor(own_server.uri, experiment_name='monitor-test')
     train(5, resumed)
     assert resumed.run_id == monitor.run_id
     assert client.get_run(monitor.run_id).info.status == 'FINISHED'

@@ -205,7 +205,7 @@ def _wandb_processes():
 @pytest.fixture(scope='module')
 def wandb_env(tmp_path_factory):
     """W&B offline and quiet, its user-wide directories in a temporary one; W&B's service process
-    is ended after the module, and none may be left."""
+    is started first and ended after the module, and none may be left."""
     home = tmp_path_factory.mktemp('wandb-home')
     with pytest.MonkeyPatch.context() as mp:
         for name in ('WANDB_API_KEY', 'WANDB_PROJECT', 'WANDB_ENTITY', 'WANDB_RUN_ID', 'WANDB_RESUME'):
@@ -215,6 +215,10 @@ def wandb_env(tmp_path_factory):
         for name, sub in (('WANDB_DIR', 'dir'), ('WANDB_CONFIG_DIR', 'config'), ('WANDB_CACHE_DIR', 'cache'),
                           ('WANDB_DATA_DIR', 'data'), ('WANDB_ARTIFACT_DIR', 'artifacts')):
             mp.setenv(name, str(home / sub))
+        # W&B's service (a process, its threads and sockets, WANDB_SERVICE) starts with the first
+        # run and serves the process after it: started here, so it belongs to the module, not to
+        # whichever test comes first (tests/README.md, 'What a test leaves behind')
+        wandb.setup()
         yield home
         wandb.teardown()
     assert not _wandb_processes()

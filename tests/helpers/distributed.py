@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from helpers.paths import TESTS_DIR
+from helpers.paths import TESTS_DIR, import_file
 from helpers.processes import subprocess_env
 from tensorpack_lite.cluster.launch import LocalCluster
 
@@ -29,8 +29,7 @@ __all__ = ['SCRIPT', 'RUN_TIMEOUT', 'train_tiny', 'script_command', 'Run', 'load
 SCRIPT = os.path.join(TESTS_DIR, 'distributed_scripts', 'train_tiny_multiworker.py')
 RUN_TIMEOUT = 600   # a hang: a run takes well under a minute on an idle machine, a few under load
 
-sys.path.insert(0, os.path.dirname(SCRIPT))
-import train_tiny_multiworker as train_tiny  # noqa: E402
+train_tiny = import_file(SCRIPT, 'train_tiny_multiworker')
 
 
 def script_command(out_dir, args):

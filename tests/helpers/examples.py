@@ -1,29 +1,20 @@
 """Running the bundled examples: imported without their main part, or their ``__main__`` run in
 this process, and what they print and write read back."""
 
-import importlib.util
 import json
 import os
 import re
 import runpy
 import sys
 
-from helpers.paths import REPO_DIR
+from helpers.paths import REPO_DIR, import_file
 
 
 def load_example(relpath):
     """The module of the example script ``relpath`` (from the repository's root, e.g.
     ``'examples/basics/mnist-convnet.py'``), imported without running its main part."""
-    path = os.path.join(REPO_DIR, relpath)
     name = 'example_' + os.path.basename(relpath).replace('-', '_')[:-3]
-    sys.path.insert(0, os.path.dirname(path))
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(os.path.dirname(path))
-    return module
+    return import_file(os.path.join(REPO_DIR, relpath), name)
 
 
 def run_in_process(path, args, monkeypatch):

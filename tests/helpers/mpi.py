@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers.paths import TESTS_DIR
+from helpers.paths import TESTS_DIR, import_file
 from helpers.processes import run_bounded, subprocess_env
 
 __all__ = ['SCRIPT', 'MPIEXEC', 'RUN_TIMEOUT', 'BATCH', 'STEPS', 'EPOCHS', 'LR', 'train_tiny',
@@ -33,8 +33,7 @@ RUN_TIMEOUT = 180
 BATCH, STEPS, EPOCHS, LR = 4, 3, 2, 0.05
 """train_tiny.py's arguments in :func:`run_ranks`: a rank's batch, steps per epoch, epochs, rate."""
 
-sys.path.insert(0, os.path.dirname(SCRIPT))
-import train_tiny  # noqa: E402
+train_tiny = import_file(SCRIPT, 'train_tiny')
 
 starts_mpi_here = pytest.mark.may_leave(
     sockets=True, reason="the MPI engine in this process (mpi_ops.init, HorovodTrainer): MPI_Init, at its "

@@ -33,7 +33,9 @@ from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, StopTrainin
 from tensorpack_lite.train.elastic import KeepGlobalBatch
 from tensorpack_lite.utils import logger
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if TESTS not in sys.path:     # run as a program (imported by the tests, tests/ is on the path already)
+    sys.path.insert(0, TESTS)
 from helpers.callbacks import RecordCost  # noqa: E402  (tests/)
 from helpers.models import WhileLoopRNN, add_model_arguments, sequence_samples  # noqa: E402
 

@@ -6,8 +6,6 @@ still to be computed from its value (the layer below's), and the step used half-
 Resource variables are read as snapshots and stay ungated (no barrier between backprop and the
 updates)."""
 
-import re
-
 import numpy as np
 import pytest
 
@@ -15,7 +13,7 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.graph_builder.model_desc import ModelDesc
 from tensorpack_lite.input_source import QueueInput
-is_reference_variable = lambda v: v.op.type == "VariableV2"
+from tensorpack_lite.tfutils.varmanip import is_reference_variable
 from tensorpack_lite.train import SimpleTrainer, SyncMultiGPUTrainerReplicated
 
 
@@ -66,7 +64,8 @@ def build(model, trainer):
     trainer.setup_graph(model.get_input_signature(), data, model.build_graph, model.get_optimizer)
 
 
-@pytest.mark.parametrize('make_trainer', [SimpleTrainer, lambda: SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'])],
+@pytest.mark.parametrize('make_trainer', [SimpleTrainer,
+                                          lambda: SyncMultiGPUTrainerReplicated(['/cpu:0', '/cpu:1'])],
                          ids=['simple', 'replicated'])
 def test_reference_variables_update_after_every_gradient(make_trainer):
     with tf.Graph().as_default() as graph:
