@@ -30,12 +30,14 @@ except ImportError:
     tensorpack = None
 
 LAYERS = {
-    'Conv2D 3x3, no bias': lambda l, x, fmt: l.Conv2D('layer', x, 64, 3, use_bias=False, data_format=fmt),
-    'Conv2D 3x3 + bias + ReLU': lambda l, x, fmt: l.Conv2D('layer', x, 64, 3, activation=tf.nn.relu,
-                                                           data_format=fmt),
-    'BatchNorm (training)': lambda l, x, fmt: l.BatchNorm('layer', x, data_format=fmt),
-    'MaxPooling 3x3/2': lambda l, x, fmt: l.MaxPooling('layer', x, 3, strides=2, padding='SAME', data_format=fmt),
-    'GroupNorm (model code)': lambda l, x, fmt: group_norm('layer', x, fmt),
+    'Conv2D 3x3, no bias': lambda layers, x, fmt: layers.Conv2D('layer', x, 64, 3, use_bias=False,
+                                                                data_format=fmt),
+    'Conv2D 3x3 + bias + ReLU': lambda layers, x, fmt: layers.Conv2D('layer', x, 64, 3, activation=tf.nn.relu,
+                                                                     data_format=fmt),
+    'BatchNorm (training)': lambda layers, x, fmt: layers.BatchNorm('layer', x, data_format=fmt),
+    'MaxPooling 3x3/2': lambda layers, x, fmt: layers.MaxPooling('layer', x, 3, strides=2, padding='SAME',
+                                                                 data_format=fmt),
+    'GroupNorm (model code)': lambda layers, x, fmt: group_norm('layer', x, fmt),
 }
 
 
@@ -76,10 +78,11 @@ def main():
                 counts = {lib: count(lib, layer, data_format, batch) for lib in libraries}
                 lite = counts['tensorpack_lite']
                 other = counts.get('tensorpack', (float('nan'), float('nan'), collections.Counter()))
-                only = 'lite: {}; tensorpack: {}'.format(describe(lite[2] - other[2]), describe(other[2] - lite[2]))
+                only = 'lite: {}; tensorpack: {}'.format(describe(lite[2] - other[2]),
+                                                         describe(other[2] - lite[2]))
                 print("{:<26} {:<7} {:<7} {:>8}/{:<8} {:>8}/{:<8}  {}".format(
-                    layer, 'NCHW' if data_format == 'channels_first' else 'NHWC', str(batch), lite[0], other[0],
-                    lite[1], other[1], only if tensorpack else ''))
+                    layer, 'NCHW' if data_format == 'channels_first' else 'NHWC', str(batch), lite[0],
+                    other[0], lite[1], other[1], only if tensorpack else ''))
 
 
 if __name__ == '__main__':

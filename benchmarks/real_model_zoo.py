@@ -100,7 +100,7 @@ def resnet50(layers, image, label, data_format, norm='bn'):
         x = layers.Conv2D('conv0', x, 64, 7, strides=2, activation=act)
         x = layers.MaxPooling('pool0', x, 3, strides=2, padding='SAME')
         for stage, (channels, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2),
-                                                             (512, 3, 2)]):
+                                                            (512, 3, 2)]):
             for block in range(blocks):
                 with tf.variable_scope('group{}/block{}'.format(stage, block)):
                     x = bottleneck(x, channels, stride if block == 0 else 1)
@@ -153,7 +153,8 @@ def cifar_resnet(layers, image, label, data_format, depth=20):
     blocks = (depth - 2) // 6
     act = _norm_relu(layers, 'bn', data_format)
     x = _to_format(image, data_format)
-    with layers.argscope([layers.Conv2D, layers.GlobalAvgPooling, layers.BatchNorm], data_format=data_format), \
+    with layers.argscope([layers.Conv2D, layers.GlobalAvgPooling, layers.BatchNorm],
+                         data_format=data_format), \
             layers.argscope(layers.Conv2D, use_bias=False, kernel_size=3):
         x = layers.Conv2D('conv0', x, 16, activation=act)
         for stage, channels in enumerate([16, 32, 64]):

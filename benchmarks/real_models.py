@@ -152,7 +152,8 @@ def library_path(name, steps, epochs, logdir, trainer, step_monitor=True, env=No
         extra = {} if step_monitor else {'extra_callbacks': DEFAULT_CALLBACKS(step_monitor=False)}
         if session_config is not None:
             extra['session_config'] = session_config
-        config = TrainConfig(model=model_class(ModelDesc, LITE_LAYERS, name)(), dataflow=fake_data(FakeData, name),
+        config = TrainConfig(model=model_class(ModelDesc, LITE_LAYERS, name)(),
+                             dataflow=fake_data(FakeData, name),
                              callbacks=[timer], steps_per_epoch=steps, max_epoch=epochs, **extra)
         launch_train_with_config(config, SimpleTrainer() if trainer == 'simple'
                                  else SyncMultiGPUTrainerReplicated(1))
@@ -169,7 +170,8 @@ def tensorpack_path(name, steps, epochs, logdir, trainer):
         tensorpack.logger.set_logger_dir(logdir, action='d')
         timer = TPEpochTimer()
         config = tensorpack.TrainConfig(
-            model=model_class(tensorpack.ModelDesc, layers, name)(), dataflow=fake_data(tensorpack.FakeData, name),
+            model=model_class(tensorpack.ModelDesc, layers, name)(),
+            dataflow=fake_data(tensorpack.FakeData, name),
             callbacks=[timer], steps_per_epoch=steps, max_epoch=epochs)
         tensorpack.launch_train_with_config(config, tensorpack.SimpleTrainer() if trainer == 'simple'
                                             else tensorpack.SyncMultiGPUTrainerReplicated(1))
@@ -184,7 +186,8 @@ PATHS = {'a': '(a) bare sess.run', 'c': '(c) default path', 'e': '(e) tensorpack
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--models', default=','.join(MODELS), help='comma-separated, of: ' + ', '.join(MODELS))
+    parser.add_argument('--models', default=','.join(MODELS),
+                        help='comma-separated, of: ' + ', '.join(MODELS))
     parser.add_argument('--paths', default='a,c,e', help='by letter, of ' + ','.join(PATHS) +
                         ' (a is always run: the ratios refer to it; e only when tensorpack is importable)')
     parser.add_argument('--rounds', type=int, default=3)
@@ -223,8 +226,8 @@ def main():
                 for letter in order:
                     rate = steps / statistics.median(run[letter]()[1:])
                     rates[letter].append(rate)
-                    print("[real_models] {} round {} {}: {:.3f} steps/s".format(name, round_index, PATHS[letter],
-                                                                             rate), flush=True)
+                    print("[real_models] {} round {} {}: {:.3f} steps/s".format(
+                        name, round_index, PATHS[letter], rate), flush=True)
             for letter in wanted:
                 paired = [v / r for v, r in zip(rates[letter], rates['a'])]
                 results.append((name, PATHS[letter], statistics.median(rates[letter]),
@@ -234,7 +237,7 @@ def main():
           "of the medians; paired: median (range) of the per-round ratios to (a)".format(
               args.rounds, args.epochs - 1))
     print("{:<15} {:<34} {:>8} {:>6} {:>6} {:>13}".format('model', 'path', 'steps/s', 'ratio', 'paired',
-                                                            'paired range'))
+                                                          'paired range'))
     for name, path, rate, ratio, paired, low, high in results:
         print("{:<15} {:<34} {:>8.3f} {:>6.3f} {:>6.3f} {:>6.3f}-{:<6.3f}".format(
             name, path, rate, ratio, paired, low, high))

@@ -1,4 +1,4 @@
-"""Run the tests several times while other processes keep every CPU core busy, to find flaky tests.
+r"""Run the tests several times while other processes keep every CPU core busy, to find flaky tests.
 
 A test that passes on an idle machine but fails when the cores are shared (a time bound, a sleep
 racing with a thread, a process checked without waiting for it) is a bug in the test. This
@@ -15,7 +15,8 @@ default), named in the report.
 
 Run (from the repository root; pytest options go after ``--``)::
 
-    python benchmarks/stress_tests.py --runs 3 tests/utils/test_utils.py tests/input_source/test_input_source.py
+    python benchmarks/stress_tests.py --runs 3 tests/utils/test_utils.py \
+        tests/input_source/test_input_source.py
     python benchmarks/stress_tests.py --burners 4 -- tests/utils/test_logger.py -k timer
 """
 

@@ -72,8 +72,8 @@ _TENSORFLOW_NAMES = {
         'PeakMemoryTracker',
         'PeriodicCallback', 'PeriodicTrigger', 'ProcessTensors', 'ProgressBar', 'ProxyCallback',
         'RunOp', 'RunUpdateOps', 'ScalarPrinter', 'ScalarStats', 'ScheduledHyperParamSetter',
-        'SendMonitorData', 'SendStat', 'SessionRunTimeout', 'SimpleMovingAverage',
-        'StartProcOrThread', 'StatMonitorParamSetter', 'StepTimeMonitor', 'TensorBoardHParams', 'TensorPrinter',
+        'SendMonitorData', 'SendStat', 'SessionRunTimeout', 'SimpleMovingAverage', 'StartProcOrThread',
+        'StatMonitorParamSetter', 'StepTimeMonitor', 'TensorBoardHParams', 'TensorPrinter',
         'TFEventWriter', 'TFLocalCLIDebugHook', 'ThroughputTracker', 'WandbMonitor', 'WeightAverage'),
     'graph_builder': (
         'aggregate_grads', 'allreduce_grads', 'AsyncMultiGPUBuilder', 'average_grads',

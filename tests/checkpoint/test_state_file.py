@@ -65,7 +65,8 @@ def test_a_state_file_written_here_with_non_ascii_names_reads_in_tensorflow(dire
 
 
 def test_the_latest_is_last_and_each_checkpoint_is_listed_once(tmp_path):
-    (tmp_path / STATE_FILE).write_text('model_checkpoint_path: "model-2"\nall_model_checkpoint_paths: "model-2"\n'
+    (tmp_path / STATE_FILE).write_text('model_checkpoint_path: "model-2"\n'
+                                       'all_model_checkpoint_paths: "model-2"\n'
                                        'all_model_checkpoint_paths: "model-1"\n'
                                        'all_model_checkpoint_paths: "model-1"\n')
     assert read_checkpoint_state(str(tmp_path)) == [str(tmp_path / 'model-1'), str(tmp_path / 'model-2')]

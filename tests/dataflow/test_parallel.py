@@ -248,8 +248,8 @@ def test_plasma_names_import_and_say_they_are_not_supported():
     # tensorpack's programs import them (unused); pyarrow's plasma store no longer exists
     from tensorpack_lite.dataflow.parallel import PlasmaGetData, PlasmaPutData
     for cls in (PlasmaPutData, PlasmaGetData):
-        with pytest.raises(NotImplementedError, match=r"{} is not supported: it needs pyarrow's plasma".format(
-                cls.__name__)):
+        with pytest.raises(NotImplementedError,
+                           match=r"{} is not supported: it needs pyarrow's plasma".format(cls.__name__)):
             cls(DataFromList([[1]]), socket='/tmp/plasma')
 
 

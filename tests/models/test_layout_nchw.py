@@ -177,7 +177,8 @@ def probe_ops():
 @pytest.mark.parametrize('device', ['/gpu:0', '/job:worker/task:0/device:GPU:1',
                                     LeastLoadedDeviceSetter('/gpu:1', ['/cpu:0'])],
                          ids=['gpu', 'worker-gpu', 'device-function'])
-def test_a_gpu_tower_builds_the_nchw_kernels_without_transposes(gpu_process, generic_cpu_kernels, name, device):
+def test_a_gpu_tower_builds_the_nchw_kernels_without_transposes(gpu_process, generic_cpu_kernels, name,
+                                                                device):
     layer = LAYERS[name][0]
     x = tfv1.placeholder(tf.float32, [None, 4, 6, 6])
     with tfv1.device(device):
@@ -227,7 +228,8 @@ def test_without_a_gpu_every_device_decides_as_the_cpu(cpu_kernels, device):
 def test_only_float32_runs_in_nchw_on_the_cpu(cpu_kernels, dtype):
     """oneDNN has no NCHW float16 pooling gradient on a CPU (and bfloat16 depends on the CPU)."""
     assert layout.nchw_strategy('/cpu:0', dtype) == 'transpose'
-    assert layout.nchw_strategy('/cpu:0', tf.float32) == ('native' if cpu_kernels == 'onednn' else 'transpose')
+    assert layout.nchw_strategy('/cpu:0', tf.float32) == ('native' if cpu_kernels == 'onednn'
+                                                          else 'transpose')
 
 
 def test_a_graph_awaiting_the_float16_rewrite_transposes_on_the_cpu(cpu_kernels):

@@ -58,4 +58,5 @@ def test_regularizers_give_a_loss_of_the_weights_dtype(dtype):
         total = regularize_cost('fc/W', l2_regularizer(0.1))
     assert (l2.dtype, l1.dtype, total.dtype) == (dtype, dtype, tf.float32)
     # 0.1 * 30 / 2; 0.5 * 10 (0.1 is 0.09998 in float16)
-    np.testing.assert_allclose(run([l2, l1, total]), [1.5, 5.0, 1.5], rtol=1e-6 if dtype == tf.float32 else 1e-3)
+    np.testing.assert_allclose(run([l2, l1, total]), [1.5, 5.0, 1.5],
+                               rtol=1e-6 if dtype == tf.float32 else 1e-3)

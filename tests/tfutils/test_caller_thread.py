@@ -55,7 +55,8 @@ def test_a_while_loop_whose_body_dequeues_uses_the_thread_pool():
         loop_ops   # the dequeue is in the body, not in the graph
     assert not runs_safely_in_caller_thread([total])
     # the same loop adding constants runs anywhere
-    _, plain = tfv1.while_loop(lambda i, _: i < 3, lambda i, t: (i + 1, t + 1.0), [tf.constant(0), tf.constant(0.0)])
+    _, plain = tfv1.while_loop(lambda i, _: i < 3, lambda i, t: (i + 1, t + 1.0),
+                               [tf.constant(0), tf.constant(0.0)])
     assert runs_safely_in_caller_thread([plain])
 
 
@@ -71,7 +72,8 @@ def test_small_runs_go_in_the_caller_thread_and_large_ones_to_the_pool():
 def test_the_sessions_inter_op_threads_are_respected():
     _, _, _, train_op = _matmul_step(64)
     small, large = np.zeros((8, 64), np.float32), np.zeros((20000, 64), np.float32)
-    one, four = tfv1.ConfigProto(inter_op_parallelism_threads=1), tfv1.ConfigProto(inter_op_parallelism_threads=4)
+    one = tfv1.ConfigProto(inter_op_parallelism_threads=1)
+    four = tfv1.ConfigProto(inter_op_parallelism_threads=4)
     assert run_in_caller_thread([train_op], [large], one)         # nothing runs at once anyway
     assert not run_in_caller_thread([train_op], [small], four)    # a pool asked for
     assert run_in_caller_thread([train_op], [small], tfv1.ConfigProto())   # left to TensorFlow: by size
