@@ -157,6 +157,23 @@ def pytest_configure(config):
     from tensorpack_lite.compat import enable_graph_mode
     enable_graph_mode()
     _trust_a_public_address()
+    _start_fsspec_io()
+
+
+def _start_fsspec_io():
+    """fsspec runs the I/O of its asynchronous filesystems (s3fs, gcsfs) on one event loop in a
+    thread of its own, started on first use and kept for the process, with the loop's self-pipe
+    and a thread of its default executor (name lookups): started here, before any test, so that
+    the process guard does not charge them to the first test that uses a bucket."""
+    try:
+        import fsspec.asyn
+    except ImportError:
+        return
+    import asyncio
+
+    async def use_the_executor():
+        await asyncio.get_running_loop().run_in_executor(None, int)
+    fsspec.asyn.sync(fsspec.asyn.get_loop(), use_the_executor)
 
 
 _MACHINE_FACTS_SEEN = {}

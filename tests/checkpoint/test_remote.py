@@ -7,7 +7,6 @@ directory) and ends with the weights of an uninterrupted run; an upload that fai
 bucket listing the previous checkpoint."""
 
 import errno
-import importlib.util
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 
 from helpers.logs import capture_logs
-from helpers.paths import TESTS_DIR
+from helpers.paths import TESTS_DIR, import_file
 from helpers.processes import kill_process_tree, run_bounded, subprocess_env
 from helpers.timing import HANG_TIMEOUT, wait_until
 from tensorpack_lite.cluster.config import held_free_port
@@ -202,10 +201,7 @@ def test_killed_during_an_upload_resumes_on_a_fresh_machine_as_never_stopped(
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location('remote_resume', SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(SCRIPT, 'remote_resume')
 
 
 def test_a_failed_upload_leaves_the_bucket_listing_the_previous_checkpoint(s3_env, monkeypatch, fixed_seed):

@@ -168,11 +168,27 @@ class LosePeerAtStep2(Callback):
                 self.trainer.sess.run(self._step)      # the session is closed
 
 
+RELEASE = threading.Event()
+"""Set at the end of the module: the ``after_train`` of :class:`HoldsAtEnd` returns."""
+
+
+@pytest.fixture(scope='module', autouse=True)
+def abandoned_threads_end():
+    """The ``after_train`` threads the trainers abandoned (:class:`HoldsAtEnd`) end with the module:
+    released, they finish the callbacks' ``after_train`` (the event writers close)."""
+    yield
+    RELEASE.set()
+    for thread in threading.enumerate():
+        if thread.name == 'after-train':
+            thread.join(HANG_TIMEOUT)
+
+
 class HoldsAtEnd(Callback):
-    """An ``after_train`` that never ends (its thread is a daemon, abandoned by the trainer)."""
+    """An ``after_train`` that does not end while the trainer waits (its thread is a daemon,
+    abandoned by the trainer; released at the end of the module)."""
 
     def _after_train(self):
-        threading.Event().wait()
+        RELEASE.wait()
 
 
 class BreakStep(Callback):
@@ -197,8 +213,11 @@ def end_of_a_failed_step(trainer, logdir, monkeypatch, failure=BreakStep, error=
     model = LineRegression(dim=2, init=1.0, target=1.0, lr=0.1, lr_variable=False)
     config = TrainConfig(model=model, dataflow=data, steps_per_epoch=4, max_epoch=1,
                          callbacks=[HoldsAtEnd(), ModelSaver(), failure(clock)])
-    with pytest.raises(error) as info:
-        launch_train_with_config(config, trainer)
+    try:
+        with pytest.raises(error) as info:
+            launch_train_with_config(config, trainer)
+    finally:
+        logger._detach_file_handler()      # the module's fixtures leave no logger directory
     assert trainer.loop.failure is not None
     clock.error = info.value
     return clock

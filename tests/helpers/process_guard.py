@@ -57,6 +57,9 @@ NOT_A_LEAK = (
      "pytest-timeout's timer of the running test (timeout_method = thread), ended after its teardown"),
     ('threads', 'tqdm._monitor.TMonitor*',
      "tqdm's monitor of slow progress bars: started with the first bar, kept for the process"),
+    ('threads', 'tensorpack_lite.cluster.launch._Spawner._serve',
+     "the launcher's spawner (cluster/launch.py): started by the first launch from a thread other than "
+     "the main one, kept for the process so that the tasks it forks outlive their caller's thread"),
     ('children', '*from multiprocessing.resource_tracker import main*',
      "multiprocessing's resource tracker: started once per process, ends with it"),
     ('children', '*from multiprocessing.forkserver import main*',
@@ -223,8 +226,10 @@ class SysPath(Aspect):
     def describe(self, key, old, new):
         added = [p for p in new if p not in old]
         removed = [p for p in old if p not in new]
+        twice = sorted({p for p in new if new.count(p) > max(1, old.count(p))})
         said = ((['added {}'.format(added)] if added else [])
-                + (['removed {}'.format(removed)] if removed else []))
+                + (['removed {}'.format(removed)] if removed else [])
+                + (['now more than once {}'.format(twice)] if twice else []))
         return 'sys.path: {}'.format('; '.join(said or ['reordered']))
 
     def restore(self, key, old, new):

@@ -15,7 +15,9 @@ import os
 import signal
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if TESTS not in sys.path:     # run as a program (imported by the tests, tests/ is on the path already)
+    sys.path.insert(0, TESTS)
 
 from helpers.models import DigitsMLPBase  # noqa: E402
 from tensorpack_lite import (AutoResumeTrainConfig, DataFromList, BatchData, ModelSaver,  # noqa: E402

@@ -65,6 +65,7 @@ def test_a_receiver_that_is_down_keeps_the_items_warns_once_and_gets_them_all_wh
         "test receiver did not take the values (ConnectionRefusedError: [Errno 111] Connection refused). "
         "Training goes on; the values are kept (at most 100000) and sent when it answers."]
     assert "test receiver answers again: sending the values kept meanwhile." in logs.messages()
+    assert outbox.close() == []          # its thread ends with it
 
 
 def test_a_receiver_that_hangs_counts_as_failing_after_answer_timeout_and_close_returns_what_is_unsent():
@@ -135,6 +136,7 @@ def test_past_max_items_the_oldest_are_dropped_with_one_warning():
     assert receiver.got == [0, 5, 6] and outbox.dropped == 4     # the one in flight is never dropped
     assert warnings_of(logs) == ["test receiver: 3 values are waiting to be sent: the oldest are dropped "
                                  "from now on (training goes on)."]
+    assert outbox.close() == []
 
 
 def test_items_the_receiver_refuses_for_good_are_dropped_with_an_error():
@@ -152,3 +154,4 @@ def test_items_the_receiver_refuses_for_good_are_dropped_with_an_error():
     assert received == ['a', 'b']
     assert logs.messages_at(logging.ERROR) == ["test receiver: refused 1 value(s), dropped: "
                                                "INVALID_PARAMETER_VALUE: no"]
+    assert outbox.close() == []
