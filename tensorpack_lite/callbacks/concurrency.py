@@ -27,7 +27,8 @@ class StartProcOrThread(Callback):
     _chief_only = False
 
     join_timeout = 5.0
-    """Seconds to wait for each process or thread to end after stopping it."""
+    """Seconds to wait for each process or thread to end after stopping it (a process still
+    alive then is killed)."""
 
     def __init__(self, startable, stop_at_last=True):
         """
@@ -77,5 +78,17 @@ class StartProcOrThread(Callback):
             if callable(getattr(k, 'join', None)):
                 k.join(self.join_timeout)
                 if is_alive is not None and is_alive():
-                    logger.error("StartProcOrThread: {} is still alive {} sec after being "
-                                 "stopped.".format(name, self.join_timeout))
+                    self._still_alive(k, name)
+
+    def _still_alive(self, k, name):
+        """``k`` did not end within :attr:`join_timeout` of being stopped: a process is killed
+        (SIGKILL: one that ignores SIGTERM, or a forked copy stuck on a lock another thread held
+        at the fork, would otherwise outlive training); a thread cannot be, and is left."""
+        if isinstance(k, mp.process.BaseProcess):
+            logger.error("StartProcOrThread: {} is still alive {} sec after SIGTERM: killed with "
+                         "SIGKILL.".format(name, self.join_timeout))
+            k.kill()
+            k.join(self.join_timeout)
+        else:
+            logger.error("StartProcOrThread: {} is still alive {} sec after being "
+                         "stopped.".format(name, self.join_timeout))
