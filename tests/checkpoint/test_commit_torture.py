@@ -5,7 +5,6 @@ and end bit-identical to an uninterrupted run), the order of the recorded writes
 SIGKILLs of a run writing a 100 MB checkpoint in the background. The method and the checks are
 in the benchmark's docstring; docs/checkpoints.md has the table of every point."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,17 +14,14 @@ import pytest
 
 from tensorpack_lite.checkpoint import ResumeSearch, ResumeState, write_checkpoint_state
 from tensorpack_lite.tfutils.varmanip import save_checkpoint_vars
-from helpers.paths import REPO_DIR
+from helpers.paths import REPO_DIR, import_file
 
 _HARNESS = os.path.join(REPO_DIR, 'benchmarks',
                         'checkpoint_torture.py')
 
 
 def _load_harness():
-    spec = importlib.util.spec_from_file_location('checkpoint_torture', _HARNESS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(_HARNESS, 'checkpoint_torture')
 
 
 torture = _load_harness()

@@ -2,23 +2,18 @@
 name of the contract a documented entry on its module's page, and the docs the README links to
 exist. (The built site, its links and its search are tested in docs/test_site.py.)"""
 
-import importlib.util
 import inspect
 import os
 import re
 
-from helpers.paths import REPO_DIR
+from helpers.paths import REPO_DIR, import_file
 from helpers.contract import CONTRACT, DATASET_NAMES, IMGAUG_NAMES, SECOND_ROUND, SUBMODULE_ONLY
 
 REPO = REPO_DIR
 
 
 def load_api_pages():
-    path = os.path.join(REPO, 'docs', '_ext', 'api_pages.py')
-    spec = importlib.util.spec_from_file_location('api_pages', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(os.path.join(REPO, 'docs', '_ext', 'api_pages.py'), 'api_pages')
 
 
 def contract_names():

@@ -2,12 +2,11 @@
 or docs/differences.md says why it cannot; the package works without TensorFlow for what does not need it."""
 
 import importlib
-import importlib.util
 import os
 import re
 
 import pytest
-from helpers.paths import TESTS_DIR
+from helpers.paths import TESTS_DIR, import_file
 from helpers.processes import run_python
 
 HERE = TESTS_DIR
@@ -60,11 +59,7 @@ def test_the_list_is_tensorpacks_whole_public_api():
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location('gen_tensorpack_names',
-                                                  os.path.join(HERE, 'tools', 'gen_tensorpack_names.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(os.path.join(HERE, 'tools', 'gen_tensorpack_names.py'), 'gen_tensorpack_names')
 
 
 def test_the_generator_reads_every_form_of_all():

@@ -13,6 +13,7 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.graph_builder.model_desc import ModelDesc
 from tensorpack_lite.input_source import QueueInput
+from tensorpack_lite.tfutils.dependency import ops_run_by
 from tensorpack_lite.tfutils.varmanip import is_reference_variable
 from tensorpack_lite.train import SimpleTrainer, SyncMultiGPUTrainerReplicated
 
@@ -47,18 +48,6 @@ def backprop_matmuls(graph):
             if op.type == 'MatMul' and '_grad/' in op.name and op.outputs[0].consumers()}
 
 
-def ancestors(op):
-    """Every op ``op`` waits for, through data and control edges."""
-    seen, todo = set(), [op]
-    while todo:
-        current = todo.pop()
-        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
-            if parent not in seen:
-                seen.add(parent)
-                todo.append(parent)
-    return seen
-
-
 def build(model, trainer):
     data = QueueInput(DataFromList([[np.ones((2, 3), np.float32), np.ones((2, 1), np.float32)]]))
     trainer.setup_graph(model.get_input_signature(), data, model.build_graph, model.get_optimizer)
@@ -75,7 +64,7 @@ def test_reference_variables_update_after_every_gradient(make_trainer):
         updates, gradients = apply_ops(graph), backprop_matmuls(graph)
         assert len(updates) == len(variables) and len(gradients) >= 3 * len(variables) // 2
         for update in updates:
-            missing = gradients - ancestors(update)
+            missing = gradients - set(ops_run_by([update]))
             assert not missing, (update.name, sorted(op.name for op in missing))
 
 
@@ -85,4 +74,4 @@ def test_resource_variables_stay_ungated():
         build(TwoLayers(use_resource=True), SimpleTrainer())
         assert not any(is_reference_variable(v) for v in tfv1.trainable_variables())
         update = next(op for op in apply_ops(graph) if 'W2' in op.inputs[0].name)
-        assert backprop_matmuls(graph) - ancestors(update)
+        assert backprop_matmuls(graph) - set(ops_run_by([update]))
