@@ -105,6 +105,7 @@ MORE_MODULES = [
     'tensorpack_lite.tfutils.flops',
     'tensorpack_lite.callbacks.step_monitor',
     'tensorpack_lite.utils.peak_flops',
+    'tensorpack_lite.utils.cpu',
     'tensorpack_lite.loop.dispatch',
     'tensorpack_lite.models.layout',
     'tensorpack_lite.dataflow.image',

@@ -24,13 +24,13 @@ to draw no random numbers of its own.
 
 import collections
 import itertools
-import multiprocessing as mp
 import os
 import queue
 import struct
 import threading
 import weakref
 
+from ..utils.cpu import usable_cpus
 from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlowReentrantGuard, ProxyDataFlow
 from .common import BatchData
@@ -362,7 +362,7 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
 
     Args:
         ds (DataFlow): the datapoints to map.
-        num_proc (int): number of worker processes (default: half the CPUs, at least 1).
+        num_proc (int): number of worker processes (default: half the CPUs this process may use, at least 1).
         map_func (callable): datapoint -> datapoint, or None to drop it (non-strict mode).
         buffer_size (int): datapoints kept in the workers.
         strict (bool): produce the datapoints in the order of ``ds``.
@@ -394,7 +394,7 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
 
     def __init__(self, ds, num_proc=None, map_func=None, buffer_size=200, strict=False):
         if num_proc is None:
-            num_proc = max(1, mp.cpu_count() // 2)
+            num_proc = max(1, usable_cpus() // 2)
         if int(num_proc) < 1 or map_func is None:
             raise ValueError("MultiProcessMapData needs num_proc >= 1 and a map_func, got {} and {!r}"
                              .format(num_proc, map_func))

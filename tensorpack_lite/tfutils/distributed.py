@@ -9,7 +9,6 @@ Example (every process runs the same script; ``TF_CONFIG`` says which task it is
 """
 
 import copy
-import os
 import socket
 import time
 
@@ -21,6 +20,7 @@ from ..cluster.source import find_cluster
 from ..compat import tf, tfv1
 from ..utils import logger
 from ..utils.concurrency import run_with_timeout
+from ..utils.cpu import usable_cpus
 from ..utils.gpu import num_tensorflow_gpus
 from .common import get_default_sess_config
 from .preemption_vote import PREEMPTED, REQUESTED
@@ -47,10 +47,6 @@ def _check_port_free(cluster):
                              "every task a free port (under Slurm: srun --resv-ports, see "
                              "docs/slurm.md).".format(
                                  cluster.describe(cluster.job_name, cluster.task_index), port, err)) from None
-
-
-def _usable_cpus():
-    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 
 def _has_gpu(config):
@@ -106,7 +102,7 @@ def create_server(cluster=None, job_name=None, task_index=None, config=None, tru
     if _has_gpu(config):
         config.experimental.collective_nccl = True
     if not config.inter_op_parallelism_threads:
-        config.inter_op_parallelism_threads = _usable_cpus()
+        config.inter_op_parallelism_threads = usable_cpus()
     _check_port_free(cluster)
     _check_exposure(cluster, trusted_network)
     try:

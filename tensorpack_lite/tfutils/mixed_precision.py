@@ -20,6 +20,7 @@ import weakref
 
 from ..compat import tf, tf_internal, tfv1
 from ..utils import logger
+from ..utils.cpu import CPUINFO, cpu_flags   # cpu_flags: also one of this module's names
 from ..utils.gpu import get_num_gpu
 from .common import get_default_sess_config
 from .optimizer import ProxyOptimizer
@@ -39,21 +40,7 @@ _BF16_REWRITE_FLAGS = ('avx512f', 'avx_ne_convert')
 # float32 elsewhere); with them but without _BF16_FLAGS, oneDNN emulates bfloat16 arithmetic
 
 
-def cpu_flags(cpuinfo='/proc/cpuinfo'):
-    """The CPU flags ``cpuinfo`` lists (a set; empty when the file cannot be read)."""
-    try:
-        with open(cpuinfo) as f:
-            text = f.read()
-    except OSError:
-        return set()
-    flags = set()
-    for line in text.splitlines():
-        if line.startswith('flags'):
-            flags.update(line.split(':', 1)[-1].split())
-    return flags
-
-
-def cpu_bf16_flags(cpuinfo='/proc/cpuinfo'):
+def cpu_bf16_flags(cpuinfo=CPUINFO):
     """The CPU flags among ``avx512_bf16`` and ``amx_bf16`` that ``cpuinfo`` lists (a set)."""
     return cpu_flags(cpuinfo).intersection(_BF16_FLAGS)
 

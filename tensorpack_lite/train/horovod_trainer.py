@@ -20,7 +20,6 @@ Horovod 0.28.1 (its last release) builds against TensorFlow up to 2.18.1; see
 """
 
 import contextlib
-import multiprocessing
 import re
 
 import numpy as np
@@ -45,6 +44,7 @@ from ..tfutils.sync_statistics import cross_rank_mean_scope
 from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from ..utils.argtools import is_int
+from ..utils.cpu import usable_cpus
 from ..utils.gpu import get_num_gpu
 from .base import StopTraining
 from .tower import SingleCostTrainer
@@ -374,7 +374,7 @@ class HorovodTrainer(SingleCostTrainer):
         if get_num_gpu() > 0 and self.devices is None:
             config.gpu_options.visible_device_list = str(self._local_rank)
         if not session_creator.user_provided_config:
-            config.inter_op_parallelism_threads = max(1, multiprocessing.cpu_count() // self._local_size)
+            config.inter_op_parallelism_threads = max(1, usable_cpus() // self._local_size)
 
     def _build_variable_names_gather(self, variables):
         names = '\n'.join(sorted(v.op.name for v in variables)).encode('utf-8')

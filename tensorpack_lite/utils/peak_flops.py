@@ -2,17 +2,18 @@
 
 ``peak = cores x frequency x FLOPs per cycle and core``, where
 
-* cores: the CPUs this process may run on (``os.sched_getaffinity``), at most the physical
-  cores (``psutil.cpu_count(logical=False)``: two hyper-threads share one core's vector units);
-* frequency: the highest ``cpu MHz`` in ``/proc/cpuinfo`` (else ``psutil.cpu_freq()``); the
-  turbo frequency is not known, so a core above it beats the "peak";
+* cores: the CPUs this process may run on, at most the physical cores (two hyper-threads
+  share one core's vector units);
+* frequency: the highest ``cpu MHz`` in ``/proc/cpuinfo`` (else psutil's); the turbo
+  frequency is not known, so a core above it beats the "peak";
 * FLOPs per cycle, from the CPU flags in ``/proc/cpuinfo``: two fused multiply-add units of the
   widest vectors (AVX-512: 2 x 16 lanes x 2 = 64; AVX2 with FMA: 32; AVX: 16 (no FMA: one
   add and one multiply unit of 8); SSE2: 8). CPUs with one AVX-512 unit (some Xeon Silver,
   AMD Zen 4) reach half of it.
 
 It is an upper bound for the utilisation that :class:`~tensorpack_lite.callbacks.StepTimeMonitor`
-reports, not a measurement; None where it cannot be worked out (not Linux, unknown flags).
+reports, not a measurement; None where it cannot be worked out (not Linux, unknown flags). The
+CPUs are read by :mod:`tensorpack_lite.utils.cpu`.
 
 Example::
 
@@ -22,7 +23,8 @@ Example::
 """
 
 import collections
-import os
+
+from .cpu import CPUINFO, physical_cores, read_cpuinfo, reported_mhz, usable_cpus
 
 __all__ = ['PeakFlops', 'cpu_peak_flops', 'FLOPS_PER_CYCLE']
 
@@ -40,53 +42,16 @@ class PeakFlops(collections.namedtuple('PeakFlops', 'flops cores hz per_cycle fl
             self.cores, self.hz / 1e9, self.per_cycle, self.flag)
 
 
-def _cpuinfo(path='/proc/cpuinfo'):
-    """(highest MHz, set of flags) from ``path``; (None, set()) when it cannot be read."""
-    mhz, flags = None, set()
-    try:
-        with open(path) as f:
-            for line in f:
-                key, _, value = line.partition(':')
-                key = key.strip()
-                if key == 'cpu MHz':
-                    try:
-                        mhz = max(mhz or 0.0, float(value))
-                    except ValueError:
-                        pass
-                elif key == 'flags' and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    return mhz, flags
-
-
-def _cores():
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count() or 0
-    try:
-        import psutil
-        physical = psutil.cpu_count(logical=False)
-    except ImportError:
-        physical = None
-    return min(usable, physical) if physical else usable
-
-
-def cpu_peak_flops(cpuinfo='/proc/cpuinfo'):
+def cpu_peak_flops(cpuinfo=CPUINFO):
     """The :class:`PeakFlops` of this machine's CPUs available to this process, or None when
     the frequency or the vector flags are not known (see the module's text)."""
-    mhz, flags = _cpuinfo(cpuinfo)
-    if not mhz:
-        try:
-            import psutil
-            freq = psutil.cpu_freq()
-            mhz = (freq.max or freq.current) if freq else None
-        except (ImportError, NotImplementedError, OSError):
-            mhz = None
-    cores = _cores()
+    flags, mhz = read_cpuinfo(cpuinfo)
+    mhz = mhz or reported_mhz()
+    cores, physical = usable_cpus(), physical_cores()
+    if physical:
+        cores = min(cores, physical)
     match = next(((flag, n) for flag, n in FLOPS_PER_CYCLE if flag in flags), None)
-    if not mhz or not cores or match is None:
+    if not mhz or match is None:
         return None
     flag, per_cycle = match
     hz = mhz * 1e6
