@@ -37,7 +37,7 @@ def worker(args):
     from tensorpack_lite import (BatchData, InferenceRunner, ScalarStats, TrainConfig,
                                  launch_train_with_config, tfv1)
     from tensorpack_lite.dataflow.dataset import Digits
-    from tensorpack_lite.tfutils.distributed import create_server
+    from tensorpack_lite.multiprocess.server import create_server
     from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer
     from tensorpack_lite.train.horovod_trainer import RankShardData
     from tensorpack_lite.utils.utils import fix_rng_seed

@@ -33,7 +33,7 @@ def megabytes(model):
 def worker(args):
     from tensorpack_lite.compat import enable_graph_mode, tf, tfv1
     from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
-    from tensorpack_lite.tfutils.distributed import DistributedSessionCreator, create_server
+    from tensorpack_lite.multiprocess.server import DistributedSessionCreator, create_server
     enable_graph_mode()
     server = create_server()
     with tf.device('/job:worker/task:{}/device:CPU:0'.format(server.server_def.task_index)):

@@ -82,7 +82,7 @@ def random_samples(count, features):
 
 
 def main():
-    from tensorpack_lite.tfutils.distributed import create_server
+    from tensorpack_lite.multiprocess.server import create_server
     from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer
     from tensorpack_lite.train.horovod_trainer import RankShardData
 

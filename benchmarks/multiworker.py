@@ -139,7 +139,7 @@ def collective_worker(args):
     os.environ.update(levers.env)
     from tensorpack_lite.compat import enable_graph_mode, tf, tfv1
     from tensorpack_lite.graph_builder import distributed
-    from tensorpack_lite.tfutils.distributed import DistributedSessionCreator, create_server
+    from tensorpack_lite.multiprocess.server import DistributedSessionCreator, create_server
     enable_graph_mode()
     if levers.hint:
         distributed.communication_hint = lambda device: levers.hint
@@ -238,7 +238,7 @@ def mwms_worker(args):
 def train_worker(args):
     """A worker of the training benchmark: CollectiveAllReduceTrainer, epoch times."""
     from tensorpack_lite.input_source import DummyConstantInput
-    from tensorpack_lite.tfutils.distributed import create_server
+    from tensorpack_lite.multiprocess.server import create_server
     from tensorpack_lite.train import TrainConfig, launch_train_with_config
     from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer
     from timing import DenseMLP, EpochTimer

@@ -291,7 +291,7 @@ def gradient_bytes():
 def make_trainer(variant, no_spin, settings=()):
     """The trainer of ``variant`` on a server from TF_CONFIG (on a ps task: serves, then exits);
     ``settings``: ``NAME=VALUE`` attributes of a collective trainer's builder to set (``--set``)."""
-    from tensorpack_lite.tfutils.distributed import create_server
+    from tensorpack_lite.multiprocess.server import create_server
     from tensorpack_lite.train.distributed import (CollectiveAllReduceTrainer,
                                                    DistributedTrainerParameterServer,
                                                    DistributedTrainerReplicated)

@@ -36,7 +36,7 @@ def task(out):
     from tensorpack_lite.callbacks import Callback
     from tensorpack_lite.compat import tf, tfv1
     from tensorpack_lite.dataflow import BatchData, DataFromList
-    from tensorpack_lite.tfutils.distributed import create_server
+    from tensorpack_lite.multiprocess.server import create_server
     from tensorpack_lite.train import ModelDesc, TrainConfig, launch_train_with_config
     from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer
     from tensorpack_lite.train.horovod_trainer import RankShardData

@@ -12,7 +12,7 @@ machine's network, as tensorpack did (docs/security.md says what that exposes). 
 namespace can be made, the job runs on this machine's network after a warning, unless
 ``--isolation required``: then it does not start, and the error says why.
 
-In the script, ``create_server()`` (:mod:`tensorpack_lite.tfutils.distributed`) reads
+In the script, ``create_server()`` (:mod:`tensorpack_lite.multiprocess.server`) reads
 ``TF_CONFIG``. Every output line is prefixed with its task (``[worker 1] ...``). When a
 process fails, the others get ``grace`` seconds to stop on their own (the distributed
 trainers stop with an error naming the lost task), then they are ended; SIGINT and SIGTERM

@@ -14,7 +14,7 @@ import operator
 from contextlib import contextmanager
 
 from ..compat import tf, tfv1
-from ..tfutils.collective import communication_hint  # re-exported: the devices' hint
+from ..multiprocess.collective import communication_hint  # re-exported: the devices' hint
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
 from ..utils.argtools import is_int

@@ -19,9 +19,9 @@ workers makes the update one process makes on the N batches together, whatever t
 import hashlib
 
 from ..compat import tf, tfv1
-from ..tfutils.collective import (all_reduce, broadcast, cluster_group, instance_key, instance_keys,
-                                  worker_group)
-from ..tfutils.distributed import cluster_of_server
+from ..multiprocess.collective import (all_reduce, broadcast, cluster_group, instance_key, instance_keys,
+                                       worker_group)
+from ..multiprocess.server import cluster_of_server
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
 from .backprop_order import backprop_order
@@ -363,10 +363,10 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     start-up checks).
 
     Every worker must build the same model with the same number of towers. The collective ops
-    and their keys come from :mod:`~tensorpack_lite.tfutils.collective`: the gradients are
-    reduced in the :func:`~tensorpack_lite.tfutils.collective.cluster_group` of every tower of
+    and their keys come from :mod:`~tensorpack_lite.multiprocess.collective`: the gradients are
+    reduced in the :func:`~tensorpack_lite.multiprocess.collective.cluster_group` of every tower of
     every worker, the checks and broadcasts in the
-    :func:`~tensorpack_lite.tfutils.collective.worker_group` of their CPUs.
+    :func:`~tensorpack_lite.multiprocess.collective.worker_group` of their CPUs.
 
     Args:
         towers (int or list): this worker's towers (GPU ids or device strings).
@@ -429,7 +429,7 @@ class CollectiveAllReduceBuilder(SyncMultiGPUReplicatedBuilder):
     def build(self, grad_list, get_opt_fn, reduce_along=None):
         """As :meth:`SyncMultiGPUReplicatedBuilder.build`. ``reduce_along``: one scalar per
         tower, reduced in the same all-reduce as the gradients (no collective of its own,
-        e.g. a :class:`~tensorpack_lite.tfutils.preemption_vote.PreemptionVote`); the reduction
+        e.g. a :class:`~tensorpack_lite.multiprocess.stop_vote.PreemptionVote`); the reduction
         is then :attr:`reduced_along` (tower 0's)."""
         self._reduce_along = reduce_along
         return super().build(grad_list, get_opt_fn)

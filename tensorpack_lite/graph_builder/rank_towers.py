@@ -11,7 +11,7 @@ through one reduction per rank, given by the trainer (Horovod's or the MPI engin
 """
 
 from ..compat import tf
-from ..tfutils.collective import collective_mean, tower_group
+from ..multiprocess.collective import collective_mean, tower_group
 from ..tfutils.tower_context import get_current_tower_context
 from .training import SyncMultiGPUReplicatedBuilder
 
@@ -52,7 +52,7 @@ class RankTowersBuilder(SyncMultiGPUReplicatedBuilder):
 
 def towers_and_ranks_mean(num_tower, rank_mean):
     """The mean over every tower of every rank, as a function for
-    :func:`~tensorpack_lite.tfutils.sync_statistics.cross_rank_mean_scope`, called in each of
+    :func:`~tensorpack_lite.multiprocess.sync_statistics.cross_rank_mean_scope`, called in each of
     the ``num_tower`` training towers of a rank (same shapes everywhere).
 
     Tower 0 alone crosses the ranks: it takes ``rank_mean`` (the differentiable mean over the

@@ -14,7 +14,7 @@ tensors), :func:`merge_grad_list` puts them back together. Then
 """
 
 from ..compat import tf
-from ..tfutils.collective import all_reduce, instance_keys, tower_group
+from ..multiprocess.collective import all_reduce, instance_keys, tower_group
 from ..utils import logger
 from ..utils.argtools import call_only_once
 from .devices import LeastLoadedDeviceSetter, is_gpu_tower  # the first: tensorpack's path
@@ -161,7 +161,7 @@ def allreduce_grads_collective(all_grads, devices, average):
     """All-reduce with TensorFlow's collective ops (``CollectiveReduceV2``), which run on any
     device type: on GPUs through NCCL (communication hint ``'nccl'``), on CPU devices by
     TensorFlow's ring (``'ring'``). The towers form one collective group
-    (:func:`~tensorpack_lite.tfutils.collective.tower_group`), each gradient one reduction.
+    (:func:`~tensorpack_lite.multiprocess.collective.tower_group`), each gradient one reduction.
 
     Args:
         all_grads: K lists of N gradients.

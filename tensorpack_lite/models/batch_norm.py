@@ -14,8 +14,8 @@ Rules (as tensorpack 0.11):
 """
 
 from ..compat import tf, tfv1
-from ..tfutils.collective import collective_mean, tower_group
-from ..tfutils.sync_statistics import cross_rank_mean
+from ..multiprocess.collective import collective_mean, tower_group
+from ..multiprocess.sync_statistics import cross_rank_mean
 from ..tfutils.tower_context import get_current_tower_context
 from ..utils import logger
 from .registry import layer_register

@@ -1,5 +1,7 @@
-"""Trainers, models and the configuration of a training run."""
+"""Trainers, models and the configuration of a training run (and ``create_server``, the server of
+a multi-process job's task, from :mod:`tensorpack_lite.multiprocess.server`)."""
 
+from ..multiprocess.server import create_server
 from .base import StopTraining, TrainLoop, Trainer
 from .config import DEFAULT_CALLBACKS, DEFAULT_MONITORS, AutoResumeTrainConfig, TrainConfig
 from .distributed import (CollectiveAllReduceTrainer, DistributedTrainerParameterServer,
@@ -18,4 +20,4 @@ __all__ = ['StopTraining', 'TrainLoop', 'Trainer', 'DEFAULT_CALLBACKS', 'DEFAULT
            'QueueInputTrainer', 'SimpleTrainer', 'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer',
            'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer', 'HorovodTrainer', 'RankShardData',
            'DistributedTrainerParameterServer', 'DistributedTrainerReplicated', 'CollectiveAllReduceTrainer',
-           'launch_optuna_trial']
+           'launch_optuna_trial', 'create_server']

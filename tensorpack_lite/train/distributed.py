@@ -44,15 +44,15 @@ from ..graph_builder.compression import check_compression
 from ..graph_builder.distributed import (CollectiveAllReduceBuilder, DistributedParameterServerBuilder,
                                          DistributedReplicatedBuilder, check_exchange)
 from ..loop.state import Schedule
-from ..tfutils.collective import cluster_group, collective_mean
+from ..multiprocess.collective import cluster_group, collective_mean
 from ..tfutils.common import get_global_step_value, get_global_step_var
 from ..tfutils.dependency import ops_run_by
-from ..tfutils.distributed import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
+from ..multiprocess.server import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
                                    cluster_of_server, serve_until_workers_finish)
-from ..tfutils.preemption_vote import PREEMPTED, REQUESTED, PreemptionVote
+from ..multiprocess.stop_vote import PREEMPTED, REQUESTED, PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.step_timeline import is_communication_op
-from ..tfutils.sync_statistics import cross_rank_mean_scope
+from ..multiprocess.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
 from .base import StopTraining

@@ -25,7 +25,7 @@ from tensorpack_lite.checkpoint import files as checkpoint_files
 from tensorpack_lite.checkpoint.resume_state import ResumeState
 from tensorpack_lite.checkpoint.writer import BackgroundCheckpointWriter, CheckpointSaveError, host_cpu
 from tensorpack_lite.tfutils.common import get_global_step_var
-from tensorpack_lite.tfutils.distributed import create_server
+from tensorpack_lite.multiprocess.server import create_server
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train.base import Trainer

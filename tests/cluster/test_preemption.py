@@ -73,34 +73,3 @@ def test_a_process_forked_inside_the_block_is_still_ended_by_sigterm():
     os.close(tell)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
     assert not notice.received
-
-
-def test_a_vote_is_cast_once_and_every_step_after_it_sees_the_total():
-    """PreemptionVote in one process (the reduction is the identity; the multi-process ones are
-    in distributed/test_trainers.py, distributed/test_mpi.py, distributed/test_horovod.py): no
-    vote, then one, seen by the next step's fetch, in the dtype of the tensors it travels with; a
-    requested stop is told apart from SIGTERM, which wins."""
-    from tensorpack_lite.compat import tf, tfv1
-    from tensorpack_lite.tfutils.hooked_session import HookedSession
-    from tensorpack_lite.tfutils.preemption_vote import PREEMPTED, REQUESTED, PreemptionVote
-    with tf.Graph().as_default():
-        vote = PreemptionVote()
-        carried = vote.tensor(tf.float16)
-        assert carried.dtype == tf.float16 and vote.tensor(tf.int32).dtype == tf.float32
-        assert carried.shape.as_list() == [2]
-        vote.set_total(carried * 2)     # as a sum over two processes would
-        step = tf.no_op()
-        with tfv1.Session() as sess:
-            sess.run(tfv1.local_variables_initializer())
-            hooked = HookedSession(sess, [vote])
-            assert vote.due(sess, False, 'this test') is None
-            hooked.run(step)
-            assert vote.total == (0.0, 0.0) and vote.due(sess, False, 'this test') is None
-            assert vote.due(sess, False, 'this test', stop_request='enough') is None   # seen next step
-            assert vote.cast == {REQUESTED}
-            hooked.run(step)
-            assert vote.total == (0.0, 2.0) and vote.due(sess, False, 'this test') == REQUESTED
-            assert vote.due(sess, True, 'this test') == REQUESTED     # cast now: seen by the next step
-            assert vote.cast == {REQUESTED, PREEMPTED}
-            hooked.run(step)
-            assert vote.total == (2.0, 2.0) and vote.due(sess, True, 'this test') == PREEMPTED

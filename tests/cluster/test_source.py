@@ -14,7 +14,7 @@ from helpers.logs import capture_logs
 from helpers.processes import run_bounded
 from tensorpack_lite.cluster.slurm import PORT_VARIABLE
 from tensorpack_lite.cluster.source import find_cluster, mpi_rank_and_size
-from tensorpack_lite.tfutils.distributed import create_server
+from tensorpack_lite.multiprocess.server import create_server
 
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), 'mpiexec')
 SLURM = {'SLURM_PROCID': '1', 'SLURM_STEP_NUM_TASKS': '2', 'SLURM_STEP_NODELIST': '127.0.0.1',

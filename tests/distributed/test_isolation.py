@@ -473,7 +473,7 @@ def test_an_unprivileged_user_gets_a_user_and_network_namespace():
 
 START_SERVER = r'''
 import json, os, sys
-from tensorpack_lite.tfutils.distributed import create_server
+from tensorpack_lite.multiprocess.server import create_server
 from tensorpack_lite.cluster import exposure
 try:
     create_server()

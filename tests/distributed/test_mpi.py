@@ -121,7 +121,7 @@ def test_trainer_gives_layers_the_mean_over_ranks(monkeypatch):
     """While HorovodTrainer builds its tower, cross_rank_mean (BatchNorm's sync_statistics=
     'horovod') is the engine's differentiable allreduce."""
     from tensorpack_lite.dataflow import BatchData, DataFromList
-    from tensorpack_lite.tfutils.sync_statistics import cross_rank_mean
+    from tensorpack_lite.multiprocess.sync_statistics import cross_rank_mean
     from tensorpack_lite.train import ModelDesc, TrainConfig, launch_train_with_config
     monkeypatch.setitem(sys.modules, 'horovod', None)
     monkeypatch.setitem(sys.modules, 'horovod.tensorflow', None)

@@ -116,7 +116,7 @@ def mpi_args(out_dir):
 def test_scancel_signal_term_preempts_a_job_which_a_rerun_finishes_as_uninterrupted(node, tmp_path):
     """``scancel --signal=TERM`` to a job of 2 tasks (the collective trainer), held after
     global step 250 of 800 until the signal has come: each votes to stop in step 251's
-    all-reduce (tfutils/preemption_vote.py), so both stop after it, the chief writes
+    all-reduce (multiprocess/stop_vote.py), so both stop after it, the chief writes
     model-251 (and each task its resume state), every task exits with 143 within Slurm's
     KillWait (30 s); the same command again resumes at step 251, each task with its data where
     it was, and ends with every epoch recorded once and the weights of an uninterrupted run."""

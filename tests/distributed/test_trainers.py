@@ -436,7 +436,7 @@ def test_early_stopping_on_the_chief_ends_every_worker_after_the_same_step_as_fi
     not preempted); the chief's last checkpoint is that step's, its stats.json ends with epoch 5.
     The parameter-server trainer (1 ps) carries it as a proposal of step + 2 at the chief's
     barrier, the path of its SIGTERM test above: both workers stop after step 17 (the barrier
-    keeps the reason: graph_builder/test_distributed.py)."""
+    keeps the reason: multiprocess/test_server.py)."""
     logdir = tmp_path / 'logs'
     args = ['--trainer', trainer, '--hidden', 50, '--lr', 0.01, '--epochs', 8, '--per-worker-logdir',
             '--logdir', logdir, '--early-stop', '3:3,2,2.5,2.6,2.7,1,1,1']

@@ -14,7 +14,7 @@ import pytest
 from helpers.precision import assert_16_bit_sum
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
-from tensorpack_lite.tfutils.distributed import create_server
+from tensorpack_lite.multiprocess.server import create_server
 from tensorpack_lite.cluster.config import local_cluster
 
 RUN_BOUND = 120.0

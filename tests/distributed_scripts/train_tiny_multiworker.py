@@ -426,7 +426,7 @@ def run_optuna_trial(upper, config, trainer, out):
 
 
 def main(argv):
-    from tensorpack_lite.tfutils.distributed import create_server
+    from tensorpack_lite.multiprocess.server import create_server
     from tensorpack_lite.train.horovod_trainer import RankShardData
     args = parse_args(argv)
     if args.tf1:

@@ -30,7 +30,7 @@ from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.cluster.config import ClusterConfig, LostTaskError, free_ports, local_cluster
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.tfutils.distributed import create_server
+from tensorpack_lite.multiprocess.server import create_server
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train import base as train_base
 from tensorpack_lite.train import distributed as train_distributed

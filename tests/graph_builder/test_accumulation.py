@@ -20,7 +20,7 @@ from tensorpack_lite.models import BatchNorm
 from tensorpack_lite.cluster.config import local_cluster
 from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.dependency import ops_run_by
-from tensorpack_lite.tfutils.distributed import create_server
+from tensorpack_lite.multiprocess.server import create_server
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.train import (AsyncMultiGPUTrainer, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
                                    SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config)

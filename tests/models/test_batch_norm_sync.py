@@ -12,10 +12,10 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput
 from tensorpack_lite.models import BatchNorm
-from tensorpack_lite.tfutils.collective import cluster_group, collective_mean
+from tensorpack_lite.multiprocess.collective import cluster_group, collective_mean
 from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
-from tensorpack_lite.tfutils.sync_statistics import cross_rank_mean_scope
+from tensorpack_lite.multiprocess.sync_statistics import cross_rank_mean_scope
 from tensorpack_lite.tfutils.tower_context import PredictTowerContext, TowerContext, TrainTowerContext
 from tensorpack_lite.train import (ModelDesc, SimpleTrainer, SyncMultiGPUTrainerParameterServer,
                                    SyncMultiGPUTrainerReplicated)

@@ -1,11 +1,12 @@
-"""tfutils.collective: the differentiable mean over the members of a collective group, on
+"""multiprocess.collective: the differentiable mean over the members of a collective group, on
 virtual CPU devices (forward, gradient, keys), and the graph it builds for GPU members."""
 
 import numpy as np
 import pytest
 
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.tfutils.collective import CollectiveGroup, cluster_group, collective_mean, tower_group
+from tensorpack_lite.multiprocess.collective import (CollectiveGroup, cluster_group, collective_mean,
+                                                     tower_group)
 from tensorpack_lite.tfutils.tower_context import TrainTowerContext
 
 

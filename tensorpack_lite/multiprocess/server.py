@@ -18,12 +18,12 @@ from ..cluster import exposure
 from ..cluster.config import ClusterConfig, LostTaskError
 from ..cluster.source import find_cluster
 from ..compat import tf, tfv1
+from ..tfutils.common import get_default_sess_config
 from ..utils import logger
 from ..utils.concurrency import run_with_timeout
 from ..utils.cpu import usable_cpus
 from ..utils.gpu import num_tensorflow_gpus
-from .common import get_default_sess_config
-from .preemption_vote import PREEMPTED, REQUESTED
+from .stop_vote import PREEMPTED, REQUESTED
 
 __all__ = ['create_server', 'cluster_of_server', 'DistributedSessionCreator',
            'get_distributed_session_creator', 'build_worker_done_op', 'serve_until_workers_finish',

@@ -39,8 +39,8 @@ import threading
 import weakref
 
 from ..compat import tf, tfv1
+from ..tfutils.tower_context import get_current_tower_context
 from ..utils.argtools import is_int
-from .tower_context import get_current_tower_context
 
 __all__ = ['CollectiveGroup', 'tower_group', 'cluster_group', 'worker_group', 'instance_key', 'instance_keys',
            'SEQUENCES', 'communication_hint', 'all_reduce', 'broadcast', 'collective_mean']
@@ -117,7 +117,7 @@ def instance_key(group, name, role):
     with _keys_lock:
         other = _keys_of_default_graph()[0].setdefault(key, identity)
     if other != identity:
-        raise ValueError("tfutils.collective: the reductions {!r} ({}) and {!r} ({}) would share the "
+        raise ValueError("multiprocess.collective: the reductions {!r} ({}) and {!r} ({}) would share the "
                          "instance key {} in group {}: rename one.".format(
                              name, role, other[1], other[2], key, group.key))
     return key
@@ -131,7 +131,7 @@ def instance_keys(group, sequence, count):
         table, following = _keys_of_default_graph()
         start = following.get(sequence, first)
         if start + count > end:
-            raise ValueError("tfutils.collective: the graph needs more than the {} instance keys of "
+            raise ValueError("multiprocess.collective: the graph needs more than the {} instance keys of "
                              "sequence {!r}".format(end - first, sequence))
         following[sequence] = start + count
         for key in range(start, start + count):

@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from tensorpack_lite.tfutils.sync_statistics import (cross_rank_mean, cross_rank_mean_scope,
-                                                     has_cross_rank_mean)
+from tensorpack_lite.multiprocess.sync_statistics import (cross_rank_mean, cross_rank_mean_scope,
+                                                          has_cross_rank_mean)
 
 
 def test_the_mean_is_the_providers_inside_the_scope_and_an_error_naming_the_caller_outside():
