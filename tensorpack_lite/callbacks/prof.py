@@ -22,7 +22,7 @@ import psutil
 
 from ..compat import tf_internal, tfv1
 from ..loop.callback import Callback
-from ..tfutils.step_timeline import StepTimeline
+from ..profiling.step_timeline import StepTimeline
 from ..utils import logger
 from ..utils.argtools import is_real
 from ..utils.fs import write_atomically
@@ -211,7 +211,7 @@ class GraphProfiler(Callback):
 class CommunicationTimeline(GraphProfiler):
     """A :class:`GraphProfiler` that also shows when the gradients' all-reduces ran against when
     backprop produced the gradients, from each traced step's stats (see
-    :class:`~tensorpack_lite.tfutils.step_timeline.StepTimeline`):
+    :class:`~tensorpack_lite.profiling.step_timeline.StepTimeline`):
 
     * ``timeline-<step>.svg``: a row of ops per thread, the gradients' ready times and a row per
       communication piece (waiting: light, running: dark), to open in a browser;

@@ -18,13 +18,13 @@ from time import perf_counter
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
+from ..profiling.flops import count_flops
+from ..profiling.peak_flops import cpu_peak_flops
+from ..profiling.step_timeline import StepTimeline, is_communication_op
 from ..tfutils.dependency import ops_run_by
-from ..tfutils.flops import count_flops
-from ..tfutils.step_timeline import StepTimeline, is_communication_op
 from ..utils import logger
 from ..utils.argtools import is_int, is_real
 from ..utils.gpu import num_tensorflow_gpus
-from ..utils.peak_flops import cpu_peak_flops
 
 __all__ = ['StepTimeMonitor', 'BOUNDS']
 
@@ -79,7 +79,7 @@ class StepTimeMonitor(Callback):
       staging area's unstage) waited in the latest traced step;
     * **communication**: the share of the session's time collectives ran after the last
       gradient was ready, in the latest traced step
-      (:class:`~tensorpack_lite.tfutils.step_timeline.StepTimeline`);
+      (:class:`~tensorpack_lite.profiling.step_timeline.StepTimeline`);
     * **compute**: the rest of the session's time. The session's time a run is measured every
       ``sample_every`` runs, from this callback's ``before_run`` (after the other default
       callbacks') to the session's return (``TrainLoop.last_run_end``);
@@ -93,8 +93,8 @@ class StepTimeMonitor(Callback):
     :data:`BOUNDS`; with an input queue, ``queue_fill`` (its mean size over its capacity) and
     ``queue_empty`` (the fraction of sampled runs that found it empty); with a countable graph,
     ``gflops_per_sec`` (the FLOPs of ``trainer.train_op``'s run, see
-    :func:`~tensorpack_lite.tfutils.flops.count_flops`, per second of wall time) and, where the
-    peak is known, ``flop_utilization`` (of :func:`~tensorpack_lite.utils.peak_flops.cpu_peak_flops`
+    :func:`~tensorpack_lite.profiling.flops.count_flops`, per second of wall time) and, where the
+    peak is known, ``flop_utilization`` (of :func:`~tensorpack_lite.profiling.peak_flops.cpu_peak_flops`
     on a machine without GPU; unknown with one). The bound is the largest part.
 
     What it costs a step: three ``time.perf_counter()`` reads in the loop (``TrainLoop``: a

@@ -14,7 +14,7 @@ which says yes only where it is safe and it wins:
   receives, barriers, accumulators), which one thread could wait for for ever;
 * **wins**: the session's ``inter_op_parallelism_threads`` is 1 (nothing runs at once anyway),
   or it is left to TensorFlow (0) and the run is small: at most :data:`SMALL_RUN_FLOPS`
-  floating-point operations (:func:`~tensorpack_lite.tfutils.flops.count_flops`, the batch
+  floating-point operations (:func:`~tensorpack_lite.profiling.flops.count_flops`, the batch
   read from the fed arrays), where the hand-off is a noticeable part of the step and there is
   little to run at once. A session with more than one inter-op thread asked for keeps its pool.
 
@@ -25,9 +25,9 @@ wherever it is safe, ``auto`` (or unset) as above.
 import os
 
 from ..compat import tf
+from ..profiling.flops import count_flops
 from ..utils.gpu import num_tensorflow_gpus
 from .dependency import ops_run_by
-from .flops import count_flops
 
 __all__ = ['SWITCH', 'SMALL_RUN_FLOPS', 'WAITING_OP_KINDS', 'runs_safely_in_caller_thread',
            'run_in_caller_thread']

@@ -1,6 +1,7 @@
-"""What running some ops or ``sess.run`` fetches runs: every op they need (:func:`ops_run_by`),
-and whether a given op is among them (e.g. to run a session hook only with the steps that run a
-certain op). The one place that walks a graph back from fetches.
+"""What running some ops or ``sess.run`` fetches runs: every op they need (:func:`ops_run_by`,
+the walk of :mod:`tensorpack_lite.profiling.graph_walk`, below tfutils since the FLOP count
+needs it too), and whether a given op is among them (e.g. to run a session hook only with the
+steps that run a certain op).
 
 Example::
 
@@ -9,6 +10,7 @@ Example::
 """
 
 from ..compat import tf
+from ..profiling.graph_walk import ops_run_by
 from ..utils.argtools import graph_memoized
 
 __all__ = ['dependency_of_targets', 'dependency_of_fetches', 'ops_run_by']
@@ -18,22 +20,6 @@ def _as_op(thing, graph):
     """The operation of a tensor, an operation, a variable or a name in ``graph``."""
     element = graph.as_graph_element(thing)
     return element if isinstance(element, tf.Operation) else element.op
-
-
-def ops_run_by(fetches):
-    """Every op that running ``fetches`` (ops and tensors) runs, each once: the fetched ones
-    and all they depend on through data or control dependencies. A generator: a caller that
-    looks for something can stop at the first op that answers."""
-    seen = set()
-    pending = [f if isinstance(f, tf.Operation) else f.op for f in fetches]
-    while pending:
-        op = pending.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        yield op
-        pending.extend(t.op for t in op.inputs)
-        pending.extend(op.control_inputs)
 
 
 @graph_memoized

@@ -51,7 +51,7 @@ from ..multiprocess.server import (DistributedSessionCreator, FinishBarrier, bui
                                    cluster_of_server, serve_until_workers_finish)
 from ..multiprocess.stop_vote import PREEMPTED, REQUESTED, PreemptionVote
 from ..tfutils.sesscreate import NewSessionCreator
-from ..tfutils.step_timeline import is_communication_op
+from ..profiling.step_timeline import is_communication_op
 from ..multiprocess.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout

@@ -1,7 +1,8 @@
 """StepTimeMonitor: the bound it names on pipelines made slow on purpose (input, checkpoints,
-callbacks) and on the README's convnet example, what it writes, and the FLOP count and the peak
-it reads the utilisation from. The slow parts are slower than the rest by a factor of 50 or
-more, so that no load on the machine can change the verdict; nothing asserts a time."""
+callbacks) and on the README's convnet example, and what it writes (the FLOP count and the peak
+it reads the utilisation from: profiling/test_flops.py, profiling/test_peak_flops.py). The slow
+parts are slower than the rest by a factor of 50 or more, so that no load on the machine can
+change the verdict; nothing asserts a time."""
 
 import json
 import os
@@ -13,14 +14,10 @@ import pytest
 from helpers.examples import load_example
 from helpers.models import MLP
 
-from tensorpack_lite import (DEFAULT_CALLBACKS, Callback, DataFlow, DataFromList, FullyConnected,
-                             ModelSaver, PeriodicTrigger, QueueInput, SimpleTrainer,
-                             StepTimeMonitor, TrainConfig, launch_train_with_config)
-from tensorpack_lite import tfv1 as tf
+from tensorpack_lite import (DEFAULT_CALLBACKS, Callback, DataFlow, DataFromList, ModelSaver,
+                             PeriodicTrigger, QueueInput, SimpleTrainer, StepTimeMonitor, TrainConfig,
+                             launch_train_with_config)
 from tensorpack_lite.callbacks.step_monitor import BOUNDS
-from tensorpack_lite.tfutils.flops import count_flops
-from tensorpack_lite.tfutils.tower import TrainTowerContext
-from tensorpack_lite.utils.peak_flops import cpu_peak_flops
 
 
 def tiny_model():
@@ -134,43 +131,3 @@ def test_bad_arguments_are_named():
             assert name in str(err)
         else:
             raise AssertionError("{} was accepted".format(kwargs))
-
-
-def test_flops_of_a_small_mlp_equal_the_hand_count():
-    batch = 16
-    x = tf.placeholder(tf.float32, [None, 64])
-    y = tf.placeholder(tf.int32, [None])
-    with TrainTowerContext(''):
-        logits = FullyConnected('fc1', FullyConnected('fc0', x, 32, activation=tf.nn.relu), 10)
-    cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
-    # as SingleCostTrainer computes gradients (GATE_NONE): the input's gradient is not computed
-    train_op = tf.train.GradientDescentOptimizer(0.1).minimize(
-        cost, gate_gradients=tf.train.Optimizer.GATE_NONE)
-    forward = 2 * batch * (64 * 32 + 32 * 10)
-    backward = 2 * batch * (64 * 32) + 2 * 2 * batch * (32 * 10)   # fc0: weights; fc1: weights and input
-    assert count_flops([train_op], batch) == forward + backward == 161792
-    assert count_flops([logits], batch) == forward
-    assert count_flops([train_op]) is None             # the batch is unknown
-
-
-def test_flops_of_a_convolution_equal_the_hand_count():
-    image = tf.placeholder(tf.float32, [2, 10, 10, 3])
-    kernel = tf.get_variable('k', [3, 3, 3, 5])
-    out = tf.nn.conv2d(image, kernel, strides=1, padding='VALID')        # 2 x 8 x 8 x 5 outputs
-    forward = 2 * (2 * 8 * 8 * 5) * (3 * 3 * 3)
-    assert count_flops([out]) == forward
-    grad_kernel, grad_image = tf.gradients(tf.reduce_sum(out), [kernel, image])
-    # the gradient of a sum needs the output's (static) shape only, not the forward conv
-    assert count_flops([grad_kernel]) == count_flops([grad_image]) == forward
-    assert count_flops([out, grad_image, grad_kernel]) == 3 * forward
-
-
-def test_peak_from_the_cpu_flags_and_frequency(tmp_path):
-    cpuinfo = tmp_path / 'cpuinfo'
-    cpuinfo.write_text("processor : 0\ncpu MHz : 1000.000\nflags : fpu sse2 avx fma avx2\n\n"
-                       "processor : 1\ncpu MHz : 2000.000\nflags : fpu sse2 avx fma avx2\n")
-    peak = cpu_peak_flops(str(cpuinfo))
-    assert (peak.hz, peak.per_cycle, peak.flag) == (2e9, 32, 'fma')
-    assert peak.cores >= 1 and peak.flops == peak.cores * 2e9 * 32
-    cpuinfo.write_text("processor : 0\ncpu MHz : 2000.000\nflags : fpu\n")
-    assert cpu_peak_flops(str(cpuinfo)) is None         # no vector flag it knows

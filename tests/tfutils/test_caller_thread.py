@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.compat import tf, tfv1
+from tensorpack_lite.profiling.flops import count_flops
 from tensorpack_lite.tfutils.caller_thread import (SMALL_RUN_FLOPS, SWITCH, run_in_caller_thread,
                                                    runs_safely_in_caller_thread)
-from tensorpack_lite.tfutils.flops import count_flops
 from tensorpack_lite.tfutils.hooked_session import HookedSession
 
 

@@ -17,10 +17,10 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.graph_builder.distributed import CollectiveAllReduceBuilder
 from tensorpack_lite.input_source import QueueInput
-from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.multiprocess.server import create_server
+from tensorpack_lite.profiling.step_timeline import StepTimeline, is_communication_op
+from tensorpack_lite.tfutils.common import get_default_sess_config
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
-from tensorpack_lite.tfutils.step_timeline import StepTimeline, is_communication_op
 from tensorpack_lite.train import SyncMultiGPUTrainerReplicated, TrainConfig, launch_train_with_config
 
 from helpers.models import MLP

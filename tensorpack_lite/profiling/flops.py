@@ -1,7 +1,7 @@
 """The floating-point operations of one run of a training step, counted from the graph.
 
 :func:`count_flops` walks the ops that running some fetches runs (see
-:func:`~tensorpack_lite.tfutils.dependency.ops_run_by`) and adds up those of the ops that carry
+:func:`~tensorpack_lite.profiling.graph_walk.ops_run_by`) and adds up those of the ops that carry
 nearly all of a model's arithmetic: matrix products and convolutions, forward and backward
 (:data:`COUNTED_OP_TYPES`), at 2 FLOPs per multiply-add. Element-wise ops, reductions and the
 optimizer's updates are not counted (a few percent of a dense model's). Dimensions the graph
@@ -13,7 +13,7 @@ Example: a 64-32-10 MLP trained on a batch of B counts ``2B(64*32 + 32*10)`` for
     flops = count_flops([train_op], batch_size=64)
 """
 
-from .dependency import ops_run_by
+from .graph_walk import ops_run_by
 
 __all__ = ['count_flops', 'COUNTED_OP_TYPES']
 

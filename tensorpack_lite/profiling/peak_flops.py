@@ -24,7 +24,7 @@ Example::
 
 import collections
 
-from .cpu import CPUINFO, physical_cores, read_cpuinfo, reported_mhz, usable_cpus
+from ..utils.cpu import CPUINFO, physical_cores, read_cpuinfo, reported_mhz, usable_cpus
 
 __all__ = ['PeakFlops', 'cpu_peak_flops', 'FLOPS_PER_CYCLE']
 
