@@ -186,13 +186,21 @@ def test_the_checker_sees_violations_and_cycles(tmp_path):
     assert find_cycle(graph) == [PACKAGE + '.train.base', PACKAGE + '.utils.lower', PACKAGE + '.train.base']
 
 
-MOVED = {'launch': 'launch', 'cluster': 'config', 'netns': 'netns', 'slurm': 'slurm', 'mpi_rank': 'mpi_rank',
-         'preemption': 'preemption'}
-"""The old ``utils`` modules of processes and clusters -> their module in ``cluster``."""
+MOVED = {'utils.launch': 'cluster.launch', 'utils.cluster': 'cluster.config', 'utils.netns': 'cluster.netns',
+         'utils.slurm': 'cluster.slurm', 'utils.mpi_rank': 'cluster.mpi_rank',
+         'utils.preemption': 'cluster.preemption',
+         'tfutils.distributed': 'multiprocess.server', 'tfutils.collective': 'multiprocess.collective',
+         'tfutils.preemption_vote': 'multiprocess.stop_vote',
+         'tfutils.sync_statistics': 'multiprocess.sync_statistics',
+         'tfutils.step_timeline': 'profiling.step_timeline', 'tfutils.flops': 'profiling.flops',
+         'utils.peak_flops': 'profiling.peak_flops'}
+"""The modules that moved (paths under the package): old -> new. The processes and clusters went
+from ``utils`` to ``cluster``, the multi-process runtime from ``tfutils`` to ``multiprocess``,
+profiling from ``tfutils`` and ``utils`` to ``profiling``."""
 
 
 def test_dataflow_utils_and_cluster_import_without_tensorflow():
-    moved = {'{}.utils.{}'.format(PACKAGE, old) for old in MOVED}
+    moved = {'{}.{}'.format(PACKAGE, old) for old in MOVED}
     modules = sorted(m for m in module_files()
                      if m.startswith((PACKAGE + '.dataflow', PACKAGE + '.utils', PACKAGE + '.cluster'))
                      and '.imgaug' not in m and m not in moved)   # imgaug needs OpenCV (Keras imports TF)
@@ -321,19 +329,26 @@ def test_importing_everything_of_the_core_loads_no_keras_2():
     assert out.strip().splitlines()[-1] == '[]'
 
 
-def test_the_old_paths_of_the_cluster_modules_name_the_new_ones():
-    """``tensorpack_lite.utils.launch`` & co. moved to ``tensorpack_lite.cluster``: importing the old
-    path, or running it with ``python -m``, fails with an ImportError naming the new module."""
+@pytest.mark.parametrize('package', ['utils', 'tfutils'])
+def test_the_old_paths_of_moved_modules_name_the_new_ones(package):
+    """The old paths under ``package`` of the modules of MOVED (``tensorpack_lite.utils.launch`` &
+    co., ``tensorpack_lite.tfutils.distributed`` & co.): importing one fails with an ImportError
+    naming the new module (without TensorFlow under utils, which needs none)."""
+    moved = {PACKAGE + '.' + old: PACKAGE + '.' + new for old, new in MOVED.items()
+             if old.startswith(package + '.')}
     out = run_python("import importlib\n"
                      "for old in {!r}:\n"
                      "    try:\n"
-                     "        importlib.import_module('tensorpack_lite.utils.' + old)\n"
+                     "        importlib.import_module(old)\n"
                      "    except ImportError as err:\n"
-                     "        print(err)\n".format(sorted(MOVED)), without_tensorflow=True)
-    for old, new in sorted(MOVED.items()):
-        assert "tensorpack_lite.utils.{} moved to tensorpack_lite.cluster.{}: import it from there".format(
-            old, new) in out, out
-        importlib.import_module('tensorpack_lite.cluster.' + new)
+                     "        print(err)\n".format(sorted(moved)), without_tensorflow=package == 'utils')
+    for old, new in sorted(moved.items()):
+        assert "{} moved to {}: import it from there".format(old, new) in out, out
+        importlib.import_module(new)
+
+
+def test_running_the_old_launcher_names_the_new_one():
+    """``python -m tensorpack_lite.utils.launch`` fails, saying how to run the new launcher."""
     argv = [sys.executable, '-m', 'tensorpack_lite.utils.launch', '--workers', '1', '--', 'true']
     run = subprocess.run(argv,
                          capture_output=True, text=True, timeout=300, cwd=HERE,
