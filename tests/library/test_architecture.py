@@ -189,7 +189,7 @@ def test_the_checker_sees_violations_and_cycles(tmp_path):
 MOVED = {'utils.launch': 'cluster.launch', 'utils.cluster': 'cluster.config', 'utils.netns': 'cluster.netns',
          'utils.slurm': 'cluster.slurm', 'utils.mpi_rank': 'cluster.mpi_rank',
          'utils.preemption': 'cluster.preemption',
-         'tfutils.distributed': 'multiprocess.server', 'tfutils.collective': 'multiprocess.collective',
+         'tfutils.collective': 'multiprocess.collective',
          'tfutils.preemption_vote': 'multiprocess.stop_vote',
          'tfutils.sync_statistics': 'multiprocess.sync_statistics',
          'tfutils.step_timeline': 'profiling.step_timeline', 'tfutils.flops': 'profiling.flops',
@@ -332,7 +332,7 @@ def test_importing_everything_of_the_core_loads_no_keras_2():
 @pytest.mark.parametrize('package', ['utils', 'tfutils'])
 def test_the_old_paths_of_moved_modules_name_the_new_ones(package):
     """The old paths under ``package`` of the modules of MOVED (``tensorpack_lite.utils.launch`` &
-    co., ``tensorpack_lite.tfutils.distributed`` & co.): importing one fails with an ImportError
+    co., ``tensorpack_lite.tfutils.collective`` & co.): importing one fails with an ImportError
     naming the new module (without TensorFlow under utils, which needs none)."""
     moved = {PACKAGE + '.' + old: PACKAGE + '.' + new for old, new in MOVED.items()
              if old.startswith(package + '.')}
