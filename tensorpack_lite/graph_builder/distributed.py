@@ -21,7 +21,7 @@ import hashlib
 from ..compat import tf, tfv1
 from ..multiprocess.collective import (all_reduce, broadcast, cluster_group, instance_key, instance_keys,
                                        worker_group)
-from ..multiprocess.server import cluster_of_server
+from ..tfutils.distributed import cluster_of_server
 from ..tfutils.varreplace import custom_getter_scope
 from ..utils import logger
 from .backprop_order import backprop_order

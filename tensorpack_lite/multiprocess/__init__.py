@@ -2,9 +2,10 @@
 on TensorFlow's distributed runtime, below the layers, builders and trainers that use it.
 
 - :mod:`~tensorpack_lite.multiprocess.server`: the gRPC server of this process's task
-  (:func:`create_server`, its cluster from ``TF_CONFIG``, Slurm or an MPI launcher), the session
-  creator of a worker, what a parameter server does until the workers finish, and the barrier
-  at which the workers end together (:class:`FinishBarrier`).
+  (:func:`create_server`, its cluster from ``TF_CONFIG``, Slurm or an MPI launcher), what a
+  parameter server does until the workers finish, and the barrier at which the workers end
+  together (:class:`FinishBarrier`); it re-exports the worker's session creator of
+  :mod:`tensorpack_lite.tfutils.distributed`.
 - :mod:`~tensorpack_lite.multiprocess.collective`: TensorFlow's collective ops, built in one
   place: the groups, their keys, the reductions and a differentiable mean.
 - :mod:`~tensorpack_lite.multiprocess.stop_vote`: the vote to stop (SIGTERM, a requested stop)

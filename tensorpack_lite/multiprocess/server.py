@@ -1,6 +1,7 @@
 """TensorFlow's distributed runtime for multi-process training: the gRPC server of a task
-(built from ``TF_CONFIG`` or from explicit arguments), the session creator of a worker, and
-what a parameter-server task does while the workers train.
+(built from ``TF_CONFIG`` or from explicit arguments), what a parameter-server task does while
+the workers train, and the barrier at which the workers end together. A worker's session is
+created by :mod:`tensorpack_lite.tfutils.distributed` (tensorpack's module), re-exported here.
 
 Example (every process runs the same script; ``TF_CONFIG`` says which task it is)::
 

@@ -45,14 +45,14 @@ from ..graph_builder.distributed import (CollectiveAllReduceBuilder, Distributed
                                          DistributedReplicatedBuilder, check_exchange)
 from ..loop.state import Schedule
 from ..multiprocess.collective import cluster_group, collective_mean
+from ..multiprocess.server import FinishBarrier, build_worker_done_op, serve_until_workers_finish
+from ..multiprocess.stop_vote import PREEMPTED, REQUESTED, PreemptionVote
+from ..multiprocess.sync_statistics import cross_rank_mean_scope
+from ..profiling.step_timeline import is_communication_op
 from ..tfutils.common import get_global_step_value, get_global_step_var
 from ..tfutils.dependency import ops_run_by
-from ..multiprocess.server import (DistributedSessionCreator, FinishBarrier, build_worker_done_op,
-                                   cluster_of_server, serve_until_workers_finish)
-from ..multiprocess.stop_vote import PREEMPTED, REQUESTED, PreemptionVote
+from ..tfutils.distributed import DistributedSessionCreator, cluster_of_server
 from ..tfutils.sesscreate import NewSessionCreator
-from ..profiling.step_timeline import is_communication_op
-from ..multiprocess.sync_statistics import cross_rank_mean_scope
 from ..utils import logger
 from ..utils.concurrency import DaemonCall, bound_exit, run_with_timeout
 from .base import StopTraining

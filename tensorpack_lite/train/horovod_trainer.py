@@ -37,10 +37,10 @@ from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
 from ..input_source.input_source_base import FeedfreeInput
 from ..loop.callback import Callback
 from ..loop.state import Schedule
-from ..tfutils.common import get_global_step_value
 from ..multiprocess.stop_vote import PREEMPTED, REQUESTED, PreemptionVote
-from ..tfutils.sesscreate import NewSessionCreator
 from ..multiprocess.sync_statistics import cross_rank_mean_scope
+from ..tfutils.common import get_global_step_value
+from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from ..utils.argtools import is_int
