@@ -53,6 +53,7 @@ CONTRACT_MODULES = [
     'tensorpack_lite.tfutils.collection',
     'tensorpack_lite.tfutils.model_utils',
     'tensorpack_lite.tfutils.export',
+    'tensorpack_lite.tfutils.distributed',
     'tensorpack_lite.multiprocess.server',
     'tensorpack_lite.utils.logger',
     'tensorpack_lite.utils.argtools',

@@ -2,7 +2,7 @@
 (tensorpack's module): the cluster a server belongs to, and a session creator that waits for the
 cluster and initializes what this worker must. The rest of the multi-process runtime (the
 server itself, :func:`~tensorpack_lite.multiprocess.server.create_server`, the parameter servers'
-serving, the workers' finish barrier) is in :mod:`tensorpack_lite.multiprocess`.
+serving, the workers' finish barrier) is in :mod:`tensorpack_lite.multiprocess.server`.
 
 Example::
 
