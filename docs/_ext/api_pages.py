@@ -70,7 +70,7 @@ CONTRACT_MODULES = [
 MORE_MODULES = [
     # what the contract's docstrings refer to, and what a researcher extending the library reads
     'tensorpack_lite.train.distributed',
-    'tensorpack_lite.callbacks.tracking',
+    'tensorpack_lite.callbacks.monitors.tracking',
     'tensorpack_lite.callbacks.stat_reader',
     'tensorpack_lite.utils.outbox',
     'tensorpack_lite.checkpoint.files',
