@@ -85,6 +85,7 @@ MORE_MODULES = [
     'tensorpack_lite.checkpoint.remote',
     'tensorpack_lite.callbacks.remote_sync',
     'tensorpack_lite.utils.object_store',
+    'tensorpack_lite.utils.run_dir_sync',
     'tensorpack_lite.input_source.data_position',
     'tensorpack_lite.dataflow.state',
     'tensorpack_lite.tfutils.hooked_session',
