@@ -1,5 +1,5 @@
 """Callbacks: everything that happens around the training steps, and the monitors that
-receive training statistics (their package: :mod:`tensorpack_lite.callbacks.monitors`)."""
+receive training statistics (their package: ``tensorpack_lite.callbacks.monitors``)."""
 
 from .base import Callback, CallbackFactory, ProxyCallback
 from .concurrency import StartProcOrThread
