@@ -92,13 +92,9 @@ class RemoteMirror(RunDirectorySync):
     transfers between them (see the module's docstring for the order): the run directory's sync
     (:class:`~tensorpack_lite.utils.run_dir_sync.RunDirectorySync`: the record of what is known
     equal, :meth:`push_files`), with the checkpoints and their state file. Safe to use from
-    several threads (one transfer at a time). fsspec is imported on first use.
-
-    Args:
-        url (str): ``s3://bucket/path``, ``gs://bucket/path``...
-        local_dir (str): the mirror; default :func:`local_mirror_dir` of ``url``.
-        storage_options (dict): passed to fsspec (credentials, ``endpoint_url``...); by default
-            fsspec's own configuration (environment variables) is used.
+    several threads (one transfer at a time). fsspec is imported on first use. The arguments
+    (``url``, ``local_dir``: the mirror, ``storage_options``: fsspec's) are those of
+    :class:`~tensorpack_lite.utils.run_dir_sync.RunDirectorySync`.
     """
 
     def __init__(self, url, local_dir=None, storage_options=None):
