@@ -3,7 +3,10 @@ works and gives the same objects: tensorpack's ``callbacks.monitor``, the docume
 ``callbacks.tracking`` and ``callbacks.hparams``, ``tensorpack_lite.callbacks`` and the top level.
 (The old paths that were never public fail naming the new module: library/test_architecture.py.)"""
 
+import ast
+import glob
 import importlib
+import os
 
 import pytest
 
@@ -49,3 +52,17 @@ def test_every_monitor_is_the_same_object_from_the_package_callbacks_and_the_top
         assert name in callbacks.__all__ and getattr(callbacks, name) is obj, name
         if name not in NOT_AT_THE_TOP:
             assert name in tensorpack_lite.__all__ and getattr(tensorpack_lite, name) is obj, name
+
+
+def test_the_monitors_import_nothing_of_the_other_callbacks():
+    """docs/architecture.md: the package needs nothing of the other callbacks (``from ..x`` in
+    ``callbacks/monitors/`` would be ``callbacks.x``)."""
+    files = glob.glob(os.path.join(os.path.dirname(monitors.__file__), '*.py'))
+    assert len(files) == 8
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(open(path, encoding='utf-8').read(), path)):
+            if isinstance(node, ast.ImportFrom) and (
+                    node.level == 2 or (node.module or '').startswith('tensorpack_lite.callbacks')):
+                found.append('{}: {}'.format(os.path.basename(path), ast.dump(node)))
+    assert found == []
