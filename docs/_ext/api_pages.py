@@ -125,6 +125,7 @@ MORE_MODULES = [
     'tensorpack_lite.cluster.slurm',
     'tensorpack_lite.cluster.ray',
     'tensorpack_lite.cluster.resize',
+    'tensorpack_lite.cluster.supervisor',
     'tensorpack_lite.cluster.launch',
     'tensorpack_lite.cluster.preemption',
     'tensorpack_lite.cluster.exposure',
