@@ -23,7 +23,9 @@ a failed cluster is started again, whole, up to N times. With ``--workers MIN:MA
 MAX workers, and a worker that fails ``--drop-after`` times in a row with the same exit code
 is dropped: the cluster restarts with one worker fewer, down to MIN (elastic training: the
 script resumes from its last checkpoint and the world size changes). The exit code is 0 when
-every worker succeeded, else the code of the first failure (128 + n for signal n).
+every worker succeeded, else the code of the first failure (128 + n for signal n). The restarts,
+signals, timeout and exit codes are the job supervisor's (:mod:`~tensorpack_lite.cluster.supervisor`,
+shared with Ray's launcher): :func:`launch` drives it, each attempt a :class:`LocalCluster`.
 
     python -m tensorpack_lite.cluster.launch --workers 2:4 -- python train.py   # 4, down to 2
 
