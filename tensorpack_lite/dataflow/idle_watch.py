@@ -43,6 +43,7 @@ class IdleWatch(object):
             self._last_heard[idx] = time.monotonic()
 
     def start_wait(self):
+        """The parent starts waiting: the clocks of the warning and of the timeout start."""
         now = time.monotonic()
         self._wait_start = now
         self._next_warning = None if self.warn_after is None else now + self.warn_after

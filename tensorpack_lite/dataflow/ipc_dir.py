@@ -38,6 +38,7 @@ class IPCDir(object):
         self._membership = self.join()
 
     def endpoint(self, name):
+        """The ``ipc://`` address of the endpoint ``name`` in this directory."""
         return 'ipc://' + os.path.join(self.path, name)
 
     def join(self):

@@ -14,6 +14,11 @@ worker that fails makes the parent raise :class:`DataFlowWorkerError` naming its
 A parent left waiting by silent workers logs their names and pids (``idle_warning``) and
 can give up (``idle_timeout``). See docs/dataflow.md for choosing a runner, start methods
 and cleanup guarantees, and docs/parallel.md for stuck workers and leftovers.
+
+The machinery they share with :mod:`.parallel_map` has modules of its own: the worker processes
+(:mod:`.workers`), their ipc directory (:mod:`.ipc_dir`), ZeroMQ pipes (:mod:`.zmq_pipes`),
+shared memory (:mod:`.shared_slots`), the idle watch (:mod:`.idle_watch`) and the runners' base
+(:mod:`.parallel_base`).
 """
 
 import itertools

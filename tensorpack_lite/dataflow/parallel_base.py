@@ -126,6 +126,7 @@ def _run_all(actions):
 
 
 def len_or_minus_one(ds):
+    """``len(ds)``, or -1 when ``ds`` has no length."""
     try:
         return len(ds)
     except NotImplementedError:

@@ -36,13 +36,16 @@ class DataFlowWorkerError(RuntimeError):
 
 
 def start_method_context():
-    """'fork' where it exists, as tensorpack: dataflows are often not picklable."""
+    """The ``multiprocessing`` context the workers start in: 'fork' where it exists, as
+    tensorpack (dataflows are often not picklable)."""
     if 'fork' in mp.get_all_start_methods():
         return mp.get_context('fork')
     return mp.get_context()
 
 
 def describe_exit(exitcode):
+    """How a worker process ended, for a message: "exited with code 1", "was killed by signal
+    SIGKILL"."""
     if exitcode is not None and exitcode < 0:
         try:
             return "was killed by signal {}".format(signal.Signals(-exitcode).name)
@@ -222,6 +225,7 @@ class WorkerProcesses(object):
         self._owner_pid = os.getpid()
 
     def start(self):
+        """Start the worker processes (ended by :meth:`close`, or at the interpreter's exit)."""
         _OPEN_WORKERS.add(self)
         with mask_sigint():  # Ctrl-C then reaches the parent only
             for worker, proc in zip(self.workers, self.procs):
@@ -231,6 +235,7 @@ class WorkerProcesses(object):
 
     @property
     def sentinels(self):
+        """The workers' sentinels, ready when a worker ends (``multiprocessing.connection.wait``)."""
         return [p.sentinel for p in self.procs]
 
     def dead(self, timeout=0):

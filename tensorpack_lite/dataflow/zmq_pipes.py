@@ -40,6 +40,7 @@ class Sockets(object):
         self._owner_pid = os.getpid()
 
     def socket(self, kind, hwm):
+        """A new socket of ``kind`` (``zmq.PUSH``...) with high-water mark ``hwm``, closed with the others."""
         sock = self.context.socket(kind)
         self._sockets.append(sock)
         sock.set_hwm(hwm)
