@@ -10,7 +10,7 @@ from .transform import FlipTransform, NoOpTransform, ResizeTransform, TransposeT
 
 cv2 = import_optional('cv2', extra='image', purpose='tensorpack_lite.dataflow.imgaug')
 
-__all__ = ['Flip', 'Resize', 'ResizeShortestEdge', 'RandomResize', 'Transpose', 'resize_shortest_edge']
+__all__ = ['Flip', 'Resize', 'ResizeShortestEdge', 'RandomResize', 'Transpose']
 
 
 class Flip(ImageAugmentor):
