@@ -23,7 +23,7 @@ from ..state import rng_state, set_rng_state
 from .transform import (LazyTransform, PhotometricTransform, Transform, TransformFactory, TransformList,
                         constructor_repr)
 
-__all__ = ['ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor']
+__all__ = ['ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor', 'CompositeAugmentor']
 
 # Augmentors alive in this process; a forked child gives each a fresh random generator, so that
 # worker processes do not all draw the same numbers.
