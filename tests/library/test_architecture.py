@@ -172,10 +172,16 @@ MOVED = {'utils.launch': 'cluster.launch', 'utils.cluster': 'cluster.config', 'u
          'tfutils.preemption_vote': 'multiprocess.stop_vote',
          'tfutils.sync_statistics': 'multiprocess.sync_statistics',
          'tfutils.step_timeline': 'profiling.step_timeline', 'tfutils.flops': 'profiling.flops',
-         'utils.peak_flops': 'profiling.peak_flops'}
+         'utils.peak_flops': 'profiling.peak_flops',
+         'callbacks.monitor_group': 'callbacks.monitors.group',
+         'callbacks.monitor_writers': 'callbacks.monitors.writers',
+         'callbacks.monitor_services': 'callbacks.monitors.services',
+         'callbacks.mlflow_monitor': 'callbacks.monitors.mlflow',
+         'callbacks.wandb_monitor': 'callbacks.monitors.wandb'}
 """The modules that moved (paths under the package): old -> new. The processes and clusters went
 from ``utils`` to ``cluster``, the multi-process runtime from ``tfutils`` to ``multiprocess``,
-profiling from ``tfutils`` and ``utils`` to ``profiling``."""
+profiling from ``tfutils`` and ``utils`` to ``profiling``, the monitors from ``callbacks`` to
+``callbacks.monitors`` (the old paths that are public re-export: callbacks/test_monitors_import_paths.py)."""
 
 
 def test_dataflow_utils_and_cluster_import_without_tensorflow():
@@ -308,7 +314,7 @@ def test_importing_everything_of_the_core_loads_no_keras_2():
     assert out.strip().splitlines()[-1] == '[]'
 
 
-@pytest.mark.parametrize('package', ['utils', 'tfutils'])
+@pytest.mark.parametrize('package', ['utils', 'tfutils', 'callbacks'])
 def test_the_old_paths_of_moved_modules_name_the_new_ones(package):
     """The old paths under ``package`` of the modules of MOVED (``tensorpack_lite.utils.launch`` &
     co., ``tensorpack_lite.tfutils.collective`` & co.): importing one fails with an ImportError
