@@ -88,6 +88,8 @@ MORE_MODULES = [
     'tensorpack_lite.utils.run_dir_sync',
     'tensorpack_lite.input_source.data_position',
     'tensorpack_lite.dataflow.state',
+    'tensorpack_lite.dataflow.raw',
+    'tensorpack_lite.dataflow.parallel_base',
     'tensorpack_lite.tfutils.hooked_session',
     'tensorpack_lite.tfutils.session_failure',
     'tensorpack_lite.graph_builder.devices',

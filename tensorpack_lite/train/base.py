@@ -382,7 +382,7 @@ class Trainer:
         if self._state_directory is not None:
             logger.info("{} stops writing into {} but for its own resume states.".format(
                 who, self._state_directory))
-            logger._detach_file_handler()
+            logger.unset_logger_dir()
 
     @call_only_once
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):

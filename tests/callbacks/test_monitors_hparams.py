@@ -72,7 +72,7 @@ def train(directory, callbacks, max_epoch, hparams_args, resume=False, tfevents=
         err.trainer = trainer
         raise
     finally:
-        logger._detach_file_handler()
+        logger.unset_logger_dir()
     return trainer
 
 

@@ -192,7 +192,7 @@ def train(logdir, max_epoch, callbacks=(), config_class=TrainConfig, **kwargs):
                                   **kwargs)
             launch_train_with_config(config, SimpleTrainer())
         finally:
-            logger._detach_file_handler()
+            logger.unset_logger_dir()
     return monitor, records
 
 

@@ -185,7 +185,7 @@ def test_a_failed_upload_leaves_the_bucket_listing_the_previous_checkpoint(s3_en
     objects = s3_env.objects('failing')
     assert listed(objects) == FINAL
     assert checkpoint_objects(objects) == sorted(base + part for base in FINAL for part in PARTS)
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
 
 
 def test_a_model_saver_writes_to_a_url_beside_a_local_logger_directory(s3_env, tmp_path, fixed_seed):
@@ -197,7 +197,7 @@ def test_a_model_saver_writes_to_a_url_beside_a_local_logger_directory(s3_env, t
     assert not [name for name in os.listdir(str(tmp_path / 'log')) if name.startswith('model-')]
     mirror = local_mirror_dir('s3://bucket/saver', str(tmp_path / 'cache'))
     assert sorted(n for n in os.listdir(mirror) if n.startswith('model-')) == checkpoint_objects(objects)
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
 
 
 def _local_checkpoint(directory, step):
@@ -247,7 +247,7 @@ def test_logger_dir_of_a_url_is_a_local_mirror(s3_env, tmp_path):
     mirror = str(tmp_path / 'cache' / 'remote' / 's3' / 'bucket' / 'logger')
     assert logger.get_logger_dir() == mirror and logger.get_logger_url() == url
     logger.info('a line of the first run')
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
     assert logger.get_logger_url() is None
     s3_env.fs.put_file(os.path.join(mirror, 'log.log'), 'bucket/logger/log.log')
     shutil.rmtree(mirror)   # another machine: the bucket's log.log is kept as a local one would be
@@ -256,7 +256,7 @@ def test_logger_dir_of_a_url_is_a_local_mirror(s3_env, tmp_path):
     assert len(backups) == 1
     with open(os.path.join(mirror, backups[0])) as f:
         assert 'a line of the first run' in f.read()
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
     with pytest.raises(ValueError, match="'b' .* not supported on object storage"):
         logger.set_logger_dir(url, action='b')
     logger.set_logger_dir(url, action='d')

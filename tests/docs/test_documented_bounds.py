@@ -217,7 +217,7 @@ def end_of_a_failed_step(trainer, logdir, monkeypatch, failure=BreakStep, error=
         with pytest.raises(error) as info:
             launch_train_with_config(config, trainer)
     finally:
-        logger._detach_file_handler()      # the module's fixtures leave no logger directory
+        logger.unset_logger_dir()      # the module's fixtures leave no logger directory
     assert trainer.loop.failure is not None
     clock.error = info.value
     return clock

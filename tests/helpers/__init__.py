@@ -12,6 +12,8 @@ The suite's machinery (plugins tests/conftest.py loads):
 Of any test:
 
 - :mod:`helpers.paths`: ``TESTS_DIR``, ``REPO_DIR``.
+- :mod:`helpers.package_modules`: the package's modules as files (``module_files``), what their
+  imports name (``import_source``).
 - :mod:`helpers.processes`: a child Python's environment (``subprocess_env``), a child Python with
   or without TensorFlow (``run_python``), bounded launcher runs (``run_bounded``),
   ``kill_process_tree``.

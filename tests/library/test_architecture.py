@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers.package_modules import PACKAGE, import_source, module_files, parse_module
 from helpers.paths import TESTS_DIR
 from helpers.processes import run_python, subprocess_env
 
 HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
-PACKAGE = 'tensorpack_lite'
 ARCHITECTURE = os.path.join(REPO, 'docs', 'architecture.md')
 
 # Outside the layers: the TensorFlow import point (usable anywhere) and the top-level facade.
@@ -35,37 +35,16 @@ def read_layers(text):
     return layers
 
 
-def module_files():
-    """{module name: path} of every module of the package."""
-    modules = {}
-    root = os.path.join(REPO, PACKAGE)
-    for directory, _, files in os.walk(root):
-        for fname in files:
-            if fname.endswith('.py'):
-                path = os.path.join(directory, fname)
-                parts = os.path.relpath(path, REPO)[:-3].split(os.sep)
-                if parts[-1] == '__init__':
-                    parts = parts[:-1]
-                modules['.'.join(parts)] = path
-    return modules
-
-
 def imports_of(name, path, modules):
     """The modules of the package that ``name`` imports, anywhere in the file: ``from pkg import
     x`` counts as importing ``pkg.x`` when that is a module, else ``pkg``."""
-    tree = ast.parse(open(path, encoding='utf-8').read(), path)
-    is_package = path.endswith('__init__.py')
+    tree = parse_module(path)
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split('.') if is_package else name.split('.')[:-1]
-                base = base[:len(base) - node.level + 1]
-                source = '.'.join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ''
+            source = import_source(name, path, node)
             targets = [source + '.' + alias.name if source + '.' + alias.name in modules else source
                        for alias in node.names]
         else:
