@@ -193,10 +193,14 @@ MOVED = {'utils.launch': 'cluster.launch', 'utils.cluster': 'cluster.config', 'u
          'tfutils.preemption_vote': 'multiprocess.stop_vote',
          'tfutils.sync_statistics': 'multiprocess.sync_statistics',
          'tfutils.step_timeline': 'profiling.step_timeline', 'tfutils.flops': 'profiling.flops',
-         'utils.peak_flops': 'profiling.peak_flops'}
+         'utils.peak_flops': 'profiling.peak_flops',
+         'tfutils.hooked_session': 'session.hooked_session', 'tfutils.caller_thread': 'session.caller_thread',
+         'tfutils.session_failure': 'session.failure',
+         'tfutils.mixed_precision': 'precision.mixed_precision'}
 """The modules that moved (paths under the package): old -> new. The processes and clusters went
 from ``utils`` to ``cluster``, the multi-process runtime from ``tfutils`` to ``multiprocess``,
-profiling from ``tfutils`` and ``utils`` to ``profiling``."""
+profiling from ``tfutils`` and ``utils`` to ``profiling``, the hooked session from ``tfutils`` to
+``session``, mixed precision from ``tfutils`` to ``precision``."""
 
 
 def test_dataflow_utils_and_cluster_import_without_tensorflow():
