@@ -71,7 +71,7 @@ CONTRACT_MODULES = [
 MORE_MODULES = [
     # what the contract's docstrings refer to, and what a researcher extending the library reads
     'tensorpack_lite.train.distributed',
-    'tensorpack_lite.callbacks.tracking',
+    'tensorpack_lite.callbacks.monitors.tracking',
     'tensorpack_lite.callbacks.stat_reader',
     'tensorpack_lite.utils.outbox',
     'tensorpack_lite.checkpoint.files',
@@ -86,6 +86,7 @@ MORE_MODULES = [
     'tensorpack_lite.checkpoint.remote',
     'tensorpack_lite.callbacks.remote_sync',
     'tensorpack_lite.utils.object_store',
+    'tensorpack_lite.utils.run_dir_sync',
     'tensorpack_lite.input_source.data_position',
     'tensorpack_lite.dataflow.state',
     'tensorpack_lite.session.hooked_session',
@@ -126,6 +127,7 @@ MORE_MODULES = [
     'tensorpack_lite.cluster.slurm',
     'tensorpack_lite.cluster.ray',
     'tensorpack_lite.cluster.resize',
+    'tensorpack_lite.cluster.supervisor',
     'tensorpack_lite.cluster.launch',
     'tensorpack_lite.cluster.preemption',
     'tensorpack_lite.cluster.exposure',

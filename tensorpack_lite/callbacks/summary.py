@@ -18,7 +18,7 @@ from ..utils import logger
 from ..utils.argtools import is_int
 from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 from .graph import _as_operation
-from .monitor_group import summary_scalar_name
+from .monitors.group import summary_scalar_name
 
 __all__ = ['MOVING_SUMMARY_OPS_KEY', 'MovingAverageSummary', 'MergeAllSummaries',
            'MergeAllSummaries_RunAlone', 'MergeAllSummaries_RunWithOp', 'SimpleMovingAverage']

@@ -196,11 +196,17 @@ MOVED = {'utils.launch': 'cluster.launch', 'utils.cluster': 'cluster.config', 'u
          'utils.peak_flops': 'profiling.peak_flops',
          'tfutils.hooked_session': 'session.hooked_session', 'tfutils.caller_thread': 'session.caller_thread',
          'tfutils.session_failure': 'session.failure',
-         'tfutils.mixed_precision': 'precision.mixed_precision'}
+         'tfutils.mixed_precision': 'precision.mixed_precision',
+         'callbacks.monitor_group': 'callbacks.monitors.group',
+         'callbacks.monitor_writers': 'callbacks.monitors.writers',
+         'callbacks.monitor_services': 'callbacks.monitors.services',
+         'callbacks.mlflow_monitor': 'callbacks.monitors.mlflow',
+         'callbacks.wandb_monitor': 'callbacks.monitors.wandb'}
 """The modules that moved (paths under the package): old -> new. The processes and clusters went
 from ``utils`` to ``cluster``, the multi-process runtime from ``tfutils`` to ``multiprocess``,
 profiling from ``tfutils`` and ``utils`` to ``profiling``, the hooked session from ``tfutils`` to
-``session``, mixed precision from ``tfutils`` to ``precision``."""
+``session``, mixed precision from ``tfutils`` to ``precision``, the monitors from ``callbacks`` to
+``callbacks.monitors`` (the old paths that are public re-export: callbacks/test_monitors_import_paths.py)."""
 
 
 def test_dataflow_utils_and_cluster_import_without_tensorflow():
@@ -333,7 +339,7 @@ def test_importing_everything_of_the_core_loads_no_keras_2():
     assert out.strip().splitlines()[-1] == '[]'
 
 
-@pytest.mark.parametrize('package', ['utils', 'tfutils'])
+@pytest.mark.parametrize('package', ['utils', 'tfutils', 'callbacks'])
 def test_the_old_paths_of_moved_modules_name_the_new_ones(package):
     """The old paths under ``package`` of the modules of MOVED (``tensorpack_lite.utils.launch`` &
     co., ``tensorpack_lite.tfutils.collective`` & co.): importing one fails with an ImportError
