@@ -24,8 +24,8 @@ from ..compat import enable_graph_mode, tf, tfv1
 from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
 from ..loop.state import Schedule, TrainLoop
-from ..tfutils.hooked_session import HookedSession
-from ..tfutils.mixed_precision import MixedPrecision, MixedPrecisionError, PrecisionReport, check_rewrite
+from ..precision.mixed_precision import MixedPrecision, MixedPrecisionError, PrecisionReport, check_rewrite
+from ..session.hooked_session import HookedSession
 from ..tfutils.model_utils import describe_trainable_vars
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit

@@ -173,6 +173,9 @@ MOVED = {'utils.launch': 'cluster.launch', 'utils.cluster': 'cluster.config', 'u
          'tfutils.sync_statistics': 'multiprocess.sync_statistics',
          'tfutils.step_timeline': 'profiling.step_timeline', 'tfutils.flops': 'profiling.flops',
          'utils.peak_flops': 'profiling.peak_flops',
+         'tfutils.hooked_session': 'session.hooked_session', 'tfutils.caller_thread': 'session.caller_thread',
+         'tfutils.session_failure': 'session.failure',
+         'tfutils.mixed_precision': 'precision.mixed_precision',
          'callbacks.monitor_group': 'callbacks.monitors.group',
          'callbacks.monitor_writers': 'callbacks.monitors.writers',
          'callbacks.monitor_services': 'callbacks.monitors.services',
@@ -180,7 +183,8 @@ MOVED = {'utils.launch': 'cluster.launch', 'utils.cluster': 'cluster.config', 'u
          'callbacks.wandb_monitor': 'callbacks.monitors.wandb'}
 """The modules that moved (paths under the package): old -> new. The processes and clusters went
 from ``utils`` to ``cluster``, the multi-process runtime from ``tfutils`` to ``multiprocess``,
-profiling from ``tfutils`` and ``utils`` to ``profiling``, the monitors from ``callbacks`` to
+profiling from ``tfutils`` and ``utils`` to ``profiling``, the hooked session from ``tfutils`` to
+``session``, mixed precision from ``tfutils`` to ``precision``, the monitors from ``callbacks`` to
 ``callbacks.monitors`` (the old paths that are public re-export: callbacks/test_monitors_import_paths.py)."""
 
 
