@@ -21,6 +21,7 @@ from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParam
                     StatMonitorParamSetter)
 from .prof import (CommunicationTimeline, GPUMemoryTracker, GPUUtilizationTracker, GraphProfiler,
                    HostMemoryTracker, PeakMemoryTracker, ThroughputTracker)
+from .rollback import RollbackOnAnomaly, SpikeRule
 from .saver import CheckpointWriteError, MaxSaver, MinSaver, ModelSaver
 from .stats import InjectShell, SendStat
 from .step_monitor import StepTimeMonitor
@@ -51,5 +52,5 @@ __all__ = [
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',
     'MergeAllSummaries', 'MovingAverageSummary', 'SimpleMovingAverage',
     'EnableCallbackIf', 'PeriodicCallback', 'PeriodicTrigger',
-    'WeightAverage', 'OptunaPruning', 'StepTimeMonitor',
+    'WeightAverage', 'OptunaPruning', 'StepTimeMonitor', 'RollbackOnAnomaly', 'SpikeRule',
 ]

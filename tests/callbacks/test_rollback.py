@@ -1,0 +1,205 @@
+"""RollbackOnAnomaly (issue 70): a poisoned batch (NaN inputs) at step 37, on one tower and on two,
+ends with weights bit-identical to a run whose data lacks the rolled-back window, where without
+it the weights are NaN; a NaN a ReLU hides from the loss is caught in the weights; a 1000x spike
+is rolled back and recorded; ordinary noise rolls back nothing in 2000 steps; a resumed run
+replays and undoes a window recorded after its checkpoint; the bound, the learning-rate scaling,
+the argument checks; SpikeRule's limit."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from helpers.graphs import ReadAllVariables, cpus
+from helpers.models import MLP
+from helpers.multigpu import cpu_session_creator
+
+from tensorpack_lite.callbacks import Callback, ModelSaver, RollbackOnAnomaly, SpikeRule
+from tensorpack_lite.compat import tfv1
+from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.input_source import FeedInput, QueueInput
+from tensorpack_lite.train import (AutoResumeTrainConfig, SimpleTrainer, SyncMultiGPUTrainerReplicated,
+                                   TrainConfig, launch_train_with_config)
+from tensorpack_lite.utils import logger
+
+SIZES, LINEAR, BATCH = (4, 8, 3), (4, 3), 4     # LINEAR: no ReLU to hide a NaN from the loss
+
+
+def batches(count, seed=0, noise=0.0):
+    """``count`` [x, label] batches of a learnable rule (label: the arg-max of x's first 3
+    features), x with ``noise`` added."""
+    rng = np.random.RandomState(seed)
+    out = []
+    for _ in range(count):
+        x = rng.randn(BATCH, SIZES[0]).astype('float32')
+        label = np.argmax(x[:, :3], axis=1).astype('int32')
+        out.append([x + noise * rng.randn(*x.shape).astype('float32'), label])
+    return out
+
+
+def poisoned(data, step, value=np.nan, towers=1):
+    """``data`` with the batch(es) of global step ``step`` (1-based) set to ``value``, or with a
+    number: multiplied by it."""
+    data = [[x.copy(), y] for x, y in data]
+    for index in range((step - 1) * towers, step * towers):
+        data[index][0] = np.full_like(data[index][0], value) if np.isnan(value) else data[index][0] * value
+    return data
+
+
+def without_steps(data, first, last, towers=1):
+    return data[:(first - 1) * towers] + data[last * towers:]
+
+
+def no_cost_check(trainer):
+    trainer.CHECK_COST = False
+    return trainer
+
+
+def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None, logdir=None,
+          config_class=TrainConfig, max_epoch=None):
+    """Train the MLP on ``data`` (in order) for ``steps`` steps; every variable at the end."""
+    readback = ReadAllVariables()
+    if logdir is not None:
+        logger.set_logger_dir(str(logdir), action='k')
+    try:
+        with tfv1.Graph().as_default():
+            df = DataFromList(data, shuffle=False)
+            if towers == 1:
+                trainer, source, creator = no_cost_check(SimpleTrainer()), FeedInput(df), None
+            else:
+                trainer = no_cost_check(SyncMultiGPUTrainerReplicated(cpus(towers), mode='cpu'))
+                source, creator = QueueInput(df), cpu_session_creator(towers)
+            per_epoch = steps_per_epoch or steps
+            config = config_class(model=model or MLP(SIZES, lr=0.1), data=source,
+                                  callbacks=list(callbacks) + [readback], steps_per_epoch=per_epoch,
+                                  max_epoch=max_epoch or steps // per_epoch, session_creator=creator,
+                                  monitors=[] if logdir is None else None)
+            launch_train_with_config(config, trainer)
+    finally:
+        if logdir is not None:
+            logger._detach_file_handler()
+    return readback.values, trainer
+
+
+def assert_same_weights(got, expected):
+    names = [name for name in expected if name.startswith(('fc', 'tower1/fc'))]
+    assert names
+    for name in names:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+        assert np.all(np.isfinite(got[name])), name
+
+
+# ----- a NaN batch ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('towers', [1, 2])
+def test_a_nan_batch_at_step_37_is_rolled_back_to_the_weights_of_a_run_without_the_window(towers):
+    data = batches(60 * towers)
+    bad = poisoned(data, 37, towers=towers)
+    linear = MLP(LINEAR, lr=0.1)
+    plain, _ = train(bad, 60, towers=towers, model=linear)
+    assert np.isnan(plain['fc0/W']).all()          # without the callback: NaN for ever after
+
+    rollback = RollbackOnAnomaly('cost', snapshot_every=5, spikes=False)
+    got, _ = train(bad, 60, [rollback], towers=towers, model=linear)
+    assert [(w['snapshot'], w['first'], w['last']) for w in rollback.windows] == [(35, 36, 37)]
+    assert rollback.windows[0]['reason'] == 'loss nan'
+    expected, _ = train(without_steps(data, 36, 37, towers), 58, towers=towers, model=linear)
+    assert_same_weights(got, expected)
+    if towers == 2:
+        for name in ['fc0/W', 'fc0/b']:
+            np.testing.assert_array_equal(got['tower1/' + name], got[name])
+
+
+def test_a_nan_the_relu_hides_from_the_loss_is_caught_in_the_weights():
+    """NaN inputs give NaN pre-activations, which the ReLU turns into zeros: the loss stays finite,
+    the gradient of the first layer is NaN."""
+    data = batches(30)
+    bad = poisoned(data, 12)
+    blind = RollbackOnAnomaly('cost', snapshot_every=4, spikes=False)
+    values, _ = train(bad, 30, [blind])
+    assert blind.windows == [] and np.isnan(values['fc0/W']).any()
+
+    watching = RollbackOnAnomaly('cost', snapshot_every=4, spikes=False, check_weights=True)
+    got, _ = train(bad, 30, [watching])
+    assert [(w['snapshot'], w['first'], w['last'], w['reason']) for w in watching.windows] == [
+        (8, 9, 12, 'weights not finite')]
+    expected, _ = train(without_steps(data, 9, 12), 26)
+    assert_same_weights(got, expected)
+
+
+# ----- spikes --------------------------------------------------------------------------------------
+
+def test_a_1000x_batch_at_step_100_is_rolled_back_and_recorded_in_the_monitors(tmp_path):
+    """The batch of step 100 scaled by -1000: against the rule the model learned, so its loss is
+    about 1000 times the others'."""
+    data = batches(150)
+    bad = poisoned(data, 100, value=-1000.0)
+    rollback = RollbackOnAnomaly('cost', snapshot_every=10, spikes=SpikeRule(k=8, window=50, warmup=20))
+    got, trainer = train(bad, 150, [rollback], steps_per_epoch=50, logdir=tmp_path)
+    window, = rollback.windows
+    assert (window['snapshot'], window['first'], window['last']) == (90, 91, 100)
+    assert window['reason'].startswith('loss spike: ') and window['value'] > 100
+    assert trainer.monitors.get_history('rollbacks') == [(100, 1)]
+    with open(str(tmp_path / 'stats.json')) as f:
+        stats = json.load(f)
+    assert [s['rollbacks'] for s in stats if 'rollbacks' in s] == [1]
+    with open(str(tmp_path / 'rollbacks.json')) as f:
+        assert json.load(f) == rollback.windows
+    with open(str(tmp_path / 'log.log')) as f:
+        log = f.read()
+    assert "at global step 100: restored the snapshot of step 90; the updates of steps 91-100 are undone" in log
+    expected, _ = train(without_steps(data, 91, 100), 140)
+    assert_same_weights(got, expected)
+
+
+def test_ordinary_noise_rolls_back_nothing_in_2000_steps():
+    rollback = RollbackOnAnomaly('cost', snapshot_every=100)     # the default SpikeRule
+    train(batches(2000, seed=1, noise=0.5), 2000, [rollback], steps_per_epoch=500)
+    assert rollback.windows == []
+    assert len(rollback.spikes.history) == rollback.spikes.window
+
+
+# ----- resume --------------------------------------------------------------------------------------
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashAfter(Callback):
+    """Ends the run inside the step after global step ``step``: the checkpoint written at the end
+    is not a resume point (a step was cut), as after a crash."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def _before_run(self, ctx):
+        if self.global_step == self.step:
+            raise Crash("crashed in step {}".format(self.step + 1))
+
+
+def test_a_resumed_run_replays_and_undoes_a_window_recorded_after_its_checkpoint(tmp_path):
+    """Checkpoints every 10 steps; a spike at step 25 (a batch scaled by -1000) rolled back to step 20; the
+    run dies after step 27, resumed from the checkpoint of step 20 with data where step 25 is
+    ordinary (a spike that would not come again): the recorded window 21-25 is undone again."""
+    data = batches(40)
+    spiky = poisoned(data, 25, value=-1000.0)
+
+    def rollback():
+        return RollbackOnAnomaly('cost', snapshot_every=5, spikes=SpikeRule(k=8, window=20, warmup=10))
+
+    def saver():
+        return ModelSaver(checkpoint_dir=str(tmp_path))
+
+    first = rollback()
+    with pytest.raises(Crash):
+        train(spiky, 40, [first, saver(), CrashAfter(27)], steps_per_epoch=10, logdir=tmp_path,
+              config_class=AutoResumeTrainConfig)
+    assert [(w['first'], w['last']) for w in first.windows] == [(21, 25)]
+    resumed = rollback()
+    got, _ = train(data, 40, [resumed, saver()], steps_per_epoch=10, logdir=tmp_path,
+                   config_class=AutoResumeTrainConfig)
+    assert [(w['first'], w['last']) for w in resumed.windows] == [(21, 25)]
+    assert resumed.windows[0]['reason'].startswith('replayed: loss spike')
+    expected, _ = train(without_steps(data, 21, 25), 35)
+    assert_same_weights(got, expected)
