@@ -6,7 +6,6 @@ replays and undoes a window recorded after its checkpoint; the bound, the learni
 the argument checks; SpikeRule's limit."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -57,7 +56,7 @@ def no_cost_check(trainer):
 
 
 def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None, logdir=None,
-          config_class=TrainConfig, max_epoch=None):
+          config_class=TrainConfig, max_epoch=None, trainer=None):
     """Train the MLP on ``data`` (in order) for ``steps`` steps; every variable at the end."""
     readback = ReadAllVariables()
     if logdir is not None:
@@ -66,7 +65,7 @@ def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None,
         with tfv1.Graph().as_default():
             df = DataFromList(data, shuffle=False)
             if towers == 1:
-                trainer, source, creator = no_cost_check(SimpleTrainer()), FeedInput(df), None
+                trainer, source, creator = trainer or no_cost_check(SimpleTrainer()), FeedInput(df), None
             else:
                 trainer = no_cost_check(SyncMultiGPUTrainerReplicated(cpus(towers), mode='cpu'))
                 source, creator = QueueInput(df), cpu_session_creator(towers)
@@ -148,7 +147,8 @@ def test_a_1000x_batch_at_step_100_is_rolled_back_and_recorded_in_the_monitors(t
         assert json.load(f) == rollback.windows
     with open(str(tmp_path / 'log.log')) as f:
         log = f.read()
-    assert "at global step 100: restored the snapshot of step 90; the updates of steps 91-100 are undone" in log
+    assert ("at global step 100: restored the snapshot of step 90; the updates of steps 91-100 are "
+            "undone") in log
     expected, _ = train(without_steps(data, 91, 100), 140)
     assert_same_weights(got, expected)
 
@@ -203,3 +203,128 @@ def test_a_resumed_run_replays_and_undoes_a_window_recorded_after_its_checkpoint
     assert resumed.windows[0]['reason'].startswith('replayed: loss spike')
     expected, _ = train(without_steps(data, 21, 25), 35)
     assert_same_weights(got, expected)
+
+
+# ----- the bound, the learning rate ----------------------------------------------------------------
+
+def test_more_rollbacks_than_max_rollbacks_within_the_period_raise_naming_the_steps():
+    data = batches(40)
+    for step in (10, 14, 18):
+        data = poisoned(data, step)
+    rollback = RollbackOnAnomaly('cost', snapshot_every=5, spikes=False, max_rollbacks=2, rollback_period=10)
+    with pytest.raises(RuntimeError, match=r"3 rollbacks within 10 steps \(max_rollbacks=2\), at global "
+                                           r"steps 10, 14, 18 \(loss nan\)"):
+        train(data, 40, [rollback], model=MLP(LINEAR, lr=0.1))
+    assert [w['last'] for w in rollback.windows] == [10, 14]
+
+    spaced = RollbackOnAnomaly('cost', snapshot_every=5, spikes=False, max_rollbacks=2, rollback_period=8)
+    train(data, 40, [spaced], model=MLP(LINEAR, lr=0.1))      # 10 and 14, then 14 and 18: never 3 in 8
+    assert [w['last'] for w in spaced.windows] == [10, 14, 18]
+
+
+class RecordRate(Callback):
+    def _setup_graph(self):
+        self._rate = [v for v in tfv1.global_variables() if v.op.name == 'learning_rate'][0]
+        self.rates = {}
+
+    def _trigger_step(self):
+        self.rates[self.global_step] = float(self.trainer.sess.run(self._rate))
+
+
+def test_the_learning_rate_is_scaled_for_lr_steps_after_a_rollback():
+    """A rate variable of 0.1: x0.25 after the rollback at step 12, for 5 steps, then 0.1 again."""
+    class RatedMLP(MLP):
+        def optimizer(self):
+            return tfv1.train.GradientDescentOptimizer(
+                tfv1.get_variable('learning_rate', initializer=0.1, trainable=False))
+
+    record = RecordRate()      # after the rollback callback: sees the rate the next step uses
+    rollback = RollbackOnAnomaly('cost', snapshot_every=5, spikes=False, lr_scale=0.25, lr_steps=5)
+    train(poisoned(batches(30), 12), 30, [rollback, record], model=RatedMLP(LINEAR))
+    scaled = sorted(step for step, rate in record.rates.items() if rate == pytest.approx(0.025))
+    assert scaled == [12, 13, 14, 15, 16]
+    assert all(rate == pytest.approx(0.1) for step, rate in record.rates.items() if step not in scaled)
+
+
+# ----- argument and trainer checks -----------------------------------------------------------------
+
+@pytest.mark.parametrize('kwargs, error, match', [
+    (dict(loss=''), TypeError, 'loss must be a tensor name'),
+    (dict(snapshot_every=0), ValueError, 'snapshot_every must be a positive int, got 0'),
+    (dict(max_rollbacks=1.5), ValueError, 'max_rollbacks must be a positive int'),
+    (dict(rollback_period=-1), ValueError, 'rollback_period must be a positive int'),
+    (dict(lr_steps=0), ValueError, 'lr_steps must be a positive int'),
+    (dict(spikes='median'), TypeError, "spikes must be True, False or a SpikeRule, got 'median'"),
+    (dict(lr_scale=0), ValueError, 'lr_scale must be a number > 0 or None, got 0'),
+    (dict(lr_scale=float('inf')), ValueError, 'lr_scale must be a number > 0'),
+    (dict(lr_name=None), TypeError, 'lr_name must be a variable name'),
+])
+def test_bad_arguments_give_clear_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        RollbackOnAnomaly(**kwargs)
+
+
+def test_a_trainer_that_stops_at_a_nan_cost_itself_is_refused():
+    with tfv1.Graph().as_default():
+        config = TrainConfig(model=MLP(LINEAR), data=FeedInput(DataFromList(batches(4), shuffle=False)),
+                             callbacks=[RollbackOnAnomaly()], steps_per_epoch=2, max_epoch=1, monitors=[])
+        with pytest.raises(ValueError, match=r"SimpleTrainer.CHECK_COST is True: the trainer stops with a "
+                                             r"FloatingPointError .* set trainer.CHECK_COST = False"):
+            launch_train_with_config(config, SimpleTrainer())
+
+
+def test_a_multi_process_trainer_is_refused_naming_it():
+    class TwoProcessTrainer(SimpleTrainer):
+        world_size = 2
+
+    with pytest.raises(NotImplementedError, match=r"TwoProcessTrainer trains in 2 processes"):
+        train(batches(4), 2, [RollbackOnAnomaly()], model=MLP(LINEAR),
+              trainer=no_cost_check(TwoProcessTrainer()))
+
+
+def test_a_lr_scale_without_the_rate_variable_is_refused():
+    with pytest.raises(ValueError, match=r"no variable 'learning_rate' \(lr_name\)"):
+        train(batches(4), 2, [RollbackOnAnomaly(lr_scale=0.5)], model=MLP(LINEAR))
+
+
+def test_an_unknown_loss_is_named():
+    with pytest.raises(KeyError, match="tensor 'total_loss' is not in the graph"):
+        train(batches(4), 2, [RollbackOnAnomaly('total_loss')], model=MLP(LINEAR))
+
+
+# ----- SpikeRule ------------------------------------------------------------------------------------
+
+def test_spike_rule_limit_is_median_plus_k_robust_deviations_after_the_warmup():
+    rule = SpikeRule(k=3, window=5, warmup=3, min_spread=0)
+    rule.observe(1, 1.0)
+    rule.observe(2, 3.0)
+    assert rule.limit() is None and not rule.is_spike(1e9)         # warm-up
+    rule.observe(3, 2.0)
+    # median 2, MAD median(|1-2|, |3-2|, 0) = 1
+    assert rule.limit() == pytest.approx(2 + 3 * 1.4826)
+    assert rule.is_spike(6.5) and not rule.is_spike(6.4)
+    for step, value in enumerate([2.0, 2.0, 2.0, 100.0], start=4):
+        rule.observe(step, value)
+    assert [s for s, _ in rule.history] == [3, 4, 5, 6, 7]            # the window: the latest 5
+    assert rule.limit() == pytest.approx(2.0)                         # one outlier moves nothing; MAD 0
+    rule.forget_after(4)
+    assert rule.history == [(3, 2.0), (4, 2.0)]
+
+
+def test_spike_rule_min_spread_keeps_a_flat_loss_from_spiking_at_every_rise():
+    rule = SpikeRule(k=5, window=10, warmup=3, min_spread=0.01)
+    for step in range(5):
+        rule.observe(step, 2.0)
+    assert rule.limit() == pytest.approx(2.0 + 5 * 0.02)
+    assert not rule.is_spike(2.05) and rule.is_spike(2.2)
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(k=0), 'k must be a number > 0'),
+    (dict(window=1), 'window must be an int >= 2'),
+    (dict(window=10, warmup=11), r'warmup must be an int in \[2, window=10\], got 11'),
+    (dict(min_spread=-1), 'min_spread must be a number >= 0'),
+])
+def test_spike_rule_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SpikeRule(**kwargs)
