@@ -6,13 +6,20 @@ replays and undoes a window recorded after its checkpoint; the bound, the learni
 the argument checks; SpikeRule's limit."""
 
 import json
+import os
+import re
+import signal
+import sys
 
 import numpy as np
 import pytest
 
+from helpers.anomalies import FEATURES, batches, poisoned, without_steps
 from helpers.graphs import ReadAllVariables, cpus
 from helpers.models import MLP
 from helpers.multigpu import cpu_session_creator
+from helpers.paths import TESTS_DIR
+from helpers.processes import run_bounded, subprocess_env
 
 from tensorpack_lite.callbacks import Callback, ModelSaver, RollbackOnAnomaly, SpikeRule
 from tensorpack_lite.compat import tfv1
@@ -20,34 +27,11 @@ from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput
 from tensorpack_lite.train import (AutoResumeTrainConfig, SimpleTrainer, SyncMultiGPUTrainerReplicated,
                                    TrainConfig, launch_train_with_config)
+from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
 from tensorpack_lite.utils import logger
 
-SIZES, LINEAR, BATCH = (4, 8, 3), (4, 3), 4     # LINEAR: no ReLU to hide a NaN from the loss
-
-
-def batches(count, seed=0, noise=0.0):
-    """``count`` [x, label] batches of a learnable rule (label: the arg-max of x's first 3
-    features), x with ``noise`` added."""
-    rng = np.random.RandomState(seed)
-    out = []
-    for _ in range(count):
-        x = rng.randn(BATCH, SIZES[0]).astype('float32')
-        label = np.argmax(x[:, :3], axis=1).astype('int32')
-        out.append([x + noise * rng.randn(*x.shape).astype('float32'), label])
-    return out
-
-
-def poisoned(data, step, value=np.nan, towers=1):
-    """``data`` with the batch(es) of global step ``step`` (1-based) set to ``value``, or with a
-    number: multiplied by it."""
-    data = [[x.copy(), y] for x, y in data]
-    for index in range((step - 1) * towers, step * towers):
-        data[index][0] = np.full_like(data[index][0], value) if np.isnan(value) else data[index][0] * value
-    return data
-
-
-def without_steps(data, first, last, towers=1):
-    return data[:(first - 1) * towers] + data[last * towers:]
+ROLLBACK_SCRIPT = os.path.join(TESTS_DIR, 'resume_scripts', 'rollback_resume.py')
+SIZES, LINEAR = (FEATURES, 8, 3), (FEATURES, 3)     # LINEAR: no ReLU to hide a NaN from the loss
 
 
 def no_cost_check(trainer):
@@ -328,3 +312,32 @@ def test_spike_rule_min_spread_keeps_a_flat_loss_from_spiking_at_every_rise():
 def test_spike_rule_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SpikeRule(**kwargs)
+
+
+def _script(logdir, *args, expect=0):
+    code, output = run_bounded([sys.executable, ROLLBACK_SCRIPT, str(logdir)] + [str(a) for a in args], 240,
+                               env=subprocess_env(PYTHONHASHSEED='0'))
+    assert code == expect, "exit {} (expected {}):\n{}".format(code, expect, output[-5000:])
+    return output
+
+
+def test_sigkill_right_after_a_rollback_then_resume_the_window_stays_skipped(tmp_path):
+    """tests/resume_scripts/rollback_resume.py: a spike at step 25, rolled back to step 20, SIGKILL
+    right after it (the newest checkpoint: step 20, or 15 when the kill cut its write); resumed on
+    data where step 25 is ordinary, the run undoes steps 21-25 again from rollbacks.json and ends
+    with the weights of a run whose data lacks them."""
+    killed = tmp_path / 'killed'
+    _script(killed, '--spike-at', 25, '--sigkill-after', 25, expect=-signal.SIGKILL)
+    with open(str(killed / 'rollbacks.json')) as f:
+        assert [(w['snapshot'], w['first'], w['last']) for w in json.load(f)] == [(20, 21, 25)]
+    output = _script(killed)
+    # the checkpoint of step 20 is written in the background: the kill may have cut it
+    resumed_at = re.search(r"Resuming from checkpoint .*model-(\d+) \(end of epoch", output)
+    assert resumed_at and int(resumed_at.group(1)) in (15, 20), output[-5000:]
+    assert "will replay and undo the recorded window(s) 21-25 again" in output
+    with open(str(killed / 'rollbacks.json')) as f:
+        window, = json.load(f)
+    assert (window['first'], window['last']) == (21, 25)
+    assert window['reason'].startswith('replayed: loss spike')
+    expected, _ = train(without_steps(batches(40), 21, 25), 35, steps_per_epoch=5)
+    assert_same_weights(load_chkpt_vars(str(killed / 'model-40')), expected)
