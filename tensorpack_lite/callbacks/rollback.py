@@ -2,12 +2,11 @@
 in-memory snapshot when the loss turns NaN or infinite (or spikes, by a :class:`SpikeRule`) and
 goes on past the data that led to it."""
 
+import bisect
 import json
 import math
 import os
 import re
-
-import numpy as np
 
 from ..compat import tf, tfv1
 from ..loop.callback import Callback
@@ -54,33 +53,92 @@ class SpikeRule:
             raise ValueError("SpikeRule: min_spread must be a number >= 0, got {!r}".format(min_spread))
         self.k, self.window, self.warmup = float(k), int(window), int(warmup)
         self.min_spread = float(min_spread)
-        self.history = []      # [(global_step, value)] of the latest good values, oldest first
+        self._history = []     # [(global_step, value)] of the latest good values, oldest first
+        self._sorted = []      # their values, sorted: the median and the MAD without numpy a step
 
     def __repr__(self):
         return "SpikeRule(k={:g}, window={}, warmup={})".format(self.k, self.window, self.warmup)
 
+    @property
+    def history(self):
+        """``[(global_step, value)]`` of the latest good values (at most ``window``), oldest first."""
+        return list(self._history)
+
+    @history.setter
+    def history(self, points):
+        self._history = [(int(s), float(v)) for s, v in points][-self.window:]
+        self._sorted = sorted(v for _, v in self._history)
+
     def limit(self):
         """The largest value that is not a spike; None during the warm-up."""
-        if len(self.history) < self.warmup:
+        if len(self._history) < self.warmup:
             return None
-        values = np.array([value for _, value in self.history], np.float64)
-        median = float(np.median(values))
-        spread = max(_MAD_TO_SIGMA * float(np.median(np.abs(values - median))), self.min_spread * abs(median))
-        return median + self.k * spread
+        median = _middle(self._sorted)
+        mad = _median_deviation(self._sorted, median)
+        return median + self.k * max(_MAD_TO_SIGMA * mad, self.min_spread * abs(median))
 
     def is_spike(self, value):
         """Whether ``value`` (finite) is above :meth:`limit`."""
-        limit = self.limit()
-        return limit is not None and value > limit
+        if len(self._history) < self.warmup:
+            return False
+        median = _middle(self._sorted)
+        if value <= median + self.k * self.min_spread * abs(median):    # below any limit: no MAD needed
+            return False
+        return value > self.limit()
 
     def observe(self, step, value):
         """Add the good value of global step ``step`` to the window."""
-        self.history.append((int(step), float(value)))
-        del self.history[:-self.window]
+        value = float(value)
+        self._history.append((int(step), value))
+        bisect.insort(self._sorted, value)
+        if len(self._history) > self.window:
+            _, oldest = self._history.pop(0)
+            del self._sorted[bisect.bisect_left(self._sorted, oldest)]
 
     def forget_after(self, step):
         """Drop the values of the global steps after ``step`` (their updates were undone)."""
-        self.history = [(s, v) for s, v in self.history if s <= step]
+        self.history = [(s, v) for s, v in self._history if s <= step]
+
+
+def _middle(ordered):
+    """The median of a sorted list (the mean of the two middle values for an even length)."""
+    n = len(ordered)
+    return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2.0
+
+
+def _median_deviation(ordered, center):
+    """The median of the absolute deviations of the sorted list ``ordered`` from ``center`` (its
+    median), in O(log n): the deviations below ``center`` and those above it are two sorted
+    sequences, and the middle ones of their union are found by bisection."""
+    split = bisect.bisect_left(ordered, center)
+    below = _Ascending(lambda i: center - ordered[split - 1 - i], split)
+    above = _Ascending(lambda j: ordered[split + j] - center, len(ordered) - split)
+    n = len(ordered)
+    return (_kth_smallest(below, above, (n - 1) // 2) + _kth_smallest(below, above, n // 2)) / 2.0
+
+
+class _Ascending:
+    """An ascending sequence given by a function of the index, and its length."""
+
+    __slots__ = ('at', 'length')
+
+    def __init__(self, at, length):
+        self.at, self.length = at, length
+
+
+def _kth_smallest(a, b, k):
+    """The ``k``-th smallest (from 0) of the union of the ascending sequences ``a`` and ``b``: the
+    union's first k + 1 are the first i of ``a`` and the first k + 1 - i of ``b``, for the i found
+    by bisection."""
+    lo, hi = max(0, k + 1 - b.length), min(k + 1, a.length)
+    while lo < hi:
+        i = (lo + hi) // 2
+        if b.at(k - i) > a.at(i):      # b's (k + 1 - i)-th is above a's (i + 1)-th: take more of a
+            lo = i + 1
+        else:
+            hi = i
+    j = k + 1 - lo
+    return max(a.at(lo - 1) if lo > 0 else -math.inf, b.at(j - 1) if j > 0 else -math.inf)
 
 
 class RollbackOnAnomaly(Callback):
@@ -182,7 +240,7 @@ class RollbackOnAnomaly(Callback):
     def _setup_graph(self):
         trainer = self.trainer
         self._check_trainer(trainer)
-        self._loss = self._mean_loss()
+        self._fetch = tfv1.train.SessionRunArgs(fetches=[self._mean_loss()])    # built once
         lr = [v for v in tfv1.global_variables() if v.op.name == self.lr_name]
         if self.lr_scale is not None and not lr:
             raise ValueError("{}: lr_scale is set, but the graph has no variable '{}' (lr_name)".format(
@@ -242,13 +300,16 @@ class RollbackOnAnomaly(Callback):
             self._schedule_replays(start)
 
     def _before_run(self, ctx):
-        return [self._loss]
+        return self._fetch
 
     def _after_run(self, run_context, run_values):
         self._loss_value = float(run_values.results[0])
 
     def _trigger_step(self):
         step, value = self.global_step, self._loss_value
+        if value is None:     # no run of the step fetched the loss
+            return
+        self._loss_value = None
         reason = self._anomaly(value)
         replay = self._replays[0] if self._replays and self._replays[0]['last'] == step else None
         if replay is not None:
