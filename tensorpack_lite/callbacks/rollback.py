@@ -275,10 +275,13 @@ class RollbackOnAnomaly(Callback):
                                           self, trainer.accumulate))
 
     def _mean_loss(self):
-        towers = getattr(self.trainer, 'towers', None)
+        try:
+            towers = self.trainer.towers.training()
+        except (AttributeError, RuntimeError):     # a trainer without towers
+            towers = []
         losses = []
-        if towers is not None:
-            for handle in towers.training():
+        if towers:
+            for handle in towers:
                 try:
                     losses.append(handle[self.loss_name])
                 except KeyError:

@@ -20,6 +20,8 @@ from helpers.models import MLP
 from helpers.multigpu import cpu_session_creator
 from helpers.paths import TESTS_DIR
 from helpers.processes import run_bounded, subprocess_env
+from helpers.trainers import counter_trainer
+from helpers.trainers import train as train_steps
 
 from tensorpack_lite.callbacks import Callback, ModelSaver, RollbackOnAnomaly, SpikeRule
 from tensorpack_lite.compat import tfv1
@@ -341,3 +343,24 @@ def test_sigkill_right_after_a_rollback_then_resume_the_window_stays_skipped(tmp
     assert window['reason'].startswith('replayed: loss spike')
     expected, _ = train(without_steps(batches(40), 21, 25), 35, steps_per_epoch=5)
     assert_same_weights(load_chkpt_vars(str(killed / 'model-40')), expected)
+
+
+def test_a_trainer_without_towers_finds_the_loss_in_the_graph():
+    """helpers.trainers' CountingTrainer: a bare Trainer whose 'loss' is NaN when its counter is 4:
+    at step 4, rolled back to the snapshot of step 2 (the counter with it), and so again at step 6,
+    to the same snapshot, the window then 5-6."""
+    class ReadCounter(Callback):
+        def _setup_graph(self):
+            self.counter = [v for v in tfv1.global_variables() if v.op.name == 'counter'][0]
+
+        def _after_train(self):
+            self.value = float(self.trainer.sess.run(self.counter))
+
+    with tfv1.Graph().as_default():
+        trainer = counter_trainer()
+        counter = [v for v in tfv1.global_variables() if v.op.name == 'counter'][0]
+        tfv1.where(tfv1.equal(counter, 4.0), np.float32(np.nan), counter, name='loss')
+        rollback, read = RollbackOnAnomaly('loss', snapshot_every=2, spikes=False), ReadCounter()
+        train_steps(trainer, [rollback, read], steps_per_epoch=6, max_epoch=1)
+    assert [(w['snapshot'], w['first'], w['last']) for w in rollback.windows] == [(2, 3, 4), (2, 5, 6)]
+    assert read.value == 2.0
