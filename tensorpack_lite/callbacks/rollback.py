@@ -18,15 +18,18 @@ from ..utils.fs import write_atomically
 __all__ = ['SpikeRule', 'RollbackOnAnomaly']
 
 _REPLICA = re.compile(r'^tower[0-9]+/')
-_MAD_TO_SIGMA = 1.4826     # the MAD of a normal distribution times this is its standard deviation
+_SIGMA_PER_QUARTILE = 1.4826    # normal noise: (upper quartile - median) * this = its standard deviation
 
 
 class SpikeRule:
-    """What counts as a spike of the loss: a value above ``median + k * 1.4826 * MAD`` of the
-    last ``window`` good values (MAD: the median of the absolute deviations from the median; times
-    1.4826 it is the standard deviation of normal noise), once ``warmup`` values were seen. Robust:
-    one outlier in the window moves neither the median nor the MAD. ``min_spread`` (relative to
-    the median) keeps a nearly constant loss from calling every small rise a spike.
+    """What counts as a spike of the loss: a value above ``median + k * 1.4826 * (upper -
+    median)`` of the last ``window`` good values, ``upper`` the median of their upper half (the
+    upper quartile; for normal noise, 1.4826 times its distance to the median is the standard
+    deviation), once ``warmup`` values were seen. One-sided and robust: a loss is bounded below
+    and skewed up (most batches near the median, a few harder ones well above), which the upper
+    half measures and a symmetric spread would not; one outlier in the window moves the median and
+    the quartile by one rank at most. ``min_spread`` (relative to the median) keeps a nearly
+    constant loss from calling every small rise a spike.
 
     Args:
         k (float): how many (robust) standard deviations above the median is a spike.
@@ -36,12 +39,12 @@ class SpikeRule:
 
     Example::
 
-        rule = SpikeRule(k=8, window=200, warmup=50)
+        rule = SpikeRule(k=10, window=200, warmup=50)
         if not rule.is_spike(loss):
             rule.observe(step, loss)
     """
 
-    def __init__(self, k=8.0, window=200, warmup=50, min_spread=0.01):
+    def __init__(self, k=10.0, window=200, warmup=50, min_spread=0.01):
         if not is_real(k) or not k > 0:
             raise ValueError("SpikeRule: k must be a number > 0, got {!r}".format(k))
         if not is_int(window) or window < 2:
@@ -54,7 +57,7 @@ class SpikeRule:
         self.k, self.window, self.warmup = float(k), int(window), int(warmup)
         self.min_spread = float(min_spread)
         self._history = []     # [(global_step, value)] of the latest good values, oldest first
-        self._sorted = []      # their values, sorted: the median and the MAD without numpy a step
+        self._sorted = []      # their values, sorted: the median and the quartile in O(1)
 
     def __repr__(self):
         return "SpikeRule(k={:g}, window={}, warmup={})".format(self.k, self.window, self.warmup)
@@ -73,18 +76,15 @@ class SpikeRule:
         """The largest value that is not a spike; None during the warm-up."""
         if len(self._history) < self.warmup:
             return None
-        median = _middle(self._sorted)
-        mad = _median_deviation(self._sorted, median)
-        return median + self.k * max(_MAD_TO_SIGMA * mad, self.min_spread * abs(median))
+        ordered = self._sorted
+        median = _middle(ordered)
+        upper = _middle(ordered, len(ordered) // 2)       # the median of the upper half
+        return median + self.k * max(_SIGMA_PER_QUARTILE * (upper - median), self.min_spread * abs(median))
 
     def is_spike(self, value):
         """Whether ``value`` (finite) is above :meth:`limit`."""
-        if len(self._history) < self.warmup:
-            return False
-        median = _middle(self._sorted)
-        if value <= median + self.k * self.min_spread * abs(median):    # below any limit: no MAD needed
-            return False
-        return value > self.limit()
+        limit = self.limit()
+        return limit is not None and value > limit
 
     def observe(self, step, value):
         """Add the good value of global step ``step`` to the window."""
@@ -100,45 +100,11 @@ class SpikeRule:
         self.history = [(s, v) for s, v in self._history if s <= step]
 
 
-def _middle(ordered):
-    """The median of a sorted list (the mean of the two middle values for an even length)."""
-    n = len(ordered)
-    return (ordered[(n - 1) // 2] + ordered[n // 2]) / 2.0
-
-
-def _median_deviation(ordered, center):
-    """The median of the absolute deviations of the sorted list ``ordered`` from ``center`` (its
-    median), in O(log n): the deviations below ``center`` and those above it are two sorted
-    sequences, and the middle ones of their union are found by bisection."""
-    split = bisect.bisect_left(ordered, center)
-    below = _Ascending(lambda i: center - ordered[split - 1 - i], split)
-    above = _Ascending(lambda j: ordered[split + j] - center, len(ordered) - split)
-    n = len(ordered)
-    return (_kth_smallest(below, above, (n - 1) // 2) + _kth_smallest(below, above, n // 2)) / 2.0
-
-
-class _Ascending:
-    """An ascending sequence given by a function of the index, and its length."""
-
-    __slots__ = ('at', 'length')
-
-    def __init__(self, at, length):
-        self.at, self.length = at, length
-
-
-def _kth_smallest(a, b, k):
-    """The ``k``-th smallest (from 0) of the union of the ascending sequences ``a`` and ``b``: the
-    union's first k + 1 are the first i of ``a`` and the first k + 1 - i of ``b``, for the i found
-    by bisection."""
-    lo, hi = max(0, k + 1 - b.length), min(k + 1, a.length)
-    while lo < hi:
-        i = (lo + hi) // 2
-        if b.at(k - i) > a.at(i):      # b's (k + 1 - i)-th is above a's (i + 1)-th: take more of a
-            lo = i + 1
-        else:
-            hi = i
-    j = k + 1 - lo
-    return max(a.at(lo - 1) if lo > 0 else -math.inf, b.at(j - 1) if j > 0 else -math.inf)
+def _middle(ordered, start=0):
+    """The median of the sorted list ``ordered[start:]`` (the mean of the two middle values for an
+    even length), without copying it."""
+    n = len(ordered) - start
+    return (ordered[start + (n - 1) // 2] + ordered[start + n // 2]) / 2.0
 
 
 class RollbackOnAnomaly(Callback):

@@ -280,21 +280,31 @@ def test_an_unknown_loss_is_named():
 
 # ----- SpikeRule ------------------------------------------------------------------------------------
 
-def test_spike_rule_limit_is_median_plus_k_robust_deviations_after_the_warmup():
+def test_spike_rule_limit_is_median_plus_k_upper_quartile_spreads_after_the_warmup():
     rule = SpikeRule(k=3, window=5, warmup=3, min_spread=0)
     rule.observe(1, 1.0)
     rule.observe(2, 3.0)
     assert rule.limit() is None and not rule.is_spike(1e9)         # warm-up
     rule.observe(3, 2.0)
-    # median 2, MAD median(|1-2|, |3-2|, 0) = 1
-    assert rule.limit() == pytest.approx(2 + 3 * 1.4826)
-    assert rule.is_spike(6.5) and not rule.is_spike(6.4)
+    # [1, 2, 3]: median 2, the upper half [2, 3] has the median 2.5
+    assert rule.limit() == pytest.approx(2 + 3 * 1.4826 * 0.5)
+    assert rule.is_spike(4.3) and not rule.is_spike(4.2)
     for step, value in enumerate([2.0, 2.0, 2.0, 100.0], start=4):
         rule.observe(step, value)
     assert [s for s, _ in rule.history] == [3, 4, 5, 6, 7]            # the window: the latest 5
-    assert rule.limit() == pytest.approx(2.0)                         # one outlier moves nothing; MAD 0
+    assert rule.limit() == pytest.approx(2.0)                         # one outlier moves nothing
     rule.forget_after(4)
     assert rule.history == [(3, 2.0), (4, 2.0)]
+
+
+def test_spike_rule_measures_the_upper_half_of_a_skewed_loss():
+    """Most batches at 1, a few harder ones up to 4: the median absolute deviation is 0 (a
+    symmetric rule would call 3, seen before, a spike); the upper half's spread is not."""
+    rule = SpikeRule(k=3, window=8, warmup=8, min_spread=0)
+    for step, value in enumerate([1.0, 1.0, 4.0, 1.0, 1.0, 2.0, 1.0, 3.0]):
+        rule.observe(step, value)
+    assert rule.limit() == pytest.approx(1 + 3 * 1.4826 * 1.5)         # upper half [1, 2, 3, 4]: 2.5
+    assert not rule.is_spike(3.0) and not rule.is_spike(7.0) and rule.is_spike(8.0)
 
 
 def test_spike_rule_min_spread_keeps_a_flat_loss_from_spiking_at_every_rise():
