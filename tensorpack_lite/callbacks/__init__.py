@@ -19,6 +19,7 @@ from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParam
                     StatMonitorParamSetter)
 from .prof import (CommunicationTimeline, GPUMemoryTracker, GPUUtilizationTracker, GraphProfiler,
                    HostMemoryTracker, PeakMemoryTracker, ThroughputTracker)
+from .rollback import RollbackOnAnomaly, SpikeRule
 from .saver import CheckpointWriteError, MaxSaver, MinSaver, ModelSaver
 from .stats import InjectShell, SendStat
 from .step_monitor import StepTimeMonitor
@@ -48,5 +49,5 @@ __all__ = [
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',
     'MergeAllSummaries', 'MovingAverageSummary', 'SimpleMovingAverage',
     'EnableCallbackIf', 'PeriodicCallback', 'PeriodicTrigger',
-    'WeightAverage', 'OptunaPruning', 'StepTimeMonitor',
+    'WeightAverage', 'OptunaPruning', 'StepTimeMonitor', 'RollbackOnAnomaly', 'SpikeRule',
 ]
