@@ -39,7 +39,7 @@ def run(model_fn, batches, epochs, logdir, with_rollback):
         config = TrainConfig(model=model_fn(), dataflow=DataFromList(batches, shuffle=False),
                              callbacks=[timer] + rollback, steps_per_epoch=len(batches), max_epoch=epochs)
         launch_train_with_config(config, trainer)
-        logger._detach_file_handler()
+        logger.unset_logger_dir()
     if rollback:
         ROLLBACKS.extend(rollback[0].windows)
     return timer.times

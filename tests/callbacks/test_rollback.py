@@ -63,7 +63,7 @@ def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None,
             launch_train_with_config(config, trainer)
     finally:
         if logdir is not None:
-            logger._detach_file_handler()
+            logger.unset_logger_dir()
     return readback.values, trainer
 
 
