@@ -69,6 +69,8 @@ CONTRACT_MODULES = [
 
 MORE_MODULES = [
     # what the contract's docstrings refer to, and what a researcher extending the library reads
+    'tensorpack_lite.train.trainers',
+    'tensorpack_lite.train.multiprocess_trainer',
     'tensorpack_lite.train.distributed',
     'tensorpack_lite.callbacks.tracking',
     'tensorpack_lite.callbacks.stat_reader',

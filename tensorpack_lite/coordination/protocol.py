@@ -112,7 +112,7 @@ class MultiProcessProtocol:
 
     def agree_on_schedule(self, sess, mine):
         """Every process takes the chief's schedule: this process's (``mine``, a
-        :class:`~tensorpack_lite.loop.state.Schedule`) or the chief's, which it follows."""
+        ``Schedule``) or the chief's, which it follows."""
         chosen = self._exchange_schedule(sess, mine)
         if chosen != mine:
             logger.info("{} follows {}'s schedule: {}.".format(self.name, self.CHIEF, chosen.describe()))
@@ -182,8 +182,8 @@ class MultiProcessProtocol:
     # ----- end ---------------------------------------------------------------------------------
 
     def ending(self, failure):
-        """Training ends (``failure``: a :class:`~tensorpack_lite.loop.state.RunFailure` or
-        None), before the callbacks' ``after_train``."""
+        """Training ends (``failure``: the loop's ``RunFailure``, or None), before the
+        callbacks' ``after_train``."""
 
     def close(self):
         """After the callbacks' ``after_train`` and the session's close."""

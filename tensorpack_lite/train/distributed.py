@@ -63,7 +63,6 @@ class DistributedTrainerBase(MultiProcessTrainer, DataParallelTrainer):
             On a ps task the trainer serves until the workers finish, then exits the process.
 
     Attributes:
-        cluster (ClusterConfig): the cluster and this task.
         task_index (int), num_worker (int): this worker and the number of workers.
     """
 
