@@ -44,7 +44,7 @@ import numpy as np
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.callbacks import ClassificationError, InferenceRunner
 from tensorpack_lite.dataflow import BatchData, DataFromList
-from tensorpack_lite.tfutils.mixed_precision import mixed_precision_session_config
+from tensorpack_lite.precision.mixed_precision import mixed_precision_session_config
 from tensorpack_lite.tfutils.tower import TowerContext
 from tensorpack_lite.train import ModelDesc, SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.utils import fix_rng_seed, logger

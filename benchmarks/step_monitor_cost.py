@@ -122,7 +122,7 @@ def default_path(model_fn, batches, epochs, logdir, monitor_on):
                              callbacks=[timer], extra_callbacks=DEFAULT_CALLBACKS(step_monitor=monitor_on),
                              steps_per_epoch=len(batches), max_epoch=epochs)
         launch_train_with_config(config, SimpleTrainer())
-        logger._detach_file_handler()
+        logger.unset_logger_dir()
     return timer.times
 
 

@@ -71,8 +71,10 @@ _TENSORFLOW_NAMES = {
         'ModelSaver', 'MonitorBase', 'Monitors', 'MovingAverageSummary', 'ObjAttrParam', 'OptunaPruning',
         'PeakMemoryTracker',
         'PeriodicCallback', 'PeriodicTrigger', 'ProcessTensors', 'ProgressBar', 'ProxyCallback',
-        'RunOp', 'RunUpdateOps', 'ScalarPrinter', 'ScalarStats', 'ScheduledHyperParamSetter',
-        'SendMonitorData', 'SendStat', 'SessionRunTimeout', 'SimpleMovingAverage', 'StartProcOrThread',
+        'RollbackOnAnomaly', 'RunOp', 'RunUpdateOps',
+        'ScalarPrinter', 'ScalarStats', 'ScheduledHyperParamSetter',
+        'SendMonitorData', 'SendStat', 'SessionRunTimeout', 'SimpleMovingAverage', 'SpikeRule',
+        'StartProcOrThread',
         'StatMonitorParamSetter', 'StepTimeMonitor', 'TensorBoardHParams', 'TensorPrinter',
         'TFEventWriter', 'TFLocalCLIDebugHook', 'ThroughputTracker', 'WandbMonitor', 'WeightAverage'),
     'graph_builder': (

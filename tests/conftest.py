@@ -200,7 +200,7 @@ def _fresh_graph_and_logger():
     from tensorpack_lite.utils import logger
     with tfv1.Graph().as_default():
         yield
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tensorpack_lite import Callback, FeedfreeInput, ModelDescBase, StagingInput
 from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.graph_builder import (
     DataParallelBuilder, LeastLoadedDeviceSetter, check_session_devices, interpret_towers, tower_device)
-from tensorpack_lite.tfutils.mixed_precision import LossScaleOptimizer
+from tensorpack_lite.precision.loss_scale import LossScaleOptimizer
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.tfutils.tower import TowerContext, TowerFunc
 from tensorpack_lite.utils.argtools import memoized_method

@@ -1,5 +1,5 @@
 """Callbacks: everything that happens around the training steps, and the monitors that
-receive training statistics."""
+receive training statistics (their package: ``tensorpack_lite.callbacks.monitors``)."""
 
 from .base import Callback, CallbackFactory, ProxyCallback
 from .concurrency import StartProcOrThread
@@ -10,24 +10,22 @@ from .hooks import CallbackToHook, HookToCallback, TFLocalCLIDebugHook
 from .inference import BinaryClassificationStats, ClassificationError, Inferencer, ScalarStats
 from .inference_runner import DataParallelInferenceRunner, InferenceRunner, InferenceRunnerBase
 from .early_stopping import EarlyStopping
-from .hparams import TensorBoardHParams
 from .misc import EstimatedTimeLeft
-from .mlflow_monitor import MLflowMonitor
 from .optuna_pruning import OptunaPruning
-from .monitor import (CometMLMonitor, JSONWriter, MonitorBase, Monitors, NoOpMonitor, ScalarPrinter,
-                      SendMonitorData, TFEventWriter)
+from .monitors import (CometMLMonitor, JSONWriter, MLflowMonitor, MonitorBase, Monitors, NoOpMonitor,
+                       ScalarPrinter, SendMonitorData, TensorBoardHParams, TFEventWriter, WandbMonitor)
 from .param import (GraphVarParam, HumanHyperParamSetter, HyperParam, HyperParamSetter,
                     HyperParamSetterWithFunc, ObjAttrParam, ScheduledHyperParamSetter,
                     StatMonitorParamSetter)
 from .prof import (CommunicationTimeline, GPUMemoryTracker, GPUUtilizationTracker, GraphProfiler,
                    HostMemoryTracker, PeakMemoryTracker, ThroughputTracker)
+from .rollback import RollbackOnAnomaly, SpikeRule
 from .saver import CheckpointWriteError, MaxSaver, MinSaver, ModelSaver
 from .stats import InjectShell, SendStat
 from .step_monitor import StepTimeMonitor
 from .steps import MaintainStepCounter, ProgressBar, SessionRunTimeout, TensorPrinter
 from .summary import MergeAllSummaries, MovingAverageSummary, SimpleMovingAverage
 from .trigger import EnableCallbackIf, PeriodicCallback, PeriodicTrigger
-from .wandb_monitor import WandbMonitor
 from .weight_average import WeightAverage
 
 __all__ = [
@@ -51,5 +49,5 @@ __all__ = [
     'MaintainStepCounter', 'ProgressBar', 'SessionRunTimeout', 'TensorPrinter',
     'MergeAllSummaries', 'MovingAverageSummary', 'SimpleMovingAverage',
     'EnableCallbackIf', 'PeriodicCallback', 'PeriodicTrigger',
-    'WeightAverage', 'OptunaPruning', 'StepTimeMonitor',
+    'WeightAverage', 'OptunaPruning', 'StepTimeMonitor', 'RollbackOnAnomaly', 'SpikeRule',
 ]

@@ -17,13 +17,13 @@ from ..utils import logger
 from .debug import DumpParamAsImage, DumpTensor, DumpTensorAsImage, DumpTensors  # tensorpack's path
 
 __all__ = ['RunOp', 'RunUpdateOps', 'ProcessTensors', 'CheckNumerics',
-           'DumpTensors', 'DumpTensor', 'DumpTensorAsImage', 'DumpParamAsImage']
+           'DumpTensors', 'DumpTensor', 'DumpTensorAsImage', 'DumpParamAsImage', 'as_operation']
 
 
 _VARIABLE_OP_TYPES = ('VarHandleOp', 'VariableV2', 'Variable')
 
 
-def _as_operation(thing, owner):
+def as_operation(thing, owner):
     """The ``tf.Operation`` to run for ``thing``: an op, a tensor (its op), what ``assign*`` on a
     resource variable returns in graph mode (its assign op), or the name of an op/tensor."""
     if isinstance(thing, str):
@@ -64,7 +64,7 @@ class RunOp(Callback):
             self.setup_func = op
         else:
             if not isinstance(op, str):
-                _as_operation(op, 'RunOp')  # a clear error now rather than at setup_graph
+                as_operation(op, 'RunOp')  # a clear error now rather than at setup_graph
             self.setup_func = lambda: op
         self.run_before = bool(run_before)
         self.run_as_trigger = bool(run_as_trigger)
@@ -82,7 +82,7 @@ class RunOp(Callback):
 
     def _setup_graph(self):
         op = self._build_op()
-        self._op = None if op is None else _as_operation(op, str(self))
+        self._op = None if op is None else as_operation(op, str(self))
         self._fetch = None
         if self.run_step and self._op is not None:
             self._fetch = tfv1.train.SessionRunArgs(fetches=self._op)
@@ -155,7 +155,7 @@ class RunUpdateOps(RunOp):
         if not prefixes or not ops:
             return ops
         kept = [op for op in ops
-                if not _as_operation(op, str(self)).name.startswith(prefixes)]
+                if not as_operation(op, str(self)).name.startswith(prefixes)]
         if len(kept) < len(ops):
             logger.info("RunUpdateOps: skipped {} op(s) of collection {} built in training towers "
                         "other than the first ({}).".format(

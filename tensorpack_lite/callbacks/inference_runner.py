@@ -20,7 +20,7 @@ from ..input_source.input_source import FeedInput, QueueInput, StagingInput
 from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback, name_culprit
 from ..loop.dispatch import Callbacks
-from ..tfutils.hooked_session import HookedSession
+from ..session.hooked_session import HookedSession
 from ..tfutils.inference_tower import build_predict_tower
 from ..tfutils.tower_func import TowerFunc
 from ..utils import logger

@@ -1,14 +1,9 @@
-"""Monitors: where training statistics go (terminal, stats.json, TensorBoard...).
+"""Monitors at tensorpack's path (``tensorpack.callbacks.monitor``): the names of
+:mod:`tensorpack_lite.callbacks.monitors` tensorpack had, the same objects."""
 
-This is tensorpack's path to them; the interface and ``trainer.monitors`` are in
-:mod:`.monitor_group`, the writers of event files, stats.json and the printed table in
-:mod:`.monitor_writers`, and the monitors that send statistics elsewhere in
-:mod:`.monitor_services`.
-"""
-
-from .monitor_group import MonitorBase, Monitors, NoOpMonitor
-from .monitor_services import CometMLMonitor, SendMonitorData
-from .monitor_writers import JSONWriter, ScalarPrinter, TFEventWriter
+from .monitors.group import MonitorBase, Monitors, NoOpMonitor
+from .monitors.services import CometMLMonitor, SendMonitorData
+from .monitors.writers import JSONWriter, ScalarPrinter, TFEventWriter
 
 __all__ = ['MonitorBase', 'NoOpMonitor', 'Monitors',
            'TFEventWriter', 'JSONWriter', 'ScalarPrinter', 'SendMonitorData', 'CometMLMonitor']

@@ -17,8 +17,8 @@ from ..tfutils.common import get_op_tensor_name
 from ..utils import logger
 from ..utils.argtools import is_int
 from ..utils.naming import MOVING_SUMMARY_OPS_KEY
-from .graph import _as_operation
-from .monitor_group import summary_scalar_name
+from .graph import as_operation
+from .monitors.group import summary_scalar_name
 
 __all__ = ['MOVING_SUMMARY_OPS_KEY', 'MovingAverageSummary', 'MergeAllSummaries',
            'MergeAllSummaries_RunAlone', 'MergeAllSummaries_RunWithOp', 'SimpleMovingAverage']
@@ -51,7 +51,7 @@ class MovingAverageSummary(Callback):
 
     def _setup_graph(self):
         owner = "MovingAverageSummary(collection='{}')".format(self._collection)
-        ops = [_as_operation(k, owner) for k in tfv1.get_collection(self._collection)]
+        ops = [as_operation(k, owner) for k in tfv1.get_collection(self._collection)]
         if not ops:
             logger.info("[MovingAverageSummary] Collection '{}' is empty, nothing to maintain.".format(
                 self._collection))
@@ -62,7 +62,7 @@ class MovingAverageSummary(Callback):
             self.ema_op = tf.group(*ops, name='maintain_moving_average_summary')
             self._fetch = tfv1.train.SessionRunArgs(fetches=self.ema_op)
         else:
-            train_op = _as_operation(self._train_op, "MovingAverageSummary(train_op=...)")
+            train_op = as_operation(self._train_op, "MovingAverageSummary(train_op=...)")
             train_op._add_control_inputs(ops)
             logger.info("[MovingAverageSummary] {} operations in collection '{}' will be run "
                         "together with operation '{}'.".format(len(ops), self._collection, train_op.name))

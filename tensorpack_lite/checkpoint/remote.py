@@ -14,8 +14,10 @@ local commit protocol holds there. :class:`RemoteMirror` moves the files:
   object store cannot rename: the state file object is the commit marker, so the remote lists
   a checkpoint only once all its parts are there. Then the remote objects of checkpoints it no
   longer lists are deleted (a failure is one warning).
-* :meth:`RemoteMirror.push_files` (at epoch ends, in a thread; and when training ends): the
-  other files (``stats.json``, event files, ``log.log``, ``graph-*.meta``...).
+* ``RemoteMirror.push_files`` (at epoch ends, in a thread; and when training ends): the other
+  files (``stats.json``, event files, ``log.log``, ``graph-*.meta``...). That is the run
+  directory's sync, which :class:`RemoteMirror` extends with the checkpoints: see
+  :meth:`~tensorpack_lite.utils.run_dir_sync.RunDirectorySync.push_files`.
 
 What an upload killed midway leaves (parts of a checkpoint the state file does not list) is
 removed by the next run's start (:meth:`RemoteMirror.remove_leftovers`).
@@ -29,7 +31,6 @@ Example::
 """
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -37,8 +38,8 @@ import tempfile
 import threading
 
 from ..utils import logger
-from ..utils.fs import write_atomically
 from ..utils.object_store import is_remote_url, local_mirror_dir, remote_filesystem
+from ..utils.run_dir_sync import RunDirectorySync, is_transient_file
 from .files import file_of_checkpoint, prefix_of_file, remove_checkpoint, resume_files
 from .state_file import STATE_FILE, CheckpointStateError, read_checkpoint_state, write_checkpoint_state
 
@@ -47,9 +48,7 @@ __all__ = ['RemoteMirror', 'RemoteMirrorError', 'is_remote_url', 'local_mirror_d
 
 _UPLOAD_RANK = {'data': 0, 'index': 1, 'resume': 2}   # the order a checkpoint's files are uploaded in
 _STEP_NAMED = re.compile(r'-\d+$')
-_SYNC_RECORD = '.remote-sync.json'
 _PULL_DIR = '.remote-pull'
-_NOT_PULLED = re.compile(r'^(events\.out\.tfevents\..*|log\.log.*|graph-.*\.meta)$')
 
 
 class RemoteMirrorError(OSError):
@@ -57,8 +56,9 @@ class RemoteMirrorError(OSError):
 
 
 def _is_transient(name):
-    """Names never moved: hidden files, temporaries of writes, checkpoints set aside as damaged."""
-    return (name.startswith('.') or name.endswith(('.tmp', '.commit')) or '.tempstate' in name
+    """Names never moved: hidden files, temporaries of writes (also of a checkpoint's commit and
+    TensorFlow's), checkpoints set aside as damaged."""
+    return (is_transient_file(name) or name.endswith('.commit') or '.tempstate' in name
             or '_temp' in name or '.damaged' in name)
 
 
@@ -81,125 +81,31 @@ def _parts_in_order(names, bases):
     return ordered
 
 
-def _version(entry):
-    """What changes when a remote object is rewritten: its size and ETag (or generation, md5...)."""
-    for key in ('ETag', 'etag', 'md5Hash', 'generation', 'mtime', 'LastModified', 'updated'):
-        if entry.get(key) is not None:
-            return [int(entry.get('size') or 0), str(entry[key])]
-    return [int(entry.get('size') or 0), None]
-
-
-def _signature(path):
-    info = os.stat(path)
-    return [info.st_size, info.st_mtime_ns]
-
-
 def _size_text(size):
     if size < 1e3:
         return '{} bytes'.format(size)
     return '{:.1f} KB'.format(size / 1e3) if size < 1e6 else '{:.1f} MB'.format(size / 1e6)
 
 
-class RemoteMirror:
+class RemoteMirror(RunDirectorySync):
     """The local mirror directory ``local_dir`` of the directory ``url`` of object storage, and the
-    transfers between them (see the module's docstring for the order). Safe to use from several
-    threads (one transfer at a time). fsspec is imported on first use.
-
-    What is known equal on both sides (the local file's size and mtime, the object's size and
-    ETag when it was last moved) is kept in ``<local_dir>/.remote-sync.json``, so nothing is
-    moved twice, also across runs on one machine.
-
-    Args:
-        url (str): ``s3://bucket/path``, ``gs://bucket/path``...
-        local_dir (str): the mirror; default :func:`local_mirror_dir` of ``url``.
-        storage_options (dict): passed to fsspec (credentials, ``endpoint_url``...); by default
-            fsspec's own configuration (environment variables) is used.
+    transfers between them (see the module's docstring for the order): the run directory's sync
+    (:class:`~tensorpack_lite.utils.run_dir_sync.RunDirectorySync`: the record of what is known
+    equal, :meth:`push_files`), with the checkpoints and their state file. Safe to use from
+    several threads (one transfer at a time). fsspec is imported on first use. The arguments
+    (``url``, ``local_dir``: the mirror, ``storage_options``: fsspec's) are those of
+    :class:`~tensorpack_lite.utils.run_dir_sync.RunDirectorySync`.
     """
 
     def __init__(self, url, local_dir=None, storage_options=None):
-        if not is_remote_url(url):
-            raise ValueError("RemoteMirror needs a URL of object storage (s3://, gs://), got {!r}".format(
-                url))
-        self.url = url.rstrip('/')
-        self.local_dir = os.path.abspath(local_dir or local_mirror_dir(self.url))
-        self.storage_options = dict(storage_options or {})
+        super().__init__(url, local_dir, storage_options)
         self.pulled = False
         self._prepared = False
-        self._fs = self._path = None
-        self._lock = threading.RLock()
-        self._record = None
-        self._pending_signatures = {}        # name -> local signature before its upload
         self._checkpoints_pending = False    # a push of checkpoints failed: tried again next time
-        self._files_thread = None
-        self._files_again = False
-        self._thread_lock = threading.Lock()   # never held during a transfer: the trainer's thread takes it
-        self._warned = set()
 
-    def __repr__(self):
-        return 'RemoteMirror({!r}, {!r})'.format(self.url, self.local_dir)
-
-    # ----- the two sides -------------------------------------------------------------------------
-
-    @property
-    def fs(self):
-        """The fsspec file system of :attr:`url` (ImportError naming the extra when missing)."""
-        if self._fs is None:
-            self._fs, self._path = remote_filesystem(self.url, self.storage_options)
-        return self._fs
-
-    def _remote(self, name):
-        """The file system's path of object ``name`` under the URL."""
-        return '{}/{}'.format(self.fs and self._path, name)
-
-    def _listing(self):
-        """``{name: [size, version]}`` of the objects directly under the URL ({} when none)."""
-        fs = self.fs
-        fs.invalidate_cache(self._path)
-        try:
-            entries = fs.ls(self._path, detail=True)
-        except FileNotFoundError:
-            return {}
-        return {os.path.basename(e['name'].rstrip('/')): _version(e)
-                for e in entries if e.get('type') == 'file'}
-
-    def _local(self, name):
-        return os.path.join(self.local_dir, name)
-
-    def _local_names(self):
-        try:
-            return sorted(f for f in os.listdir(self.local_dir) if os.path.isfile(self._local(f)))
-        except FileNotFoundError:
-            return []
-
-    # ----- what is known equal -------------------------------------------------------------------
-
-    def _known(self):
-        if self._record is None:
-            try:
-                with open(self._local(_SYNC_RECORD)) as f:
-                    self._record = json.load(f)
-            except (OSError, ValueError):
-                self._record = {}
-        return self._record
-
-    def _remember(self, name, local_signature, remote_version):
-        self._known()[name] = {'local': local_signature, 'remote': remote_version}
-
-    def _forget(self, name):
-        self._known().pop(name, None)
-
-    def _save_record(self):
-        record = {name: entry for name, entry in self._known().items() if os.path.exists(self._local(name))}
-        self._record = record
-        write_atomically(self._local(_SYNC_RECORD), lambda f: json.dump(record, f), mode='w', durable=False)
-
-    def _same(self, name, remote):
-        """Whether local file ``name`` and the remote object of that name are known equal."""
-        entry = self._known().get(name)
-        path = self._local(name)
-        if entry is None or name not in remote or not os.path.isfile(path):
-            return False
-        return entry['local'] == _signature(path) and entry['remote'] == remote[name]
+    def _is_run_file(self, name):
+        """Every file but the transient ones and the checkpoints' (theirs is :meth:`push_checkpoints`)."""
+        return name != STATE_FILE and _part_of(name) is None and not _is_transient(name)
 
     # ----- pull ----------------------------------------------------------------------------------
 
@@ -246,8 +152,7 @@ class RemoteMirror:
             listed = self._remote_listed(remote, staging)
             chosen = listed if newest is None else listed[-newest:]
             names = _parts_in_order(remote, chosen)
-            names += sorted(n for n in remote if n != STATE_FILE and _part_of(n) is None
-                            and not _is_transient(n) and not _NOT_PULLED.match(n))
+            names += self._files_to_pull(remote)
             fetched, size = [], 0
             for name in names:
                 if not self._same(name, remote):
@@ -256,7 +161,7 @@ class RemoteMirror:
             removed = self._remove_unlisted_locally(chosen, remote)
             if STATE_FILE in remote:
                 os.replace(os.path.join(staging, STATE_FILE), self._local(STATE_FILE))
-                self._remember(STATE_FILE, _signature(self._local(STATE_FILE)), remote[STATE_FILE])
+                self._remember_local(STATE_FILE, remote[STATE_FILE])
             self._save_record()
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -278,14 +183,6 @@ class RemoteMirror:
             return [os.path.basename(p) for p in read_checkpoint_state(staging)]
         except CheckpointStateError as err:
             raise RemoteMirrorError("The state file of {} cannot be read: {}".format(self.url, err)) from err
-
-    def _download(self, name, version, staging):
-        """Fetch object ``name`` through ``staging`` into the mirror (one rename); its size."""
-        tmp = os.path.join(staging, name)
-        self.fs.get_file(self._remote(name), tmp)
-        os.replace(tmp, self._local(name))
-        self._remember(name, _signature(self._local(name)), version)
-        return version[0]
 
     def _remove_unlisted_locally(self, chosen, remote):
         """Remove the mirror's checkpoints that are not among ``chosen``, and its state file and
@@ -397,27 +294,13 @@ class RemoteMirror:
         write_checkpoint_state(staging, [os.path.join(staging, base) for base in complete])
         self.fs.put_file(os.path.join(staging, STATE_FILE), self._remote(STATE_FILE))
         remote = self._listing()
-        for name in uploads:
-            self._remember(name, self._pending_signatures.pop(name), remote.get(name))
-        self._save_record()
+        self._remember_uploads(uploads, remote)
         deleted = self._delete_unlisted(remote, complete)
         new = [base for base in complete if any(_part_of(n) and _part_of(n)[0] == base for n in uploads)]
         logger.info("Uploaded {} to {} ({} file(s), {}); its state file lists {}{}.".format(
             ', '.join(new) if new else 'no checkpoint', self.url, len(uploads), _size_text(size),
             ', '.join(complete), "; deleted there: {}".format(', '.join(deleted)) if deleted else ""))
         return True
-
-    def _upload(self, names):
-        """Upload the local files ``names`` in that order; their total size. The signature of each
-        file before its upload waits in ``_pending_signatures`` until the remote's version is read."""
-        size = 0
-        for name in names:
-            path = self._local(name)
-            signature = _signature(path)
-            self.fs.put_file(path, self._remote(name))
-            self._pending_signatures[name] = signature
-            size += signature[0]
-        return size
 
     def _delete_unlisted(self, remote, listed):
         """Delete the remote files of checkpoints not in ``listed``: per checkpoint its index first,
@@ -442,69 +325,17 @@ class RemoteMirror:
                        "training goes on.".format(self.url, '; '.join(failed)))
         return deleted
 
-    def push_files(self):
-        """Upload the files that changed and are neither checkpoints nor the state file
-        (``stats.json``, event files, ``log.log``, ``graph-*.meta``, best checkpoints...). Never
-        raises: a failure is one warning, tried again next time. Returns whether it uploaded
-        everything."""
-        with self._lock:
-            try:
-                remote = self._listing()
-                uploads = [n for n in self._local_names() if n != STATE_FILE and _part_of(n) is None
-                           and not _is_transient(n) and not self._same(n, remote)]
-                self._upload(uploads)
-                remote = self._listing()
-                for name in uploads:
-                    self._remember(name, self._pending_signatures.pop(name), remote.get(name))
-                self._save_record()
-            except (OSError, ValueError) as err:
-                self._warn('files', "Cannot upload the files of {} to {} ({}: {}); tried again at the next "
-                           "epoch's end and when training ends.".format(
-                               self.local_dir, self.url, type(err).__name__, err))
-                return False
-            self._warned.discard('files')
-            return True
-
-    def push_files_in_background(self):
-        """:meth:`push_files` in a thread, returning at once (never waiting for a transfer); when
-        one is running, it runs once more after it."""
-        with self._thread_lock:
-            if self._files_thread is not None and self._files_thread.is_alive():
-                self._files_again = True
-                return
-            self._files_thread = threading.Thread(target=self._files_loop, name='RemoteMirror', daemon=True)
-            self._files_thread.start()
-
-    def _files_loop(self):
-        while True:
-            self.push_files()
-            with self._thread_lock:
-                if not self._files_again:
-                    return
-                self._files_again = False
-
-    def finish(self):
-        """When no checkpoint is being written any more: wait for the upload in the background,
-        push the checkpoints again if their last push failed, then upload the files that
-        changed. Returns whether the remote has everything."""
-        with self._thread_lock:
-            thread, self._files_again = self._files_thread, False
-        if thread is not None:
-            thread.join()
+    def _finish_own_files(self):
+        """When training ends, before the other files: push the checkpoints again if their last
+        push failed; whether the remote has them."""
         self.retry_checkpoints()
-        return self.push_files() and not self._checkpoints_pending
+        return not self._checkpoints_pending
 
     def retry_checkpoints(self):
         """:meth:`push_checkpoints` when the last one failed; else nothing."""
         with self._lock:
             if self._checkpoints_pending:
                 self.push_checkpoints()
-
-    def _warn(self, key, message):
-        """One warning per kind of failure until that kind succeeds again."""
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.warn(message)
 
 
 # ----- the mirrors of a process --------------------------------------------------------------

@@ -5,6 +5,8 @@ started, isolated and stopped. No TensorFlow is imported here.
 - :mod:`~tensorpack_lite.cluster.source`: ``find_cluster()``, this process's cluster from
   ``hosts=``, a Ray task, TF_CONFIG, a Slurm job step or an MPI launcher, naming which.
 - :mod:`~tensorpack_lite.cluster.slurm`: the cluster of a Slurm job step.
+- :mod:`~tensorpack_lite.cluster.supervisor`: the one job supervisor (attempts, restarts, signals,
+  the timeout, exit codes) that the launchers below drive.
 - :mod:`~tensorpack_lite.cluster.ray`: ``launch_on_ray()``, a job's tasks as Ray actors (restarts
   through Ray, elastic resizes), each given its cluster; Ray is imported only when a job starts.
 - :mod:`~tensorpack_lite.cluster.resize`: an engine's request that the chief stop after the

@@ -23,7 +23,9 @@ a failed cluster is started again, whole, up to N times. With ``--workers MIN:MA
 MAX workers, and a worker that fails ``--drop-after`` times in a row with the same exit code
 is dropped: the cluster restarts with one worker fewer, down to MIN (elastic training: the
 script resumes from its last checkpoint and the world size changes). The exit code is 0 when
-every worker succeeded, else the code of the first failure (128 + n for signal n).
+every worker succeeded, else the code of the first failure (128 + n for signal n). The restarts,
+signals, timeout and exit codes are the job supervisor's (:mod:`~tensorpack_lite.cluster.supervisor`,
+shared with Ray's launcher): :func:`launch` drives it, each attempt a :class:`LocalCluster`.
 
     python -m tensorpack_lite.cluster.launch --workers 2:4 -- python train.py   # 4, down to 2
 
@@ -43,6 +45,7 @@ import time
 from ..utils.death_signal import command_with_death_signal
 from .config import CHIEF_JOBS, ClusterConfig, cluster_of_addresses, local_cluster
 from .private_network import PrivateNetwork, PrivateNetworkUnavailable
+from .supervisor import Job, RestartPolicy, RunningAttempt, shell_exit_code, supervise
 
 __all__ = ['Failure', 'LocalCluster', 'launch', 'main', 'ISOLATIONS']
 
@@ -55,11 +58,6 @@ Failure = collections.namedtuple('Failure', ['name', 'job', 'index', 'exit_code'
 """A failed task: its ``name`` as its TF_CONFIG says (``'chief 0'``), ``job`` and ``index`` as
 the trainers count (the chief is worker 0; on a host of its own, worker ``k`` runs on host
 ``k``), and its shell exit code."""
-
-
-def _exit_code(returncode):
-    """A process's return code as a shell exit code (signal n -> 128 + n)."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 class _Spawner:
@@ -121,8 +119,9 @@ class _Task:
                 pass
 
 
-class LocalCluster:
-    """The processes of a cluster on this machine, all running ``command``.
+class LocalCluster(RunningAttempt):
+    """The processes of a cluster on this machine, all running ``command``: an attempt of
+    :func:`launch`'s job (:class:`~tensorpack_lite.cluster.supervisor.RunningAttempt`).
 
     Args:
         command (list[str]): the command of every task, e.g. ``['python', 'train.py']``.
@@ -227,7 +226,7 @@ class LocalCluster:
         if self._failure is None:
             return None
         task, code = self._failure
-        return Failure(task.name, task.job, task.index, _exit_code(code))
+        return Failure(task.name, task.job, task.index, shell_exit_code(code))
 
     @property
     def failure_cause(self):
@@ -235,7 +234,7 @@ class LocalCluster:
         if self._failure is None:
             return None
         task, code = self._failure
-        return "{} failed with exit code {}".format(task.name, _exit_code(code))
+        return "{} failed with exit code {}".format(task.name, shell_exit_code(code))
 
     def _write(self, data):
         with self._output_lock:
@@ -330,29 +329,37 @@ class LocalCluster:
         workers = [t for t in self._tasks if t.job == 'worker']
         return all(t.proc.poll() is not None for t in workers)
 
-    def wait(self, timeout=None):
-        """Wait until the cluster is done; returns the exit code (see the module doc).
+    def poll(self):
+        """Whether the cluster is done: every process exited, or the others' :attr:`grace` after a
+        failure (or after every worker finished) passed; else waits a moment first."""
+        workers_done = self._check_exits()
+        if workers_done and self._failure is None:
+            self.stop_soon("every worker finished")
+        if all(t.proc.poll() is not None for t in self._tasks):
+            return True
+        if self._end_by is not None and time.monotonic() >= self._end_by:
+            return True
+        time.sleep(0.05)
+        return False
 
-        Args:
-            timeout (float): end every process after this many seconds (exit code 124).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while True:
-                workers_done = self._check_exits()
-                if workers_done and self._failure is None:
-                    self.stop_soon("every worker finished")
-                if all(t.proc.poll() is not None for t in self._tasks):
-                    break
-                if self._end_by is not None and time.monotonic() >= self._end_by:
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    self.say("the cluster did not finish within {:g} s".format(timeout))
-                    return 124
-                time.sleep(0.05)
-            return _exit_code(self._failure[1]) if self._failure else 0
-        finally:
-            self.terminate()
+    def pass_signal(self, received, sig):
+        """Pass ``sig`` on to every process; they get :attr:`grace` seconds to end."""
+        self.send_signal(sig)
+        self.stop_soon("received signal {}".format(signal.Signals(received).name))
+
+    def time_out(self, timeout):
+        """End the cluster now: it did not finish within ``timeout`` seconds."""
+        self.say("the cluster did not finish within {:g} s".format(timeout))
+        self._end_by = time.monotonic()
+
+    def close(self):
+        """End every process still running (:meth:`terminate`)."""
+        self.terminate()
+
+    @property
+    def exit_code(self):
+        """0, or the exit code of the first failure (see the module doc)."""
+        return shell_exit_code(self._failure[1]) if self._failure else 0
 
 
 class _HostSubset:
@@ -434,57 +441,42 @@ def launch(command, num_worker, num_ps=0, host='localhost', grace=30.0, timeout=
         raise ValueError("launch: drop_after must be at least 1, got {}".format(drop_after))
     if max_restarts is None:
         max_restarts = 0 if min_workers is None else drop_after * (num_worker - min_workers + 1)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    interrupted = []
-    current = []
-    streak = _FailureStreak()
+    policy = RestartPolicy(max_restarts, restart_delay)
     if hosts is not None:
         hosts = _HostSubset(hosts, range(num_worker + 1 + num_ps if chief else num_worker + num_ps))
+    cluster = dict(command=command, num_ps=num_ps, host=host, grace=grace, env=env, output=output,
+                   chief=chief, isolate=isolate, isolation=isolation)
+    return supervise(_LocalJob(cluster, num_worker, hosts, min_workers, drop_after), policy, timeout)
 
-    signalled = threading.Event()   # ends the wait before a restart at once
 
-    def forward(sig, _):
-        again = bool(interrupted)
-        interrupted.append(sig)
-        signalled.set()
-        if not current:   # before the first start: nothing is started then
-            return
-        if again:
-            current[-1].send_signal(signal.SIGKILL)
-            return
-        current[-1].send_signal(sig)
-        current[-1].stop_soon("received signal {}".format(signal.Signals(sig).name))
+class _LocalJob(Job):
+    """:func:`launch`'s job: each attempt a new :class:`LocalCluster` of ``num_worker`` workers
+    (fewer once the elastic job dropped some), with the other arguments ``cluster``."""
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        restarts, code = 0, 0
-        while not interrupted:   # a signal while waiting to restart: no new start
-            cluster = LocalCluster(command, num_worker, num_ps, host=host, grace=grace, env=env,
-                                   output=output, chief=chief, hosts=hosts, isolate=isolate,
-                                   isolation=isolation)
-            current.append(cluster)
-            cluster.start()
-            code = cluster.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if code in (0, 124) or interrupted:
-                break
-            if restarts == max_restarts:
-                if max_restarts:
-                    cluster.say("giving up after {} attempts; the last failure: {}".format(
-                        restarts + 1, cluster.failure_cause))
-                break
-            restarts += 1
-            dropped = _worker_to_drop(cluster, streak, num_worker, min_workers, drop_after)
-            if dropped is not None:
-                num_worker -= 1
-                if hosts is not None:
-                    hosts = hosts.without(dropped)
-            cluster.say("restart {} of {} in {:g} s, after: {}".format(
-                restarts, max_restarts, restart_delay, cluster.failure_cause))
-            signalled.wait(restart_delay)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 128 + interrupted[0] if interrupted and code == 0 else code
+    def __init__(self, cluster, num_worker, hosts, min_workers, drop_after):
+        self._cluster, self._num_worker, self._hosts = cluster, num_worker, hosts
+        self._min_workers, self._drop_after = min_workers, drop_after
+        self._streak = _FailureStreak()
+
+    def start_attempt(self, number, stopping):
+        cluster = LocalCluster(num_worker=self._num_worker, hosts=self._hosts, **self._cluster)
+        cluster.start()
+        return cluster
+
+    def before_restart(self, attempt, restart, policy):
+        dropped = _worker_to_drop(attempt, self._streak, self._num_worker, self._min_workers,
+                                  self._drop_after)
+        if dropped is not None:
+            self._num_worker -= 1
+            if self._hosts is not None:
+                self._hosts = self._hosts.without(dropped)
+        attempt.say("restart {} of {} in {:g} s, after: {}".format(
+            restart, policy.max_restarts, policy.delay, attempt.failure_cause))
+
+    def give_up(self, attempt, attempts, policy):
+        if policy.max_restarts:
+            attempt.say("giving up after {} attempts; the last failure: {}".format(
+                attempts, attempt.failure_cause))
 
 
 def _isolation(isolation, isolate, hosts):

@@ -51,6 +51,7 @@ from ..utils.argtools import is_int
 from ..utils.death_signal import command_with_death_signal
 from .config import ClusterConfig, cluster_of_addresses, held_free_port
 from .resize import RESIZE_REQUEST_VARIABLE, ResizeChannel
+from .supervisor import Job, RestartPolicy, RunningAttempt, shell_exit_code, supervise
 
 __all__ = ['RAY_TASK_VARIABLE', 'PLACEMENTS', 'ray_task_cluster', 'TaskHost', 'Attempt', 'RayJob',
            'launch_on_ray']
@@ -93,11 +94,6 @@ def ray_task_cluster(environ=None):
             RAY_TASK_VARIABLE, type(err).__name__, err, text)) from None
     source = 'Ray job {}, attempt {}, node {}'.format(spec.get('job'), spec.get('attempt'), spec.get('node'))
     return ClusterConfig(cluster, job_name, task_index, source=source)
-
-
-def _exit_code(returncode):
-    """A process's return code as a shell exit code (signal n -> 128 + n)."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 class TaskHost:
@@ -165,7 +161,7 @@ class TaskHost:
         for line in iter(proc.stdout.readline, b''):
             self._add_line(line.decode('utf-8', 'replace').rstrip('\n'))
         proc.stdout.close()
-        return _exit_code(proc.wait())
+        return shell_exit_code(proc.wait())
 
     def _add_line(self, line):
         with self._lock:
@@ -236,9 +232,10 @@ class _Group:
         self.placement_group, self.actors, self.num_worker = placement_group, actors, num_worker
 
 
-class RayJob:
+class RayJob(Job):
     """A job of the distributed trainers on a Ray cluster (see the module's doc);
-    :func:`launch_on_ray` makes one and runs it.
+    :func:`launch_on_ray` makes one and runs it, under the supervisor
+    (:func:`~tensorpack_lite.cluster.supervisor.supervise`).
 
     Args:
         command (list[str] or callable): the command every task runs (``['python', 'train.py',
@@ -315,10 +312,8 @@ class RayJob:
         self.exit_code = None
         """0 when the training ended; else that of the last attempt's first failure (143 after
         SIGTERM, 124 after the timeout)."""
-        self._signals = []
-        self._timed_out = False
-        self._deadline = None
         self._ray = None
+        self._group, self._wanted = None, self.num_workers
 
     @property
     def elastic(self):
@@ -345,7 +340,7 @@ class RayJob:
         if self._on_event is not None:
             self._on_event(kind, attempt)
 
-    # ----- the job --------------------------------------------------------------------------------
+    # ----- the job (driven by the supervisor) ---------------------------------------------------------
 
     def run(self):
         """Run the job until it ends; returns :attr:`exit_code`. SIGINT and SIGTERM are passed on to
@@ -354,65 +349,41 @@ class RayJob:
         started_ray = not ray.is_initialized()
         if started_ray:
             ray.init(log_to_driver=False)
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        self._deadline = None if self.timeout is None else time.monotonic() + float(self.timeout)
-        group = None
         try:
-            self.exit_code, group = self._attempts()
+            self.exit_code = supervise(self, RestartPolicy(self.max_restarts), self.timeout,
+                                       forward_signals=threading.current_thread() is threading.main_thread())
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self._remove(group)
+            self._group = self._remove(self._group)
             if started_ray:
                 ray.shutdown()
         return self.exit_code
 
-    def _on_signal(self, sig, frame):
-        self._signals.append(sig)
+    def start_attempt(self, number, stopping):
+        """Place the job (the group of the last attempt, or a new one) and start attempt ``number``
+        in it; None when there is no room."""
+        self._group = self._placed(self._group, self._wanted, stopping)
+        if self._group is None:
+            return None
+        return self._start(self._group, number)
 
-    def _attempts(self):
-        restarts, wanted, group, code = 0, self.num_workers, None, 1
-        while not self._signals and not self._timed_out:
-            group = self._placed(group, wanted)
-            if group is None:
-                return 1, None
-            attempt = self._run_attempt(group, len(self.attempts) + 1)
-            code = self._attempt_code(attempt)
-            if attempt.outcome in ('finished', 'stopped'):
-                break
-            if attempt.outcome == 'resize':
-                self.say("the chief stopped after epoch {}; starting again with up to {} workers".format(
-                    attempt.resized_after, self.num_workers))
-                group, wanted = self._remove(group), self.num_workers
-                continue
-            if restarts == self.max_restarts:
-                self.say("giving up after {} attempt(s); the last failure: {}".format(
-                    len(self.attempts), attempt.cause))
-                break
-            restarts += 1
-            if self._nodes_lost(group, attempt):
-                if self.elastic:
-                    self.say("a node of the job was lost: starting again with the workers that fit (at least "
-                             "{})".format(self.min_workers))
-                    group, wanted = self._remove(group), self.num_workers
-                else:
-                    self.say("a node of the job was lost: Ray places its tasks again (waiting up to {:g} s "
-                             "for room)".format(self.ready_timeout))
-            self.say("restart {} of {}, after: {}".format(restarts, self.max_restarts, attempt.cause))
-        if self._timed_out:
-            return 124, group
-        if self._signals and (code == 0 or not self.attempts or self.attempts[-1].outcome != 'stopped'):
-            return 128 + self._signals[0], group
-        return code, group
+    def before_resize(self, attempt):
+        self.say("the chief stopped after epoch {}; starting again with up to {} workers".format(
+            attempt.record.resized_after, self.num_workers))
+        self._group, self._wanted = self._remove(self._group), self.num_workers
 
-    @staticmethod
-    def _attempt_code(attempt):
-        if attempt.outcome in ('finished', 'resize'):
-            return 0
-        codes = [c for c in attempt.exit_codes.values() if isinstance(c, int) and c != 0]
-        return codes[0] if codes else 1
+    def before_restart(self, attempt, restart, policy):
+        if self._nodes_lost(self._group, attempt.record):
+            if self.elastic:
+                self.say("a node of the job was lost: starting again with the workers that fit (at least "
+                         "{})".format(self.min_workers))
+                self._group, self._wanted = self._remove(self._group), self.num_workers
+            else:
+                self.say("a node of the job was lost: Ray places its tasks again (waiting up to {:g} s "
+                         "for room)".format(self.ready_timeout))
+        self.say("restart {} of {}, after: {}".format(restart, policy.max_restarts, attempt.record.cause))
+
+    def give_up(self, attempt, attempts, policy):
+        self.say("giving up after {} attempt(s); the last failure: {}".format(attempts, attempt.record.cause))
 
     # ----- placement ----------------------------------------------------------------------------------
 
@@ -436,9 +407,10 @@ class RayJob:
     def _workers_that_fit(self):
         return min(self.num_workers, self._bundle_slots() - self.num_ps)
 
-    def _placed(self, group, wanted):
+    def _placed(self, group, wanted, stopping):
         """The group to run the next attempt in: ``group`` as it is (Ray restarts its actors), or a
-        new one of ``wanted`` workers (elastic: as many as fit now, at least ``min_workers``)."""
+        new one of ``wanted`` workers (elastic: as many as fit now, at least ``min_workers``, or
+        fewer once ``stopping`` is set)."""
         if group is not None:
             return group
         num_worker = wanted
@@ -446,7 +418,7 @@ class RayJob:
             deadline = time.monotonic() + self.ready_timeout
             while True:
                 num_worker = min(wanted, self._workers_that_fit())
-                if num_worker >= self.min_workers or self._signals or time.monotonic() > deadline:
+                if num_worker >= self.min_workers or stopping.is_set() or time.monotonic() > deadline:
                     break
                 time.sleep(1.0)
             if num_worker < self.min_workers:
@@ -516,18 +488,16 @@ class RayJob:
                 return places
         raise RuntimeError("the job's actors kept picking the same ports")
 
-    def _run_attempt(self, group, number):
+    def _start(self, group, number):
+        """Start attempt ``number`` in ``group``; returns its :class:`_RunningRayAttempt`."""
         names = self._task_names(group)
         try:
             places = self._locate(group)
         except Exception as err:       # a Ray error: an actor that died for good, or no room
             attempt = Attempt(number, group.num_worker, self.num_ps, [])
-            attempt.outcome, attempt.cause = 'failed', "the actors did not start: {}: {}".format(
-                type(err).__name__, _first_line(err))
+            attempt.cause = "the actors did not start: {}: {}".format(type(err).__name__, _first_line(err))
             self.attempts.append(attempt)
-            self.say(attempt.describe())
-            self._event('ended', attempt)
-            return attempt
+            return _RunningRayAttempt(self, group, attempt, names, {})
         addresses = ['{}:{}'.format(p['ip'], p['port']) for p in places]
         cluster = cluster_of_addresses(addresses, group.num_worker)
         tasks = [dict(name=name, address=address, ip=p['ip'], node_id=p['node_id'], pid=p['pid'],
@@ -551,76 +521,7 @@ class RayJob:
                     'attempt': number, 'node': places[index]['ip']}
             env = dict(self.env, **{RAY_TASK_VARIABLE: json.dumps(spec)})
             refs[actor.run.remote(argv, env, self.cwd, payload, chief=index == 0)] = index
-        self._wait(group, attempt, names, refs)
-        self.say(attempt.describe())
-        self._event('ended', attempt)
-        return attempt
-
-    def _wait(self, group, attempt, names, refs):
-        """Wait for every task of the attempt to end, copying their output; decide its outcome."""
-        ray = self._ray
-        pending = dict(refs)
-        readers = {index: [0, None] for index in range(len(group.actors))}   # next line, call running
-        failed_at = kill_at = given_up_at = None
-        forwarded, resize_requested = 0, False
-        next_resize_check = time.monotonic() + self.resize_check_interval
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=self.POLL_INTERVAL)
-            for ref in done:
-                index = pending.pop(ref)
-                try:
-                    code = ray.get(ref)
-                except Exception as err:     # the actor died: its process was killed or its node lost
-                    code = "{}: {}".format(type(err).__name__, _first_line(err))
-                attempt.exit_codes[names[index]] = code
-                if code != 0 and attempt.cause is None and not self._signals and not self._timed_out:
-                    attempt.cause = "{} failed with {}".format(
-                        names[index], 'exit code {}'.format(code) if isinstance(code, int) else code)
-                    failed_at = time.monotonic()
-                    if pending:
-                        self.say("{}; the other tasks get {:g} s to stop".format(attempt.cause, self.grace))
-            self._copy_output(group, names, readers)
-            now = time.monotonic()
-            if len(self._signals) > forwarded:
-                sig = signal.SIGKILL if forwarded else self._signals[0]
-                forwarded = len(self._signals)
-                self.say("received signal {}: passing {} on to every task".format(
-                    signal.Signals(self._signals[-1]).name, signal.Signals(sig).name))
-                self._signal_all(group, pending, sig)
-            if self._deadline is not None and now > self._deadline and not self._timed_out:
-                self.say("the job's timeout ({:g} s) passed: ending every task".format(self.timeout))
-                self._timed_out = True
-                self._signal_all(group, pending, signal.SIGKILL)
-                kill_at = now
-            if failed_at is not None and kill_at is None and now > failed_at + self.grace:
-                self.say("ending the tasks still running: {}".format(
-                    ', '.join(names[i] for i in pending.values())))
-                self._signal_all(group, pending, signal.SIGKILL)
-                kill_at = now
-            if kill_at is not None and given_up_at is None and now > kill_at + self.KILL_WAIT:
-                given_up_at = now
-                for index in pending.values():      # their actors are ended with the group
-                    attempt.exit_codes[names[index]] = 'no answer from its actor'
-                pending.clear()
-            if (self.elastic and not resize_requested and failed_at is None and not self._signals
-                    and not self._timed_out and group.num_worker < self.num_workers
-                    and now >= next_resize_check):
-                next_resize_check = now + self.resize_check_interval
-                resize_requested = self._maybe_request_resize(group, attempt)
-        self._copy_output(group, names, readers, final=True)
-        died = [name for name in names if isinstance(attempt.exit_codes.get(name), str)]
-        if died and attempt.cause is not None and not attempt.cause.startswith(died[0] + ' '):
-            # the root cause: the others fail because they lost it, and may be seen first
-            attempt.cause = "{} failed with {}".format(died[0], attempt.exit_codes[died[0]])
-        if self._signals or self._timed_out:
-            attempt.outcome = 'stopped'
-            attempt.cause = ('received signal {}'.format(signal.Signals(self._signals[0]).name)
-                             if self._signals else 'the timeout ({:g} s) passed'.format(self.timeout))
-        elif attempt.cause is not None:
-            attempt.outcome = 'failed'
-        else:
-            attempt.resized_after = self._resized_after(group) if resize_requested else None
-            attempt.outcome = 'finished' if attempt.resized_after is None else 'resize'
+        return _RunningRayAttempt(self, group, attempt, names, refs)
 
     def _signal_all(self, group, pending, sig):
         for index in set(pending.values()):
@@ -695,6 +596,116 @@ class RayJob:
                 except Exception:       # the actor cannot be restarted: treat its place as lost
                     return True
         return True
+
+
+class _RunningRayAttempt(RunningAttempt):
+    """The tasks of one attempt of a :class:`RayJob` (its :class:`Attempt` is ``record``), as the
+    supervisor watches them: their output copied, the others ended ``grace`` seconds after a
+    failure, the chief asked to resize when more workers fit."""
+
+    def __init__(self, job, group, record, names, refs):
+        self._job, self._group, self.record, self._names = job, group, record, names
+        self._pending = dict(refs)
+        self._readers = {index: [0, None] for index in set(refs.values())}   # next line, call running
+        self._failed_at = self._kill_at = None
+        self._signalled = self._timed_out = None     # the first signal received; the job's timeout
+        self._resize_requested = False
+        self._next_resize_check = time.monotonic() + job.resize_check_interval
+
+    def poll(self):
+        job, record = self._job, self.record
+        if self._pending:
+            done, _ = job._ray.wait(list(self._pending), num_returns=1, timeout=job.POLL_INTERVAL)
+            for ref in done:
+                self._task_ended(self._pending.pop(ref), ref)
+            job._copy_output(self._group, self._names, self._readers)
+            now = time.monotonic()
+            if self._failed_at is not None and self._kill_at is None and now > self._failed_at + job.grace:
+                job.say("ending the tasks still running: {}".format(
+                    ', '.join(self._names[i] for i in self._pending.values())))
+                self._end_all()
+            if self._kill_at is not None and now > self._kill_at + job.KILL_WAIT:
+                for index in self._pending.values():      # their actors are ended with the group
+                    record.exit_codes[self._names[index]] = 'no answer from its actor'
+                self._pending.clear()
+            if (job.elastic and not self._resize_requested and self._failed_at is None
+                    and self._stopping is None and self._group.num_worker < job.num_workers
+                    and now >= self._next_resize_check):
+                self._next_resize_check = now + job.resize_check_interval
+                self._resize_requested = job._maybe_request_resize(self._group, record)
+        if self._pending:
+            return False
+        self._finish()
+        return True
+
+    def _task_ended(self, index, ref):
+        job, record, name = self._job, self.record, self._names[index]
+        try:
+            code = job._ray.get(ref)
+        except Exception as err:     # the actor died: its process was killed or its node lost
+            code = "{}: {}".format(type(err).__name__, _first_line(err))
+        record.exit_codes[name] = code
+        if code != 0 and record.cause is None and self._stopping is None:
+            record.cause = "{} failed with {}".format(
+                name, 'exit code {}'.format(code) if isinstance(code, int) else code)
+            self._failed_at = time.monotonic()
+            if self._pending:
+                job.say("{}; the other tasks get {:g} s to stop".format(record.cause, job.grace))
+
+    def _end_all(self):
+        self._job._signal_all(self._group, self._pending, signal.SIGKILL)
+        self._kill_at = time.monotonic()
+
+    def _finish(self):
+        """Copy the last output and decide the attempt's outcome."""
+        job, record = self._job, self.record
+        if self._readers:
+            job._copy_output(self._group, self._names, self._readers, final=True)
+        died = [name for name in self._names if isinstance(record.exit_codes.get(name), str)]
+        if died and record.cause is not None and not record.cause.startswith(died[0] + ' '):
+            # the root cause: the others fail because they lost it, and may be seen first
+            record.cause = "{} failed with {}".format(died[0], record.exit_codes[died[0]])
+        if self._stopping is not None:
+            record.outcome, record.cause = 'stopped', self._stopping
+        elif record.cause is not None:
+            record.outcome = 'failed'
+        else:
+            record.resized_after = job._resized_after(self._group) if self._resize_requested else None
+            record.outcome = 'finished' if record.resized_after is None else 'resize'
+        job.say(record.describe())
+        job._event('ended', record)
+
+    @property
+    def _stopping(self):
+        """Why the attempt is being ended (a signal, the timeout), or None."""
+        if self._signalled is not None:
+            return 'received signal {}'.format(signal.Signals(self._signalled).name)
+        if self._timed_out is not None:
+            return 'the timeout ({:g} s) passed'.format(self._timed_out)
+        return None
+
+    def pass_signal(self, received, sig):
+        if self._signalled is None:
+            self._signalled = received
+        self._job.say("received signal {}: passing {} on to every task".format(
+            signal.Signals(received).name, signal.Signals(sig).name))
+        self._job._signal_all(self._group, self._pending, sig)
+
+    def time_out(self, timeout):
+        self._job.say("the job's timeout ({:g} s) passed: ending every task".format(timeout))
+        self._timed_out = timeout
+        self._end_all()
+
+    @property
+    def outcome(self):
+        return self.record.outcome
+
+    @property
+    def exit_code(self):
+        if self.record.outcome in ('finished', 'resize'):
+            return 0
+        codes = [c for c in self.record.exit_codes.values() if isinstance(c, int) and c != 0]
+        return codes[0] if codes else 1
 
 
 def launch_on_ray(command, num_workers, **kwargs):

@@ -32,7 +32,7 @@ from ..utils.utils import get_rng
 from .state import DataFlowStateUnsupported, get_dataflow_state, set_dataflow_state
 
 __all__ = ['DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'DataFlowTerminated',
-           'DataFlowReentrantGuard', 'DataFlowMeta']
+           'DataFlowReentrantGuard', 'DataFlowMeta', 'LengthUnavailable']
 
 
 class DataFlowTerminated(BaseException):
@@ -43,7 +43,7 @@ class DataFlowTerminated(BaseException):
     """
 
 
-class _LengthUnavailable(NotImplementedError, TypeError):
+class LengthUnavailable(NotImplementedError, TypeError):
     """``len()`` of a DataFlow without a known length.
 
     It is a :class:`NotImplementedError` as tensorpack documents, and also a ``TypeError``
@@ -140,7 +140,7 @@ class DataFlow(object, metaclass=DataFlowMeta):
         Raises:
             NotImplementedError: when the length is unknown.
         """
-        raise _LengthUnavailable("{} has no known length.".format(type(self).__name__))
+        raise LengthUnavailable("{} has no known length.".format(type(self).__name__))
 
     def get_data(self):
         """The old name of ``iter(self)``."""

@@ -24,7 +24,7 @@ from ..utils.develop import import_optional
 from ..utils.protowire import int32, message_fields
 from .base import DataFlowReentrantGuard, RNGDataFlow
 from .common import MapData
-from .raw import _IndexedData
+from .raw import IndexedData
 from .state import IterationCursor
 
 __all__ = ['HDF5Data', 'LMDBData', 'LMDBDataDecoder', 'CaffeLMDB', 'SVMLightData']
@@ -198,8 +198,8 @@ class LMDBData(RNGDataFlow):
         return self.rng if self._shuffle else None
 
     # the position is kept as the DataFlows read by index keep it (self._cursor, self._order_rng)
-    get_state = _IndexedData.get_state
-    set_state = _IndexedData.set_state
+    get_state = IndexedData.get_state
+    set_state = IndexedData.set_state
 
     def __getstate__(self):  # an open environment cannot be pickled; a copy reopens it on reset
         state = self.__dict__.copy()
@@ -341,7 +341,7 @@ def _read_hdf5_dataset(h5py, f, data_path, filename):
     return bytes_from_hdf5(values) if dataset.attrs.get(BYTES_ATTRIBUTE, False) else values
 
 
-class HDF5Data(_IndexedData):
+class HDF5Data(IndexedData):
     """Zip datasets of an HDF5 file along their first dimension: datapoint ``i`` is
     ``[f[path][i] for path in data_paths]``. The datasets are read into memory at once.
 
@@ -386,7 +386,7 @@ class HDF5Data(_IndexedData):
 
 # ------------------------------------------------------------------ SVMlight
 
-class SVMLightData(_IndexedData):
+class SVMLightData(IndexedData):
     """The ``[x, y]`` pairs of an SVMlight / libsvm text file, read with scikit-learn's
     ``load_svmlight_file``: ``x`` is a dense float64 vector, ``y`` a float64 number.
 

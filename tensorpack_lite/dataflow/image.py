@@ -20,7 +20,7 @@ from ..utils import logger
 from ..utils.argtools import shape2d
 from ..utils.develop import import_optional
 from .common import MapData, MapDataComponent
-from .raw import _IndexedData
+from .raw import IndexedData
 
 __all__ = ['ImageFromFile', 'AugmentImageComponent', 'AugmentImageComponents',
            'AugmentImageCoordinates', 'read_image', 'ImageFileLabelData']
@@ -56,7 +56,7 @@ def read_image(path, color=True, purpose='read_image'):
     return img
 
 
-class ImageFromFile(_IndexedData):
+class ImageFromFile(IndexedData):
     """Produces ``[image]`` for each image file of a list: an HxWx3 RGB (``channel=3``) or HxWx1
     gray (``channel=1``) uint8 array.
 
@@ -99,7 +99,7 @@ class ImageFromFile(_IndexedData):
         return np.ascontiguousarray(img[:, :, ::-1])
 
 
-class ImageFileLabelData(_IndexedData):
+class ImageFileLabelData(IndexedData):
     """Produces ``[image, label]`` for each ``(file, label)`` of a list: the image decoded when
     produced, as an HxWx3 BGR uint8 array; the label an ``np.int32``. The image datasets
     (ILSVRC12, TinyImageNet, Places365Standard) are this DataFlow over the list their files give;

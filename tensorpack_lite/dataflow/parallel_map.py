@@ -35,11 +35,13 @@ from ..utils.serialize import dumps_frames, loads_frames
 from .base import DataFlowReentrantGuard, ProxyDataFlow
 from .common import BatchData
 from .epochs import repeat_epochs
-from .parallel import (_ERROR_TAG, DataFlowWorkerError, _Closable, _IPCDir, _len_or_minus_one, _ParallelBase,
-                       _ProcessWorker, _reserve_shared_slots, _Sockets, _thread_error,
-                       _WorkerProcesses, _ZMQCollector)
+from .ipc_dir import IPCDir
+from .parallel_base import Closable, ParallelBase, len_or_minus_one, thread_error
+from .shared_slots import reserve_shared_slots
 from .state import (DataFlowStateUnsupported, get_dataflow_state, set_dataflow_state, state_or_error,
                     unsupported_position, without_position)
+from .workers import DataFlowWorkerError, WorkerProcesses
+from .zmq_pipes import Sockets, ZMQCollector, ZMQWorker
 
 __all__ = ['MultiThreadMapData', 'MultiProcessMapData', 'MultiProcessMapDataZMQ',
            'MultiProcessMapAndBatchData', 'MultiProcessMapAndBatchDataZMQ']
@@ -207,10 +209,10 @@ class _MapThread(threading.Thread):
 
 class _ThreadFailure(object):
     def __init__(self, name, err):
-        self.error = _thread_error(name, err)
+        self.error = thread_error(name, err)
 
 
-class MultiThreadMapData(_Closable, _ParallelMapData):
+class MultiThreadMapData(Closable, _ParallelMapData):
     """Map the datapoints of ``ds`` with ``map_func`` in ``num_thread`` threads.
 
     Useful when ``map_func`` releases the GIL (I/O, OpenCV, most numpy). See the module
@@ -299,27 +301,12 @@ def _dumps_list(datapoints):
         raise
 
 
-class _ZMQWorker(_ProcessWorker):
-    """A worker process with ZeroMQ sockets (``self.pipes``, made by ``_open``), whose error
-    report goes through its ``self.results`` socket."""
-
-    pipes = None
-
-    def _report(self, text):
-        if self.pipes is not None:
-            self.results.send_multipart([_ERROR_TAG, text.encode('utf-8')])
-
-    def _close(self):
-        if self.pipes is not None:
-            self.pipes.close(linger=_ZMQCollector.report_grace)
-
-
-class _MapWorker(_ZMQWorker):
+class _MapWorker(ZMQWorker):
     """Receives chunks of datapoints, ``[seq of the first, frames of the list of
     datapoints...]``, and sends back ``[the same seq, worker id + places, frames of the list
     of results...]``, None standing for a datapoint ``map_func`` dropped; big arrays go
     through the shared-memory ``slots`` when they can (``places``: see
-    :meth:`_SharedSlots.lend`), and only the others travel as frames."""
+    :meth:`SharedSlots.lend`), and only the others travel as frames."""
 
     def __init__(self, owner, idx, parent_pid, map_func, task_endpoint, result_endpoint, hwm, slots=None):
         super(_MapWorker, self).__init__(owner, idx, parent_pid)
@@ -327,7 +314,7 @@ class _MapWorker(_ZMQWorker):
         self.task_endpoint, self.result_endpoint, self.hwm = task_endpoint, result_endpoint, hwm
 
     def _open(self):
-        self.pipes = _Sockets()
+        self.pipes = Sockets()
         zmq = self.pipes.zmq
         self.tasks = self.pipes.socket(zmq.PULL, self.hwm)
         self.tasks.connect(self.task_endpoint)
@@ -344,7 +331,7 @@ class _MapWorker(_ZMQWorker):
             self.results.send_multipart([frames[0], self.signature + places, results[0]] + rest, copy=False)
 
 
-class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
+class MultiProcessMapDataZMQ(_ParallelMapData, ParallelBase):
     """Map the datapoints of ``ds`` with ``map_func`` in ``num_proc`` worker processes
     (forked in :meth:`reset_state`), which exchange datapoints with the parent over ZeroMQ
     ``ipc://`` pipes. See the module docstring for the ``strict`` modes.
@@ -399,7 +386,7 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
             raise ValueError("MultiProcessMapData needs num_proc >= 1 and a map_func, got {} and {!r}"
                              .format(num_proc, map_func))
         _ParallelMapData.__init__(self, ds, buffer_size, strict)
-        _ParallelBase.__init__(self)
+        ParallelBase.__init__(self)
         self.num_proc = int(num_proc)
         self.map_func = map_func
 
@@ -408,14 +395,14 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
         with self._starting():
             name = type(self).__name__
             hwm = 2 * self._buffer_size  # more than can ever be in flight: sends never block
-            self._slots = _reserve_shared_slots(name, self.num_proc, self.shared_memory_slots,
-                                                self.shared_memory_slot_bytes, self.shared_memory_min_bytes)
-            pipes = _Sockets()
+            self._slots = reserve_shared_slots(name, self.num_proc, self.shared_memory_slots,
+                                               self.shared_memory_slot_bytes, self.shared_memory_min_bytes)
+            pipes = Sockets()
             self._on_close(pipes.close)
-            ipc = _IPCDir('map')
+            ipc = IPCDir('map')
             self._on_close(ipc.cleanup)
             task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
-            workers = _WorkerProcesses([
+            workers = WorkerProcesses([
                 _MapWorker(name, k, os.getpid(), self.map_func, task_endpoint, result_endpoint, hwm,
                            self._slots[k]) for k in range(self.num_proc)], ipc, self.opencv_threads)
             self._on_close(workers.close)
@@ -425,7 +412,7 @@ class MultiProcessMapDataZMQ(_ParallelMapData, _ParallelBase):
             results = pipes.socket(zmq.PULL, hwm)
             results.bind(result_endpoint)
             workers.start()
-            self._collector = _ZMQCollector(results, workers, self._idle_watch(workers), _sender)
+            self._collector = ZMQCollector(results, workers, self._idle_watch(workers), _sender)
         self._wait_for_workers()
 
     def _wait_for_workers(self):
@@ -459,7 +446,7 @@ MultiProcessMapData = MultiProcessMapDataZMQ
 
 # ------------------------------------------------------------------ map and batch in processes
 
-class _DispatchWorker(_ZMQWorker):
+class _DispatchWorker(ZMQWorker):
     """Runs ``ds`` forever and pushes its datapoints, as ``[seq, frames...]``, to the map
     workers; its error report goes to the parent's result socket."""
 
@@ -473,7 +460,7 @@ class _DispatchWorker(_ZMQWorker):
         return '{} dispatcher'.format(self.owner)
 
     def _open(self):
-        self.pipes = _Sockets()
+        self.pipes = Sockets()
         zmq = self.pipes.zmq
         self.results = self.pipes.socket(zmq.PUSH, 1)  # for an error report only
         self.results.connect(self.result_endpoint)
@@ -508,7 +495,7 @@ class _MapBatchWorker(_MapWorker):
                 batch = []
 
 
-class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
+class MultiProcessMapAndBatchDataZMQ(ParallelBase):
     """Map the datapoints of ``ds`` with ``map_func`` and batch them, both in ``num_proc``
     worker processes, to hide the cost of batching too.
 
@@ -549,7 +536,7 @@ class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
         if self.buffer_size <= self.batch_size:
             raise ValueError("MultiProcessMapAndBatchData: buffer_size ({}) must be larger than batch_size "
                              "({})".format(self.buffer_size, self.batch_size))
-        size = _len_or_minus_one(ds)
+        size = len_or_minus_one(ds)
         if 0 <= size < self.batch_size:
             raise ValueError("MultiProcessMapAndBatchData: batch_size={} is larger than len(ds)={}".format(
                 self.batch_size, size))
@@ -562,13 +549,13 @@ class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
         """Start the dispatcher and the workers (once)."""
         with self._starting():
             name = type(self).__name__
-            pipes = _Sockets()
+            pipes = Sockets()
             self._on_close(pipes.close)
-            ipc = _IPCDir('mapbatch')
+            ipc = IPCDir('mapbatch')
             self._on_close(ipc.cleanup)
             task_endpoint, result_endpoint = ipc.endpoint('tasks'), ipc.endpoint('results')
             worker_hwm = max(self.batch_size, self.buffer_size // self.num_proc)
-            workers = _WorkerProcesses(
+            workers = WorkerProcesses(
                 [_MapBatchWorker(name, k, os.getpid(), self.map_func, self.batch_size, task_endpoint,
                                  result_endpoint, worker_hwm) for k in range(self.num_proc)]
                 + [_DispatchWorker(name, self.num_proc, os.getpid(), self.ds, task_endpoint, result_endpoint,
@@ -578,7 +565,7 @@ class MultiProcessMapAndBatchDataZMQ(_ParallelBase):
             results.bind(result_endpoint)
             workers.start()
             watch = self._idle_watch(workers, watched=range(self.num_proc))  # not the dispatcher
-            self._collector = _ZMQCollector(results, workers, watch, _sender)
+            self._collector = ZMQCollector(results, workers, watch, _sender)
 
     def _recv(self):
         while True:

@@ -7,10 +7,11 @@ from copy import copy
 import numpy as np
 
 from ..utils import logger
-from .base import DataFlow, RNGDataFlow, _LengthUnavailable
+from .base import DataFlow, LengthUnavailable, RNGDataFlow
 from .state import IterationCursor, rng_state, set_rng_state, unsupported_position, without_position
 
-__all__ = ['FakeData', 'DataFromQueue', 'DataFromList', 'DataFromGenerator', 'DataFromIterable']
+__all__ = ['FakeData', 'DataFromQueue', 'DataFromList', 'DataFromGenerator', 'DataFromIterable',
+           'IndexedData']
 
 
 def _per_component(value, count, name, is_single):
@@ -138,7 +139,7 @@ class DataFromQueue(DataFlow):
                                             "the datapoints are the next ones the queue gives")
 
 
-class _IndexedData(RNGDataFlow):
+class IndexedData(RNGDataFlow):
     """Template of the DataFlows whose datapoints are read by index: ``_datapoint_at(k)`` for
     ``k < len(self)``, in order, or in a new random order every iteration when ``self.shuffle``
     (drawn from ``self.rng``). Its state is an :class:`IterationCursor`'s: how many datapoints
@@ -177,7 +178,7 @@ class _IndexedData(RNGDataFlow):
         self._cursor.restore(state, self._order_rng())
 
 
-class DataFromList(_IndexedData):
+class DataFromList(IndexedData):
     """Produce the elements of a list, each one a datapoint.
 
     Args:
@@ -238,7 +239,7 @@ class DataFromGenerator(DataFlow):
 
     def __len__(self):
         if self._size is None:
-            raise _LengthUnavailable("DataFromGenerator has no length; pass size= if you know it.")
+            raise LengthUnavailable("DataFromGenerator has no length; pass size= if you know it.")
         return self._size
 
     def __iter__(self):
@@ -270,7 +271,7 @@ class DataFromIterable(DataFlow):
 
     def __len__(self):
         if self._len is None:
-            raise _LengthUnavailable("DataFromIterable: the wrapped {} has no length.".format(
+            raise LengthUnavailable("DataFromIterable: the wrapped {} has no length.".format(
                 type(self._itr).__name__))
         return self._len
 

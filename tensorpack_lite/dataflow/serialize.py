@@ -27,11 +27,11 @@ import numpy as np
 from ..utils import logger
 from ..utils.develop import import_optional
 from ..utils.fs import atomic_path, write_atomically
-from ..utils.serialize import _is_string_array, dumps, loads
+from ..utils.serialize import dumps, is_string_array, loads
 from .base import DataFlow
 from .format import (BYTES_ATTRIBUTE, LMDB_KEYS_ENTRY, HDF5Data, LMDBData, LMDBDataDecoder, bytes_to_hdf5,
                      lmdb_map_size, open_lmdb_readonly)
-from .raw import _IndexedData
+from .raw import IndexedData
 from .state import IterationCursor
 
 __all__ = ['LMDBSerializer', 'MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer', 'HDF5Serializer']
@@ -53,7 +53,7 @@ def _serialize(dp, index, who):
         raise TypeError("{}.save(): datapoint #{}: {}".format(who, index, err)) from None
 
 
-class _RecordsData(_IndexedData):
+class _RecordsData(IndexedData):
     """Datapoints decoded by ``read(i)``, ``i < size``, in order or shuffled."""
 
     def __init__(self, size, read, shuffle):
@@ -75,7 +75,7 @@ def _to_msgpack_numpy(obj, path):
         return obj  # np.float64, a float, is packed as a float, as msgpack does
     if isinstance(obj, np.ndarray):
         if obj.dtype.hasobject:
-            if _is_string_array(obj):
+            if is_string_array(obj):
                 return obj.tolist()
             raise TypeError("cannot serialize the object array at {}: only object arrays of only "
                             "bytes or only str are supported".format(path))

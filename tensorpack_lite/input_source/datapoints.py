@@ -11,7 +11,7 @@ inputs' names. A missing key and an extra key are errors naming the key and the 
 import numpy as np
 
 from ..compat import tf
-from ..tfutils.hooked_session import CheckedFeeds
+from ..session.hooked_session import CheckedFeeds
 
 __all__ = ['DatapointChecker', 'close_iterator', 'input_name', 'datapoint_as_list']
 

@@ -33,7 +33,7 @@ from ..utils import logger
 
 __all__ = ['Callback', 'ProxyCallback', 'CallbackFactory', 'name_culprit']
 
-# Looked up once: before_run runs with every step (see tfutils/hooked_session.py).
+# Looked up once: before_run runs with every step (see session/hooked_session.py).
 _SessionRunArgs = tfv1.train.SessionRunArgs
 _FETCHABLE = (tf.Tensor, tf.Operation, tf.Variable)
 

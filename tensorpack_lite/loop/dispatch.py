@@ -11,14 +11,14 @@ import time
 from contextlib import contextmanager
 
 from ..compat import tfv1
-from ..tfutils.hooked_session import RunRequests
+from ..session.hooked_session import RunRequests
 from ..utils import logger
 from ..utils.utils import humanize_time_delta
 from .callback import Callback, name_culprit
 
 __all__ = ['Callbacks', 'CallbackToHook']
 
-# TensorFlow's classes used at every run, looked up once (see tfutils/hooked_session.py).
+# TensorFlow's classes used at every run, looked up once (see session/hooked_session.py).
 _SessionRunArgs = tfv1.train.SessionRunArgs
 _SessionRunValues = tfv1.train.SessionRunValues
 

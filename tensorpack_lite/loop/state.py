@@ -11,8 +11,8 @@ it; callbacks read it (``self.trainer.loop``) instead of working the answers out
 import numbers
 from time import perf_counter
 
+from ..session.failure import leaves_session_unusable
 from ..tfutils.common import get_global_step_value
-from ..tfutils.session_failure import leaves_session_unusable
 from ..utils.argtools import is_int
 from .callback import name_culprit
 
@@ -107,7 +107,7 @@ class StopTraining(Exception):
 class RunFailure:
     """Why training ended with an error: the ``error`` and whether the session can still be
     used (``session_usable``: False when the error may have left it in an unknown state, see
-    :func:`~tensorpack_lite.tfutils.session_failure.leaves_session_unusable`; the trainer then
+    :func:`~tensorpack_lite.session.failure.leaves_session_unusable`; the trainer then
     probes it and sets it True when it still answers)."""
 
     __slots__ = ('error', 'session_usable')

@@ -14,7 +14,7 @@ import functools
 import platform
 
 from ..compat import tf, tf_internal
-from ..tfutils.mixed_precision import float16_rewrite_expected
+from ..precision.mixed_precision import float16_rewrite_expected
 from ..utils.gpu import num_tensorflow_gpus
 from .tflayer import get_data_format
 
@@ -55,7 +55,7 @@ def cpu_runs_nchw(dtype=tf.float32, graph=None):
     """Whether the CPU's kernels of convolution, transposed convolution and pooling take NCHW
     inputs of ``dtype`` in ``graph`` (None: the default graph): TensorFlow's oneDNN kernels on
     an x86 processor, in float32, in a graph that no float16 rewrite awaits
-    (:func:`~tensorpack_lite.tfutils.mixed_precision.float16_rewrite_expected`: the rewritten
+    (:func:`~tensorpack_lite.precision.mixed_precision.float16_rewrite_expected`: the rewritten
     ops would be float16, whose pooling gradients have no NCHW kernel on a CPU)."""
     if tf.as_dtype(dtype).base_dtype != tf.float32 or not onednn_enabled():
         return False

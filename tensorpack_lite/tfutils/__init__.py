@@ -10,8 +10,8 @@ function; its module is ``sys.modules['tensorpack_lite.tfutils.argscope']``.
 import it by its full name.)
 """
 
-from . import (collection, common, gradproc, hooked_session, mixed_precision, model_utils, optimizer,
-               scope_utils, sesscreate, sessinit, summary, tower, varmanip, varreplace)
+from . import (collection, common, gradproc, model_utils, optimizer, scope_utils, sesscreate, sessinit,
+               summary, tower, varmanip, varreplace)
 from .argscope import argscope, enable_argscope_for_function, enable_argscope_for_module, get_arg_scope
 from .common import (collect_env_info, get_default_sess_config, get_global_step_value, get_global_step_var,
                      get_tf_version_tuple)
@@ -32,5 +32,5 @@ __all__ = [
     'argscope', 'get_arg_scope', 'enable_argscope_for_module', 'enable_argscope_for_function',
     # submodules
     'sessinit', 'summary', 'optimizer', 'sesscreate', 'gradproc', 'varreplace', 'tower',
-    'collection', 'common', 'hooked_session', 'mixed_precision', 'model_utils', 'scope_utils', 'varmanip',
+    'collection', 'common', 'model_utils', 'scope_utils', 'varmanip',
 ]

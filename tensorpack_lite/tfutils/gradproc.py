@@ -18,7 +18,8 @@ import weakref
 
 from ..compat import tf, tfv1
 from ..utils import logger
-from .summary import _as_dense, _rms, add_moving_summary
+from .summary import add_moving_summary, as_dense
+from .symbolic_functions import rms
 
 __all__ = ['GradientProcessor', 'FilterNoneGrad', 'GlobalNormClip', 'MapGradient',
            'SummaryGradient', 'PrintGradient', 'CheckGradient', 'ScaleGradient']
@@ -230,9 +231,9 @@ class SummaryGradient(MapGradient):
         name = var.op.name
         if re.match('tower[0-9]+/', name) or not self._done.add(name):
             return grad
-        dense = _as_dense(grad)
+        dense = as_dense(grad)
         tfv1.summary.histogram(name + '-grad', dense, collections=self._collections)
-        add_moving_summary(_rms(dense, name=name + '/rms'),
+        add_moving_summary(rms(dense, name=name + '/rms'),
                            summary_collections=self._collections)
         return grad
 
@@ -249,9 +250,9 @@ class PrintGradient(MapGradient):
         name = var.op.name
         if not self._done.add(name):
             return grad
-        dense = _as_dense(grad)
+        dense = as_dense(grad)
         print_op = tf.print(name + '-grad', 'shape:', tf.shape(dense), 'mean:',
-                            tf.reduce_mean(dense), 'rms:', _rms(dense), output_stream=sys.stderr)
+                            tf.reduce_mean(dense), 'rms:', rms(dense, name='rms'), output_stream=sys.stderr)
         with tf.control_dependencies([print_op]):
             if isinstance(grad, tf.IndexedSlices):
                 return tf.IndexedSlices(tf.identity(grad.values), grad.indices, grad.dense_shape)

@@ -22,7 +22,7 @@ from ..utils.naming import MOVING_SUMMARY_OPS_KEY
 from .tower_context import get_current_tower_context
 
 __all__ = ['encode_png', 'create_scalar_summary', 'create_image_summary', 'add_tensor_summary',
-           'add_param_summary', 'add_activation_summary', 'add_moving_summary']
+           'add_param_summary', 'add_activation_summary', 'add_moving_summary', 'as_dense']
 
 
 def create_scalar_summary(name, value):
@@ -99,7 +99,8 @@ def _summaries_allowed():
     return ctx is None or ctx.is_main_training_tower
 
 
-def _as_dense(x):
+def as_dense(x):
+    """``x`` as a dense tensor: a ``tf.IndexedSlices`` (a sparse gradient) converted, anything else as is."""
     if isinstance(x, tf.IndexedSlices):
         return tf.convert_to_tensor(x)
     return x
@@ -165,7 +166,7 @@ def add_tensor_summary(x, types, name=None, collections=None, main_tower_only=Tr
     if unknown:
         raise ValueError("add_tensor_summary: unknown summary type(s) {}; valid types are "
                          "{}".format(unknown, sorted(_SUMMARY_TYPES)))
-    x = _as_dense(x)
+    x = as_dense(x)
     if not isinstance(x, (tf.Tensor, tf.Variable)):
         raise TypeError("add_tensor_summary: expected a tf.Tensor or tf.Variable, got {!r}".format(x))
     if name is None:

@@ -24,8 +24,8 @@ from ..compat import enable_graph_mode, tf, tfv1
 from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
 from ..loop.state import Schedule, StopTraining, TrainLoop
-from ..tfutils.hooked_session import HookedSession
-from ..tfutils.mixed_precision import MixedPrecision, MixedPrecisionError, PrecisionReport, check_rewrite
+from ..precision.mixed_precision import MixedPrecision, MixedPrecisionError, PrecisionReport, check_rewrite
+from ..session.hooked_session import HookedSession
 from ..tfutils.model_utils import describe_trainable_vars
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import JustCurrentSession, SessionInit
@@ -378,7 +378,7 @@ class Trainer:
         if self._state_directory is not None:
             logger.info("{} stops writing into {} but for its own resume states.".format(
                 who, self._state_directory))
-            logger._detach_file_handler()
+            logger.unset_logger_dir()
 
     @call_only_once
     def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):

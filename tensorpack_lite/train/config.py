@@ -12,7 +12,7 @@ from ..graph_builder.model_desc import ModelDescBase
 from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback
 from ..loop.state import Schedule
-from ..tfutils.mixed_precision import MixedPrecision
+from ..precision.mixed_precision import MixedPrecision
 from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.sessinit import SaverRestore, SessionInit
 from ..utils import logger

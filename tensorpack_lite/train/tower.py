@@ -11,10 +11,10 @@ from ..compat import tf, tfv1
 from ..graph_builder.accumulation import GradientAccumulator
 from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback
+from ..precision.loss_scale import LossScaleOptimizer
 from ..predict.base import OnlinePredictor
 from ..tfutils.gradproc import FilterNoneGrad
 from ..tfutils.inference_tower import build_predict_tower
-from ..tfutils.mixed_precision import LossScaleOptimizer
 from ..tfutils.tower_context import get_current_tower_context
 from ..tfutils.tower_func import TowerFunc
 from ..tfutils.varmanip import is_reference_variable

@@ -27,7 +27,7 @@ from termcolor import colored
 
 from .object_store import is_remote_url, local_mirror_dir, remote_filesystem
 
-__all__ = ['set_logger_dir', 'auto_set_dir', 'get_logger_dir', 'get_logger_url',
+__all__ = ['set_logger_dir', 'auto_set_dir', 'get_logger_dir', 'get_logger_url', 'unset_logger_dir',
            'info', 'warning', 'warn', 'error', 'exception', 'debug', 'critical', 'setLevel', 'addFilter',
            'LOG_FILE_NAME', 'ACTION_ENV_VAR']
 
@@ -123,7 +123,8 @@ def _attach_file_handler(path):
     info("Argv: " + ' '.join(sys.argv))
 
 
-def _detach_file_handler():
+def unset_logger_dir():
+    """Stop writing the log file of :func:`set_logger_dir`: :func:`get_logger_dir` is None again."""
     global _FILE_HANDLER, _LOGGER_DIR, _LOGGER_URL
     if _FILE_HANDLER is not None:
         _logger.removeHandler(_FILE_HANDLER)
@@ -188,7 +189,7 @@ def set_logger_dir(dirname, action=None):
     dirname = os.path.normpath(dirname)
     if action is not None:  # reject a typo now, not only on the day the directory exists
         _validate_action(action)
-    _detach_file_handler()
+    unset_logger_dir()
     if _dir_has_content(dirname):
         chosen = _choose_action(dirname, action)
         if chosen == 'b':
@@ -228,7 +229,7 @@ def _set_remote_logger_dir(url, action):
         _validate_action(action)
     url = url.rstrip('/')
     fs, path = remote_filesystem(url)
-    _detach_file_handler()
+    unset_logger_dir()
     local = local_mirror_dir(url)
     if _remote_has_content(fs, path) or _dir_has_content(local):
         chosen = _choose_action(url, action)

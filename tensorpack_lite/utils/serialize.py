@@ -34,7 +34,7 @@ import struct
 import msgpack
 import numpy as np
 
-__all__ = ['dumps', 'loads', 'dumps_frames', 'loads_frames']
+__all__ = ['dumps', 'loads', 'dumps_frames', 'loads_frames', 'is_string_array']
 
 _EXT_ARRAY = 1
 _EXT_SCALAR = 2
@@ -54,7 +54,7 @@ def _check_dtype(dtype, what):
                         "dtypes are supported".format(what, dtype))
 
 
-def _is_string_array(arr):
+def is_string_array(arr):
     """Whether ``arr`` is an object array of only bytes or only str (possibly empty)."""
     if arr.dtype != np.object_:
         return False
@@ -85,7 +85,7 @@ def _pack_array(arr, code):
 def _encode(obj):
     """msgpack's ``default`` hook: numpy arrays and scalars become extensions."""
     if isinstance(obj, np.ndarray):
-        if _is_string_array(obj):
+        if is_string_array(obj):
             return _pack_strings(obj)
         _check_dtype(obj.dtype, 'a numpy array')
         return _pack_array(obj, _EXT_ARRAY)
@@ -138,7 +138,7 @@ def _find_unserializable(obj, path):
     """The (path, object) of the first component :func:`dumps` cannot handle, or None."""
     if isinstance(obj, _NATIVE_LEAVES):
         return None
-    if isinstance(obj, np.ndarray) and _is_string_array(obj):
+    if isinstance(obj, np.ndarray) and is_string_array(obj):
         return None
     if isinstance(obj, (np.ndarray, np.generic)):
         return (path, obj) if obj.dtype.hasobject or obj.dtype.fields is not None else None

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from . import logger
 from .mpi_launcher import mpi_rank_and_size
 
-__all__ = ['get_rng', 'fix_rng_seed', 'get_tqdm', 'get_tqdm_kwargs', 'humanize_time_delta',
+__all__ = ['get_rng', 'fix_rng_seed', 'fixed_rng_seed', 'get_tqdm', 'get_tqdm_kwargs', 'humanize_time_delta',
            'change_env', 'get_time_str', 'execute_only_once', 'PROGRESS_REFRESH_ENV_VAR']
 
 PROGRESS_REFRESH_ENV_VAR = 'TENSORPACK_PROGRESS_REFRESH'
@@ -33,6 +33,11 @@ def fix_rng_seed(seed):
     """
     global _RNG_SEED
     _RNG_SEED = int(seed)
+
+
+def fixed_rng_seed():
+    """The seed given to :func:`fix_rng_seed`, or None if none was."""
+    return _RNG_SEED
 
 
 def get_rng(obj=None):

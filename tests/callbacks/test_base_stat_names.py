@@ -9,7 +9,7 @@ from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.graph import ProcessTensors
 from tensorpack_lite.callbacks.inference import ScalarStats
 from tensorpack_lite.callbacks.inference_runner import InferenceRunner
-from tensorpack_lite.callbacks.monitor_group import MonitorBase, summary_scalar_name
+from tensorpack_lite.callbacks.monitors.group import MonitorBase, summary_scalar_name
 from tensorpack_lite.callbacks.param_setter import ScheduledHyperParamSetter
 from tensorpack_lite.callbacks.prof import (GPUUtilizationTracker, HostMemoryTracker,
                                             PeakMemoryTracker, ThroughputTracker)

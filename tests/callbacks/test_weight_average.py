@@ -108,7 +108,7 @@ def train(logdir, digits, callbacks, trainer=None, session_creator=None, data=No
                                  max_epoch=EPOCHS, session_creator=session_creator)
             launch_train_with_config(config, trainer or SimpleTrainer())
     finally:
-        logger._detach_file_handler()
+        logger.unset_logger_dir()
     return load_chkpt_vars(os.path.join(str(logdir), 'model-{}'.format(STEPS * EPOCHS)))
 
 

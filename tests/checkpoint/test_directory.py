@@ -41,7 +41,7 @@ def _train(logdir, digits, max_epoch):
                 callbacks=[ModelSaver(max_to_keep=3)], steps_per_epoch=STEPS, max_epoch=max_epoch)
             launch_train_with_config(config, SimpleTrainer())
     finally:
-        logger._detach_file_handler()
+        logger.unset_logger_dir()
 
 
 def _values(prefix):

@@ -12,18 +12,15 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import urllib.request
 
 import numpy as np
 import pytest
 
 from helpers.logs import capture_logs
 from helpers.paths import TESTS_DIR, import_file
-from helpers.processes import kill_process_tree, run_bounded, subprocess_env
-from helpers.timing import HANG_TIMEOUT, wait_until
-from tensorpack_lite.cluster.config import held_free_port
+from helpers.processes import run_bounded, subprocess_env
+from helpers.s3 import S3Server
 from tensorpack_lite.checkpoint import RemoteMirror, write_checkpoint_state
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
@@ -34,56 +31,9 @@ s3fs = pytest.importorskip('s3fs')
 pytest.importorskip('moto')
 
 SCRIPT = os.path.join(TESTS_DIR, 'resume_scripts', 'remote_resume.py')
-BUCKET = 'bucket'
 TIMEOUT = 240
 PARTS = ('.data-00000-of-00001', '.index', '.resume')
 FINAL = ['model-6', 'model-12']   # max_to_keep=2 keeps the two ends of epochs (6 steps each)
-
-
-class S3Server:
-    """``python -m moto.server`` on 127.0.0.1, with the bucket made; :attr:`env` is what a client
-    needs (endpoint and credentials, read by fsspec/s3fs through botocore)."""
-
-    def __init__(self, directory):
-        with held_free_port() as port:
-            self.port = port
-        self.endpoint = 'http://127.0.0.1:{}'.format(self.port)
-        self.env = {'AWS_ENDPOINT_URL': self.endpoint, 'AWS_ACCESS_KEY_ID': 'testing',
-                    'AWS_SECRET_ACCESS_KEY': 'testing', 'AWS_DEFAULT_REGION': 'us-east-1'}
-        self.log = open(os.path.join(directory, 'moto.log'), 'wb')
-        command = [sys.executable, '-m', 'moto.server', '-H', '127.0.0.1', '-p', str(self.port)]
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        try:
-            assert wait_until(self._answers, timeout=60, interval=0.1), open(self.log.name).read()[-3000:]
-            self.fs = s3fs.S3FileSystem(endpoint_url=self.endpoint, key='testing', secret='testing',
-                                        skip_instance_cache=True)
-            self.fs.mkdir(BUCKET)
-        except BaseException:   # no fixture teardown for a setup that failed: stop it here
-            self.stop()
-            raise
-
-    def _answers(self):
-        assert self.proc.poll() is None, open(self.log.name).read()[-3000:]
-        try:
-            with urllib.request.urlopen(self.endpoint + '/moto-api/', timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def objects(self, run):
-        """``{name: bytes}`` of the objects under ``s3://bucket/<run>``."""
-        self.fs.invalidate_cache()
-        try:
-            names = [os.path.basename(p) for p in self.fs.ls('{}/{}'.format(BUCKET, run), detail=False)]
-        except FileNotFoundError:
-            return {}
-        return {name: self.fs.cat_file('{}/{}/{}'.format(BUCKET, run, name)) for name in names}
-
-    def stop(self):
-        kill_process_tree(self.proc)
-        self.proc.wait(HANG_TIMEOUT)
-        self.log.close()
 
 
 @pytest.fixture(scope='module')
@@ -235,7 +185,7 @@ def test_a_failed_upload_leaves_the_bucket_listing_the_previous_checkpoint(s3_en
     objects = s3_env.objects('failing')
     assert listed(objects) == FINAL
     assert checkpoint_objects(objects) == sorted(base + part for base in FINAL for part in PARTS)
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
 
 
 def test_a_model_saver_writes_to_a_url_beside_a_local_logger_directory(s3_env, tmp_path, fixed_seed):
@@ -247,7 +197,7 @@ def test_a_model_saver_writes_to_a_url_beside_a_local_logger_directory(s3_env, t
     assert not [name for name in os.listdir(str(tmp_path / 'log')) if name.startswith('model-')]
     mirror = local_mirror_dir('s3://bucket/saver', str(tmp_path / 'cache'))
     assert sorted(n for n in os.listdir(mirror) if n.startswith('model-')) == checkpoint_objects(objects)
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
 
 
 def _local_checkpoint(directory, step):
@@ -297,7 +247,7 @@ def test_logger_dir_of_a_url_is_a_local_mirror(s3_env, tmp_path):
     mirror = str(tmp_path / 'cache' / 'remote' / 's3' / 'bucket' / 'logger')
     assert logger.get_logger_dir() == mirror and logger.get_logger_url() == url
     logger.info('a line of the first run')
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
     assert logger.get_logger_url() is None
     s3_env.fs.put_file(os.path.join(mirror, 'log.log'), 'bucket/logger/log.log')
     shutil.rmtree(mirror)   # another machine: the bucket's log.log is kept as a local one would be
@@ -306,7 +256,7 @@ def test_logger_dir_of_a_url_is_a_local_mirror(s3_env, tmp_path):
     assert len(backups) == 1
     with open(os.path.join(mirror, backups[0])) as f:
         assert 'a line of the first run' in f.read()
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
     with pytest.raises(ValueError, match="'b' .* not supported on object storage"):
         logger.set_logger_dir(url, action='b')
     logger.set_logger_dir(url, action='d')

@@ -34,8 +34,8 @@ signal.signal(signal.SIGTERM, signal.SIG_DFL)
 tempfile.tempdir, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 from tensorpack_lite.dataflow import (DataFromList, MultiProcessMapAndBatchData, MultiProcessMapData,
                                       MultiProcessMapDataZMQ, MultiProcessRunner, MultiProcessRunnerZMQ)
-from tensorpack_lite.dataflow.parallel import _ProcessWorker
-_ProcessWorker.leave_grace = 10 ** 4
+from tensorpack_lite.dataflow.workers import ProcessWorker
+ProcessWorker.leave_grace = 10 ** 4
 
 def numbers():
     return DataFromList([[k] for k in range(100)], shuffle=False)

@@ -23,9 +23,10 @@ import pytest
 from helpers.timing import run_or_hang
 from tensorpack_lite.dataflow.base import DataFlow
 from tensorpack_lite.dataflow.raw import DataFromList
-from tensorpack_lite.dataflow.parallel import (DataFlowWorkerError, MultiProcessRunner, MultiProcessRunnerZMQ,
-                                               _IPCDir, _WorkerProcesses)
+from tensorpack_lite.dataflow.ipc_dir import IPCDir
+from tensorpack_lite.dataflow.parallel import DataFlowWorkerError, MultiProcessRunner, MultiProcessRunnerZMQ
 from tensorpack_lite.dataflow.parallel_map import MultiProcessMapAndBatchData, MultiProcessMapData
+from tensorpack_lite.dataflow.workers import WorkerProcesses
 from helpers.dataflows import children, gone
 
 FORK = mp.get_context('fork')
@@ -280,7 +281,7 @@ def _wait_forever(conn):
 
 
 def test_the_last_member_to_leave_removes_the_ipc_directory(private_tmp):
-    ipc = _IPCDir('unit')
+    ipc = IPCDir('unit')
     member = ipc.join()
     # a process forked now inherits both locks' descriptors: it must not count as a member
     recv, send = FORK.Pipe(duplex=False)
@@ -356,7 +357,7 @@ def test_closing_ends_a_worker_whose_main_thread_does_not_take_sigterm(monkeypat
     thread, the old worker waited out its C call (here: for ever) until SIGKILL after
     ``join_timeout``. Now SIGTERM is blocked in every thread of a worker and its guard thread
     takes it: close() returns without waiting (no SIGKILL fallback: join_timeout is hours)."""
-    monkeypatch.setattr(_WorkerProcesses, 'join_timeout', 10 ** 4)
+    monkeypatch.setattr(WorkerProcesses, 'join_timeout', 10 ** 4)
     marks = tempfile.mkdtemp(prefix='tpr-mark-', dir='/tmp')   # not in the ipc directories' parent
     try:
         ready = os.path.join(marks, 'ready')

@@ -10,7 +10,7 @@ too: the distributed trainer's watchdog watches a peer whose link is cut mid-run
 (:class:`CutLink`: its waits and probes reach their timeouts), what the trainer does about the
 loss (closing the session) ends its loop, whether it waited in a step or was between two runs,
 and the end that follows is counted as above. The phases themselves are also tested at their
-real timeouts in tfutils/test_session_failure.py and distributed/test_trainers.py."""
+real timeouts in session/test_failure.py and distributed/test_trainers.py."""
 
 import contextlib
 import os
@@ -217,7 +217,7 @@ def end_of_a_failed_step(trainer, logdir, monkeypatch, failure=BreakStep, error=
         with pytest.raises(error) as info:
             launch_train_with_config(config, trainer)
     finally:
-        logger._detach_file_handler()      # the module's fixtures leave no logger directory
+        logger.unset_logger_dir()      # the module's fixtures leave no logger directory
     assert trainer.loop.failure is not None
     clock.error = info.value
     return clock

@@ -12,6 +12,8 @@ The suite's machinery (plugins tests/conftest.py loads):
 Of any test:
 
 - :mod:`helpers.paths`: ``TESTS_DIR``, ``REPO_DIR``.
+- :mod:`helpers.package_modules`: the package's modules as files (``module_files``), what their
+  imports name (``import_source``).
 - :mod:`helpers.processes`: a child Python's environment (``subprocess_env``), a child Python with
   or without TensorFlow (``run_python``), bounded launcher runs (``run_bounded``),
   ``kill_process_tree``.
@@ -37,7 +39,8 @@ What a few test files of a kind share (tests/README.md):
   :mod:`helpers.slurm_node` (a one-node Slurm), :mod:`helpers.distributed` (multi-worker jobs),
   :mod:`helpers.mpi` (MPI ranks), :mod:`helpers.multigpu` (multi-tower trainers),
   :mod:`helpers.scripted_stats`, :mod:`helpers.checkpoint_runs`, :mod:`helpers.contract`,
-  :mod:`helpers.dataflow_cases`.
+  :mod:`helpers.dataflow_cases`, :mod:`helpers.s3` (an S3 server),
+  :mod:`helpers.anomalies` (bad batches, for rolling back).
 
 Free ports come from the library (``tensorpack_lite.cluster.config.held_free_port`` / ``free_ports``).
 """

@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers.package_modules import PACKAGE, import_source, module_files, parse_module
 from helpers.paths import TESTS_DIR
 from helpers.processes import run_python, subprocess_env
 
 HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
-PACKAGE = 'tensorpack_lite'
 ARCHITECTURE = os.path.join(REPO, 'docs', 'architecture.md')
 
 # Outside the layers: the TensorFlow import point (usable anywhere) and the top-level facade.
@@ -35,37 +35,16 @@ def read_layers(text):
     return layers
 
 
-def module_files():
-    """{module name: path} of every module of the package."""
-    modules = {}
-    root = os.path.join(REPO, PACKAGE)
-    for directory, _, files in os.walk(root):
-        for fname in files:
-            if fname.endswith('.py'):
-                path = os.path.join(directory, fname)
-                parts = os.path.relpath(path, REPO)[:-3].split(os.sep)
-                if parts[-1] == '__init__':
-                    parts = parts[:-1]
-                modules['.'.join(parts)] = path
-    return modules
-
-
 def imports_of(name, path, modules):
     """The modules of the package that ``name`` imports, anywhere in the file: ``from pkg import
     x`` counts as importing ``pkg.x`` when that is a module, else ``pkg``."""
-    tree = ast.parse(open(path, encoding='utf-8').read(), path)
-    is_package = path.endswith('__init__.py')
+    tree = parse_module(path)
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split('.') if is_package else name.split('.')[:-1]
-                base = base[:len(base) - node.level + 1]
-                source = '.'.join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ''
+            source = import_source(name, path, node)
             targets = [source + '.' + alias.name if source + '.' + alias.name in modules else source
                        for alias in node.names]
         else:
@@ -193,10 +172,20 @@ MOVED = {'utils.launch': 'cluster.launch', 'utils.cluster': 'cluster.config', 'u
          'tfutils.preemption_vote': 'multiprocess.stop_vote',
          'tfutils.sync_statistics': 'multiprocess.sync_statistics',
          'tfutils.step_timeline': 'profiling.step_timeline', 'tfutils.flops': 'profiling.flops',
-         'utils.peak_flops': 'profiling.peak_flops'}
+         'utils.peak_flops': 'profiling.peak_flops',
+         'tfutils.hooked_session': 'session.hooked_session', 'tfutils.caller_thread': 'session.caller_thread',
+         'tfutils.session_failure': 'session.failure',
+         'tfutils.mixed_precision': 'precision.mixed_precision',
+         'callbacks.monitor_group': 'callbacks.monitors.group',
+         'callbacks.monitor_writers': 'callbacks.monitors.writers',
+         'callbacks.monitor_services': 'callbacks.monitors.services',
+         'callbacks.mlflow_monitor': 'callbacks.monitors.mlflow',
+         'callbacks.wandb_monitor': 'callbacks.monitors.wandb'}
 """The modules that moved (paths under the package): old -> new. The processes and clusters went
 from ``utils`` to ``cluster``, the multi-process runtime from ``tfutils`` to ``multiprocess``,
-profiling from ``tfutils`` and ``utils`` to ``profiling``."""
+profiling from ``tfutils`` and ``utils`` to ``profiling``, the hooked session from ``tfutils`` to
+``session``, mixed precision from ``tfutils`` to ``precision``, the monitors from ``callbacks`` to
+``callbacks.monitors`` (the old paths that are public re-export: callbacks/test_monitors_import_paths.py)."""
 
 
 def test_dataflow_utils_and_cluster_import_without_tensorflow():
@@ -329,7 +318,7 @@ def test_importing_everything_of_the_core_loads_no_keras_2():
     assert out.strip().splitlines()[-1] == '[]'
 
 
-@pytest.mark.parametrize('package', ['utils', 'tfutils'])
+@pytest.mark.parametrize('package', ['utils', 'tfutils', 'callbacks'])
 def test_the_old_paths_of_moved_modules_name_the_new_ones(package):
     """The old paths under ``package`` of the modules of MOVED (``tensorpack_lite.utils.launch`` &
     co., ``tensorpack_lite.tfutils.collective`` & co.): importing one fails with an ImportError

@@ -8,8 +8,8 @@ from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source.feed import FeedInput
 from tensorpack_lite.loop import Callback, Callbacks, Schedule, TrainLoop
-from tensorpack_lite.tfutils.caller_thread import runs_safely_in_caller_thread
-from tensorpack_lite.tfutils.hooked_session import CheckedFeeds, HookedSession
+from tensorpack_lite.session.caller_thread import runs_safely_in_caller_thread
+from tensorpack_lite.session.hooked_session import CheckedFeeds, HookedSession
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import JustCurrentSession
 from tensorpack_lite.train import Trainer

@@ -19,8 +19,8 @@ from tensorpack_lite.models import (
     AvgPooling, BatchNorm, BatchRenorm, BNReLU, Conv2D, Conv2DTranspose, FixedUnPooling, GlobalAvgPooling,
     InstanceNorm, LayerNorm, MaxPooling)
 from tensorpack_lite.models import layout
+from tensorpack_lite.precision.mixed_precision import MixedPrecision
 from tensorpack_lite.tfutils.argscope import argscope
-from tensorpack_lite.tfutils.mixed_precision import MixedPrecision
 from tensorpack_lite.tfutils.tower import TowerContext
 from helpers.paths import TESTS_DIR
 from helpers.processes import subprocess_env

@@ -2,7 +2,7 @@
 
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.multiprocess.stop_vote import PREEMPTED, REQUESTED, BarrierStopVote, PreemptionVote
-from tensorpack_lite.tfutils.hooked_session import HookedSession
+from tensorpack_lite.session.hooked_session import HookedSession
 
 
 def test_a_vote_is_cast_once_and_every_step_after_it_sees_the_total():

@@ -169,7 +169,7 @@ def test_dump_tensors_argument_and_setup_errors(logdir):
     with pytest.raises(KeyError, match="'nothing' is not in the graph"):
         DumpTensors(['nothing']).setup_graph(trainer)
     from tensorpack_lite.utils import logger
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
     with pytest.raises(RuntimeError, match='logger directory, which is not set'):
         DumpTensors(['v']).setup_graph(trainer)
 

@@ -346,7 +346,7 @@ def uninterrupted(tmp_path_factory, digits):
     """stats.json and the final weights of a run that nothing interrupted."""
     logdir = str(tmp_path_factory.mktemp('uninterrupted') / 'log')
     _attempt(logdir, digits)
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
     return _final_state(logdir)
 
 

@@ -29,11 +29,11 @@ def _isolated_logger(monkeypatch):
     monkeypatch.delenv(logger.ACTION_ENV_VAR, raising=False)
     monkeypatch.setattr(sys, 'stdin', _NoTTY())
     monkeypatch.setattr(builtins, 'input', _no_input)
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
     try:
         yield
     finally:
-        logger._detach_file_handler()
+        logger.unset_logger_dir()
 
 
 def _file_text(path):
@@ -68,7 +68,7 @@ def test_set_logger_dir_creates_dir_and_log_file(tmp_path):
 def test_detach_stops_writing_to_file(tmp_path):
     d = str(tmp_path / 'run')
     logger.set_logger_dir(d)
-    logger._detach_file_handler()
+    logger.unset_logger_dir()
     assert logger.get_logger_dir() is None
     logger.info('after-detach-message')
     with open(os.path.join(d, logger.LOG_FILE_NAME)) as f:

@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from ..image import read_image
-from ..raw import _IndexedData
+from ..raw import IndexedData
 from .common import DATASET_ENV_VAR, get_dataset_path, load_mat
 
 __all__ = ['BSDS500']
@@ -19,7 +19,7 @@ def _landscape(array):
     return array.swapaxes(0, 1) if array.shape[0] > array.shape[1] else array
 
 
-class BSDS500(_IndexedData):
+class BSDS500(IndexedData):
     """Produces ``[image, boundaries]`` from BSDS500: the image is uint8 321x481x3 (BGR), the
     boundary map float32 321x481 in [0, 1], each pixel the fraction of the human annotators who
     drew a boundary there. Portrait images (481x321) and their maps are transposed to landscape.

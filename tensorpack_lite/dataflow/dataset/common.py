@@ -9,7 +9,7 @@ import numpy as np
 
 from ...utils.develop import import_optional
 from ...utils.fs import DATASET_ENV_VAR, get_dataset_path
-from ..raw import _IndexedData
+from ..raw import IndexedData
 
 __all__ = ['DATASET_ENV_VAR', 'get_dataset_path', 'find_dataset_file', 'load_mat', 'ImageLabelData']
 
@@ -62,7 +62,7 @@ def load_mat(path, dataset, keys=()):
     return data
 
 
-class ImageLabelData(_IndexedData):
+class ImageLabelData(IndexedData):
     """Datapoints ``[image, label]`` from an array of images and an array of labels in memory.
 
     Every epoch produces each image once, in a new random order when ``shuffle``.  Images are

@@ -11,7 +11,7 @@ Example::
     img, points = tfm.apply_image(img), tfm.apply_coords(points)   # points: Nx2 (x, y)
 """
 
-from .base import Augmentor, AugmentorList, ImageAugmentor, PhotometricAugmentor
+from .base import Augmentor, AugmentorList, CompositeAugmentor, ImageAugmentor, PhotometricAugmentor
 from .convert import ColorSpace, Grayscale, ToFloat32, ToUint8
 from .crop import CenterCrop, GoogleNetRandomCropAndResize, RandomCrop, RandomCropRandomShape, RandomCutout
 from .deform import GaussianDeform, GaussianMap
@@ -29,7 +29,7 @@ from .transform import (CropTransform, FlipTransform, LazyTransform, NoOpTransfo
 
 __all__ = [
     # base
-    'ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor',
+    'ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor', 'CompositeAugmentor',
     # convert
     'ColorSpace', 'Grayscale', 'ToUint8', 'ToFloat32',
     # crop

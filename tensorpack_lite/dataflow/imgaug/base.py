@@ -23,7 +23,7 @@ from ..state import rng_state, set_rng_state
 from .transform import (LazyTransform, PhotometricTransform, Transform, TransformFactory, TransformList,
                         constructor_repr)
 
-__all__ = ['ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor']
+__all__ = ['ImageAugmentor', 'Augmentor', 'AugmentorList', 'PhotometricAugmentor', 'CompositeAugmentor']
 
 # Augmentors alive in this process; a forked child gives each a fresh random generator, so that
 # worker processes do not all draw the same numbers.
@@ -171,7 +171,7 @@ Augmentor = ImageAugmentor
 """The older name of :class:`ImageAugmentor`."""
 
 
-class _CompositeAugmentor(ImageAugmentor):
+class CompositeAugmentor(ImageAugmentor):
     """An augmentor made of other augmentors (``_members()``): resetting it resets them too."""
 
     def _members(self):
@@ -179,23 +179,23 @@ class _CompositeAugmentor(ImageAugmentor):
 
     def reset_state(self):
         """Reset this augmentor's generator and those of its members."""
-        super(_CompositeAugmentor, self).reset_state()
+        super(CompositeAugmentor, self).reset_state()
         for augmentor in self._members():
             augmentor.reset_state()
 
     def get_state(self):
         """The state of this augmentor's generator and those of its members."""
-        state = super(_CompositeAugmentor, self).get_state()
+        state = super(CompositeAugmentor, self).get_state()
         state['members'] = [augmentor.get_state() for augmentor in self._members()]
         return state
 
     def set_state(self, state):
-        super(_CompositeAugmentor, self).set_state(state)
+        super(CompositeAugmentor, self).set_state(state)
         for augmentor, member_state in zip(self._members(), state['members']):
             augmentor.set_state(member_state)
 
 
-class AugmentorList(_CompositeAugmentor):
+class AugmentorList(CompositeAugmentor):
     """Several augmentors applied in order.
 
     Each augmentor decides its transform on the image the previous ones produced, so the

@@ -7,7 +7,7 @@ import numpy as np
 from ...utils.argtools import shape2d
 from ...utils.develop import import_optional, log_deprecated
 from .base import ImageAugmentor
-from .misc import _resize_shortest_edge
+from .misc import resize_shortest_edge
 from .transform import CropTransform, PhotometricTransform, ResizeTransform, TransformList
 
 cv2 = import_optional('cv2', extra='image', purpose='tensorpack_lite.dataflow.imgaug')
@@ -131,7 +131,7 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
                 y0 = self.rng.randint(0, h - crop_h + 1)
                 return TransformList([CropTransform(y0, x0, crop_h, crop_w),
                                       ResizeTransform(crop_h, crop_w, size, size, self.interp)])
-        resize = _resize_shortest_edge(h, w, size, self.interp)
+        resize = resize_shortest_edge(h, w, size, self.interp)
         y0, x0 = _centered_corner(resize.new_h, resize.new_w, size, size)
         return TransformList([resize, CropTransform(y0, x0, size, size)])
 

@@ -1,7 +1,7 @@
 """Augmentors that combine or wrap others: do nothing, apply sometimes, pick one, shuffle the
 order, or map the image with a function."""
 
-from .base import ImageAugmentor, _CompositeAugmentor
+from .base import CompositeAugmentor, ImageAugmentor
 from .transform import NoOpTransform, TransformFactory, TransformList
 
 __all__ = ['Identity', 'RandomApplyAug', 'RandomChooseAug', 'RandomOrderAug', 'MapImage']
@@ -14,7 +14,7 @@ class Identity(ImageAugmentor):
         return NoOpTransform()
 
 
-class RandomApplyAug(_CompositeAugmentor):
+class RandomApplyAug(CompositeAugmentor):
     """Apply ``aug`` with probability ``prob``, otherwise do nothing.
 
     Args:
@@ -37,7 +37,7 @@ class RandomApplyAug(_CompositeAugmentor):
         return NoOpTransform()
 
 
-class RandomChooseAug(_CompositeAugmentor):
+class RandomChooseAug(CompositeAugmentor):
     """Apply one augmentor picked at random from a list.
 
     Args:
@@ -71,7 +71,7 @@ class RandomChooseAug(_CompositeAugmentor):
         return self.aug_lists[chosen].get_transform(img)
 
 
-class RandomOrderAug(_CompositeAugmentor):
+class RandomOrderAug(CompositeAugmentor):
     """Apply all augmentors, in a random order.
 
     Every augmentor decides its transform on the input image, so they should not change its shape.

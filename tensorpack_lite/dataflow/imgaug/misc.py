@@ -69,7 +69,7 @@ class Resize(ImageAugmentor):
         return ResizeTransform(img.shape[0], img.shape[1], self.shape[0], self.shape[1], self.interp)
 
 
-def _resize_shortest_edge(h, w, size, interp):
+def resize_shortest_edge(h, w, size, interp):
     """The ResizeTransform that brings the shorter side of ``h x w`` to ``size`` (aspect ratio kept)."""
     scale = size / min(h, w)
     if h < w:
@@ -91,7 +91,7 @@ class ResizeShortestEdge(ImageAugmentor):
         self._init(locals())
 
     def _get_transform(self, img):
-        return _resize_shortest_edge(img.shape[0], img.shape[1], self.size, self.interp)
+        return resize_shortest_edge(img.shape[0], img.shape[1], self.size, self.interp)
 
 
 def _is_pixel_range(value_range):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tensorpack_lite.callbacks.base import Callback
-from tensorpack_lite.callbacks.monitor_writers import JSONWriter, TFEventWriter
+from tensorpack_lite.callbacks.monitors.writers import JSONWriter, TFEventWriter
 from tensorpack_lite.callbacks.param_setter import ScheduledHyperParamSetter
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow.raw import DataFromList

@@ -1,4 +1,4 @@
-"""Which compiled runs execute their ops in the caller's thread (tensorpack_lite.tfutils.caller_thread):
+"""Which compiled runs execute their ops in the caller's thread (tensorpack_lite.session.caller_thread):
 only where it is safe (nothing waits for another op of the run, in a function body either) and it
 wins (a small run, or one inter-op thread asked for); the switch overrides."""
 
@@ -7,9 +7,9 @@ import pytest
 
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.profiling.flops import count_flops
-from tensorpack_lite.tfutils.caller_thread import (SMALL_RUN_FLOPS, SWITCH, run_in_caller_thread,
+from tensorpack_lite.session.caller_thread import (SMALL_RUN_FLOPS, SWITCH, run_in_caller_thread,
                                                    runs_safely_in_caller_thread)
-from tensorpack_lite.tfutils.hooked_session import HookedSession
+from tensorpack_lite.session.hooked_session import HookedSession
 
 
 def _matmul_step(width):

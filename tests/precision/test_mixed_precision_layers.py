@@ -29,7 +29,7 @@ from tensorpack_lite import (AvgPooling, BatchNorm, BNReLU, Callback, ConcatWith
                              launch_train_with_config)
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
-from tensorpack_lite.tfutils.mixed_precision import MixedPrecision, MixedPrecisionError
+from tensorpack_lite.precision.mixed_precision import MixedPrecision, MixedPrecisionError
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 
 REPO = REPO_DIR

@@ -20,10 +20,10 @@ from tensorboard.plugins.hparams import (api_pb2, backend_context, get_experimen
                                          list_session_groups, metadata)
 
 from tensorpack_lite.callbacks.base import Callback  # noqa: E402
-from tensorpack_lite.callbacks.hparams import TensorBoardHParams  # noqa: E402
 from tensorpack_lite.callbacks.monitor import JSONWriter, NoOpMonitor, TFEventWriter  # noqa: E402
+from tensorpack_lite.callbacks.monitors.hparams import TensorBoardHParams  # noqa: E402
+from tensorpack_lite.callbacks.monitors.tracking import run_parameters  # noqa: E402
 from tensorpack_lite.callbacks.saver import ModelSaver  # noqa: E402
-from tensorpack_lite.callbacks.tracking import run_parameters  # noqa: E402
 from tensorpack_lite.cluster.preemption import Preempted  # noqa: E402
 from tensorpack_lite.compat import tfv1  # noqa: E402
 from tensorpack_lite.dataflow import BatchData, DataFromList  # noqa: E402
@@ -72,7 +72,7 @@ def train(directory, callbacks, max_epoch, hparams_args, resume=False, tfevents=
         err.trainer = trainer
         raise
     finally:
-        logger._detach_file_handler()
+        logger.unset_logger_dir()
     return trainer
 
 

@@ -8,7 +8,7 @@ import pytest
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.hooks import CallbackToHook
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.tfutils.hooked_session import HookedSession
+from tensorpack_lite.session.hooked_session import HookedSession
 
 
 class _Hook(tfv1.train.SessionRunHook):

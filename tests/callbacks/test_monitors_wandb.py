@@ -30,7 +30,7 @@ from tensorpack_lite.utils import logger, stats_json
 wandb = pytest.importorskip('wandb')
 wandb_internal_pb2 = pytest.importorskip('wandb.proto.wandb_internal_pb2')
 
-from tensorpack_lite.callbacks.wandb_monitor import WandbMonitor  # noqa: E402
+from tensorpack_lite.callbacks.monitors.wandb import WandbMonitor  # noqa: E402
 
 STEPS = 3   # per epoch: 6 points in batches of 2
 """The keys JSONWriter adds to the scalars of a stats.json record."""
@@ -192,7 +192,7 @@ def train(logdir, max_epoch, callbacks=(), config_class=TrainConfig, **kwargs):
                                   **kwargs)
             launch_train_with_config(config, SimpleTrainer())
         finally:
-            logger._detach_file_handler()
+            logger.unset_logger_dir()
     return monitor, records
 
 

@@ -1,4 +1,4 @@
-"""Mixed precision (tfutils/mixed_precision.py): the session rewrite of each mode, float32
+"""Mixed precision (precision/mixed_precision.py): the session rewrite of each mode, float32
 variables and checkpoints, checkpoints moving between modes, fp16's dynamic loss scaling
 (a step with overflowing gradients is skipped), towers, predictors, the hardware warning."""
 
@@ -12,10 +12,10 @@ from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.precision import mixed_precision
+from tensorpack_lite.precision.mixed_precision import (MixedPrecision, missing_hardware,
+                                                       mixed_precision_session_config)
 from tensorpack_lite.predict import OfflinePredictor, PredictConfig
-from tensorpack_lite.tfutils import mixed_precision
-from tensorpack_lite.tfutils.mixed_precision import (MixedPrecision, missing_hardware,
-                                                     mixed_precision_session_config)
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.tfutils.sessinit import SaverRestore
 from tensorpack_lite.train import (AsyncMultiGPUTrainer, ModelDesc, SimpleTrainer,

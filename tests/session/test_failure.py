@@ -1,5 +1,5 @@
 """A failed step ends training with its error, never a hang (train/base.py, loop/state.py,
-tfutils/session_failure.py).
+session/failure.py).
 
 A session broken the way TensorFlow's is when a C++ exception gets out of a run (every later run
 waits for ever) is simulated by helpers.BreakingSession, so nothing here depends on the CPU or
@@ -26,7 +26,7 @@ from tensorpack_lite.callbacks.saver import ModelSaver
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput
-from tensorpack_lite.tfutils.session_failure import leaves_session_unusable, note_session_error
+from tensorpack_lite.session.failure import leaves_session_unusable, note_session_error
 from tensorpack_lite.tfutils.sesscreate import NewSessionCreator
 from tensorpack_lite.train import (SimpleTrainer, SyncMultiGPUTrainerReplicated, TrainConfig,
                                    launch_train_with_config)

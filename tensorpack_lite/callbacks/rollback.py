@@ -1,0 +1,392 @@
+"""Training that recovers from a bad step: :class:`RollbackOnAnomaly` puts the model back to an
+in-memory snapshot when the loss turns NaN or infinite (or spikes, by a :class:`SpikeRule`) and
+goes on past the data that led to it."""
+
+import bisect
+import json
+import math
+import os
+import re
+
+from ..compat import tf, tfv1
+from ..loop.callback import Callback
+from ..tfutils.varmanip import SessionUpdate
+from ..utils import logger
+from ..utils.argtools import is_int, is_real
+from ..utils.fs import write_atomically
+
+__all__ = ['SpikeRule', 'RollbackOnAnomaly']
+
+_REPLICA = re.compile(r'^tower[0-9]+/')
+_SIGMA_PER_QUARTILE = 1.4826    # normal noise: (upper quartile - median) * this = its standard deviation
+
+
+class SpikeRule:
+    """What counts as a spike of the loss: a value above ``median + k * 1.4826 * (upper -
+    median)`` of the last ``window`` good values, ``upper`` the median of their upper half (the
+    upper quartile; for normal noise, 1.4826 times its distance to the median is the standard
+    deviation), once ``warmup`` values were seen. One-sided and robust: a loss is bounded below
+    and skewed up (most batches near the median, a few harder ones well above), which the upper
+    half measures and a symmetric spread would not; one outlier in the window moves the median and
+    the quartile by one rank at most. ``min_spread`` (relative to the median) keeps a nearly
+    constant loss from calling every small rise a spike.
+
+    Args:
+        k (float): how many (robust) standard deviations above the median is a spike.
+        window (int): how many of the latest good values the statistics are taken over.
+        warmup (int): how many values are needed before anything is a spike (<= window).
+        min_spread (float): the spread used is at least ``min_spread * |median|``.
+
+    Example::
+
+        rule = SpikeRule(k=10, window=200, warmup=50)
+        if not rule.is_spike(loss):
+            rule.observe(step, loss)
+    """
+
+    def __init__(self, k=10.0, window=200, warmup=50, min_spread=0.01):
+        if not is_real(k) or not k > 0:
+            raise ValueError("SpikeRule: k must be a number > 0, got {!r}".format(k))
+        if not is_int(window) or window < 2:
+            raise ValueError("SpikeRule: window must be an int >= 2, got {!r}".format(window))
+        if not is_int(warmup) or not 2 <= warmup <= window:
+            raise ValueError("SpikeRule: warmup must be an int in [2, window={}], got {!r}".format(
+                window, warmup))
+        if not is_real(min_spread) or not min_spread >= 0:
+            raise ValueError("SpikeRule: min_spread must be a number >= 0, got {!r}".format(min_spread))
+        self.k, self.window, self.warmup = float(k), int(window), int(warmup)
+        self.min_spread = float(min_spread)
+        self._history = []     # [(global_step, value)] of the latest good values, oldest first
+        self._sorted = []      # their values, sorted: the median and the quartile in O(1)
+
+    def __repr__(self):
+        return "SpikeRule(k={:g}, window={}, warmup={})".format(self.k, self.window, self.warmup)
+
+    @property
+    def history(self):
+        """``[(global_step, value)]`` of the latest good values (at most ``window``), oldest first."""
+        return list(self._history)
+
+    @history.setter
+    def history(self, points):
+        self._history = [(int(s), float(v)) for s, v in points][-self.window:]
+        self._sorted = sorted(v for _, v in self._history)
+
+    def limit(self):
+        """The largest value that is not a spike; None during the warm-up."""
+        if len(self._history) < self.warmup:
+            return None
+        ordered = self._sorted
+        median = _middle(ordered)
+        upper = _middle(ordered, len(ordered) // 2)       # the median of the upper half
+        return median + self.k * max(_SIGMA_PER_QUARTILE * (upper - median), self.min_spread * abs(median))
+
+    def is_spike(self, value):
+        """Whether ``value`` (finite) is above :meth:`limit`."""
+        limit = self.limit()
+        return limit is not None and value > limit
+
+    def observe(self, step, value):
+        """Add the good value of global step ``step`` to the window."""
+        value = float(value)
+        self._history.append((int(step), value))
+        bisect.insort(self._sorted, value)
+        if len(self._history) > self.window:
+            _, oldest = self._history.pop(0)
+            del self._sorted[bisect.bisect_left(self._sorted, oldest)]
+
+    def forget_after(self, step):
+        """Drop the values of the global steps after ``step`` (their updates were undone)."""
+        self.history = [(s, v) for s, v in self._history if s <= step]
+
+
+def _middle(ordered, start=0):
+    """The median of the sorted list ``ordered[start:]`` (the mean of the two middle values for an
+    even length), without copying it."""
+    n = len(ordered) - start
+    return (ordered[start + (n - 1) // 2] + ordered[start + n // 2]) / 2.0
+
+
+class RollbackOnAnomaly(Callback):
+    """Puts the model back to its latest good state when a step goes wrong, and goes on with the
+    data after that step.
+
+    Every ``snapshot_every`` steps (global steps that are multiples of it, and the step training
+    starts from) it copies the model's state into memory: every global variable but the global
+    step (the weights, the optimizer's slots and counters, moving averages), and the replicas of a
+    multi-tower trainer (``tower<k>/``). After each step it reads the loss (the mean over the
+    training towers' ``loss``), and after a step whose loss is NaN or infinite, or a spike by
+    ``spikes`` (a :class:`SpikeRule`; with ``check_weights``, also weights that are not finite: a
+    ReLU can turn a NaN into a finite loss), it puts the snapshot back. The global step and the
+    data stream go on: the steps since the snapshot (the *window*, ``[snapshot step + 1, bad
+    step]``) count as done and their data is never trained on; the run ends as a run whose data
+    lacks the window, with as many more steps as the window has. A checkpoint of the bad step
+    holds the restored state.
+
+    Each rollback is a log line naming the steps, the scalar ``rollbacks`` (the count so far) in
+    the monitors, and a record in :attr:`windows` and ``rollbacks.json`` in the logger directory.
+    The records are saved with every checkpoint, and ``rollbacks.json`` is written at once: a
+    run killed after a rollback and resumed from an older checkpoint replays the window's steps
+    and puts the snapshot back at its end again, whatever the loss says, so it goes on as the
+    first run did.
+
+    More than ``max_rollbacks`` rollbacks within ``rollback_period`` steps raise a RuntimeError
+    naming their steps (the data or the model is broken beyond a bad batch). With ``lr_scale``,
+    the variable ``lr_name`` is multiplied by it for the ``lr_steps`` steps after a rollback,
+    then set back (it is then not part of the snapshots).
+
+    The trainer must let a non-finite cost through (``trainer.CHECK_COST = False`` before it
+    builds its graph); one process only (one or several towers); no gradient accumulation.
+
+    Args:
+        loss (str): the name of the loss tensor in the towers (or the graph).
+        snapshot_every (int): steps between two snapshots.
+        spikes: True (a default :class:`SpikeRule`), a :class:`SpikeRule`, or False (NaN and
+            infinities only).
+        check_weights (bool): also roll back when a variable is not finite after a step (one more
+            ``session.run`` per step).
+        max_rollbacks (int), rollback_period (int): the bound.
+        lr_scale (float): multiply the learning rate by it after a rollback (None: leave it).
+        lr_steps (int): for how many steps.
+        lr_name (str): the learning-rate variable.
+
+    Example::
+
+        trainer = SimpleTrainer()
+        trainer.CHECK_COST = False
+        callbacks=[RollbackOnAnomaly('cost', snapshot_every=100, lr_scale=0.5, lr_steps=500), ModelSaver()]
+    """
+
+    _chief_only = False    # every process would have to roll back
+
+    def __init__(self, loss='cost', snapshot_every=100, spikes=True, max_rollbacks=5, rollback_period=1000,
+                 check_weights=False, lr_scale=None, lr_steps=100, lr_name='learning_rate'):
+        if not isinstance(loss, str) or not loss:
+            raise TypeError("RollbackOnAnomaly: loss must be a tensor name (str), got {!r}".format(loss))
+        for name, value in (('snapshot_every', snapshot_every), ('max_rollbacks', max_rollbacks),
+                            ('rollback_period', rollback_period), ('lr_steps', lr_steps)):
+            if not is_int(value) or value < 1:
+                raise ValueError("RollbackOnAnomaly: {} must be a positive int, got {!r}".format(name, value))
+        if spikes is True:
+            spikes = SpikeRule()
+        elif spikes is False or spikes is None:
+            spikes = None
+        elif not isinstance(spikes, SpikeRule):
+            raise TypeError("RollbackOnAnomaly: spikes must be True, False or a SpikeRule, got {!r}".format(
+                spikes))
+        if lr_scale is not None and not (is_real(lr_scale) and 0 < lr_scale and math.isfinite(lr_scale)):
+            raise ValueError("RollbackOnAnomaly: lr_scale must be a number > 0 or None, got {!r}".format(
+                lr_scale))
+        if not isinstance(lr_name, str) or not lr_name:
+            raise TypeError("RollbackOnAnomaly: lr_name must be a variable name (str), got {!r}".format(
+                lr_name))
+        self.loss_name = loss
+        self.snapshot_every = int(snapshot_every)
+        self.spikes = spikes
+        self.max_rollbacks, self.rollback_period = int(max_rollbacks), int(rollback_period)
+        self.check_weights = bool(check_weights)
+        self.lr_scale = None if lr_scale is None else float(lr_scale)
+        self.lr_steps, self.lr_name = int(lr_steps), lr_name
+        self.windows = []
+        """The rollbacks so far, oldest first: dicts with the global steps ``snapshot`` (restored),
+        ``first`` and ``last`` (the window whose updates were undone), the ``reason`` and the loss
+        ``value``."""
+        self._replays = []         # windows recorded after the checkpoint this run resumed from
+        self._resumed = False
+        self._lr = None            # {'restore': value, 'until': global step} while the rate is scaled
+        self._snapshot = None      # (global step, values)
+        self._base = None          # the global step the model's state continues from
+        self._loss_value = None
+
+    def __str__(self):
+        return "RollbackOnAnomaly('{}')".format(self.loss_name)
+
+    # ----- graph ---------------------------------------------------------------------------------
+
+    def _setup_graph(self):
+        trainer = self.trainer
+        self._check_trainer(trainer)
+        self._fetch = tfv1.train.SessionRunArgs(fetches=[self._mean_loss()])    # built once
+        lr = [v for v in tfv1.global_variables() if v.op.name == self.lr_name]
+        if self.lr_scale is not None and not lr:
+            raise ValueError("{}: lr_scale is set, but the graph has no variable '{}' (lr_name)".format(
+                self, self.lr_name))
+        self._lr_var = lr[0] if self.lr_scale is not None else None
+        step = tfv1.train.get_global_step()
+        self._variables = [v for v in tfv1.global_variables()
+                           if v is not step and v is not self._lr_var] + \
+            [v for v in tfv1.local_variables() if _REPLICA.match(v.op.name)]
+        self._finite = None
+        if self.check_weights:
+            floats = [v for v in self._variables if v.dtype.base_dtype.is_floating]
+            self._finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in floats]),
+                                         name='weights_finite')
+
+    def _check_trainer(self, trainer):
+        name = type(trainer).__name__
+        towers = len(getattr(trainer, 'devices', None) or ()) or 1
+        if getattr(trainer, 'world_size', 1) > towers:
+            raise NotImplementedError("{}: {} trains in {} processes; rolling back needs every process to "
+                                      "take the same decision, which this callback does not do yet: use it "
+                                      "with a single-process trainer.".format(
+                                          self, name, trainer.world_size // towers))
+        if getattr(trainer, 'CHECK_COST', False) and not getattr(trainer, 'XLA_COMPILE', False) and \
+                getattr(trainer, 'loss_scale', None) is None:
+            raise ValueError("{}: {}.CHECK_COST is True: the trainer stops with a FloatingPointError at a "
+                             "non-finite cost before this callback can roll back; set trainer.CHECK_COST = "
+                             "False before the trainer builds its graph.".format(self, name))
+        if getattr(trainer, 'accumulate', 1) > 1:
+            raise NotImplementedError("{}: gradient accumulation (accumulate={}) is not supported: a "
+                                      "rollback inside an update would leave its partial sums.".format(
+                                          self, trainer.accumulate))
+
+    def _mean_loss(self):
+        try:
+            towers = self.trainer.towers.training()
+        except (AttributeError, RuntimeError):     # a trainer without towers
+            towers = []
+        losses = []
+        if towers:
+            for handle in towers:
+                try:
+                    losses.append(handle[self.loss_name])
+                except KeyError:
+                    pass
+        if not losses:
+            losses = self.get_tensors_maybe_in_tower([self.loss_name])
+        losses = [tf.cast(loss, tf.float32) for loss in losses]
+        return losses[0] if len(losses) == 1 else tf.add_n(losses) / float(len(losses))
+
+    # ----- training ------------------------------------------------------------------------------
+
+    def _before_train(self):
+        lr = [self._lr_var] if self._lr_var is not None else []
+        self._update = SessionUpdate(self.trainer.sess, self._variables + lr)
+        start = self.global_step
+        self._base = start
+        self._take_snapshot(start)
+        if self._resumed:
+            self._schedule_replays(start)
+
+    def _before_run(self, ctx):
+        return self._fetch
+
+    def _after_run(self, run_context, run_values):
+        self._loss_value = float(run_values.results[0])
+
+    def _trigger_step(self):
+        step, value = self.global_step, self._loss_value
+        if value is None:     # no run of the step fetched the loss
+            return
+        self._loss_value = None
+        reason = self._anomaly(value)
+        replay = self._replays[0] if self._replays and self._replays[0]['last'] == step else None
+        if replay is not None:
+            self._replays.pop(0)
+            reason = reason or 'replayed: {}'.format(replay['reason'])
+        if reason is not None:
+            self._roll_back(step, value, reason)
+            return
+        if self.spikes is not None:
+            self.spikes.observe(step, value)
+        if step % self.snapshot_every == 0 or any(r['snapshot'] == step for r in self._replays):
+            self._take_snapshot(step)
+            self._base = step
+        self._end_lr_scaling(step)
+
+    def _anomaly(self, value):
+        if not math.isfinite(value):
+            return 'loss {}'.format(value)
+        if self.spikes is not None and self.spikes.is_spike(value):
+            return 'loss spike: {:.6g} > {:.6g} ({!r})'.format(value, self.spikes.limit(), self.spikes)
+        if self._finite is not None and not self.trainer.sess.run(self._finite):
+            return 'weights not finite'
+        return None
+
+    def _take_snapshot(self, step):
+        self._snapshot = (step, self.trainer.sess.run(self._variables))
+
+    def _roll_back(self, step, value, reason):
+        snapshot_step, values = self._snapshot
+        record = {'snapshot': snapshot_step, 'first': self._base + 1, 'last': step, 'reason': reason,
+                  'value': value if math.isfinite(value) else str(value)}
+        recent = [w['last'] for w in self.windows if w['last'] > step - self.rollback_period] + [step]
+        if len(recent) > self.max_rollbacks:
+            raise RuntimeError("{}: {} rollbacks within {} steps (max_rollbacks={}), at global steps {} "
+                               "({}); the data or the model is broken beyond a bad batch.".format(
+                                   self, len(recent), self.rollback_period, self.max_rollbacks,
+                                   ', '.join(map(str, recent)), reason))
+        self._update.update({v.name: value for v, value in zip(self._variables, values)})
+        self.windows.append(record)
+        self._base = step
+        if self.spikes is not None:
+            self.spikes.forget_after(record['first'] - 1)
+        self._start_lr_scaling(step)
+        self._write_records()
+        logger.warn("{}: {} at global step {}: restored the snapshot of step {}; the updates of steps "
+                    "{}-{} are undone and their data is skipped (rollback {}).".format(
+                        self, reason, step, snapshot_step, record['first'], step, len(self.windows)))
+        self.trainer.monitors.put_scalar('rollbacks', len(self.windows))
+
+    def _start_lr_scaling(self, step):
+        if self.lr_scale is None:
+            return
+        sess = self.trainer.sess
+        restore = self._lr['restore'] if self._lr else float(sess.run(self._lr_var))
+        self._update.update({self._lr_var.name: restore * self.lr_scale})
+        self._lr = {'restore': restore, 'until': step + self.lr_steps}
+        logger.info("{}: {} = {:.6g} until global step {}.".format(
+            self, self.lr_name, restore * self.lr_scale, self._lr['until']))
+
+    def _end_lr_scaling(self, step):
+        if self._lr is None or step < self._lr['until']:
+            return
+        self._update.update({self._lr_var.name: self._lr['restore']})
+        logger.info("{}: {} back to {:.6g}.".format(self, self.lr_name, self._lr['restore']))
+        self._lr = None
+
+    # ----- records and resume --------------------------------------------------------------------
+
+    def _records_path(self):
+        logdir = logger.get_logger_dir()
+        return None if logdir is None else os.path.join(logdir, 'rollbacks.json')
+
+    def _write_records(self):
+        path = self._records_path()
+        if path is None or not self.trainer.is_chief:
+            return
+        text = json.dumps(self.windows + self._replays, indent=1).encode('utf-8')
+        write_atomically(path, lambda f: f.write(text))
+
+    def _schedule_replays(self, start):
+        """The windows ``rollbacks.json`` holds after the checkpoint this run resumed from."""
+        path = self._records_path()
+        if path is None or not os.path.isfile(path):
+            return
+        with open(path) as f:
+            recorded = json.load(f)
+        self._replays = sorted((w for w in recorded if w['last'] > start), key=lambda w: w['last'])
+        for window in self._replays:
+            if window['snapshot'] < start:
+                logger.warn("{}: the window {}-{} began before global step {}, where this run resumed: "
+                            "its replay undoes the steps from {} only.".format(
+                                self, window['first'], window['last'], start, start + 1))
+                window['snapshot'] = start
+        if self._replays:
+            logger.info("{}: will replay and undo the recorded window(s) {} again.".format(
+                self, ', '.join('{}-{}'.format(w['first'], w['last']) for w in self._replays)))
+
+    def _get_state(self):
+        return {'windows': [dict(w) for w in self.windows],     # copies: a checkpoint may be written later
+                'spike_history': [list(p) for p in self.spikes.history] if self.spikes is not None else [],
+                'lr': dict(self._lr) if self._lr is not None else None}
+
+    def _set_state(self, state):
+        self._resumed = True
+        self.windows = [dict(w) for w in state['windows']]
+        if self.spikes is not None:
+            self.spikes.history = [(int(s), float(v)) for s, v in state['spike_history']]
+        self._lr = state['lr']
+
+    def _stat_names(self):
+        return ['rollbacks']
