@@ -70,6 +70,8 @@ CONTRACT_MODULES = [
 
 MORE_MODULES = [
     # what the contract's docstrings refer to, and what a researcher extending the library reads
+    'tensorpack_lite.train.trainers',
+    'tensorpack_lite.train.multiprocess_trainer',
     'tensorpack_lite.train.distributed',
     'tensorpack_lite.callbacks.monitors.tracking',
     'tensorpack_lite.callbacks.stat_reader',
@@ -107,6 +109,9 @@ MORE_MODULES = [
     'tensorpack_lite.multiprocess.collective',
     'tensorpack_lite.multiprocess.sync_statistics',
     'tensorpack_lite.multiprocess.stop_vote',
+    'tensorpack_lite.coordination.protocol',
+    'tensorpack_lite.coordination.tf_runtime',
+    'tensorpack_lite.coordination.mpi',
     'tensorpack_lite.profiling.step_timeline',
     'tensorpack_lite.profiling.graph_walk',
     'tensorpack_lite.profiling.flops',

@@ -16,7 +16,7 @@ from ..tfutils.common import get_global_step_value
 from ..utils.argtools import is_int
 from .callback import name_culprit
 
-__all__ = ['Schedule', 'TrainLoop', 'RunFailure']
+__all__ = ['Schedule', 'TrainLoop', 'RunFailure', 'StopTraining']
 
 
 def _whole_number(name, value):
@@ -98,6 +98,10 @@ class Schedule:
         return "Schedule(steps_per_epoch={}, starting_epoch={}, max_epoch={}{})".format(
             self.steps_per_epoch, self.starting_epoch, self.max_epoch,
             ", first_step={}".format(self.first_step) if self.first_step else "")
+
+
+class StopTraining(Exception):
+    """Raise it from a callback or ``run_step`` to end training early and cleanly."""
 
 
 class RunFailure:

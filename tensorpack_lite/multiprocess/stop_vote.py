@@ -1,6 +1,10 @@
-"""A vote to stop, carried by the all-reduce of every training step: when one process of a
-synchronous job receives SIGTERM, or the chief asks to stop (``Trainer.request_stop``, e.g.
-from :class:`EarlyStopping`), every process stops after the same step.
+"""The one way the processes of a synchronous job agree to stop: when one process receives
+SIGTERM, or the chief asks to stop (``Trainer.request_stop``, e.g. from :class:`EarlyStopping`),
+every process stops after the same step. Two votes answer the same question before each step
+(:meth:`agreed_stop`: after which step every process stops, and why): :class:`PreemptionVote`,
+carried by the all-reduce of every training step, and :class:`BarrierStopVote`, a proposal at
+the chief's :class:`~tensorpack_lite.multiprocess.server.FinishBarrier` (the parameter-server
+trainers, whose steps carry no all-reduce of the workers).
 
 Each process holds its votes (two numbers: SIGTERM received, a stop requested; 0, then 1) in
 a local variable; the trainer reduces them together with the gradients, in the same collective
@@ -8,7 +12,8 @@ operation (no message of its own), so every process sees the same totals in the 
 process that votes before step ``k`` makes every process stop after step ``k``: as preempted
 when some process received SIGTERM, else as finished.
 
-Example (what :class:`HorovodTrainer` and :class:`CollectiveAllReduceTrainer` do)::
+Example (what :class:`HorovodTrainer` and :class:`CollectiveAllReduceTrainer` do, through
+:class:`~tensorpack_lite.distributed.protocol.MultiProcessProtocol`)::
 
     vote = PreemptionVote()
     reduced = allreduce(gradients + [vote.tensor(gradients[0].dtype)])   # in the graph
@@ -20,8 +25,9 @@ Example (what :class:`HorovodTrainer` and :class:`CollectiveAllReduceTrainer` do
 
 from ..compat import tf, tfv1
 from ..utils import logger
+from ..utils.concurrency import DaemonCall, bound_exit
 
-__all__ = ['PreemptionVote', 'PREEMPTED', 'REQUESTED']
+__all__ = ['PreemptionVote', 'BarrierStopVote', 'PREEMPTED', 'REQUESTED']
 
 PREEMPTED, REQUESTED = 'preempted', 'requested'
 """Why every process stops: a process received SIGTERM (it wins), or a stop was requested."""
@@ -73,6 +79,15 @@ class PreemptionVote(tfv1.train.SessionRunHook):
             return PREEMPTED
         return REQUESTED if self.total[1] > 0 else None
 
+    def agreed_stop(self, sess, global_step, sigterm_received, voter, stop_request=None):
+        """Before a step, ``global_step`` steps done: the step after which every process stops
+        and why (``(global_step, why)``, see :meth:`due`), or None."""
+        why = self.due(sess, sigterm_received, voter, stop_request)
+        return None if why is None else (global_step, why)
+
+    def close(self):
+        """Nothing to end: the vote lives in the training session."""
+
     def _cast(self, sess, why, what):
         if why not in self.cast:
             sess.run(self._cast_ops[why])
@@ -90,3 +105,69 @@ class PreemptionVote(tfv1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if self._total is not None and run_values.results is not None:
             self.total = tuple(float(v) for v in run_values.results)
+
+
+class BarrierStopVote:
+    """The vote to stop of workers whose steps carry no all-reduce of theirs (the parameter-server
+    trainers): a worker preempted (SIGTERM), or asked to stop (``stop_request``), proposes, after
+    its step ``k``, to stop after step ``k + 2`` at the
+    :class:`~tensorpack_lite.multiprocess.server.FinishBarrier` on the chief (see there why every
+    worker hears of it in time).
+
+    Each worker reads the agreed stop step after every step, in a thread of its own so that no
+    step waits for the chief: the read started after step ``k`` is looked at after step
+    ``k + 1``, which is still in time for a proposal made after step ``k - 1`` or earlier.
+    The thread is a daemon: a read left waiting for a chief behind a cut link never holds up
+    the process's exit for long (see :meth:`close`).
+
+    Args:
+        barrier (FinishBarrier): this worker's barrier, connected.
+        steps_per_update (int): the steps of one update (``accumulate``).
+    """
+
+    MARGIN = 2
+    """Steps that synchronize the workers between the proposal and the stop (see above: the
+    read lags one step). With ``accumulate=K`` only the last step of each update synchronizes
+    them: a worker may run the other K - 1 ahead of the rest, so the stop is the end of the second
+    update after the proposal."""
+
+    EXIT_TIMEOUT = 10.0
+    """Seconds the interpreter's exit may take when a read was left waiting (then status 1)."""
+
+    def __init__(self, barrier, steps_per_update=1):
+        self._barrier = barrier
+        self._steps_per_update = steps_per_update
+        self._pending = None      # the DaemonCall of the read started after the last step
+        self.proposed = {}        # why -> the step proposed
+
+    def agreed_stop(self, sess, global_step, sigterm_received, voter, stop_request=None):
+        """Called before each step, ``global_step`` steps done: propose a stop if SIGTERM came or
+        a stop was requested (``stop_request``: why); once the agreed stop step is reached,
+        return it and why (:data:`PREEMPTED` or :data:`REQUESTED`), else None. ``sess`` and
+        ``voter`` are unused: the barrier has a session of its own and names this worker."""
+        if sigterm_received:
+            self._propose(global_step, PREEMPTED, None)
+        if stop_request is not None:
+            self._propose(global_step, REQUESTED, stop_request)
+        # the wait is bounded by the barrier's call timeout (and a loss ends the loop anyway)
+        step, why = self._pending.result() if self._pending is not None else (self._barrier.NEVER, None)
+        self._pending = DaemonCall(self._barrier.agreed_stop, 'stop-step')
+        return (step, why) if step <= global_step else None
+
+    def _propose(self, global_step, why, reason):
+        if why in self.proposed:
+            return
+        per_update = self._steps_per_update
+        next_update = (global_step // per_update + 1) * per_update    # the next step that synchronizes
+        self.proposed[why] = next_update + (self.MARGIN - 1) * per_update
+        self._barrier.propose_stop(self.proposed[why], why)
+        logger.info("{} proposed that every worker stop after global step {}{}.".format(
+            self._barrier.cluster.task_name, self.proposed[why],
+            '' if why == PREEMPTED else ' ({})'.format(reason.rstrip('.'))))
+
+    def close(self):
+        """Stop reading. A read still running is left to end on its own; the exit then waits
+        for it at most :attr:`EXIT_TIMEOUT` seconds."""
+        if self._pending is not None and self._pending.running:
+            bound_exit(self.EXIT_TIMEOUT)
+        self._pending = None

@@ -23,7 +23,7 @@ from ..cluster.preemption import Preempted, PreemptionNotice
 from ..compat import enable_graph_mode, tf, tfv1
 from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
-from ..loop.state import Schedule, TrainLoop
+from ..loop.state import Schedule, StopTraining, TrainLoop
 from ..precision.mixed_precision import MixedPrecision, MixedPrecisionError, PrecisionReport, check_rewrite
 from ..session.hooked_session import HookedSession
 from ..tfutils.model_utils import describe_trainable_vars
@@ -36,10 +36,6 @@ from ..utils.utils import humanize_time_delta
 from .defaults import DEFAULT_CALLBACKS, DEFAULT_MONITORS
 
 __all__ = ['StopTraining', 'TrainLoop', 'Trainer']
-
-
-class StopTraining(Exception):
-    """Raise it from a callback or ``run_step`` to end training early and cleanly."""
 
 
 class _CountRuns(tfv1.train.SessionRunHook):

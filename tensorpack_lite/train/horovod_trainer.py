@@ -19,42 +19,27 @@ Horovod 0.28.1 (its last release) builds against TensorFlow up to 2.18.1; see
 ``docs/horovod.md`` for both engines.
 """
 
-import contextlib
-import re
-
-import numpy as np
-
-from ..callbacks.monitor import JSONWriter, TFEventWriter
 from ..cluster import exposure
-from ..cluster.preemption import Preempted
-from ..compat import tf, tfv1
+from ..compat import tf
+from ..coordination.mpi import MPIProtocol
+from ..coordination.protocol import BroadcastEveryEpoch
 from ..dataflow.base import ProxyDataFlow
 from ..dataflow.state import get_dataflow_state, set_dataflow_state
 from ..graph_builder import mpi_ops
 from ..graph_builder.backprop_order import backprop_order, consecutive_groups
-from ..graph_builder.devices import check_session_devices, interpret_towers, tower_device
+from ..graph_builder.devices import interpret_towers, tower_device
 from ..graph_builder.rank_towers import RankTowersBuilder, towers_and_ranks_mean
 from ..input_source.input_source_base import FeedfreeInput
-from ..loop.callback import Callback
-from ..loop.state import Schedule
-from ..multiprocess.stop_vote import PREEMPTED, REQUESTED, PreemptionVote
 from ..multiprocess.sync_statistics import cross_rank_mean_scope
-from ..tfutils.common import get_global_step_value
-from ..tfutils.sesscreate import NewSessionCreator
 from ..tfutils.tower_context import TrainTowerContext
 from ..utils import logger
 from ..utils.argtools import is_int
-from ..utils.cpu import usable_cpus
-from ..utils.gpu import get_num_gpu
-from .base import StopTraining
-from .tower import SingleCostTrainer
+from .multiprocess_trainer import MultiProcessTrainer
 
 __all__ = ['HorovodTrainer', 'RankShardData']
 
 INSTALL_COMMAND = ("HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 "
                    "pip install --no-build-isolation horovod==0.28.1")
-
-_SHUT_DOWN_MESSAGE = 'Horovod has been shut down'
 
 
 def import_horovod():
@@ -136,18 +121,7 @@ class RankShardData(ProxyDataFlow):
         set_dataflow_state(self.ds, state['ds'])
 
 
-class _BroadcastEveryEpoch(Callback):
-    """Copies the chief's variables to every worker (every rank) at each epoch's end, through
-    the trainer's ``broadcast_variables()`` (:class:`HorovodTrainer`,
-    :class:`~tensorpack_lite.train.distributed.CollectiveAllReduceTrainer`)."""
-
-    _chief_only = False
-
-    def _trigger(self):
-        self.trainer.broadcast_variables()
-
-
-class HorovodTrainer(SingleCostTrainer):
+class HorovodTrainer(MultiProcessTrainer):
     """Data-parallel training with one process per device, synchronised by Horovod or MPI.
 
     The engine (:attr:`hvd`) is ``horovod.tensorflow`` when it imports, else
@@ -171,7 +145,8 @@ class HorovodTrainer(SingleCostTrainer):
     and :class:`JSONWriter` are not registered and, when training starts, the logger stops
     writing into the logger directory (set it on rank 0 only to leave no file at all).
     When training ends on one rank (finished, stopped or failed), it shuts the engine down,
-    which ends the training of the other ranks too (see :meth:`main_loop`).
+    which ends the training of the other ranks too (see :meth:`main_loop`). What the ranks agree
+    on goes through :attr:`protocol`, a :class:`~tensorpack_lite.coordination.mpi.MPIProtocol`.
 
     Notes:
 
@@ -226,12 +201,12 @@ class HorovodTrainer(SingleCostTrainer):
         hvd.init()
         self._average = bool(average)
         self._compression = compression
-        self._rank, self._size, self._local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
-        self._local_size = hvd.local_size()
-        self.is_chief = self._rank == 0
-        self._broadcast_op = None
-        self._builder = self._post_init_op = None
-        self._vote = None
+        self.protocol = MPIProtocol(hvd, self.engine, 1 if self.devices is None else len(self.devices),
+                                    type(self).__name__)
+        self._rank, self._size = self.protocol.index, self.protocol.size
+        self._local_rank, self._local_size = self.protocol.local_rank, self.protocol.local_size
+        self.is_chief = self.protocol.is_chief
+        self._builder = None
         super().__init__()
         towers = '' if self.devices is None else 'towers on {}, '.format(
             ', '.join(tower_device(t) for t in self.devices))
@@ -251,18 +226,16 @@ class HorovodTrainer(SingleCostTrainer):
     size = property(lambda self: self._size, doc="The number of ranks.")
     local_rank = property(lambda self: self._local_rank, doc="This process's rank on its machine.")
     local_size = property(lambda self: self._local_size, doc="The number of ranks on this machine.")
-    world_size = property(lambda self: self._size * (1 if self.devices is None else len(self.devices)),
-                          doc="One replica per rank, or per tower of every rank with ``gpus``.")
 
     # ----- graph -------------------------------------------------------------------------------
 
     def _setup_graph(self, input, get_cost_fn, get_opt_fn):
-        callbacks = [_BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
+        callbacks = [BroadcastEveryEpoch()] if self.BROADCAST_EVERY_EPOCH else []
         if self.devices is not None:
             self._setup_towers(input, get_cost_fn, get_opt_fn)
             return callbacks
         logger.info("Building graph for the training tower of rank {} ...".format(self._rank))
-        with TrainTowerContext(''), self._ordered(), cross_rank_mean_scope(self._rank_mean):
+        with TrainTowerContext(''), self.protocol.ordered(), cross_rank_mean_scope(self._rank_mean):
             grads = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)()
             grads = self.allreduce(grads)
             self.train_op = get_opt_fn().apply_gradients(grads, name='train_op')
@@ -277,10 +250,12 @@ class HorovodTrainer(SingleCostTrainer):
                             "one.".format(num_tower, type(input).__name__))
         self._builder = RankTowersBuilder(self.devices, self._average, self._allreduce_tensors)
         logger.info("Building graph for the {} training towers of rank {} ...".format(num_tower, self._rank))
-        with self._ordered(), cross_rank_mean_scope(towers_and_ranks_mean(num_tower, self._rank_mean)):
+        rank_mean = towers_and_ranks_mean(num_tower, self._rank_mean)
+        with self.protocol.ordered(), cross_rank_mean_scope(rank_mean):
             tower_fn = self._make_get_grad_fn(input, get_cost_fn, get_opt_fn)
             grad_list = self._builder.call_for_each_tower(tower_fn)
-            self.train_op, self._post_init_op = self._builder.build(grad_list, get_opt_fn)
+            self.train_op, self.protocol.post_init_op = self._builder.build(grad_list, get_opt_fn)
+        self.protocol.session_devices = self._builder.raw_devices
 
     def _rank_mean(self, tensor):
         return self.hvd.allreduce(tensor, op=self.hvd.Average)
@@ -291,10 +266,10 @@ class HorovodTrainer(SingleCostTrainer):
         return list(zip(reduced, [v for _, v in grads]))
 
     def _allreduce_tensors(self, tensors):
-        """The step's all-reduce of ``tensors`` (the gradients), with the preemption vote."""
-        self._vote = PreemptionVote()
+        """The step's all-reduce of ``tensors`` (the gradients), with the protocol's stop vote."""
+        vote = self.protocol.stop_vote_in_graph()
         tensors = list(tensors)
-        tensors.append(self._vote.tensor(tensors[0].dtype if tensors else tf.float32))
+        tensors.append(vote.tensor(tensors[0].dtype if tensors else tf.float32))
         if self._size > 1:
             op = self.hvd.Average if self._average else self.hvd.Sum
             with tf.name_scope('AllReduce'):
@@ -302,7 +277,7 @@ class HorovodTrainer(SingleCostTrainer):
                     tensors = self._mpi_allreduce_in_backprop_order(tensors, op)
                 else:
                     tensors = [self.hvd.allreduce(t, op=op, compression=self._compression) for t in tensors]
-        self._vote.set_total(tensors.pop())
+        vote.set_total(tensors.pop())
         return tensors
 
     def _mpi_allreduce_in_backprop_order(self, tensors, op):
@@ -316,160 +291,3 @@ class HorovodTrainer(SingleCostTrainer):
             for index, output in zip(group, outputs):
                 reduced[index] = output
         return reduced
-
-    def _ordered(self):
-        """Collectives built inside run in creation order (the MPI engine needs it; Horovod
-        orders them itself)."""
-        return mpi_ops.ordered_collectives() if self.hvd is mpi_ops else contextlib.nullcontext()
-
-    # ----- only rank 0 writes files ------------------------------------------------------------
-
-    def register_callback(self, cb):
-        if not self.is_chief and isinstance(cb, (TFEventWriter, JSONWriter)):
-            logger.info("Rank {}: {} skipped, only rank 0 writes files.".format(
-                self._rank, type(cb).__name__))
-            return False
-        return super().register_callback(cb)
-
-    def setup_callbacks(self, callbacks, monitors):
-        if not self.is_chief:
-            self._stop_writing_logs("Rank {}: only rank 0 writes into the logger directory; this rank".format(
-                self._rank))
-        super().setup_callbacks(callbacks, monitors)
-
-    # ----- session -----------------------------------------------------------------------------
-
-    def initialize(self, session_creator, session_init):
-        """Create the session as usual (``session_init`` runs on rank 0), check that all ranks
-        built the same variables (and towers), then broadcast rank 0's variables to every rank
-        (and into the replicas of this rank's towers)."""
-        if not isinstance(session_creator, NewSessionCreator):
-            raise ValueError("HorovodTrainer needs a NewSessionCreator (it sets the devices of each "
-                             "rank in its config), got {}".format(type(session_creator).__name__))
-        self._configure_session(session_creator)
-        variables = tfv1.global_variables()
-        with tf.name_scope('HorovodTrainer'):
-            with self._ordered():   # run together: in the same order on every rank
-                gather_names = self._build_variable_names_gather(variables)
-            self._broadcast_op = self.hvd.broadcast_variables(variables, root_rank=0)
-            self._schedule_in = tfv1.placeholder(tf.int64, [Schedule.VECTOR_LENGTH], name='schedule_in')
-            self._schedule_of_rank0 = self.hvd.broadcast(self._schedule_in, root_rank=0, name='schedule')
-        super().initialize(session_creator, session_init)
-        if self._builder is not None:
-            check_session_devices(self.sess, self._builder.raw_devices, type(self).__name__)
-        try:
-            self._check_same_variables(*self.sess.run(gather_names))
-        except RuntimeError:
-            self.hvd.shutdown()     # raised on every rank: they end together, with no abort
-            raise
-        if self.is_chief:
-            logger.info("Broadcasting {} global variables to {} ranks ...".format(
-                len(variables), self._size))
-        else:
-            logger.info("Rank {}: waiting for the variables of rank 0 ...".format(self._rank))
-        self.broadcast_variables()
-
-    def _configure_session(self, session_creator):
-        config = session_creator.config
-        if get_num_gpu() > 0 and self.devices is None:
-            config.gpu_options.visible_device_list = str(self._local_rank)
-        if not session_creator.user_provided_config:
-            config.inter_op_parallelism_threads = max(1, usable_cpus() // self._local_size)
-
-    def _build_variable_names_gather(self, variables):
-        names = '\n'.join(sorted(v.op.name for v in variables)).encode('utf-8')
-        blob = tf.constant(np.frombuffer(names, dtype=np.uint8))
-        num_tower = 1 if self.devices is None else len(self.devices)
-        return (self.hvd.allgather(blob, name='variable_names'),
-                self.hvd.allgather(tf.constant([len(names), num_tower], tf.int64),
-                                   name='variable_names_size'))
-
-    def _check_same_variables(self, blobs, sizes_and_towers):
-        """Raise on every rank when the ranks built different variables (a broadcast would
-        hang) or different numbers of towers (the mean would be wrong)."""
-        sizes, towers = sizes_and_towers[0::2], sizes_and_towers[1::2]
-        if len(set(towers.tolist())) > 1:
-            raise RuntimeError("HorovodTrainer: the ranks built different numbers of towers: {} (rank by "
-                               "rank). Give every rank the same number of towers (gpus=...).".format(
-                                   ', '.join(str(t) for t in towers)))
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        per_rank = [set(blobs[offsets[r]:offsets[r + 1]].tobytes().decode('utf-8').split('\n'))
-                    for r in range(len(sizes))]
-        differences = []
-        for r, names in enumerate(per_rank[1:], start=1):
-            if names != per_rank[0]:
-                differences.append("rank {} lacks {} and has extra {}".format(
-                    r, sorted(per_rank[0] - names)[:10], sorted(names - per_rank[0])[:10]))
-        if differences:
-            raise RuntimeError(
-                "HorovodTrainer: the ranks built different global variables; compared with rank 0: "
-                "{}. Every rank must build the same graph (callbacks that create variables must "
-                "not be chief-only).".format('; '.join(differences)))
-
-    def broadcast_variables(self):
-        """Copy every global variable of rank 0 to all ranks (all ranks must call it), then,
-        with several towers, tower 0's variables into the replicas of the others."""
-        self.sess.run(self._broadcast_op)
-        if self._post_init_op is not None:
-            self.sess.run(self._post_init_op)
-
-    # ----- end of training ---------------------------------------------------------------------
-
-    def _trainer_hooks(self):
-        return super()._trainer_hooks() + ([self._vote] if self._vote is not None else [])
-
-    def _accumulation_built(self, accumulate_op):
-        if self._vote is not None:
-            self._vote.skip_runs_of(accumulate_op)    # the vote travels with the update's all-reduce
-
-    def _check_preemption(self):
-        """SIGTERM on any rank stops every rank after the same step (:class:`PreemptionVote`):
-        rank 0 writes that step's checkpoint, every rank exits with status 143."""
-        if self._vote is None:     # no all-reduce of this trainer's in the step
-            return super()._check_preemption()
-        why = self._vote.due(self.sess, self._preemption.received, 'Rank {}'.format(self._rank),
-                             self._stop_request)
-        if why == PREEMPTED:
-            raise Preempted.together(self._preemption.received, 'rank', self.loop.global_step)
-        if why == REQUESTED:
-            raise StopTraining("every rank stops after global step {}: {}".format(
-                self.loop.global_step, self._stop_request or 'rank 0 asked to stop.'))
-
-    def _stop_if_requested(self):
-        """With an all-reduce, every rank stops after the step the vote agrees on
-        (:meth:`_check_preemption`)."""
-        if self._vote is None:
-            super()._stop_if_requested()
-
-    def _run_epochs(self):
-        try:
-            super()._run_epochs()
-        except tf.errors.OpError as err:
-            if not any(m in str(err.message) for m in (_SHUT_DOWN_MESSAGE, mpi_ops.SHUT_DOWN_MESSAGE)):
-                raise
-            ended = re.search(r'shut down by rank (\d+)', str(err.message))   # the MPI engine says
-            raise StopTraining("rank {}: {} ended its training and shut {} down".format(
-                self._rank, 'rank ' + ended.group(1) if ended else 'another rank', self.engine)) from err
-
-    @property
-    def state_owner(self):
-        return None if self.is_chief else 'rank-{}'.format(self._rank)
-
-    def main_loop(self, steps_per_epoch, starting_epoch, max_epoch, first_step=0):
-        """Take rank 0's schedule (steps per epoch, first and last epoch: a resumed run needs
-        the resume point, and with it the logger directory, on rank 0 only), run the epochs,
-        then shut Horovod down, whatever ended the loop. A rank whose
-        collective operations fail because another rank shut down stops as if a callback
-        raised :class:`StopTraining`; one that failed makes ``horovodrun`` exit non-zero."""
-        try:
-            mine = Schedule(steps_per_epoch, starting_epoch, max_epoch, first_step)
-            chosen = Schedule.from_vector(self.sess.run(self._schedule_of_rank0,
-                                                        {self._schedule_in: mine.as_vector()}))
-            if chosen != mine:
-                logger.info("Rank {} follows rank 0's schedule: {}.".format(self._rank, chosen.describe()))
-            with self.sess.as_default():
-                self._follow_resume_point(chosen, get_global_step_value())
-            super().main_loop(*chosen.as_vector())
-        finally:
-            logger.info("Rank {}: shutting {} down.".format(self._rank, self.engine))
-            self.hvd.shutdown()

@@ -13,8 +13,9 @@ from ..utils import logger
 from .horovod_trainer import HorovodTrainer  # tensorpack's path: train.trainers.HorovodTrainer
 from .tower import SingleCostTrainer
 
-__all__ = ['SimpleTrainer', 'NoOpTrainer', 'QueueInputTrainer', 'SyncMultiGPUTrainerParameterServer',
-           'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer', 'HorovodTrainer']
+__all__ = ['SimpleTrainer', 'NoOpTrainer', 'QueueInputTrainer', 'DataParallelTrainer',
+           'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerReplicated',
+           'AsyncMultiGPUTrainer', 'HorovodTrainer']
 
 
 class SimpleTrainer(SingleCostTrainer):
@@ -64,7 +65,7 @@ class _TowerDeviceCheck(Callback):
         check_session_devices(self.trainer.sess, self._devices, self._owner)
 
 
-class _DataParallelTrainer(SingleCostTrainer):
+class DataParallelTrainer(SingleCostTrainer):
     """What the multi-tower trainers share: ``devices``, one tower per device, each taking its
     own batch from a feed-free InputSource, and a check that the session has the devices.
 
@@ -95,7 +96,7 @@ class _DataParallelTrainer(SingleCostTrainer):
         raise NotImplementedError("{} must implement _build_train_op()".format(type(self).__name__))
 
 
-class SyncMultiGPUTrainerParameterServer(_DataParallelTrainer):
+class SyncMultiGPUTrainerParameterServer(DataParallelTrainer):
     """Data-parallel training with the variables in one place (a parameter server): each
     step every tower computes gradients on its own batch, they are averaged and applied once.
     The total batch of a step is the per-tower batch times the number of towers.
@@ -128,7 +129,7 @@ def SyncMultiGPUTrainer(gpus):
     return SyncMultiGPUTrainerParameterServer(gpus, ps_device='cpu')
 
 
-class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
+class SyncMultiGPUTrainerReplicated(DataParallelTrainer):
     """Data-parallel training where every tower keeps a replica of the variables: each step
     the gradients are all-reduced and every tower applies the same average to its replica,
     with optimizer state of its own (so K towers make the update of one tower on the K
@@ -189,7 +190,7 @@ class SyncMultiGPUTrainerReplicated(_DataParallelTrainer):
         return [sync]
 
 
-class AsyncMultiGPUTrainer(_DataParallelTrainer):
+class AsyncMultiGPUTrainer(DataParallelTrainer):
     """Data-parallel training where every tower applies its own gradients to the shared
     variables, without averaging: K updates per step for K towers.
 

@@ -33,7 +33,7 @@ from tensorpack_lite.dataflow import BatchData, DataFromList
 from tensorpack_lite.multiprocess.server import create_server
 from tensorpack_lite.train import SimpleTrainer, TrainConfig, launch_train_with_config
 from tensorpack_lite.train import base as train_base
-from tensorpack_lite.train import distributed as train_distributed
+from tensorpack_lite.coordination import tf_runtime as train_distributed
 from tensorpack_lite.train.distributed import CollectiveAllReduceTrainer, DistributedTrainerBase
 from tensorpack_lite.utils import logger
 from tensorpack_lite.utils.concurrency import DaemonCall

@@ -1,7 +1,7 @@
 """multiprocess/stop_vote.py: the vote to stop that a step's all-reduce carries, in one process."""
 
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.multiprocess.stop_vote import PREEMPTED, REQUESTED, PreemptionVote
+from tensorpack_lite.multiprocess.stop_vote import PREEMPTED, REQUESTED, BarrierStopVote, PreemptionVote
 from tensorpack_lite.session.hooked_session import HookedSession
 
 
@@ -31,3 +31,53 @@ def test_a_vote_is_cast_once_and_every_step_after_it_sees_the_total():
             assert vote.cast == {REQUESTED, PREEMPTED}
             hooked.run(step)
             assert vote.total == (2.0, 2.0) and vote.due(sess, True, 'this test') == PREEMPTED
+
+
+class Barrier:
+    """The part of FinishBarrier that BarrierStopVote uses, on the chief of a test: the smallest
+    proposal stands, with why."""
+
+    NEVER = 2 ** 62
+
+    class cluster:
+        task_name = '/job:worker/task:1'
+
+    def __init__(self):
+        self.stop, self.why = self.NEVER, None
+
+    def propose_stop(self, step, why):
+        if step < self.stop:
+            self.stop, self.why = step, why
+
+    def agreed_stop(self):
+        return self.stop, self.why
+
+
+def test_the_barrier_vote_stops_two_steps_after_the_proposal_read_one_step_late():
+    barrier = Barrier()
+    vote = BarrierStopVote(barrier)
+    assert vote.agreed_stop(None, 4, False, 'worker 1') is None
+    assert vote.agreed_stop(None, 5, True, 'worker 1') is None     # proposes 7; the read started now
+    assert barrier.agreed_stop() == (7, PREEMPTED) and vote.proposed == {PREEMPTED: 7}
+    assert vote.agreed_stop(None, 6, True, 'worker 1') is None     # proposed once
+    assert vote.agreed_stop(None, 7, False, 'worker 1') == (7, PREEMPTED)
+    vote.close()
+
+
+def test_with_accumulation_the_barrier_vote_stops_at_the_end_of_the_second_update():
+    barrier = Barrier()
+    vote = BarrierStopVote(barrier, steps_per_update=4)
+    assert vote.agreed_stop(None, 5, False, 'worker 1', stop_request='enough') is None
+    assert barrier.agreed_stop() == (12, REQUESTED)
+    assert vote.agreed_stop(None, 11, False, 'worker 1') is None
+    assert vote.agreed_stop(None, 12, False, 'worker 1') == (12, REQUESTED)
+    vote.close()
+
+
+def test_both_votes_answer_the_same_question():
+    with tf.Graph().as_default():
+        vote = PreemptionVote()
+        vote.total = (0.0, 1.0)
+        assert vote.agreed_stop(None, 9, False, 'worker 1') == (9, REQUESTED)
+        vote.total = (0.0, 0.0)
+        assert vote.agreed_stop(None, 9, False, 'worker 1') is None
