@@ -16,6 +16,7 @@ returns that local directory, :func:`get_logger_url` the URL, and
 :class:`~tensorpack_lite.checkpoint.remote.RemoteMirror` moves the files (docs/checkpoints.md).
 """
 
+import contextlib
 import errno
 import logging
 import os
@@ -28,6 +29,7 @@ from termcolor import colored
 from .object_store import is_remote_url, local_mirror_dir, remote_filesystem
 
 __all__ = ['set_logger_dir', 'auto_set_dir', 'get_logger_dir', 'get_logger_url', 'unset_logger_dir',
+           'without_logger_dir',
            'info', 'warning', 'warn', 'error', 'exception', 'debug', 'critical', 'setLevel', 'addFilter',
            'LOG_FILE_NAME', 'ACTION_ENV_VAR']
 
@@ -131,6 +133,32 @@ def unset_logger_dir():
         _FILE_HANDLER.close()
         _FILE_HANDLER = None
     _LOGGER_DIR = _LOGGER_URL = None
+
+
+@contextlib.contextmanager
+def without_logger_dir():
+    """Within the ``with`` block there is no logger directory (:func:`get_logger_dir` is None)
+    and nothing is written to its log file; after it, both are back as they were, the same log
+    file appended to (nothing is backed up or written when detaching or attaching). For work
+    that must leave the run's directory alone, e.g. a learning-rate sweep before training.
+
+    Example::
+
+        with logger.without_logger_dir():
+            logger.info("on the terminal only")
+    """
+    global _FILE_HANDLER, _LOGGER_DIR, _LOGGER_URL
+    saved = _FILE_HANDLER, _LOGGER_DIR, _LOGGER_URL
+    if _FILE_HANDLER is not None:
+        _logger.removeHandler(_FILE_HANDLER)
+    _FILE_HANDLER = _LOGGER_DIR = _LOGGER_URL = None
+    try:
+        yield
+    finally:
+        unset_logger_dir()      # whatever the block set
+        _FILE_HANDLER, _LOGGER_DIR, _LOGGER_URL = saved
+        if _FILE_HANDLER is not None:
+            _logger.addHandler(_FILE_HANDLER)
 
 
 def _dir_has_content(dirname):
