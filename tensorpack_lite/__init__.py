@@ -109,7 +109,8 @@ _TENSORFLOW_NAMES = {
     'train': (
         'AsyncMultiGPUTrainer', 'AutoResumeTrainConfig', 'CollectiveAllReduceTrainer',
         'DistributedTrainerParameterServer', 'DistributedTrainerReplicated', 'DEFAULT_CALLBACKS',
-        'DEFAULT_MONITORS', 'HorovodTrainer', 'launch_optuna_trial', 'launch_train_with_config', 'ModelDesc',
+        'DEFAULT_MONITORS', 'find_learning_rate', 'HorovodTrainer', 'launch_optuna_trial',
+        'launch_train_with_config', 'LRFinderResult', 'ModelDesc',
         'ModelDescBase', 'NoOpTrainer', 'QueueInputTrainer', 'SimpleTrainer', 'SingleCostTrainer',
         'StopTraining', 'SyncMultiGPUTrainer', 'SyncMultiGPUTrainerParameterServer',
         'SyncMultiGPUTrainerReplicated', 'TowerTrainer', 'TrainConfig', 'Trainer'),

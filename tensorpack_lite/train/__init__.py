@@ -8,6 +8,7 @@ from .distributed import (CollectiveAllReduceTrainer, DistributedTrainerParamete
                           DistributedTrainerReplicated)
 from .interface import apply_default_prefetch, launch_train_with_config
 from .horovod_trainer import HorovodTrainer, RankShardData
+from .lr_finder import LRFinderResult, find_learning_rate
 from .model_desc import ModelDesc, ModelDescBase
 from .optuna_trial import launch_optuna_trial
 from .tower import SingleCostTrainer, TowerTrainer
@@ -20,4 +21,4 @@ __all__ = ['StopTraining', 'TrainLoop', 'Trainer', 'DEFAULT_CALLBACKS', 'DEFAULT
            'QueueInputTrainer', 'SimpleTrainer', 'SyncMultiGPUTrainerParameterServer', 'SyncMultiGPUTrainer',
            'SyncMultiGPUTrainerReplicated', 'AsyncMultiGPUTrainer', 'HorovodTrainer', 'RankShardData',
            'DistributedTrainerParameterServer', 'DistributedTrainerReplicated', 'CollectiveAllReduceTrainer',
-           'launch_optuna_trial', 'create_server']
+           'launch_optuna_trial', 'find_learning_rate', 'LRFinderResult', 'create_server']

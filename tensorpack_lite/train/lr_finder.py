@@ -15,7 +15,7 @@ from ..compat import tfv1
 from ..dataflow.base import DataFlow
 from ..input_source.feed import FeedInput
 from ..loop.callback import Callback
-from ..tfutils.sessinit import JustCurrentSession
+from ..tfutils.sessinit import JustCurrentSession, SessionInit
 from ..utils import logger
 from ..utils.argtools import is_int, is_real
 from ..utils.develop import import_optional
@@ -197,7 +197,7 @@ class _RateSweep(Callback):
             self._set_rate(index)
 
 
-def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, method, dataflow):
+def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, method, dataflow, session_init):
     if not isinstance(config, TrainConfig):
         raise TypeError("find_learning_rate: config must be a TrainConfig, got {!r}".format(config))
     if config.model is None:
@@ -217,6 +217,9 @@ def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, m
             divergence))
     if method not in _METHODS:
         raise ValueError("find_learning_rate: method must be one of {}, got {!r}".format(_METHODS, method))
+    if session_init is not None and not isinstance(session_init, SessionInit):
+        raise TypeError("find_learning_rate: session_init must be a SessionInit or None, got {!r}".format(
+            session_init))
     dataflow = config.dataflow if dataflow is None else dataflow
     if not isinstance(dataflow, DataFlow):
         raise ValueError("find_learning_rate: needs a DataFlow, config.dataflow or dataflow=, got {!r} (an "
@@ -226,14 +229,16 @@ def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, m
 
 
 def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothing=0.9, divergence=4.0,
-                       method='steepest', lr_name='learning_rate', dataflow=None, output_dir=None):
+                       method='steepest', lr_name='learning_rate', dataflow=None, session_init=None,
+                       output_dir=None):
     """The learning-rate range test (as Lightning's ``Tuner.lr_find`` and fastai's ``lr_find``): train
     a copy of ``config.model`` for ``num_steps`` steps, the rate of step ``i`` being ``min_lr *
     (max_lr / min_lr) ** (i / (num_steps - 1))``, record the loss of each step and suggest a rate.
 
     The sweep builds its own graph with a :class:`SimpleTrainer` (``CHECK_COST`` off, the config's
-    ``mixed_precision``), starts from ``config.session_init`` (e.g. the checkpoint a run resumes
-    from: read only) and runs none of the config's callbacks or monitors: it writes nothing
+    ``mixed_precision``), starts from the weights a new run starts with (or ``session_init``'s,
+    read only: not ``config.session_init``, which may resume a run whose weights have learned
+    already) and runs none of the config's callbacks or monitors: it writes nothing
     into the logger directory (detached meanwhile, see
     :func:`~tensorpack_lite.utils.logger.without_logger_dir`) or any checkpoint directory, and
     leaves the default graph, the logger and ``config.model`` as they were. The data is read from
@@ -260,6 +265,8 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
         method (str): 'steepest' or 'minimum'.
         lr_name (str): the learning-rate variable.
         dataflow (DataFlow): the data, when not ``config.dataflow`` (a config with ``data=``).
+        session_init (SessionInit): where the weights of the sweep come from (e.g.
+            ``SmartInit('pretrained.npz')`` to fine-tune); None: initialized as in a new run.
         output_dir (str): where to write ``lr_finder.json``, ``lr_finder.csv`` and, when matplotlib
             can be imported (else one warning says so), ``lr_finder.png``
             (:meth:`LRFinderResult.save`); None: nothing is written.
@@ -273,7 +280,8 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
                                     min_lr=1e-5, max_lr=10, output_dir='lr_find')
         print(result.suggestion)     # then set the rate of the real run
     """
-    dataflow = _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, method, dataflow)
+    dataflow = _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, method, dataflow,
+                                session_init)
     lrs = [min_lr * (max_lr / min_lr) ** (i / (num_steps - 1.0)) for i in range(num_steps)]
     lrs[-1] = float(max_lr)
     sweep = _RateSweep(lrs, lr_name, smoothing, divergence)
@@ -286,7 +294,7 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
             trainer.mixed_precision = config.mixed_precision
         trainer.setup_graph(model.get_input_signature(), FeedInput(dataflow), model.build_graph,
                             model.optimizer)
-        trainer.train([sweep], [], config.session_creator, config.session_init or JustCurrentSession(),
+        trainer.train([sweep], [], config.session_creator, session_init or JustCurrentSession(),
                       steps_per_epoch=num_steps, starting_epoch=1, max_epoch=1)
         done = len(sweep.raw)
         result = LRFinderResult(lrs[:done], sweep.raw, sweep.smoothed, method, sweep.stop_reason)

@@ -8,17 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from helpers.examples import readme_snippet
 from helpers.paths import REPO_DIR
 
 REPO = REPO_DIR
-
-
-def readme_snippet():
-    readme = open(os.path.join(REPO, 'README.md'), encoding='utf-8').read()
-    blocks = re.findall(r'```python\n(.*?)```', readme, re.S)
-    snippets = [b for b in blocks if 'launch_train_with_config' in b and 'class Model' in b]
-    assert len(snippets) == 1
-    return snippets[0]
 
 
 @pytest.mark.quick

@@ -35,8 +35,9 @@ Of any test:
 
 What a few test files of a kind share (tests/README.md):
 
-- :mod:`helpers.examples` (running the examples), :mod:`helpers.guide_blocks` (the guides' code),
-  :mod:`helpers.slurm_node` (a one-node Slurm), :mod:`helpers.distributed` (multi-worker jobs),
+- :mod:`helpers.examples` (running the examples; the README's snippet and model),
+  :mod:`helpers.guide_blocks` (the guides' code), :mod:`helpers.slurm_node` (a one-node Slurm),
+  :mod:`helpers.distributed` (multi-worker jobs),
   :mod:`helpers.mpi` (MPI ranks), :mod:`helpers.multigpu` (multi-tower trainers),
   :mod:`helpers.scripted_stats`, :mod:`helpers.checkpoint_runs`, :mod:`helpers.contract`,
   :mod:`helpers.dataflow_cases`, :mod:`helpers.s3` (an S3 server),

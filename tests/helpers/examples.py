@@ -1,5 +1,6 @@
 """Running the bundled examples: imported without their main part, or their ``__main__`` run in
-this process, and what they print and write read back."""
+this process, and what they print and write read back; the README's "Using it" snippet and its
+model."""
 
 import json
 import os
@@ -8,6 +9,24 @@ import runpy
 import sys
 
 from helpers.paths import REPO_DIR, import_file
+
+
+def readme_snippet():
+    """The README's "Using it" snippet (the one block defining ``class Model`` and training it)."""
+    with open(os.path.join(REPO_DIR, 'README.md'), encoding='utf-8') as f:
+        blocks = re.findall(r'```python\n(.*?)```', f.read(), re.S)
+    snippets = [b for b in blocks if 'launch_train_with_config' in b and 'class Model' in b]
+    assert len(snippets) == 1
+    return snippets[0]
+
+
+def readme_model():
+    """The class ``Model`` of the README's snippet (its code up to where it sets the logger
+    directory, run here: the imports and the class)."""
+    code = readme_snippet().split('logger.set_logger_dir')[0]
+    namespace = {}
+    exec(compile(code, 'README.md', 'exec'), namespace)
+    return namespace['Model']
 
 
 def load_example(relpath):
