@@ -40,9 +40,15 @@ class LRFinderResult:
             when the loss never went down.
         method (str): how it was found: 'steepest' or 'minimum' (minimum / 10).
         stop_reason (str): why the sweep ended before ``num_steps`` steps, or None.
+
+    ``skip_start``: how many first points the 'steepest' rule passes over (where the moving
+    average has not settled: one value of noise there can look like the steepest fall).
     """
 
-    def __init__(self, lrs, raw_losses, losses, method='steepest', stop_reason=None):
+    def __init__(self, lrs, raw_losses, losses, method='steepest', stop_reason=None, skip_start=0):
+        if method not in _METHODS:
+            raise ValueError("LRFinderResult: method must be one of {}, got {!r}".format(_METHODS, method))
+        self.skip_start = int(skip_start)
         self.lrs = [float(x) for x in lrs]
         self.raw_losses = [float(x) for x in raw_losses]
         self.losses = [float(x) for x in losses]
@@ -56,8 +62,8 @@ class LRFinderResult:
 
     def _suggest(self, method):
         """The suggested rate by ``method``: 'steepest', the rate where the smoothed loss falls
-        fastest against log(lr) before its minimum (falling back to 'minimum' with fewer than 3
-        points before it); 'minimum', a tenth of the rate at the minimum."""
+        fastest against log(lr) from point ``skip_start`` to its minimum (falling back to
+        'minimum' with fewer than 3 points there); 'minimum', a tenth of the rate at the minimum."""
         losses = np.array(self.losses, dtype=np.float64)
         finite = np.isfinite(losses)
         if not finite.any():
@@ -65,10 +71,11 @@ class LRFinderResult:
         lowest = int(np.argmin(np.where(finite, losses, np.inf)))
         if lowest == 0:             # never went down
             return method, None
-        if method == 'steepest' and lowest >= 2:
-            descent = losses[:lowest + 1]
-            slopes = np.gradient(descent, np.log10(self.lrs[:lowest + 1]))
-            return 'steepest', self.lrs[int(np.argmin(slopes))]
+        start = self.skip_start
+        if method == 'steepest' and lowest - start >= 2:
+            descent = losses[start:lowest + 1]
+            slopes = np.gradient(descent, np.log10(self.lrs[start:lowest + 1]))
+            return 'steepest', self.lrs[start + int(np.argmin(slopes))]
         return 'minimum', self.lrs[lowest] / 10.0
 
     def records(self):
@@ -247,7 +254,8 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
     The loss is smoothed by an exponential moving average (``smoothing``, bias-corrected); the
     sweep stops early when a loss is not finite or the smoothed loss exceeds ``divergence`` times
     its minimum so far. The suggestion (``method``) is by default 'steepest': the rate where the
-    smoothed loss falls fastest against log(lr) before its minimum. There the model learns fastest,
+    smoothed loss falls fastest against log(lr) before its minimum, the first ``1 / (1 -
+    smoothing)`` points (where the average settles) passed over. There the model learns fastest,
     and it lies well below the rate where the loss turns up (typically a decade or more), so it
     is a rate the model trains at, without the guess of a factor; 'minimum' is a tenth of the rate
     at the minimum of the smoothed loss (fastai's old rule), the fallback when fewer than 3 points
@@ -297,7 +305,8 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
         trainer.train([sweep], [], config.session_creator, session_init or JustCurrentSession(),
                       steps_per_epoch=num_steps, starting_epoch=1, max_epoch=1)
         done = len(sweep.raw)
-        result = LRFinderResult(lrs[:done], sweep.raw, sweep.smoothed, method, sweep.stop_reason)
+        result = LRFinderResult(lrs[:done], sweep.raw, sweep.smoothed, method, sweep.stop_reason,
+                                skip_start=math.ceil(1 / (1 - smoothing) - 1e-9))
         logger.info("find_learning_rate: {!r}.".format(result))
     if output_dir is not None:
         result.save(output_dir)

@@ -155,6 +155,11 @@ def test_the_two_rules_on_a_known_curve():
     early = LRFinderResult(lrs[:3], [2.0, 1.0, 3.0], [2.0, 1.0, 3.0])      # one point before the minimum
     assert early.method == 'minimum' and early.suggestion == pytest.approx(1e-6)
     assert LRFinderResult(lrs[:2], [1.0, 2.0], [1.0, 2.0]).suggestion is None     # never went down
+    noisy = [2.0, 1.5, 1.9, 1.8, 1.2, 0.9, 5.0]           # a fall in the unsettled first points
+    assert LRFinderResult(lrs, noisy, noisy).suggestion == 1e-6
+    assert LRFinderResult(lrs, noisy, noisy, skip_start=2).suggestion == 1e-2     # (0.9 - 1.8) / 2 decades
+    with pytest.raises(ValueError, match='method must be one of'):
+        LRFinderResult(lrs, losses, losses, method='valley')
     rows = LRFinderResult([1e-3, 1e-2], [1.0, float('nan')], [1.0, float('nan')]).records()
     assert rows[1] == {'lr': 1e-2, 'loss': None, 'smoothed_loss': None}
 
