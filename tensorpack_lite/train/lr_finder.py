@@ -163,8 +163,8 @@ class _RateSweep(Callback):
         if not found:
             raise ValueError(
                 "find_learning_rate: the model has no variable '{}' (lr_name): its optimizer() must take "
-                "its rate from a variable, e.g. lr = tf.get_variable('{}', initializer=0.1, trainable=False); "
-                "return tf.train.MomentumOptimizer(lr, 0.9)".format(self.lr_name, self.lr_name))
+                "its rate from a variable, e.g. lr = tf.get_variable('{}', initializer=0.1, "
+                "trainable=False); return tf.train.MomentumOptimizer(lr, 0.9)".format(self.lr_name, self.lr_name))
         self._lr = found[0]
         self._rate = tfv1.placeholder(self._lr.dtype.base_dtype, shape=[], name='lr_finder_rate')
         self._assign = self._lr.assign(self._rate, read_value=False)
@@ -196,15 +196,16 @@ class _RateSweep(Callback):
         if not math.isfinite(value):
             self.stop_reason = "the loss is {} at lr {:.3g}".format(value, self.lrs[index - 1])
         elif self.divergence is not None and self.smoothed[-1] > self.divergence * best:
-            self.stop_reason = "the smoothed loss {:.4g} at lr {:.3g} is above {:g} x its minimum {:.4g}".format(
-                self.smoothed[-1], self.lrs[index - 1], self.divergence, best)
+            self.stop_reason = "the smoothed loss {:.4g} at lr {:.3g} is above {:g} x its minimum " \
+                "{:.4g}".format(self.smoothed[-1], self.lrs[index - 1], self.divergence, best)
         if self.stop_reason is not None:
             self.trainer.request_stop("find_learning_rate: " + self.stop_reason)
         elif index < len(self.lrs):
             self._set_rate(index)
 
 
-def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, method, dataflow, session_init):
+def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, method, dataflow,
+                     session_init):
     if not isinstance(config, TrainConfig):
         raise TypeError("find_learning_rate: config must be a TrainConfig, got {!r}".format(config))
     if config.model is None:
@@ -213,12 +214,13 @@ def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, m
         if not is_real(value) or not 0 < value < math.inf:
             raise ValueError("find_learning_rate: {} must be a number > 0, got {!r}".format(name, value))
     if not min_lr < max_lr:
-        raise ValueError("find_learning_rate: min_lr must be below max_lr, got min_lr={!r} >= max_lr={!r}".format(
-            min_lr, max_lr))
+        raise ValueError("find_learning_rate: min_lr must be below max_lr, got min_lr={!r} >= "
+                         "max_lr={!r}".format(min_lr, max_lr))
     if not is_int(num_steps) or num_steps < 2:
         raise ValueError("find_learning_rate: num_steps must be an int >= 2, got {!r}".format(num_steps))
     if not is_real(smoothing) or not 0 <= smoothing < 1:
-        raise ValueError("find_learning_rate: smoothing must be a number in [0, 1), got {!r}".format(smoothing))
+        raise ValueError("find_learning_rate: smoothing must be a number in [0, 1), got {!r}".format(
+            smoothing))
     if divergence is not None and (not is_real(divergence) or not divergence > 1):
         raise ValueError("find_learning_rate: divergence must be a number > 1 or None, got {!r}".format(
             divergence))
