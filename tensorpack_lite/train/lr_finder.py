@@ -164,7 +164,8 @@ class _RateSweep(Callback):
             raise ValueError(
                 "find_learning_rate: the model has no variable '{}' (lr_name): its optimizer() must take "
                 "its rate from a variable, e.g. lr = tf.get_variable('{}', initializer=0.1, "
-                "trainable=False); return tf.train.MomentumOptimizer(lr, 0.9)".format(self.lr_name, self.lr_name))
+                "trainable=False); return tf.train.MomentumOptimizer(lr, 0.9)".format(
+                    self.lr_name, self.lr_name))
         self._lr = found[0]
         self._rate = tfv1.placeholder(self._lr.dtype.base_dtype, shape=[], name='lr_finder_rate')
         self._assign = self._lr.assign(self._rate, read_value=False)
