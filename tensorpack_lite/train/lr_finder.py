@@ -205,6 +205,17 @@ class _RateSweep(Callback):
             self._set_rate(index)
 
 
+def _copy_of(model):
+    """A deep copy of ``model``, so that what its ``build_graph`` sets or appends (a tensor, a list
+    of the towers seen) stays on the copy; a shallow copy when it cannot be deep-copied."""
+    try:
+        return copy.deepcopy(model)
+    except (TypeError, copy.Error) as err:
+        logger.info("find_learning_rate: {} cannot be deep-copied ({}): the sweep builds on a shallow "
+                    "copy of it.".format(type(model).__name__, err))
+        return copy.copy(model)
+
+
 def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, method, dataflow,
                      session_init):
     if not isinstance(config, TrainConfig):
@@ -251,8 +262,9 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
     already) and runs none of the config's callbacks or monitors: it writes nothing
     into the logger directory (detached meanwhile, see
     :func:`~tensorpack_lite.utils.logger.without_logger_dir`) or any checkpoint directory, and
-    leaves the default graph, the logger and ``config.model`` as they were. The data is read from
-    ``dataflow`` (default ``config.dataflow``), repeated as needed.
+    leaves the default graph, the logger and ``config.model`` as they were (it builds on a deep copy
+    of the model). The data is read from ``dataflow`` (default ``config.dataflow``), repeated as
+    needed.
 
     The loss is smoothed by an exponential moving average (``smoothing``, bias-corrected); the
     sweep stops early when a loss is not finite or the smoothed loss exceeds ``divergence`` times
@@ -296,7 +308,7 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
     lrs = [min_lr * (max_lr / min_lr) ** (i / (num_steps - 1.0)) for i in range(num_steps)]
     lrs[-1] = float(max_lr)
     sweep = _RateSweep(lrs, lr_name, smoothing, divergence)
-    model = copy.copy(config.model)      # what build_graph sets on the model stays on the copy
+    model = _copy_of(config.model)
     with logger.without_logger_dir(), tfv1.Graph().as_default():
         logger.info("find_learning_rate: {} steps, lr {:.3g} to {:.3g}.".format(num_steps, min_lr, max_lr))
         trainer = SimpleTrainer()
