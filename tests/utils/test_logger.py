@@ -75,6 +75,25 @@ def test_detach_stops_writing_to_file(tmp_path):
         assert 'after-detach-message' not in f.read()
 
 
+def test_without_logger_dir_detaches_and_puts_the_same_file_back(tmp_path):
+    d = str(tmp_path / 'run')
+    logger.set_logger_dir(d)
+    logger.info('before-the-block')
+    with logger.without_logger_dir():
+        assert logger.get_logger_dir() is None and logger.get_logger_url() is None
+        logger.info('inside-the-block')
+        logger.set_logger_dir(str(tmp_path / 'other'))      # undone at the end of the block
+    assert logger.get_logger_dir() == d
+    logger.info('after-the-block')
+    text = _file_text(os.path.join(d, logger.LOG_FILE_NAME))
+    assert 'before-the-block' in text and 'after-the-block' in text and 'inside-the-block' not in text
+    assert sorted(os.listdir(d)) == [logger.LOG_FILE_NAME]       # no backup of the log file
+    assert 'after-the-block' not in _file_text(str(tmp_path / 'other' / logger.LOG_FILE_NAME))
+    with logger.without_logger_dir():       # what the block unsets is put back as well
+        logger.unset_logger_dir()
+    assert logger.get_logger_dir() == d
+
+
 def test_empty_existing_dir_needs_no_action(tmp_path):
     d = tmp_path / 'empty'
     d.mkdir()
