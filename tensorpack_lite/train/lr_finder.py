@@ -275,7 +275,8 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
     is a rate the model trains at, without the guess of a factor; 'minimum' is a tenth of the rate
     at the minimum of the smoothed loss (fastai's old rule), the fallback when fewer than 3 points
     lie before the minimum. ``smoothing`` is 0.9 (Lightning and fastai use 0.98): over ~100 steps
-    a stronger average lags by several steps (the curve and its minimum shift to higher rates).
+    a stronger average lags by tens of steps (the curve and its minimum shift to higher rates).
+    Each step is one update (``config.accumulate`` is not used).
 
     Args:
         config (TrainConfig): the model (its ``optimizer()`` must take its rate from the variable
