@@ -251,7 +251,7 @@ def _check_arguments(config, min_lr, max_lr, num_steps, smoothing, divergence, m
 
 def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothing=0.9, divergence=4.0,
                        method='steepest', lr_name='learning_rate', dataflow=None, session_init=None,
-                       output_dir=None):
+                       output_dir=None, seed=None):
     """The learning-rate range test (as Lightning's ``Tuner.lr_find`` and fastai's ``lr_find``): train
     a copy of ``config.model`` for ``num_steps`` steps, the rate of step ``i`` being ``min_lr *
     (max_lr / min_lr) ** (i / (num_steps - 1))``, record the loss of each step and suggest a rate.
@@ -294,6 +294,8 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
         output_dir (str): where to write ``lr_finder.json``, ``lr_finder.csv`` and, when matplotlib
             can be imported (else one warning says so), ``lr_finder.png``
             (:meth:`LRFinderResult.save`); None: nothing is written.
+        seed (int): the sweep graph's random seed (``tf.set_random_seed``), for a curve that is
+            the same in every call (with data in a fixed order); None: initialized as a new run is.
 
     Returns:
         LRFinderResult: ``.lrs``, ``.losses``, ``.suggestion``, ``.plot(path)``.
@@ -312,6 +314,8 @@ def find_learning_rate(config, min_lr=1e-7, max_lr=10.0, num_steps=100, smoothin
     model = _copy_of(config.model)
     with logger.without_logger_dir(), tfv1.Graph().as_default():
         logger.info("find_learning_rate: {} steps, lr {:.3g} to {:.3g}.".format(num_steps, min_lr, max_lr))
+        if seed is not None:
+            tfv1.set_random_seed(seed)
         trainer = SimpleTrainer()
         trainer.CHECK_COST = False
         if config.mixed_precision is not None:
