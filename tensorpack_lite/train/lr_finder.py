@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from ..compat import tfv1
+from ..callbacks.hyperparam import GraphVarParam
 from ..dataflow.base import DataFlow
 from ..input_source.feed import FeedInput
 from ..loop.callback import Callback
@@ -158,22 +159,20 @@ class _RateSweep(Callback):
         self._average = 0.0
 
     def _setup_graph(self):
-        variables = tfv1.global_variables()
-        found = [v for v in variables if v.op.name == self.lr_name]
-        if not found:
+        self._rate = GraphVarParam(self.lr_name)
+        try:
+            self._rate.setup_graph()
+        except ValueError as err:
             raise ValueError(
-                "find_learning_rate: the model has no variable '{}' (lr_name): its optimizer() must take "
-                "its rate from a variable, e.g. lr = tf.get_variable('{}', initializer=0.1, "
+                "find_learning_rate: no variable '{}' (lr_name) the rate can be set in: {} Its optimizer() "
+                "must take its rate from a scalar variable, e.g. lr = tf.get_variable('{}', initializer=0.1, "
                 "trainable=False); return tf.train.MomentumOptimizer(lr, 0.9)".format(
-                    self.lr_name, self.lr_name))
-        self._lr = found[0]
-        self._rate = tfv1.placeholder(self._lr.dtype.base_dtype, shape=[], name='lr_finder_rate')
-        self._assign = self._lr.assign(self._rate, read_value=False)
+                    self.lr_name, err, self.lr_name)) from err
         self._cost = self.trainer.towers.training()[0].outputs
         self._fetch = tfv1.train.SessionRunArgs(fetches=self._cost)
 
     def _set_rate(self, index):
-        self.trainer.sess.run(self._assign, feed_dict={self._rate: self.lrs[index]})
+        self._rate.set_value(self.lrs[index])
 
     def _before_train(self):
         self._set_rate(0)
