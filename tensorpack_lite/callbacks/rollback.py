@@ -230,8 +230,7 @@ class RollbackOnAnomaly(Callback):
                                       "take the same decision, which this callback does not do yet: use it "
                                       "with a single-process trainer.".format(
                                           self, name, trainer.world_size // towers))
-        if getattr(trainer, 'CHECK_COST', False) and not getattr(trainer, 'XLA_COMPILE', False) and \
-                getattr(trainer, 'loss_scale', None) is None:
+        if getattr(trainer, 'checks_cost', False):
             raise ValueError("{}: {}.CHECK_COST is True: the trainer stops with a FloatingPointError at a "
                              "non-finite cost before this callback can roll back; set trainer.CHECK_COST = "
                              "False before the trainer builds its graph.".format(self, name))

@@ -178,8 +178,16 @@ class SingleCostTrainer(TowerTrainer):
     _loss_scale = None
     _replica_batch = None     # the batch size tensor of the first training tower
     _batch_probe = None
+
     _accumulate = 1
     _accumulator = None
+
+    @property
+    def checks_cost(self):
+        """Whether a non-finite cost stops training (:attr:`CHECK_COST`, unless the towers are
+        compiled with XLA or the loss is scaled, where a step with an overflow is skipped
+        instead); known once the graph is set up."""
+        return self.CHECK_COST and not self.XLA_COMPILE and self._loss_scale is None
 
     @property
     def accumulate(self):
@@ -345,7 +353,7 @@ class SingleCostTrainer(TowerTrainer):
                 colocate_gradients_with_ops=self.COLOCATE_GRADIENTS_WITH_OPS,
                 aggregation_method=self.AGGREGATION_METHOD)
             grads = FilterNoneGrad().process(grads)
-            if self.CHECK_COST and not self.XLA_COMPILE and self._loss_scale is None:
+            if self.checks_cost:
                 grads = self._checked_gradients(cost, grads)
             return grads
 

@@ -259,6 +259,18 @@ def test_a_trainer_that_stops_at_a_nan_cost_itself_is_refused():
             launch_train_with_config(config, SimpleTrainer())
 
 
+def test_a_trainer_with_a_loss_scale_skips_a_nan_step_itself_and_is_accepted():
+    """With fp16 loss scaling the trainer checks no cost (CHECK_COST left at True): an overflow
+    skips the step; the callback sets up and trains."""
+    trainer = SimpleTrainer()
+    with tfv1.Graph().as_default():
+        config = TrainConfig(model=MLP(LINEAR), data=FeedInput(DataFromList(batches(4), shuffle=False)),
+                             callbacks=[RollbackOnAnomaly()], steps_per_epoch=2, max_epoch=1, monitors=[],
+                             mixed_precision='fp16')
+        launch_train_with_config(config, trainer)
+    assert trainer.CHECK_COST and not trainer.checks_cost and trainer.global_step == 2
+
+
 def test_a_multi_process_trainer_is_refused_naming_it():
     class TwoProcessTrainer(SimpleTrainer):
         world_size = 2
