@@ -18,7 +18,7 @@ import pytest
 
 from helpers.logs import capture_logs
 from helpers.paths import REPO_DIR
-from helpers.processes import kill_process_tree
+from helpers.processes import kill_process_tree, listening_ports
 from helpers.timing import HANG_TIMEOUT, wait_until
 from helpers.scripted_stats import dataflow, model
 from tensorpack_lite.callbacks import Callback, MLflowMonitor, ModelSaver
@@ -62,6 +62,8 @@ class MlflowServer:
 
     def _answers(self):
         assert self.proc.poll() is None, open(self.log.name).read()[-3000:]
+        if self.port not in listening_ports(self.proc):   # not another process that took the port
+            return False
         try:
             with urllib.request.urlopen(self.uri + '/health', timeout=2) as response:
                 return response.status == 200

@@ -48,8 +48,7 @@ def s3(tmp_path_factory):
 @pytest.fixture
 def s3_env(s3, monkeypatch, tmp_path):
     """This process talks to the server, with its mirrors under ``tmp_path/cache``."""
-    for key, value in s3.env.items():
-        monkeypatch.setenv(key, value)
+    s3.serve_this_process(monkeypatch)
     monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path / 'cache'))
     return s3
 

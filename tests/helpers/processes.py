@@ -1,6 +1,7 @@
 """Child processes the tests start: a child Python's environment (:func:`subprocess_env`), a
 child Python with or without TensorFlow (:func:`run_python`), a launcher run bounded in time
-(:func:`run_bounded`) and the ending of a process and everything under it (:func:`kill_process_tree`)."""
+(:func:`run_bounded`), the ending of a process and everything under it (:func:`kill_process_tree`)
+and the ports a server started listens on (:func:`listening_ports`)."""
 
 import os
 import signal
@@ -12,7 +13,8 @@ import pytest
 
 from helpers.paths import REPO_DIR, TESTS_DIR
 
-__all__ = ['subprocess_env', 'NO_TENSORFLOW', 'run_python', 'run_bounded', 'kill_process_tree']
+__all__ = ['subprocess_env', 'NO_TENSORFLOW', 'run_python', 'run_bounded', 'kill_process_tree',
+           'listening_ports']
 
 
 def subprocess_env(**overrides):
@@ -55,9 +57,13 @@ def run_python(code, timeout=300, without_tensorflow=False, cwd=TESTS_DIR, env=N
 def kill_process_tree(proc):
     """SIGKILL a subprocess.Popen and every process under it (a timed-out launcher's ranks).
 
-    Safe once ``proc`` was reaped (its pid may then belong to another process): the processes
-    under it are then found as the members of its session, when it was started in a session of
-    its own (``start_new_session=True``), whose id no other process can take while one is left."""
+    Before ``proc`` is reaped, its pid is still its own (a zombie at worst): the processes under
+    it are its descendants and the members of its session (``start_new_session=True``). Once it
+    is reaped, the session's members left behind still hold its id, so no new process can take
+    it while one is left; but once none is left, the kernel may hand the pid to a new process,
+    which may start a session of its own with that id (another test's server, with
+    ``start_new_session=True``). So after reaping, a live process with the pid means the session
+    ended: it and its members are left alone."""
     family = []
     if proc.returncode is None:   # not reaped: the pid is still its own (a zombie at worst)
         try:
@@ -65,6 +71,8 @@ def kill_process_tree(proc):
             family = leader.children(recursive=True) + [leader]
         except psutil.NoSuchProcess:
             pass
+    elif psutil.pid_exists(proc.pid):   # reaped, and the pid taken again: nothing of ours is left
+        return
     for member in psutil.process_iter():
         try:
             if member.pid != os.getpid() and os.getsid(member.pid) == proc.pid:
@@ -76,6 +84,25 @@ def kill_process_tree(proc):
             member.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
             pass
+
+
+def listening_ports(proc):
+    """The TCP ports on which ``proc`` (a subprocess.Popen) or a process under it listens: a
+    server is ready on a port only when it is in here (another process answering on a port picked
+    free a moment before is not the server just started)."""
+    try:
+        leader = psutil.Process(proc.pid)
+        family = [leader] + leader.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return set()
+    ports = set()
+    for member in family:
+        try:
+            connections = getattr(member, 'net_connections', None) or member.connections  # psutil < 6
+            ports.update(c.laddr.port for c in connections(kind='tcp') if c.status == psutil.CONN_LISTEN)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return ports
 
 
 def run_bounded(command, timeout, env=None, cwd=None):

@@ -30,8 +30,7 @@ def s3(tmp_path_factory):
 def run_dir(s3, monkeypatch, tmp_path, request):
     """(url, local mirror directory) of a run of its own in the bucket, this process talking to
     the server."""
-    for key, value in s3.env.items():
-        monkeypatch.setenv(key, value)
+    s3.serve_this_process(monkeypatch)
     mirror = tmp_path / 'mirror'
     mirror.mkdir()
     return 's3://bucket/' + re.sub(r'[^a-z0-9]+', '-', request.node.name.lower())[:60], str(mirror)
