@@ -6,8 +6,12 @@ the bare loop of the same graph and tensorpack 0.11's default path, in one run.
 The paths, per model:
   (a) bare:       ``sess.run([train_op, update_ops])`` in a plain ``tf.compat.v1.Session()``, the
                   batch a constant in the graph (this library's layers build the graph)
+  (b) bare queue: (a) with the batch through a ``FIFOQueue`` fed by a plain Python thread, as a
+                  TF1 user writes it: what moving the batch costs without this library
   (c) default:    ``launch_train_with_config(TrainConfig(model, dataflow=FakeData(random=False)),
                   trainer)``: the default InputSource, callbacks and monitors (StepTimeMonitor too)
+  (d) in-graph:   (c) with ``DummyConstantInput``: this library's loop and callbacks, the batch held
+                  in the graph as (a)'s is
   (e) tensorpack: tensorpack 0.11's own ``launch_train_with_config`` with the same model built by
                   its layers, the same DataFlow and trainer, all its defaults (its session config
                   has ONE intra-op thread); only when ``import tensorpack`` works
@@ -45,6 +49,7 @@ import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -52,6 +57,7 @@ from tensorpack_lite import models as lite_models  # noqa: E402
 from tensorpack_lite import tfv1 as tf  # noqa: E402
 from tensorpack_lite.compat import enable_graph_mode  # noqa: E402
 from tensorpack_lite.dataflow import FakeData  # noqa: E402
+from tensorpack_lite.input_source import DummyConstantInput  # noqa: E402
 from tensorpack_lite.tfutils.argscope import argscope as lite_argscope  # noqa: E402
 from tensorpack_lite.tfutils.common import get_default_sess_config  # noqa: E402
 from tensorpack_lite.tfutils.tower import TrainTowerContext  # noqa: E402
@@ -97,30 +103,71 @@ def fake_data(dataflow_cls, name):
                         dtype=['float32', 'int32'], domain=[(0, 1), (0, 10)])
 
 
-def bare_loop(name, steps, epochs):
-    """(a): the graph of (c)'s tower on a constant batch, in a plain session."""
+def bare_batch(name):
+    """A fixed batch of model ``name``: the (image, label) arrays of the bare loops."""
     _, _, side, batch, _ = MODELS[name]
     rng = np.random.RandomState(0)
+    return [rng.rand(batch, side, side, 3).astype('float32'), rng.randint(0, 10, batch).astype('int32')]
+
+
+def bare_train_fetches(name, image, label):
+    """``[train_op, update_ops]`` of (c)'s tower on ``image`` and ``label``."""
+    model = model_class(ModelDesc, LITE_LAYERS, name)()
+    with TrainTowerContext(''):
+        cost = model.build_graph(image, label)
+    train_op = model.get_optimizer().minimize(cost, global_step=tf.train.get_or_create_global_step())
+    return [train_op, tf.get_collection(tf.GraphKeys.UPDATE_OPS)]
+
+
+def timed_epochs(sess, fetches, steps, epochs):
+    """The seconds of each of ``epochs`` epochs of ``steps`` runs of ``fetches``."""
+    times = []
+    for _ in range(epochs):
+        timer = EpochTiming()
+        timer._before_epoch()
+        for _ in range(steps):
+            sess.run(fetches)
+        timer._after_epoch()
+        times += timer.times
+    return times
+
+
+def bare_loop(name, steps, epochs):
+    """(a): the graph of (c)'s tower on a constant batch, in a plain session."""
     with tf.Graph().as_default():
-        image = tf.constant(rng.rand(batch, side, side, 3).astype('float32'))
-        label = tf.constant(rng.randint(0, 10, batch).astype('int32'))
-        model = model_class(ModelDesc, LITE_LAYERS, name)()
-        with TrainTowerContext(''):
-            cost = model.build_graph(image, label)
-        train_op = model.get_optimizer().minimize(cost, global_step=tf.train.get_or_create_global_step())
-        fetches = [train_op, tf.get_collection(tf.GraphKeys.UPDATE_OPS)]
+        fetches = bare_train_fetches(name, *[tf.constant(a) for a in bare_batch(name)])
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             sess.graph.finalize()
-            times = []
-            for _ in range(epochs):
-                timer = EpochTiming()
-                timer._before_epoch()
-                for _ in range(steps):
-                    sess.run(fetches)
-                timer._after_epoch()
-                times += timer.times
-    return times
+            return timed_epochs(sess, fetches, steps, epochs)
+
+
+def bare_queue_loop(name, steps, epochs):
+    """(b): (a) with the batch through a FIFOQueue (capacity 50, as QueueInput's), fed from the same
+    arrays by a plain thread: ``sess.run(enqueue_op, feed_dict)`` in a loop."""
+    arrays = bare_batch(name)
+    with tf.Graph().as_default():
+        placeholders = [tf.placeholder(a.dtype, a.shape) for a in arrays]
+        queue = tf.FIFOQueue(50, [p.dtype for p in placeholders], shapes=[a.shape for a in arrays])
+        enqueue, close = queue.enqueue(placeholders), queue.close(cancel_pending_enqueues=True)
+        fetches = bare_train_fetches(name, *queue.dequeue())
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            sess.graph.finalize()
+
+            def feed():
+                try:
+                    while True:
+                        sess.run(enqueue, feed_dict=dict(zip(placeholders, arrays)))
+                except (tf.errors.CancelledError, tf.errors.OutOfRangeError):
+                    pass
+            thread = threading.Thread(target=feed, daemon=True)
+            thread.start()
+            try:
+                return timed_epochs(sess, fetches, steps, epochs)
+            finally:
+                sess.run(close)
+                thread.join()
 
 
 @contextlib.contextmanager
@@ -144,16 +191,21 @@ def one_intra_op_thread():
     return config
 
 
-def library_path(name, steps, epochs, logdir, trainer, step_monitor=True, env=None, session_config=None):
-    """(c), (f), (i), (j) and (k): this library's launch_train_with_config with its defaults."""
+def library_path(name, steps, epochs, logdir, trainer, step_monitor=True, env=None, session_config=None,
+                 in_graph=False):
+    """(c), (d), (f), (i), (j) and (k): this library's launch_train_with_config with its defaults."""
     with tf.Graph().as_default(), environ(**(env or {})):
         logger.set_logger_dir(logdir, action='d')
         timer = EpochTimer()
         extra = {} if step_monitor else {'extra_callbacks': DEFAULT_CALLBACKS(step_monitor=False)}
         if session_config is not None:
             extra['session_config'] = session_config
+        if in_graph:
+            _, _, side, batch, _ = MODELS[name]
+            extra['data'] = DummyConstantInput([[batch, side, side, 3], [batch]])
+        else:
+            extra['dataflow'] = fake_data(FakeData, name)
         config = TrainConfig(model=model_class(ModelDesc, LITE_LAYERS, name)(),
-                             dataflow=fake_data(FakeData, name),
                              callbacks=[timer], steps_per_epoch=steps, max_epoch=epochs, **extra)
         launch_train_with_config(config, SimpleTrainer() if trainer == 'simple'
                                  else SyncMultiGPUTrainerReplicated(1))
@@ -178,7 +230,8 @@ def tensorpack_path(name, steps, epochs, logdir, trainer):
     return timer.times
 
 
-PATHS = {'a': '(a) bare sess.run', 'c': '(c) default path', 'e': '(e) tensorpack 0.11',
+PATHS = {'a': '(a) bare sess.run', 'b': '(b) (a) through a FIFOQueue', 'c': '(c) default path',
+         'd': '(d) (c), the batch in the graph', 'e': '(e) tensorpack 0.11',
          'f': '(f) (c), one intra-op thread',
          'i': '(i) (c) without StepTimeMonitor', 'j': "(j) (c) on TF's thread pool",
          'k': "(k) (c) in the caller's thread"}
@@ -209,7 +262,10 @@ def main():
             logdir = os.path.join(tmp, name)
             run = {
                 'a': lambda: bare_loop(name, steps, args.epochs),
+                'b': lambda: bare_queue_loop(name, steps, args.epochs),
                 'c': lambda: library_path(name, steps, args.epochs, logdir + '-c', args.trainer),
+                'd': lambda: library_path(name, steps, args.epochs, logdir + '-d', args.trainer,
+                                          in_graph=True),
                 'e': lambda: tensorpack_path(name, steps, args.epochs, logdir + '-e', args.trainer),
                 'f': lambda: library_path(name, steps, args.epochs, logdir + '-f', args.trainer,
                                           session_config=one_intra_op_thread()),
