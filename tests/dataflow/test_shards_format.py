@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from tensorpack_lite.dataflow.shards.format import (INDEX_NAME, ShardError, ShardFile, encode_shard, index_bytes,
-                                                    make_index, parse_index, shard_entry, shard_name)
+from tensorpack_lite.dataflow.shards.format import (INDEX_NAME, ShardError, ShardFile, encode_shard,
+                                                    index_bytes, make_index, parse_index, shard_entry,
+                                                    shard_name)
 
 pytestmark = pytest.mark.quick
 

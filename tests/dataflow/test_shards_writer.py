@@ -52,7 +52,7 @@ def test_an_interrupted_writing_leaves_no_index(tmp_path):
     with pytest.raises(OSError, match='the source broke'):
         save_shards(Failing(), url, shard_bytes=100)
     assert 'index.json' not in os.listdir(url)
-    with pytest.raises(ShardError, match='index.json: missing: not a sharded dataset, or its writing did not'):
+    with pytest.raises(ShardError, match='index.json: missing: not a sharded dataset, or its writing did'):
         ShardedData(url)
 
 
