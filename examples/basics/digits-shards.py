@@ -68,7 +68,8 @@ def main():
                                                  ScalarStats(['cost', 'accuracy']))])
     trainer = SimpleTrainer()
     launch_train_with_config(config, trainer)
-    logger.info("Final validation accuracy: {:.4f}".format(trainer.monitors.get_latest('validation_accuracy')))
+    accuracy = trainer.monitors.get_latest('validation_accuracy')
+    logger.info("Final validation accuracy: {:.4f}".format(accuracy))
 
 
 if __name__ == '__main__':
