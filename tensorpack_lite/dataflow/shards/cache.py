@@ -121,7 +121,7 @@ class ShardCache(object):
         digest, size = hashlib.sha256(), 0
         try:
             with self.store.open(entry['name']) as src, open(part, 'wb') as dst:
-                while True:
+                while not self._stop.is_set():   # a stream closed mid-download stops it
                     chunk = src.read(min(_CHUNK, entry['bytes'] + 1 - size))
                     if not chunk:
                         break
@@ -130,6 +130,8 @@ class ShardCache(object):
                         raise _Corrupt("more than the index's {} bytes".format(entry['bytes']))
                     digest.update(chunk)
                     dst.write(chunk)
+            if self._stop.is_set():
+                raise InterruptedError("the stream stopped")
             if size != entry['bytes']:
                 raise _Corrupt("{} bytes, the index says {}".format(size, entry['bytes']))
             if digest.hexdigest() != entry['sha256']:
