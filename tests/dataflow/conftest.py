@@ -16,12 +16,8 @@ def dataflow_seed(monkeypatch):
 @pytest.fixture(scope='module')
 def s3_server(tmp_path_factory):
     """A real S3 server (moto) for the requesting module's tests (needs s3fs and moto)."""
-    pytest.importorskip('s3fs')
-    pytest.importorskip('moto')
-    from helpers.s3 import S3Server
-    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
-    yield server
-    server.stop()
+    from helpers.s3 import serve_module
+    yield from serve_module(tmp_path_factory)
 
 
 @pytest.fixture

@@ -10,18 +10,14 @@ import pytest
 from helpers.examples import final_number
 from helpers.paths import REPO_DIR
 from helpers.processes import run_bounded, subprocess_env
-from helpers.s3 import S3Server
+from helpers.s3 import serve_module
 
 SCRIPT = os.path.join(REPO_DIR, 'examples', 'basics', 'digits-shards.py')
 
 
 @pytest.fixture(scope='module')
 def s3(tmp_path_factory):
-    pytest.importorskip('s3fs')
-    pytest.importorskip('moto')
-    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
-    yield server
-    server.stop()
+    yield from serve_module(tmp_path_factory)
 
 
 def run(s3, tmp_path, *args):
