@@ -161,3 +161,17 @@ def test_killed_mid_epoch_and_resumed_on_a_new_empty_cache_from_a_bucket(s3, tmp
     uninterrupted = numbers(worker('s3://bucket/data', 1, 2, tmp_path / 'third-cache'))
     assert len(uninterrupted) == 500
     assert before == uninterrupted[:40] and after == uninterrupted[40:]
+
+
+def test_an_iteration_left_open_ends_when_the_next_starts_and_a_dropped_one_uses_its_epoch(tmp_path):
+    url = str(tmp_path / 'data')
+    write_numbered(url, 200)
+    df = worker(url, 0, 1, tmp_path / 'cache', window=8, lanes=2)
+    first = numbers(worker(url, 0, 1, tmp_path / 'other', window=8, lanes=2))
+    left_open = iter(df)
+    assert numbers([next(left_open)]) == first[:1]
+    assert directory_bytes(tmp_path / 'cache') > 0
+    iter(df)                    # epoch 1, dropped before its first datapoint
+    assert next(left_open, None) is None    # closed: its fetching thread ended, its files removed
+    assert df.get_state()['epoch'] == 2
+    assert directory_bytes(tmp_path / 'cache') == 0

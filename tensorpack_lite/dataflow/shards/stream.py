@@ -73,6 +73,7 @@ class ShardedData(DataFlow):
         self.cache_dir, self.cache_bytes, self.retry_seconds = cache_dir, int(cache_bytes), retry_seconds
         self._epoch, self._resume = 0, None
         self._position = None   # (epoch, consumed at the start, datapoints produced) while iterating
+        self._live = None       # a weak reference to the generator of the iteration in progress
         self._directory = None
 
     def __len__(self):
@@ -88,11 +89,17 @@ class ShardedData(DataFlow):
     def __iter__(self):
         if self._directory is None:
             raise RuntimeError("ShardedData: call reset_state() before iterating")
+        left_open = self._live and self._live()
+        if left_open is not None:     # an iteration left open ends here, its cache with it
+            left_open.close()
         epoch, start = self._epoch, self._resume or 0
-        self._resume = None
+        # the position is claimed now: an iteration dropped before its first datapoint uses it up
+        self._epoch, self._resume, self._position = epoch + 1, None, (epoch, start, 0)
         samples = self.order.share(epoch, start, self.rank, self.world)
         cache = ShardCache(self.store, self.index, self._directory, self.cache_bytes, self.retry_seconds)
-        return self._produce(epoch, start, samples, cache)
+        iteration = self._produce(epoch, start, samples, cache)
+        self._live = weakref.ref(iteration)
+        return iteration
 
     def _produce(self, epoch, start, samples, cache):
         shards, records = self.order.locate(samples)
@@ -119,11 +126,10 @@ class ShardedData(DataFlow):
             for f in opened.values():
                 f.close()
             cache.stop()
-            self._position = None
-            self._epoch = epoch + 1
+            self._position = self._live = None
 
     def get_state(self):
-        if self._position is not None:
+        if self._position is not None and self._live() is not None:   # an iteration in progress
             epoch, start, done = self._position
             consumed = start + done * self.world
         else:
