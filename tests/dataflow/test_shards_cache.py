@@ -112,3 +112,18 @@ def test_a_storage_failing_too_long_stops_the_stream_naming_the_shard(s3, tmp_pa
     with pytest.raises(ShardError, match=r'^s3://bucket/data/shard-\d{5}.tpls: the storage failed for 0 s: '
                                          'ConnectionError: Connection refused by the test'):
         list(stream('s3://bucket/data', tmp_path / 'cache', retry_seconds=0))
+
+
+def test_a_worker_reads_the_bytes_of_its_shards_only(tmp_path):
+    url = str(tmp_path / 'data')
+    index = write_numbered(url, 1200, shard_bytes=500)
+    sizes = [e['bytes'] for e in index['shards']]
+    read = []
+    for rank in range(2):
+        df = stream(url, tmp_path / 'cache{}'.format(rank), rank=rank, world=2)
+        assert len(numbers(df)) == 600
+        shards = set(df.order.locate(df.order.share(0, 0, rank, 2))[0].tolist())
+        assert df.fetched_bytes == sum(sizes[s] for s in shards)
+        read.append(df.fetched_bytes)
+    print('bytes read by each of 2 workers: {}, the dataset: {}'.format(read, sum(sizes)))
+    assert max(read) < 0.6 * sum(sizes) and sum(read) < 1.1 * sum(sizes)

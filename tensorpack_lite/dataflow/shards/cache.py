@@ -46,6 +46,7 @@ class ShardCache(object):
         self._cond = threading.Condition()
         self._ready, self._errors = {}, {}
         self._used = 0
+        self.fetched_bytes = 0      # read from the storage, failed reads included
         self._waiting_for = None    # the shard the fetcher waits to have room for
         self._stop = threading.Event()
         self._thread = None
@@ -126,6 +127,7 @@ class ShardCache(object):
                     if not chunk:
                         break
                     size += len(chunk)
+                    self.fetched_bytes += len(chunk)
                     if size > entry['bytes']:
                         raise _Corrupt("more than the index's {} bytes".format(entry['bytes']))
                     digest.update(chunk)

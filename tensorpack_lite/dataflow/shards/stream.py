@@ -75,6 +75,7 @@ class ShardedData(DataFlow):
         self._position = None   # (epoch, consumed at the start, datapoints produced) while iterating
         self._live = None       # a weak reference to the generator of the iteration in progress
         self._directory = None
+        self._fetched, self._cache = 0, None
 
     def __len__(self):
         return share_length(self.order.total, 0, self.world)
@@ -96,7 +97,8 @@ class ShardedData(DataFlow):
         # the position is claimed now: an iteration dropped before its first datapoint uses it up
         self._epoch, self._resume, self._position = epoch + 1, None, (epoch, start, 0)
         samples = self.order.share(epoch, start, self.rank, self.world)
-        cache = ShardCache(self.store, self.index, self._directory, self.cache_bytes, self.retry_seconds)
+        cache = self._cache = ShardCache(self.store, self.index, self._directory, self.cache_bytes,
+                                         self.retry_seconds)
         iteration = self._produce(epoch, start, samples, cache)
         self._live = weakref.ref(iteration)
         return iteration
@@ -126,7 +128,13 @@ class ShardedData(DataFlow):
             for f in opened.values():
                 f.close()
             cache.stop()
-            self._position = self._live = None
+            self._fetched += cache.fetched_bytes
+            self._position = self._live = self._cache = None
+
+    @property
+    def fetched_bytes(self):
+        """Bytes this DataFlow read from the dataset's shards so far (all its iterations)."""
+        return self._fetched + (self._cache.fetched_bytes if self._cache is not None else 0)
 
     def get_state(self):
         if self._position is not None and self._live() is not None:   # an iteration in progress
