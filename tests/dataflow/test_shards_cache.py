@@ -74,28 +74,46 @@ def test_a_missing_or_corrupt_shard_stops_the_stream_naming_it(s3, tmp_path, cha
 
 
 class Outage(object):
-    """ShardStore.open failing with ConnectionError ``times`` times from its ``after``-th call
-    for a shard."""
+    """The storage failing with ConnectionError for ``times`` reads of shards from the
+    ``after``-th: when a shard is opened, or (``mid_read``) after its first chunk was read."""
 
-    def __init__(self, monkeypatch, after, times):
-        self.calls, self.after, self.times = 0, after, times
+    def __init__(self, monkeypatch, after, times, mid_read=False):
+        self.calls, self.after, self.times, self.mid_read = 0, after, times, mid_read
         self.real = ShardStore.open
         monkeypatch.setattr(ShardStore, 'open', lambda store, name: self.open(store, name))
         monkeypatch.setattr(cache_module.ShardCache, 'first_backoff', 0.01)
+
+    def failing(self):
+        return self.after <= self.calls < self.after + self.times
 
     def open(self, store, name):
         if not name.startswith('shard-'):
             return self.real(store, name)
         self.calls += 1
-        if self.after <= self.calls < self.after + self.times:
+        if self.failing() and not self.mid_read:
             raise ConnectionError('Connection refused by the test')
-        return self.real(store, name)
+        f = self.real(store, name)
+        if self.failing():
+            f.read = BrokenRead(f.read)
+        return f
 
 
-def test_a_storage_outage_is_retried_and_said_once(s3, tmp_path, monkeypatch):
+class BrokenRead(object):
+    def __init__(self, read):
+        self.read, self.chunks = read, 0
+
+    def __call__(self, size=-1):
+        self.chunks += 1
+        if self.chunks > 1:
+            raise ConnectionError('Connection reset by the test')
+        return self.read(min(size, 10))
+
+
+@pytest.mark.parametrize('mid_read', [False, True], ids=['refused', 'reset-mid-read'])
+def test_a_storage_outage_is_retried_and_said_once(s3, tmp_path, monkeypatch, mid_read):
     write_numbered('s3://bucket/data', 600, shard_bytes=500)
     expected = numbers(stream('s3://bucket/data', tmp_path / 'cache0'))
-    outage = Outage(monkeypatch, after=4, times=6)
+    outage = Outage(monkeypatch, after=4, times=6, mid_read=mid_read)
     with capture_logs() as records:
         got = numbers(stream('s3://bucket/data', tmp_path / 'cache'))
     assert got == expected

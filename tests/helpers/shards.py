@@ -30,5 +30,13 @@ def numbers(datapoints):
 
 
 def directory_bytes(path):
-    """Bytes of the files under ``path`` (0 if it does not exist)."""
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    """Bytes of the files under ``path`` (0 if it does not exist), as a cache that renames and
+    removes its files meanwhile leaves them (a file gone before it is measured counts 0)."""
+    total = 0
+    for directory, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+    return total
