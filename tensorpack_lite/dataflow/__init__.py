@@ -31,6 +31,7 @@ from .raw import DataFromGenerator, DataFromIterable, DataFromList, DataFromQueu
 from .remote import RemoteDataZMQ, send_dataflow_zmq
 from .serialize import (HDF5Serializer, LMDBSerializer, MsgpackSerializer, NumpySerializer,
                         TFRecordSerializer)
+from .shards import GlobalOrder, ShardedData, ShardError, save_shards
 
 # Image augmentation needs OpenCV (the 'image' extra): imported when first used.
 imgaug = LazyModule('tensorpack_lite.dataflow.imgaug')
@@ -48,4 +49,5 @@ __all__ = ['dataset', 'imgaug', 'DataFlow', 'RNGDataFlow', 'ProxyDataFlow', 'Dat
            'send_dataflow_zmq', 'RemoteDataZMQ',
            'MsgpackSerializer', 'NumpySerializer', 'TFRecordSerializer', 'LMDBSerializer', 'HDF5Serializer',
            'LMDBData', 'LMDBDataDecoder', 'CaffeLMDB', 'HDF5Data', 'SVMLightData',
-           'ImageFromFile', 'AugmentImageComponent', 'AugmentImageComponents', 'AugmentImageCoordinates']
+           'ImageFromFile', 'AugmentImageComponent', 'AugmentImageComponents', 'AugmentImageCoordinates',
+           'save_shards', 'ShardedData', 'GlobalOrder', 'ShardError']

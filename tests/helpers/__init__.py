@@ -41,6 +41,7 @@ What a few test files of a kind share (tests/README.md):
   :mod:`helpers.mpi` (MPI ranks), :mod:`helpers.multigpu` (multi-tower trainers),
   :mod:`helpers.scripted_stats`, :mod:`helpers.checkpoint_runs`, :mod:`helpers.contract`,
   :mod:`helpers.dataflow_cases`, :mod:`helpers.s3` (an S3 server),
+  :mod:`helpers.shards` (numbered datapoints written as shards),
   :mod:`helpers.anomalies` (bad batches, for rolling back).
 
 Free ports come from the library (``tensorpack_lite.cluster.config.held_free_port`` / ``free_ports``).

@@ -23,7 +23,8 @@ from tensorpack_lite.dataflow import (BatchData, BatchDataByShape, CacheData, Co
                                       MapData, MapDataComponent, MsgpackSerializer, MultiProcessMapData,
                                       MultiThreadMapData, NumpySerializer, PrintData, RandomChooseData,
                                       RandomMixData, RepeatedData, RepeatedDataPoint, SelectComponent,
-                                      SVMLightData, TestDataSpeed, TFRecordSerializer, imgaug)
+                                      ShardedData, SVMLightData, TestDataSpeed, TFRecordSerializer, imgaug,
+                                      save_shards)
 from tensorpack_lite.dataflow.dataset import Digits, Mnist, Places365Standard
 from tensorpack_lite.dataflow.image import (AugmentImageComponent, AugmentImageComponents,
                                             AugmentImageCoordinates)
@@ -148,6 +149,7 @@ CASES = {
     'MsgpackSerializer': case(lambda d: MsgpackSerializer.load(in_dir('data.msgpack')(d)), AT[:2]),
     'NumpySerializer': case(lambda d: NumpySerializer.load(in_dir('data.npz')(d)), AT[:1]),
     'SVMLightData': case(lambda d: SVMLightData(in_dir('data.svm')(d)), [('at', 2), ('between', 1)]),
+    'ShardedData': case(lambda d: ShardedData(in_dir('shards')(d), rank=1, world=2, window=2, lanes=2)),
     'ImageFromFile': case(lambda d: ImageFromFile(_image_files(d), channel=3, shuffle=True), [('at', 2)]),
     'Digits': case(lambda d: Digits('test'), [('at', 100), ('between', 1)]),
     'Mnist': case(lambda d: Mnist('train', dir=in_dir('mnist')(d)), [('at', 4), ('end', 1), ('between', 1)]),
@@ -178,6 +180,7 @@ def write_data(data_dir):
     LMDBSerializer.save(records, os.path.join(data_dir, 'data.lmdb'))
     MsgpackSerializer.save(records, os.path.join(data_dir, 'data.msgpack'))
     NumpySerializer.save(records, os.path.join(data_dir, 'data.npz'))
+    save_shards(records, os.path.join(data_dir, 'shards'), shard_bytes=40)
     TFRecordSerializer.save(records, os.path.join(data_dir, 'data.tfrecord'))
     HDF5Serializer.save(DataFromList([[np.full(3, i), i * 0.5] for i in range(5)], shuffle=False),
                         os.path.join(data_dir, 'data.h5'), ['a', 'b'])

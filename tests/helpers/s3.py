@@ -10,7 +10,7 @@ import urllib.request
 from helpers.processes import kill_process_tree, listening_ports
 from helpers.timing import HANG_TIMEOUT, wait_until
 
-__all__ = ['S3Server', 'BUCKET']
+__all__ = ['S3Server', 'BUCKET', 'serve_module']
 
 BUCKET = 'bucket'
 """The bucket the server is started with."""
@@ -85,3 +85,19 @@ class S3Server:
         kill_process_tree(self.proc)
         self.proc.wait(HANG_TIMEOUT)
         self.log.close()
+
+
+def serve_module(tmp_path_factory):
+    """The body of a module-scoped fixture: a server for the module's tests, stopped after them
+    (the test is skipped without s3fs and moto)::
+
+        @pytest.fixture(scope='module')
+        def s3_server(tmp_path_factory):
+            yield from serve_module(tmp_path_factory)
+    """
+    import pytest
+    pytest.importorskip('s3fs')
+    pytest.importorskip('moto')
+    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
+    yield server
+    server.stop()
