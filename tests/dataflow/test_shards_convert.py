@@ -183,7 +183,8 @@ def test_the_command_line_converts_into_a_bucket(s3_server, tmp_path):
                          AWS_DEFAULT_REGION='us-east-1', AWS_ENDPOINT_URL=None)
     code, output = run_bounded(
         [sys.executable, '-m', 'tensorpack_lite.dataflow.shards.convert', 'tfrecord',
-         str(tmp_path / 'x.tfrecord'), 's3://bucket/cli', '--storage-option', 'endpoint_url=' + s3_server.endpoint], 240, env=env)
+         str(tmp_path / 'x.tfrecord'), 's3://bucket/cli',
+         '--storage-option', 'endpoint_url=' + s3_server.endpoint], 240, env=env)
     assert code == 0, output
     assert '30/30' in output and 'save_shards: 30 datapoints in 1 shards at s3://bucket/cli' in output
     index = json.loads(s3_server.objects('cli')['index.json'])
