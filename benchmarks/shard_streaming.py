@@ -18,7 +18,7 @@ server this script starts (and stops), and as an LMDB database (``LMDBSerializer
 2. Resume: the time from a resume's start (a new DataFlow, ``set_state``) to its first datapoint,
    for ``ShardedData`` with ``window=B`` (local, and S3 with an empty cache) against
    ``LocallyShuffleData(LMDB, buffer_size=B)``, whose resume reads its buffer again; the state is
-   taken after ``3 B`` datapoints.
+   taken after ``3 B + 7`` datapoints.
 
 Each measurement runs ``--rounds`` times, interleaved; medians are printed.
 
@@ -130,7 +130,7 @@ def read_epoch(make):
 
 def throughput_paths(urls, lmdb_path, storage_options, caches, workers):
     """[(name, n, k, make)] of every measured iteration."""
-    paths = []
+    paths = [('LMDB', 1, 0, lambda box: lmdb_counted(lmdb_path, box))]
 
     def shards(url, opts, n, k):
         return lambda box: sharded(url, box, rank=k, world=n, seed=0, cache_dir=caches(),
@@ -141,27 +141,28 @@ def throughput_paths(urls, lmdb_path, storage_options, caches, workers):
             paths.append(('local shards', n, k, shards(urls['local'], None, n, k)))
             paths.append(('RankShardData(LMDB)', n, k,
                           lambda box, n=n, k=k: RankShardData(lmdb_counted(lmdb_path, box), k, n)))
-    paths.append(('LMDB', 1, 0, lambda box: lmdb_counted(lmdb_path, box)))
     return paths
 
 
-def print_throughput(results, names, workers):
+def print_throughput(results, names, workers, data_bytes):
     print("\n1. One epoch, worker k of n as its own iteration (medians of the rounds)\n")
-    print("{:<22}{:>3}{:>20}{:>16}{:>22}{:>10}".format(
-        'source', 'n', 'samples/s a worker', 'job samples/s', 'MB read a worker', 'job/n=1'))
+    print("{:<22}{:>3}{:>24}{:>15}{:>10}{:>20}{:>14}".format(
+        'source', 'n', 'samples/s a worker', 'job samples/s', 'job/n=1', 'MB read a worker', 'of the data'))
     for name in names:
         base = None
         for n in workers:
-            runs = {k: results[(name, n, k)] for k in range(n) if (name, n, k) in results}
+            runs = [results[(name, n, k)] for k in range(n) if (name, n, k) in results]
             if not runs:
                 continue
-            rates = [statistics.median(c / s for c, s, _ in r) for r in runs.values()]
-            megabytes = [statistics.median(b for _, _, b in r) / MB for r in runs.values()]
+            rates = [statistics.median(c / s for c, s, _ in r) for r in runs]
+            megabytes = [statistics.median(b for _, _, b in r) / MB for r in runs]
             job = sum(rates)
             base = base or job
-            print("{:<22}{:>3}{:>20}{:>16.0f}{:>22}{:>10.2f}".format(
+            print("{:<22}{:>3}{:>24}{:>15.0f}{:>10.2f}{:>20}{:>14}".format(
                 name, n, '{:.0f} ({:.0f}-{:.0f})'.format(statistics.mean(rates), min(rates), max(rates)),
-                job, ' / '.join('{:.1f}'.format(m) for m in megabytes), job / base))
+                job, job / base, '{:.1f} ({:.1f}-{:.1f})'.format(statistics.mean(megabytes), min(megabytes),
+                                                                 max(megabytes)),
+                '{:.0%}'.format(statistics.mean(megabytes) * MB / data_bytes)))
 
 
 # ----------------------------------------------------------------- 2. resume
@@ -254,13 +255,14 @@ def main():
             for name, n, k, make in paths:
                 results.setdefault((name, n, k), []).append(read_epoch(make))
                 caches.clear()
-        print_throughput(results, ['S3 shards', 'local shards', 'LMDB', 'RankShardData(LMDB)'], workers)
+        print_throughput(results, ['S3 shards', 'local shards', 'LMDB', 'RankShardData(LMDB)'], workers,
+                         sum(s['bytes'] for s in index['shards']))
 
         resumed = {}
         for buffer in buffers:
             resumed[buffer] = {}
             paths = resume_paths(urls, lmdb_path, opts, caches, buffer)
-            states = {name: state_after(make, 3 * buffer) for name, make in paths}
+            states = {name: state_after(make, 3 * buffer + 7) for name, make in paths}
             caches.clear()
             for _ in range(args.rounds):
                 for name, make in paths:
