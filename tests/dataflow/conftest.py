@@ -11,3 +11,21 @@ def dataflow_seed(monkeypatch):
     """fix_rng_seed(helpers.dataflows.SEED) for this test only."""
     monkeypatch.setattr(rng_utils, '_RNG_SEED', None)
     rng_utils.fix_rng_seed(SEED)
+
+
+@pytest.fixture(scope='module')
+def s3_server(tmp_path_factory):
+    """A real S3 server (moto) for the requesting module's tests (needs s3fs and moto)."""
+    pytest.importorskip('s3fs')
+    pytest.importorskip('moto')
+    from helpers.s3 import S3Server
+    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The module's S3 server, which this process's clients talk to for this test."""
+    s3_server.serve_this_process(monkeypatch)
+    return s3_server

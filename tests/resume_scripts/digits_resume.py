@@ -5,12 +5,13 @@ and compares the end with an uninterrupted run.
 
     python digits_resume.py LOGDIR [--input queue|feed] [--towers N] [--save-every K] [--sync-save]
                             [--shuffle-buffer N] [--weight-average DECAY] [--accumulate K]
-                            [--sigterm-at STEP | --sigkill-at STEP]
+                            [--shards URL] [--sigterm-at STEP | --sigkill-at STEP]
 
 ``--shuffle-buffer N``: each datapoint also carries 20 kB of bytes (an encoded image, say) through a
 ``LocallyShuffleData(N)``, dropped after it. ``--weight-average DECAY``: a
 ``WeightAverage(DECAY, every_k_steps=2)`` first among the callbacks. ``--accumulate K``:
-``TrainConfig(accumulate=K)``, K micro-batches per update.
+``TrainConfig(accumulate=K)``, K micro-batches per update. ``--shards URL``: the datapoints are
+streamed from the shards at URL (the same digits, written by the test) by a ``ShardedData``.
 
 Every step's global step is appended to LOGDIR/steps.txt (to count the steps run twice). The
 callback that does it, placed after ModelSaver, also counts the steps in its own state (resumed
@@ -27,6 +28,7 @@ from tensorpack_lite import (AugmentImageComponent, AutoResumeTrainConfig, Batch
                              SyncMultiGPUTrainerReplicated, WeightAverage, imgaug, launch_train_with_config,
                              logger)
 from tensorpack_lite import tfv1 as tf
+from tensorpack_lite.dataflow import ShardedData
 from tensorpack_lite.dataflow.dataset import Digits
 from tensorpack_lite.utils.utils import fix_rng_seed
 
@@ -74,13 +76,21 @@ class StepLog(Callback):
             f.write('{}\n'.format(self._count))
 
 
-def dataflow(shuffle_buffer=0):
+def datapoints():
+    """The digits of an epoch."""
     train = Digits('train')
     train.reset_state()
-    datapoints = [[image.astype('float32'), label] for image, label in train][:STEPS_PER_EPOCH * BATCH]
+    return [[image.astype('float32'), label] for image, label in train][:STEPS_PER_EPOCH * BATCH]
+
+
+def dataflow(shuffle_buffer=0, shards=None):
+    if shards:
+        df = ShardedData(shards, seed=5, window=16, lanes=4, cache_bytes=1 << 20)
+        return BatchData(AugmentImageComponent(df, [imgaug.Flip(horiz=True)]), BATCH)
+    data = datapoints()
     if shuffle_buffer:
-        datapoints = [dp + [bytes([k % 256]) * 20000] for k, dp in enumerate(datapoints)]
-    df = DataFromList(datapoints, shuffle=True)
+        data = [dp + [bytes([k % 256]) * 20000] for k, dp in enumerate(data)]
+    df = DataFromList(data, shuffle=True)
     if shuffle_buffer:
         df = MapData(LocallyShuffleData(df, shuffle_buffer), lambda dp: dp[:2])
     df = AugmentImageComponent(df, [imgaug.Flip(horiz=True)])
@@ -97,6 +107,7 @@ def main():
     parser.add_argument('--shuffle-buffer', type=int, default=0)
     parser.add_argument('--weight-average', type=float, default=None)
     parser.add_argument('--accumulate', type=int, default=1)
+    parser.add_argument('--shards', default=None)
     parser.add_argument('--sigterm-at', type=int, default=-1)
     parser.add_argument('--sigkill-at', type=int, default=-1)
     args = parser.parse_args()
@@ -115,7 +126,7 @@ def main():
                  StepLog(os.path.join(args.logdir, 'steps.txt'), signal_at, signum)]
     if args.weight_average is not None:
         callbacks.insert(0, WeightAverage(args.weight_average, every_k_steps=2))
-    df = dataflow(args.shuffle_buffer)
+    df = dataflow(args.shuffle_buffer, args.shards)
     source = QueueInput(df) if args.input == 'queue' else FeedInput(df)
     session_config = tf.ConfigProto(device_count={'CPU': max(args.towers, 1)},
                                     intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
