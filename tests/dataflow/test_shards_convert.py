@@ -158,21 +158,10 @@ def test_a_callable_that_does_not_return_a_dataflow_is_named(flows_module, tmp_p
     assert "'shard_flows:not_a_flow' returned a list, not a DataFlow" in capsys.readouterr().err
 
 
-@pytest.fixture(scope='module')
-def s3_server(tmp_path_factory):
-    pytest.importorskip('s3fs')
-    pytest.importorskip('moto')
-    from helpers.s3 import S3Server
-    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
-    yield server
-    server.stop()
-
-
-def test_an_lmdb_database_is_converted_into_a_bucket(s3_server, monkeypatch, tmp_path):
-    s3_server.serve_this_process(monkeypatch)
+def test_an_lmdb_database_is_converted_into_a_bucket(s3, tmp_path):
     LMDBSerializer.save(DataFromList(datapoints(), shuffle=False), str(tmp_path / 'db'))
     assert main(['lmdb', str(tmp_path / 'db'), 's3://bucket/lmdb', '--shard-bytes', '500']) == 0
-    assert sorted(s3_server.objects('lmdb'))[:2] == ['index.json', 'shard-00000.tpls']
+    assert sorted(s3.objects('lmdb'))[:2] == ['index.json', 'shard-00000.tpls']
     assert_same(read_back('s3://bucket/lmdb', cache_dir=str(tmp_path / 'cache')), datapoints())
 
 
