@@ -43,7 +43,7 @@ def _uses(shards, sizes):
 
 class ShardedData(DataFlow):
     """The share of worker ``rank`` of ``world`` of the sharded dataset at ``url`` (a directory,
-    ``s3://`` or ``gs://``, written by :func:`~tensorpack_lite.dataflow.shards.writer.save_shards`),
+    ``s3://`` or ``gs://``, written by :func:`save_shards`),
     one epoch per iteration, in the global order of
     :class:`~tensorpack_lite.dataflow.shards.order.GlobalOrder` (``seed``, ``shuffle``,
     ``window``, ``lanes``): the same for every ``world``.
