@@ -37,7 +37,8 @@ from ..image import ImageFileLabelData
 from ..serialize import LMDBSerializer, TFRecordSerializer
 from .writer import save_shards
 
-__all__ = ['dataflow_from_callable', 'lmdb_source', 'tfrecord_source', 'image_folder', 'convert', 'main']
+__all__ = ['dataflow_from_callable', 'lmdb_source', 'tfrecord_source', 'image_folder', 'IMAGE_EXTENSIONS',
+           'convert', 'main']
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif', '.tiff', '.gif', '.ppm', '.pgm')
 """The file extensions (lower case) :func:`image_folder` takes as images."""
@@ -202,7 +203,7 @@ def _storage_option(text):
     return key, value
 
 
-SOURCES = {
+_SOURCES = {
     'dataflow': (dataflow_from_callable, 'MODULE:CALLABLE', 'the DataFlow CALLABLE() returns'),
     'lmdb': (lmdb_source, 'PATH', 'an LMDB database written by LMDBSerializer'),
     'tfrecord': (tfrecord_source, 'PATH', 'a TFRecord file written by TFRecordSerializer'),
@@ -215,9 +216,9 @@ def _parser():
         prog='python -m tensorpack_lite.dataflow.shards.convert',
         description="Convert a DataFlow, an LMDB or TFRecord file or an image folder into shards at a local "
                     "directory or an s3:// / gs:// URL.")
-    parser.add_argument('kind', choices=sorted(SOURCES), help='the kind of source')
+    parser.add_argument('kind', choices=sorted(_SOURCES), help='the kind of source')
     parser.add_argument('source', help='; '.join('{}: {} ({})'.format(kind, meta, what)
-                                                 for kind, (_, meta, what) in sorted(SOURCES.items())))
+                                                 for kind, (_, meta, what) in sorted(_SOURCES.items())))
     parser.add_argument('url', help='where the shards go: a local directory, s3://bucket/path or gs://...')
     parser.add_argument('--shard-bytes', type=_byte_size, help='the size of a shard (e.g. 64MB, 1GiB)')
     parser.add_argument('--decode', action='store_true',
@@ -236,7 +237,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.decode and args.kind != 'images':
         parser.error("--decode is for the images source only")
-    make = SOURCES[args.kind][0]
+    make = _SOURCES[args.kind][0]
     try:
         df = make(args.source, decode=True) if args.decode else make(args.source)
     except (OSError, ValueError, TypeError, ImportError, AttributeError) as err:
