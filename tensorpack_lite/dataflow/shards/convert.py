@@ -220,7 +220,8 @@ def _parser():
     parser.add_argument('source', help='; '.join('{}: {} ({})'.format(kind, meta, what)
                                                  for kind, (_, meta, what) in sorted(_SOURCES.items())))
     parser.add_argument('url', help='where the shards go: a local directory, s3://bucket/path or gs://...')
-    parser.add_argument('--shard-bytes', type=_byte_size, help='the size of a shard (e.g. 64MB, 1GiB)')
+    parser.add_argument('--shard-bytes', type=_byte_size, metavar='SIZE',
+                        help="the size of a shard (e.g. 64MB, 1GiB; default: save_shards' 64 MiB)")
     parser.add_argument('--decode', action='store_true',
                         help='images: store the decoded HxWx3 BGR uint8 arrays instead of the files\' bytes')
     parser.add_argument('--storage-option', type=_storage_option, action='append', default=[],
