@@ -93,6 +93,7 @@ MORE_MODULES = [
     'tensorpack_lite.dataflow.state',
     'tensorpack_lite.dataflow.raw',
     'tensorpack_lite.dataflow.parallel_base',
+    'tensorpack_lite.dataflow.shards.convert',
     'tensorpack_lite.dataflow.shards.format',
     'tensorpack_lite.dataflow.shards.order',
     'tensorpack_lite.dataflow.shards.cache',

@@ -18,6 +18,7 @@ from tensorpack_lite import (DEFAULT_CALLBACKS, Callback, DataFlow, DataFromList
                              PeriodicTrigger, QueueInput, SimpleTrainer, StepTimeMonitor, TrainConfig,
                              launch_train_with_config)
 from tensorpack_lite.callbacks.step_monitor import BOUNDS
+from tensorpack_lite.dataflow import ShardedData, save_shards
 
 
 def tiny_model():
@@ -91,6 +92,32 @@ def test_input_bound_on_a_queue_fed_by_a_sleeping_dataflow(logdir, log_records):
     assert 'the input queue was empty at' in monitor.last_report['line']
     assert 0 < stats['StepTime/queue_empty'] <= 1 and 0 <= stats['StepTime/queue_fill'] < 1
     assert stats['StepTime/samples_per_sec'] == stats['StepTime/steps_per_sec'] * 4
+
+
+class SlowStore:
+    """A sharded dataset's store (``ShardedData.store``) whose every file takes ``delay`` seconds to
+    open: a slow bucket."""
+
+    def __init__(self, store, delay):
+        self.store, self.delay = store, delay
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def open(self, name):
+        time.sleep(self.delay)
+        return self.store.open(name)
+
+
+def test_input_bound_on_a_sharded_stream_from_a_slow_bucket(logdir, log_records, tmp_path):
+    # one batch a shard, 100 ms to fetch each (issue 69 item 5): the queue waits for the bucket
+    save_shards(DataFromList(tiny_batches(30), shuffle=False), str(tmp_path / 'shards'), shard_bytes=1)
+    df = ShardedData(str(tmp_path / 'shards'), cache_dir=str(tmp_path / 'cache'))
+    df.store = SlowStore(df.store, 0.1)
+    monitor = train(tiny_model(), QueueInput(df), steps=10,
+                    monitor=StepTimeMonitor(sample_every=2, trace_every_seconds=0))
+    check_written(monitor, logdir, log_records, 'input-bound')
+    assert 'the input queue was empty at' in monitor.last_report['line']
 
 
 @pytest.mark.alone     # a verdict from the wall clock: beside other tests, the loop's Python waits for a core
