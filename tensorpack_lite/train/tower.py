@@ -181,6 +181,7 @@ class SingleCostTrainer(TowerTrainer):
 
     _accumulate = 1
     _accumulator = None
+    _tower_costs = ()     # the training towers' costs, in tower order, once built (none with XLA)
 
     @property
     def checks_cost(self):
@@ -282,6 +283,7 @@ class SingleCostTrainer(TowerTrainer):
             self.mixed_precision.prepare_graph(tfv1.get_default_graph())
         get_opt_fn = self._with_loss_scaling(get_opt_fn)
         tower_func = TowerFunc(get_cost_fn, input_signature)
+        self._tower_costs = []
         if self._accumulate > 1:
             self._accumulator = GradientAccumulator(self._accumulate)
         self.tower_func = tower_func
@@ -343,6 +345,8 @@ class SingleCostTrainer(TowerTrainer):
             ctx = get_current_tower_context()
             if not ctx.is_training:
                 return None
+            if not self.XLA_COMPILE:     # (inside an XLA cluster, the cost is not a tensor to fetch)
+                self._tower_costs.append(cost)
             optimizer = get_opt_fn()
             if not isinstance(optimizer, tfv1.train.Optimizer):
                 raise TypeError("The optimizer function must return a tf.compat.v1.train.Optimizer, "
