@@ -247,21 +247,21 @@ class RollbackOnAnomaly(Callback):
             return None
         vote = getattr(getattr(trainer, 'protocol', None), 'vote', None)
         carried = getattr(vote, 'costs_carried', None)
+        processes = trainer.world_size // towers
         if not carried:
             raise NotImplementedError(
                 "{}: {} trains in {} processes whose steps carry no all-reduce of the cost (e.g. the "
                 "parameter-server trainers, or XLA_COMPILE): the processes could not take the decision "
-                "together. Use CollectiveAllReduceTrainer or HorovodTrainer.".format(
-                    self, name, trainer.world_size // towers))
+                "together. Use CollectiveAllReduceTrainer or HorovodTrainer.".format(self, name, processes))
         if self.check_weights:
             raise NotImplementedError("{}: check_weights with {} processes: each would check its own "
-                                      "weights, not one decision for all.".format(self, trainer.world_size // towers))
+                                      "weights, not one decision for all.".format(self, processes))
         watched = {t.name for t in self._loss_tensors()}
         if not watched <= {t.name for t in carried}:
             raise ValueError("{}: with {} processes the loss watched must be the cost the trainer minimizes "
-                             "({}), whose mean every process reads from the step's all-reduce; '{}' is {}.".format(
-                                 self, trainer.world_size // towers, ', '.join(t.name for t in carried),
-                                 self.loss_name, ', '.join(sorted(watched))))
+                             "({}), whose mean every process reads from the step's all-reduce; '{}' is "
+                             "{}.".format(self, processes, ', '.join(t.name for t in carried), self.loss_name,
+                                          ', '.join(sorted(watched))))
         return vote
 
     def _mean_loss(self):
@@ -325,8 +325,8 @@ class RollbackOnAnomaly(Callback):
             self._replays.pop(0)
         if self._vote is not None:
             value, marks = self._vote.step_cost, self._vote.marks
-            replayed = 'replayed: {}'.format(replay['reason']) if replay else 'replayed (marked by {})'.format(
-                getattr(self.trainer.protocol, 'CHIEF', 'the chief'))
+            replayed = 'replayed: {}'.format(replay['reason']) if replay else \
+                'replayed (marked by {})'.format(self.trainer.protocol.CHIEF)
             replayed = replayed if 'rollback' in marks else None
             snapshot = 'snapshot' in marks
         else:

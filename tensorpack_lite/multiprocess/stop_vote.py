@@ -78,8 +78,8 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         if cost is None:
             return tf.cast(self._variable, dtype)
         self.costs_carried.append(cost)
-        return tf.cast(tf.concat([self._variable, self._marks, [1.], tf.reshape(tf.cast(cost, tf.float32), [1])],
-                                 0), dtype)
+        cost = tf.reshape(tf.cast(cost, tf.float32), [1])
+        return tf.cast(tf.concat([self._variable, self._marks, [1.], cost], 0), dtype)
 
     def mark(self, sess, name):
         """Mark the next step that reduces with ``name`` (one of :attr:`MARKS`): every process

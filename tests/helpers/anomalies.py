@@ -16,8 +16,8 @@ import numpy as np
 
 from tensorpack_lite.callbacks import RollbackOnAnomaly
 
-__all__ = ['FEATURES', 'BATCH', 'batches', 'poisoned', 'without_steps', 'add_rollback_arguments', 'poison_shard',
-           'rollback_callbacks', 'RecordedRollback', 'load_rollbacks']
+__all__ = ['FEATURES', 'BATCH', 'batches', 'poisoned', 'without_steps', 'add_rollback_arguments',
+           'poison_shard', 'rollback_callbacks', 'RecordedRollback', 'load_rollbacks']
 
 FEATURES, BATCH = 4, 4
 
@@ -49,18 +49,20 @@ def without_steps(data, first, last, towers=1):
     return data[:(first - 1) * towers] + data[last * towers:]
 
 
-# ----- the multi-process scripts (distributed_scripts/train_tiny_multiworker.py, horovod_scripts/train_tiny.py)
+# ----- the multi-process scripts (train_tiny_multiworker.py, horovod_scripts/train_tiny.py) -------------
 
 def add_rollback_arguments(parser, who):
     """The scripts' options of a run with a poisoned step, rolled back or not; ``who``: 'worker' or
     'rank'."""
     parser.add_argument('--rollback', type=int, metavar='SNAPSHOT_EVERY',
-                        help='RollbackOnAnomaly(snapshot_every=SNAPSHOT_EVERY) on every {}; its windows go to '
-                             'OUT/rollbacks<k>.json'.format(who))
+                        help='RollbackOnAnomaly(snapshot_every=SNAPSHOT_EVERY) on every {}; its windows '
+                             'go to OUT/rollbacks<k>.json'.format(who))
     parser.add_argument('--no-cost-check', action='store_true',
-                        help='trainer.CHECK_COST = False (implied by --rollback): a NaN cost does not stop training')
+                        help='trainer.CHECK_COST = False (implied by --rollback): a NaN cost does not '
+                             'stop training')
     parser.add_argument('--poison', type=int, nargs=2, metavar=(who.upper(), 'STEP'),
-                        help='the inputs of {} {}\'s datapoints of global step STEP are NaN'.format(who, who.upper()))
+                        help="the inputs of {} {}'s datapoints of global step STEP are NaN".format(
+                            who, who.upper()))
 
 
 def poison_shard(samples, args, size, step_size):
@@ -79,12 +81,14 @@ def poison_shard(samples, args, size, step_size):
 
 
 def rollback_callbacks(args, trainer, out_dir, index):
-    """The callbacks of ``--rollback`` (none without it); sets ``trainer.CHECK_COST`` as the options say."""
+    """The callbacks of ``--rollback`` (none without it); sets ``trainer.CHECK_COST`` as the options
+    say."""
     if args.rollback or args.no_cost_check:
         trainer.CHECK_COST = False
     if not args.rollback:
         return []
-    return [RecordedRollback(os.path.join(out_dir, 'rollbacks{}.json'.format(index)), snapshot_every=args.rollback)]
+    path = os.path.join(out_dir, 'rollbacks{}.json'.format(index))
+    return [RecordedRollback(path, snapshot_every=args.rollback)]
 
 
 class RecordedRollback(RollbackOnAnomaly):
