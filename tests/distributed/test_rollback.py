@@ -5,6 +5,8 @@ same NaN and rolls back after the same step to its own snapshot of step 30: both
 weights of one process trained on the data without steps 31-37. Without the callback the weights
 end NaN."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -17,10 +19,13 @@ BATCH, HIDDEN, LR, STEPS, SNAPSHOT_EVERY, BAD = MPI_BATCH, 5, MPI_LR, 40, 10, 37
 WINDOW = {'snapshot': 30, 'first': 31, 'last': BAD}
 
 
-def collective(tmp_path, *args):
+def collective(tmp_path, *args, poison=True, **kwargs):
+    """A run of 2 collective workers; with ``poison``, worker 1's inputs of step BAD are NaN."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--batch', BATCH, '--hidden', HIDDEN, '--lr', LR,
-                               '--steps-per-epoch', STEPS, '--poison', 1, BAD]
-              + list(args))
+                               '--samples', 2 * BATCH * STEPS, '--steps-per-epoch', STEPS]
+              + (['--poison', 1, BAD] if poison else []) + list(args), **kwargs)
+    if kwargs:
+        return run
     assert run.code == 0, run.output[-6000:]
     return [load_worker(tmp_path, k) for k in range(2)]
 
@@ -42,7 +47,7 @@ def without_window(make_samples, train_single, *args):
     return train_single(samples, size, LR, *args, kept, 1)
 
 
-def assert_rolled_back_together(tmp_path, processes, reference):
+def assert_rolled_back_together(tmp_path, processes, reference, reason='loss nan'):
     for k, process in enumerate(processes):
         assert process['global_step'] == STEPS
         windows = load_rollbacks(tmp_path, k)
@@ -51,13 +56,32 @@ def assert_rolled_back_together(tmp_path, processes, reference):
         for name, value in process['weights'].items():
             assert np.all(np.isfinite(value)), name
             np.testing.assert_allclose(value, reference[name], rtol=0, atol=1e-5, err_msg=name)
-    assert load_rollbacks(tmp_path, 0)[0]['reason'] == 'loss nan'     # the mean of a NaN and a number
+    assert load_rollbacks(tmp_path, 0)[0]['reason'] == reason     # (the mean of a NaN and a number)
 
 
 def test_collective_workers_roll_back_together_when_one_workers_batch_is_nan(tmp_path):
     workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY)
     reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN)
     assert_rolled_back_together(tmp_path, workers, reference)
+
+
+def test_a_job_killed_after_a_rollback_replays_it_on_every_worker_when_resumed(tmp_path):
+    """Epochs of 10 steps, a checkpoint at each end; worker 1 is SIGKILLed at step 39, after the
+    rollback of 31-37. The rerun resumes both workers at step 30, on data without the NaN: the
+    chief finds the window in rollbacks.json and marks its last step in the vote, so every worker
+    undoes 31-37 again and ends as the uninterrupted run did."""
+    logdir = tmp_path / 'logs'
+    common = ['--steps-per-epoch', 10, '--epochs', STEPS // 10, '--rollback', SNAPSHOT_EVERY, '--logdir', logdir,
+              '--per-worker-logdir']
+    killed = collective(tmp_path, *common, '--die-at-step', 39, grace=60, until_workers_end=True)
+    assert killed.returncode('worker', 1) == -9, killed.output[-6000:]
+    assert (logdir / 'worker1' / 'model-30.resume.worker-1').exists()
+    with open(str(logdir / 'worker0' / 'rollbacks.json')) as f:
+        assert [{key: w[key] for key in WINDOW} for w in json.load(f)] == [WINDOW]
+    workers = collective(tmp_path, *common, poison=False)
+    assert_rolled_back_together(tmp_path, workers, without_window(train_tiny.make_samples, train_tiny.train_single,
+                                                                  HIDDEN), reason='replayed: loss nan')
+    assert load_rollbacks(tmp_path, 1)[0]['reason'] == 'replayed (marked by the chief)'
 
 
 def test_collective_workers_without_the_callback_end_nan(tmp_path):
