@@ -213,7 +213,8 @@ class RollbackOnAnomaly(Callback):
         self._skipped_var = None if scale is None else scale.skipped_steps
         fetches = [] if self._vote is not None else [self._mean_loss()]
         if self._skipped_var is not None:
-            fetches.append(self._skipped_var)
+            with tf.control_dependencies([trainer.train_op]):     # read after the step's update
+                fetches.append(tf.identity(self._skipped_var.read_value(), name='skipped_after_step'))
         self._fetch = tfv1.train.SessionRunArgs(fetches=fetches)    # built once
         lr = [v for v in tfv1.global_variables() if v.op.name == self.lr_name]
         if self.lr_scale is not None and not lr:

@@ -42,7 +42,7 @@ def no_cost_check(trainer):
 
 
 def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None, logdir=None,
-          config_class=TrainConfig, max_epoch=None, trainer=None):
+          config_class=TrainConfig, max_epoch=None, trainer=None, mixed_precision=None):
     """Train the MLP on ``data`` (in order) for ``steps`` steps; every variable at the end."""
     readback = ReadAllVariables()
     if logdir is not None:
@@ -59,7 +59,7 @@ def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None,
             config = config_class(model=model or MLP(SIZES, lr=0.1), data=source,
                                   callbacks=list(callbacks) + [readback], steps_per_epoch=per_epoch,
                                   max_epoch=max_epoch or steps // per_epoch, session_creator=creator,
-                                  monitors=[] if logdir is None else None)
+                                  monitors=[] if logdir is None else None, mixed_precision=mixed_precision)
             launch_train_with_config(config, trainer)
     finally:
         if logdir is not None:
@@ -114,6 +114,32 @@ def test_a_nan_the_relu_hides_from_the_loss_is_caught_in_the_weights():
 
 
 # ----- spikes --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('value', [-1e35, np.nan])
+def test_a_step_the_fp16_loss_scaling_skipped_is_not_rolled_back(value):
+    """mixed_precision='fp16' (dynamic loss scaling; TensorFlow's rewrite leaves this small model's
+    ops in float32): the batch of step 30 scaled by -1e35 (a finite loss, a spike) or NaN; its
+    gradients times the loss scale (2**15) are not finite, so the loss scaling skips its update
+    and halves the scale: nothing to undo, and no spike. The run ends bit-identical to the one
+    without the callback, the loss scale's one skipped step in both. Without mixed precision the
+    same step is rolled back."""
+    bad = poisoned(batches(40), 30, value=value)
+
+    def rollback():
+        return RollbackOnAnomaly('cost', snapshot_every=10, spikes=SpikeRule(k=8, window=20, warmup=10))
+
+    watched = rollback()
+    got, _ = train(bad, 40, [watched], model=MLP(LINEAR), mixed_precision='fp16')
+    alone, _ = train(bad, 40, model=MLP(LINEAR), mixed_precision='fp16')
+    assert watched.windows == [] and watched.spikes.history[-1][0] == 40
+    assert 30 not in [step for step, _ in watched.spikes.history]
+    skipped = [name for name in got if name.endswith('skipped_steps')]
+    assert skipped and [got[name] for name in skipped] == [1] == [alone[name] for name in skipped]
+    assert_same_weights(got, alone)
+    in_float32 = rollback()
+    train(bad, 40, [in_float32], model=MLP(LINEAR))
+    assert [(w['first'], w['last']) for w in in_float32.windows] == [(21, 30)]
+    assert in_float32.windows[0]['reason'].startswith('loss nan' if np.isnan(value) else 'loss spike')
 
 def test_a_1000x_batch_at_step_100_is_rolled_back_and_recorded_in_the_monitors(tmp_path):
     """The batch of step 100 scaled by -1000: against the rule the model learned, so its loss is
