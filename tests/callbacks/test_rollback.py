@@ -141,6 +141,7 @@ def test_a_step_the_fp16_loss_scaling_skipped_is_not_rolled_back(value):
     assert [(w['first'], w['last']) for w in in_float32.windows] == [(21, 30)]
     assert in_float32.windows[0]['reason'].startswith('loss nan' if np.isnan(value) else 'loss spike')
 
+
 def test_a_1000x_batch_at_step_100_is_rolled_back_and_recorded_in_the_monitors(tmp_path):
     """The batch of step 100 scaled by -1000: against the rule the model learned, so its loss is
     about 1000 times the others'."""

@@ -71,16 +71,16 @@ def test_a_job_killed_after_a_rollback_replays_it_on_every_worker_when_resumed(t
     chief finds the window in rollbacks.json and marks its last step in the vote, so every worker
     undoes 31-37 again and ends as the uninterrupted run did."""
     logdir = tmp_path / 'logs'
-    common = ['--steps-per-epoch', 10, '--epochs', STEPS // 10, '--rollback', SNAPSHOT_EVERY, '--logdir', logdir,
-              '--per-worker-logdir']
+    common = ['--steps-per-epoch', 10, '--epochs', STEPS // 10, '--rollback', SNAPSHOT_EVERY,
+              '--logdir', logdir, '--per-worker-logdir']
     killed = collective(tmp_path, *common, '--die-at-step', 39, grace=60, until_workers_end=True)
     assert killed.returncode('worker', 1) == -9, killed.output[-6000:]
     assert (logdir / 'worker1' / 'model-30.resume.worker-1').exists()
     with open(str(logdir / 'worker0' / 'rollbacks.json')) as f:
         assert [{key: w[key] for key in WINDOW} for w in json.load(f)] == [WINDOW]
     workers = collective(tmp_path, *common, poison=False)
-    assert_rolled_back_together(tmp_path, workers, without_window(train_tiny.make_samples, train_tiny.train_single,
-                                                                  HIDDEN), reason='replayed: loss nan')
+    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN)
+    assert_rolled_back_together(tmp_path, workers, reference, reason='replayed: loss nan')
     assert load_rollbacks(tmp_path, 1)[0]['reason'] == 'replayed (marked by the chief)'
 
 
