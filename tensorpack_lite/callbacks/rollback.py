@@ -198,6 +198,9 @@ class RollbackOnAnomaly(Callback):
         self._vote = None          # with several processes: the vote that carries the step's mean cost
         self._skipped = None       # the loss scale's skipped steps after the last step (fp16)
         self._step_skipped = False
+        self._accumulator = None
+        self._updates = True       # whether the run of the step updates the model (accumulation)
+        self._pending = None       # (reason, value) of an anomaly inside an update, rolled back at its end
         self._base = None          # the global step the model's state continues from
         self._loss_value = None
 
@@ -211,11 +214,14 @@ class RollbackOnAnomaly(Callback):
         self._vote = self._check_trainer(trainer)
         scale = getattr(trainer, 'loss_scale', None)
         self._skipped_var = None if scale is None else scale.skipped_steps
+        self._accumulator = getattr(trainer, 'accumulator', None)
         fetches = [] if self._vote is not None else [self._mean_loss()]
+        # with accumulation, the runs before an update's last fetch nothing that runs the update
+        self._fetch_between = tfv1.train.SessionRunArgs(fetches=list(fetches))    # built once
         if self._skipped_var is not None:
             with tf.control_dependencies([trainer.train_op]):     # read after the step's update
                 fetches.append(tf.identity(self._skipped_var.read_value(), name='skipped_after_step'))
-        self._fetch = tfv1.train.SessionRunArgs(fetches=fetches)    # built once
+        self._fetch = tfv1.train.SessionRunArgs(fetches=fetches)
         lr = [v for v in tfv1.global_variables() if v.op.name == self.lr_name]
         if self.lr_scale is not None and not lr:
             raise ValueError("{}: lr_scale is set, but the graph has no variable '{}' (lr_name)".format(
@@ -224,7 +230,8 @@ class RollbackOnAnomaly(Callback):
         step = tfv1.train.get_global_step()
         self._variables = [v for v in tfv1.global_variables()
                            if v is not step and v is not self._lr_var] + \
-            [v for v in tfv1.local_variables() if _REPLICA.match(v.op.name)]
+            [v for v in tfv1.local_variables() if _REPLICA.match(v.op.name)] + \
+            (list(self._accumulator.variables) if self._accumulator is not None else [])
         self._finite = None
         if self.check_weights:
             floats = [v for v in self._variables if v.dtype.base_dtype.is_floating]
@@ -239,13 +246,14 @@ class RollbackOnAnomaly(Callback):
             raise ValueError("{}: {}.CHECK_COST is True: the trainer stops with a FloatingPointError at a "
                              "non-finite cost before this callback can roll back; set trainer.CHECK_COST = "
                              "False before the trainer builds its graph.".format(self, name))
-        if getattr(trainer, 'accumulate', 1) > 1:
-            raise NotImplementedError("{}: gradient accumulation (accumulate={}) is not supported: a "
-                                      "rollback inside an update would leave its partial sums.".format(
-                                          self, trainer.accumulate))
         towers = len(getattr(trainer, 'devices', None) or ()) or 1
         if getattr(trainer, 'world_size', 1) <= towers:
             return None
+        if getattr(trainer, 'accumulate', 1) > 1:
+            raise NotImplementedError(
+                "{}: gradient accumulation (accumulate={}) in {} processes is not supported: only the "
+                "last run of an update reduces across the processes, so the costs of the others are not "
+                "known to every process.".format(self, trainer.accumulate, trainer.world_size // towers))
         vote = getattr(getattr(trainer, 'protocol', None), 'vote', None)
         carried = getattr(vote, 'costs_carried', None)
         processes = trainer.world_size // towers
@@ -306,11 +314,12 @@ class RollbackOnAnomaly(Callback):
                 self._vote.mark(self.trainer.sess, name)
 
     def _before_run(self, ctx):
-        return self._fetch
+        self._updates = self._accumulator is None or self._accumulator.updates_at(self.global_step)
+        return self._fetch if self._updates else self._fetch_between
 
     def _after_run(self, run_context, run_values):
         results = list(run_values.results)
-        skipped = int(results.pop()) if self._skipped_var is not None else None
+        skipped = int(results.pop()) if self._skipped_var is not None and self._updates else self._skipped
         self._step_skipped = skipped is not None and self._skipped is not None and skipped > self._skipped
         self._skipped = skipped
         # with several processes, the step's mean cost is the vote's, read once every hook ran
@@ -336,7 +345,12 @@ class RollbackOnAnomaly(Callback):
         # a step the loss scaling skipped (gradients not finite) applied no update: nothing to undo
         reason = None if self._step_skipped else self._anomaly(value)
         reason = reason or replayed
-        if reason is not None:
+        if self._pending is not None:        # an anomaly earlier in this update
+            reason, value = self._pending
+        if reason is not None and (step - self._snapshot[0]) % self._steps_per_update:
+            self._pending = (reason, value)  # roll back at the update's end: whole updates are undone
+        elif reason is not None:
+            self._pending = None
             self._roll_back(step, value, reason)
         else:
             if self.spikes is not None and not self._step_skipped:
@@ -355,6 +369,10 @@ class RollbackOnAnomaly(Callback):
         if self._finite is not None and not self.trainer.sess.run(self._finite):
             return 'weights not finite'
         return None
+
+    @property
+    def _steps_per_update(self):
+        return 1 if self._accumulator is None else self._accumulator.num_micro_batches
 
     def _take_snapshot(self, step):
         self._snapshot = (step, self.trainer.sess.run(self._variables))

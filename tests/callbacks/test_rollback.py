@@ -42,7 +42,7 @@ def no_cost_check(trainer):
 
 
 def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None, logdir=None,
-          config_class=TrainConfig, max_epoch=None, trainer=None, mixed_precision=None):
+          config_class=TrainConfig, max_epoch=None, trainer=None, mixed_precision=None, accumulate=1):
     """Train the MLP on ``data`` (in order) for ``steps`` steps; every variable at the end."""
     readback = ReadAllVariables()
     if logdir is not None:
@@ -59,7 +59,8 @@ def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None,
             config = config_class(model=model or MLP(SIZES, lr=0.1), data=source,
                                   callbacks=list(callbacks) + [readback], steps_per_epoch=per_epoch,
                                   max_epoch=max_epoch or steps // per_epoch, session_creator=creator,
-                                  monitors=[] if logdir is None else None, mixed_precision=mixed_precision)
+                                  monitors=[] if logdir is None else None, mixed_precision=mixed_precision,
+                                  accumulate=accumulate)
             launch_train_with_config(config, trainer)
     finally:
         if logdir is not None:
@@ -94,6 +95,26 @@ def test_a_nan_batch_at_step_37_is_rolled_back_to_the_weights_of_a_run_without_t
     if towers == 2:
         for name in ['fc0/W', 'fc0/b']:
             np.testing.assert_array_equal(got['tower1/' + name], got[name])
+
+
+@pytest.mark.parametrize('towers', [1, 2])
+def test_with_accumulation_whole_updates_are_rolled_back(towers):
+    """accumulate=4 (an update every 4 steps): the snapshot of step 30 lies 2 micro-batches into an
+    update and holds the accumulated gradients too; the NaN of step 37 is seen inside the update that
+    ends at step 38, so the rollback waits for its end and undoes 31-38 (two updates' worth): the
+    run ends bit-identical to one on the data without steps 31-38, whose update after step 30 takes
+    the micro-batches of steps 29, 30, 39 and 40 as this one's does."""
+    data = batches(40 * towers)
+    bad = poisoned(data, 37, towers=towers)
+    linear = MLP(LINEAR, lr=0.1)
+    plain, _ = train(bad, 40, towers=towers, model=linear, accumulate=4)
+    assert np.isnan(plain['fc0/W']).all()
+    rollback = RollbackOnAnomaly('cost', snapshot_every=10, spikes=False)
+    got, _ = train(bad, 40, [rollback], towers=towers, model=linear, accumulate=4)
+    assert [(w['snapshot'], w['first'], w['last']) for w in rollback.windows] == [(30, 31, 38)]
+    assert rollback.windows[0]['reason'] == 'loss nan'
+    expected, _ = train(without_steps(data, 31, 38, towers), 32, towers=towers, model=linear, accumulate=4)
+    assert_same_weights(got, expected)
 
 
 def test_a_nan_the_relu_hides_from_the_loss_is_caught_in_the_weights():
