@@ -136,7 +136,12 @@ class RollbackOnAnomaly(Callback):
     then set back (it is then not part of the snapshots).
 
     The trainer must let a non-finite cost through (``trainer.CHECK_COST = False`` before it
-    builds its graph); one process only (one or several towers); no gradient accumulation.
+    builds its graph). In several processes (``CollectiveAllReduceTrainer``, ``HorovodTrainer``)
+    every process reads the step's mean cost over every tower of every process from the vote
+    that travels with the gradients' all-reduce, so all roll back after the same step, each to
+    its own snapshot; the chief marks a replayed window's steps in that vote for all. With
+    ``accumulate=K`` (one process), an anomaly inside an update is rolled back at its end (whole
+    updates). A step the fp16 loss scaling skipped is neither a spike nor an anomaly.
 
     Args:
         loss (str): the name of the loss tensor in the towers (or the graph).
