@@ -262,6 +262,10 @@ class RollbackOnAnomaly(Callback):
         vote = getattr(getattr(trainer, 'protocol', None), 'vote', None)
         carried = getattr(vote, 'costs_carried', None)
         processes = trainer.world_size // towers
+        if not carried and getattr(trainer, 'CHECK_COST', False):
+            raise ValueError("{}: {} trains in {} processes with CHECK_COST = True: its all-reduce carries "
+                             "the costs only when it lets a non-finite cost through; set trainer.CHECK_COST "
+                             "= False before the trainer builds its graph.".format(self, name, processes))
         if not carried:
             raise NotImplementedError(
                 "{}: {} trains in {} processes whose steps carry no all-reduce of the cost (e.g. the "

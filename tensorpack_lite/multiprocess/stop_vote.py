@@ -47,11 +47,7 @@ class PreemptionVote(tfv1.train.SessionRunHook):
                                        collections=[tfv1.GraphKeys.LOCAL_VARIABLES], name='preemption_vote')
         self._cast_ops = {why: tfv1.scatter_update(self._variable, [index], [1.]).op
                           for why, index in _INDEX.items()}
-        self._marks = tfv1.Variable([0.] * len(self.MARKS), trainable=False,
-                                    collections=[tfv1.GraphKeys.LOCAL_VARIABLES], name='step_marks')
-        self._mark_ops = {name: tfv1.scatter_update(self._marks, [index], [1.]).op
-                          for index, name in enumerate(self.MARKS)}
-        self._clear_marks = self._marks.assign(tf.zeros_like(self._marks)).op
+        self._marks = self._mark_ops = self._clear_marks = None     # built with the first cost carried
         self._marked = False
         self._total = None
         self._runs_without = ()
@@ -77,6 +73,12 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         dtype = dtype if dtype.is_floating else tf.float32
         if cost is None:
             return tf.cast(self._variable, dtype)
+        if self._marks is None:
+            self._marks = tfv1.Variable([0.] * len(self.MARKS), trainable=False,
+                                        collections=[tfv1.GraphKeys.LOCAL_VARIABLES], name='step_marks')
+            self._mark_ops = {name: tfv1.scatter_update(self._marks, [index], [1.]).op
+                              for index, name in enumerate(self.MARKS)}
+            self._clear_marks = self._marks.assign(tf.zeros_like(self._marks)).op
         self.costs_carried.append(cost)
         cost = tf.reshape(tf.cast(cost, tf.float32), [1])
         return tf.cast(tf.concat([self._variable, self._marks, [1.], cost], 0), dtype)

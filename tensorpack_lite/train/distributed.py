@@ -338,7 +338,8 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         vote = self.protocol.stop_vote_in_graph()
         dtype = grad_list[0][0][0].dtype if grad_list[0] else tf.float32
         votes = []
-        costs = self._tower_costs if len(self._tower_costs) == len(self._builder.raw_devices) else None
+        costs = self._shared_costs()
+        costs = costs if len(costs) == len(self._builder.raw_devices) else None
         for k, device in enumerate(self._builder.raw_devices):
             with tf.device(device):     # with each tower's cost: every worker reads the step's mean cost
                 votes.append(vote.tensor(dtype, cost=None if costs is None else costs[k]))

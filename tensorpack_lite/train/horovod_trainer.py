@@ -269,7 +269,7 @@ class HorovodTrainer(MultiProcessTrainer):
         """The step's all-reduce of ``tensors`` (the gradients), with the protocol's stop vote."""
         vote = self.protocol.stop_vote_in_graph()
         tensors = list(tensors)
-        costs = list(self._tower_costs)    # with this rank's mean cost: every rank reads the step's mean
+        costs = self._shared_costs()    # with this rank's mean cost: every rank reads the step's mean
         cost = None if not costs else costs[0] if len(costs) == 1 else tf.add_n(costs) / float(len(costs))
         tensors.append(vote.tensor(tensors[0].dtype if tensors else tf.float32, cost=cost))
         if self._size > 1:

@@ -171,7 +171,9 @@ class SingleCostTrainer(TowerTrainer):
 
     CHECK_COST = True
     """Stop training with a ``FloatingPointError`` naming the step as soon as a tower's cost is
-    NaN or infinite, before its gradients are applied (not with ``XLA_COMPILE``)."""
+    NaN or infinite, before its gradients are applied (not with ``XLA_COMPILE``). When False, a
+    multi-process trainer reduces the towers' costs with the gradients instead, so that every
+    process reads the step's mean cost (for ``RollbackOnAnomaly``)."""
 
     _COST_CHECK_MARK = 'is not finite'
 
@@ -182,6 +184,11 @@ class SingleCostTrainer(TowerTrainer):
     _accumulate = 1
     _accumulator = None
     _tower_costs = ()     # the training towers' costs, in tower order, once built (none with XLA)
+
+    def _shared_costs(self):
+        """The training towers' costs for a multi-process trainer's all-reduce: none while
+        :attr:`CHECK_COST` stops at a non-finite cost (nothing then reads them)."""
+        return [] if self.CHECK_COST else list(self._tower_costs)
 
     @property
     def checks_cost(self):
