@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers.anomalies import load_rollbacks
-from helpers.distributed import Run, load_worker, train_tiny
+from helpers.distributed import Run, assert_replicas_match, load_worker, train_tiny
 from helpers.mpi import BATCH as MPI_BATCH, LR as MPI_LR, load_rank, needs_mpiexec, run_ranks, starts_mpi_here
 from helpers.mpi import train_tiny as train_tiny_mpi
 
@@ -19,10 +19,11 @@ BATCH, HIDDEN, LR, STEPS, SNAPSHOT_EVERY, BAD = MPI_BATCH, 5, MPI_LR, 40, 10, 37
 WINDOW = {'snapshot': 30, 'first': 31, 'last': BAD}
 
 
-def collective(tmp_path, *args, poison=True, **kwargs):
+def collective(tmp_path, *args, poison=True, towers=1, **kwargs):
     """A run of 2 collective workers; with ``poison``, worker 1's inputs of step BAD are NaN."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--batch', BATCH, '--hidden', HIDDEN, '--lr', LR,
-                               '--samples', 2 * BATCH * STEPS, '--steps-per-epoch', STEPS]
+                               '--towers', towers, '--samples', 2 * towers * BATCH * STEPS,
+                               '--steps-per-epoch', STEPS]
               + (['--poison', 1, BAD] if poison else []) + list(args), **kwargs)
     if kwargs:
         return run
@@ -38,9 +39,9 @@ def mpi_ranks(tmp_path, *args):
     return [load_rank(tmp_path, r) for r in range(2)]
 
 
-def without_window(make_samples, train_single, *args):
+def without_window(make_samples, train_single, *args, towers=1):
     """One process on both processes' batches of every step but those of the window."""
-    size = 2 * BATCH
+    size = 2 * towers * BATCH
     samples = make_samples(STEPS * size)
     del samples[(WINDOW['first'] - 1) * size:WINDOW['last'] * size]
     kept = STEPS - (WINDOW['last'] - WINDOW['first'] + 1)
@@ -52,16 +53,16 @@ def assert_rolled_back_together(tmp_path, processes, reference, reason='loss nan
         assert process['global_step'] == STEPS
         windows = load_rollbacks(tmp_path, k)
         assert [{key: w[key] for key in WINDOW} for w in windows] == [WINDOW], windows
-        assert sorted(process['weights']) == sorted(reference)
-        for name, value in process['weights'].items():
-            assert np.all(np.isfinite(value)), name
-            np.testing.assert_allclose(value, reference[name], rtol=0, atol=1e-5, err_msg=name)
+        assert all(np.all(np.isfinite(value)) for value in process['weights'].values())
+        assert_replicas_match(process['weights'], reference, atol=1e-5)
     assert load_rollbacks(tmp_path, 0)[0]['reason'] == reason     # (the mean of a NaN and a number)
 
 
-def test_collective_workers_roll_back_together_when_one_workers_batch_is_nan(tmp_path):
-    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY)
-    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN)
+@pytest.mark.parametrize('towers', [1, 2])
+def test_collective_workers_roll_back_together_when_one_workers_batch_is_nan(tmp_path, towers):
+    """(With 2 towers a worker, its towers' replicas ``tower1/...`` too.)"""
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, towers=towers)
+    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, towers=towers)
     assert_rolled_back_together(tmp_path, workers, reference)
 
 
