@@ -67,9 +67,9 @@ class PreemptionVote(tfv1.train.SessionRunHook):
     def tensor(self, dtype=tf.float32, cost=None):
         """This process's votes as a tensor of shape [2] and type ``dtype`` (reduce it with
         gradients of that dtype: it then travels in their buffer). With ``cost`` (a scalar, this
-        tower's cost in the step), shape [6]: the votes, the marks, a count of one and the cost,
-        so that every process reads the step's mean cost (:attr:`step_cost`) from the same
-        reduction, whether it sums or averages."""
+        tower's cost in the step, or a list of them: their mean), shape [6]: the votes, the
+        marks, a count of one and the cost, so that every process reads the step's mean cost
+        (:attr:`step_cost`) from the same reduction, whether it sums or averages."""
         dtype = dtype if dtype.is_floating else tf.float32
         if cost is None:
             return tf.cast(self._variable, dtype)
@@ -79,8 +79,9 @@ class PreemptionVote(tfv1.train.SessionRunHook):
             self._mark_ops = {name: tfv1.scatter_update(self._marks, [index], [1.]).op
                               for index, name in enumerate(self.MARKS)}
             self._clear_marks = self._marks.assign(tf.zeros_like(self._marks)).op
-        self.costs_carried.append(cost)
-        cost = tf.reshape(tf.cast(cost, tf.float32), [1])
+        costs = [tf.cast(c, tf.float32) for c in (cost if isinstance(cost, (list, tuple)) else [cost])]
+        self.costs_carried.extend(cost if isinstance(cost, (list, tuple)) else [cost])
+        cost = tf.reshape(costs[0] if len(costs) == 1 else tf.add_n(costs) / float(len(costs)), [1])
         return tf.cast(tf.concat([self._variable, self._marks, [1.], cost], 0), dtype)
 
     def mark(self, sess, name):

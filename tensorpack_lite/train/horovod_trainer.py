@@ -270,8 +270,7 @@ class HorovodTrainer(MultiProcessTrainer):
         vote = self.protocol.stop_vote_in_graph()
         tensors = list(tensors)
         costs = self._shared_costs()    # with this rank's mean cost: every rank reads the step's mean
-        cost = None if not costs else costs[0] if len(costs) == 1 else tf.add_n(costs) / float(len(costs))
-        tensors.append(vote.tensor(tensors[0].dtype if tensors else tf.float32, cost=cost))
+        tensors.append(vote.tensor(tensors[0].dtype if tensors else tf.float32, cost=costs or None))
         if self._size > 1:
             op = self.hvd.Average if self._average else self.hvd.Sum
             with tf.name_scope('AllReduce'):

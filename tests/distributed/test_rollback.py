@@ -93,12 +93,14 @@ def test_collective_workers_without_the_callback_end_nan(tmp_path):
 
 @needs_mpiexec
 @starts_mpi_here
-@pytest.mark.parametrize('rollback', [True, False])
-def test_mpi_ranks_roll_back_together_when_one_ranks_batch_is_nan(tmp_path, rollback):
-    ranks = mpi_ranks(tmp_path, *(['--rollback', SNAPSHOT_EVERY] if rollback else ['--no-cost-check']))
+@pytest.mark.parametrize('rollback, towers', [(True, 1), (True, 2), (False, 1)])
+def test_mpi_ranks_roll_back_together_when_one_ranks_batch_is_nan(tmp_path, rollback, towers):
+    """(With 2 towers a rank, the rank's mean cost travels.)"""
+    ranks = mpi_ranks(tmp_path, '--towers', towers,
+                      *(['--rollback', SNAPSHOT_EVERY] if rollback else ['--no-cost-check']))
     if not rollback:
         for rank in ranks:
             assert all(np.all(np.isnan(value)) for value in rank['weights'].values())
         return
-    reference = without_window(train_tiny_mpi.make_samples, train_tiny_mpi.train_single)
+    reference = without_window(train_tiny_mpi.make_samples, train_tiny_mpi.train_single, towers=towers)
     assert_rolled_back_together(tmp_path, ranks, reference)
