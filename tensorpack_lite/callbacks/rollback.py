@@ -309,6 +309,7 @@ class RollbackOnAnomaly(Callback):
         start = self.global_step
         self._base = start
         self._take_snapshot(start)
+        self._read_skipped()
         if self._resumed and self.trainer.is_chief:
             self._schedule_replays(start)
         self._mark_next_step(start)
@@ -385,7 +386,10 @@ class RollbackOnAnomaly(Callback):
 
     def _take_snapshot(self, step):
         self._snapshot = (step, self.trainer.sess.run(self._variables))
-        if self._skipped_var is not None:     # (also when a rollback put the counter back)
+
+    def _read_skipped(self):
+        """The loss scale's count of skipped steps now (at the start, and after a rollback put it back)."""
+        if self._skipped_var is not None:
             self._skipped = int(self.trainer.sess.run(self._skipped_var))
 
     def _roll_back(self, step, value, reason):
@@ -399,8 +403,7 @@ class RollbackOnAnomaly(Callback):
                                    self, len(recent), self.rollback_period, self.max_rollbacks,
                                    ', '.join(map(str, recent)), reason))
         self._update.update({v.name: value for v, value in zip(self._variables, values)})
-        if self._skipped_var is not None:
-            self._skipped = int(self.trainer.sess.run(self._skipped_var))
+        self._read_skipped()
         self.windows.append(record)
         self._base = step
         if self.spikes is not None:
