@@ -136,7 +136,12 @@ class RollbackOnAnomaly(Callback):
     then set back (it is then not part of the snapshots).
 
     The trainer must let a non-finite cost through (``trainer.CHECK_COST = False`` before it
-    builds its graph); one process only (one or several towers); no gradient accumulation.
+    builds its graph). In several processes (``CollectiveAllReduceTrainer``, ``HorovodTrainer``)
+    every process reads the step's mean cost over every tower of every process from the vote
+    that travels with the gradients' all-reduce, so all roll back after the same step, each to
+    its own snapshot; the chief marks a replayed window's steps in that vote for all. With
+    ``accumulate=K`` (one process), an anomaly inside an update is rolled back at its end (whole
+    updates). A step the fp16 loss scaling skipped is neither a spike nor an anomaly.
 
     Args:
         loss (str): the name of the loss tensor in the towers (or the graph).
@@ -195,6 +200,12 @@ class RollbackOnAnomaly(Callback):
         self._resumed = False
         self._lr = None            # {'restore': value, 'until': global step} while the rate is scaled
         self._snapshot = None      # (global step, values)
+        self._vote = None          # with several processes: the vote that carries the step's mean cost
+        self._skipped = None       # the loss scale's skipped steps after the last step (fp16)
+        self._step_skipped = False
+        self._accumulator = None
+        self._updates = True       # whether the run of the step updates the model (accumulation)
+        self._pending = None       # (reason, value) of an anomaly inside an update, rolled back at its end
         self._base = None          # the global step the model's state continues from
         self._loss_value = None
 
@@ -205,8 +216,17 @@ class RollbackOnAnomaly(Callback):
 
     def _setup_graph(self):
         trainer = self.trainer
-        self._check_trainer(trainer)
-        self._fetch = tfv1.train.SessionRunArgs(fetches=[self._mean_loss()])    # built once
+        self._vote = self._check_trainer(trainer)
+        scale = getattr(trainer, 'loss_scale', None)
+        self._skipped_var = None if scale is None else scale.skipped_steps
+        self._accumulator = getattr(trainer, 'accumulator', None)
+        fetches = [] if self._vote is not None else [self._mean_loss()]
+        # with accumulation, the runs before an update's last fetch nothing that runs the update
+        self._fetch_between = tfv1.train.SessionRunArgs(fetches=list(fetches))    # built once
+        if self._skipped_var is not None:
+            with tf.control_dependencies([trainer.train_op]):     # read after the step's update
+                fetches.append(tf.identity(self._skipped_var.read_value(), name='skipped_after_step'))
+        self._fetch = tfv1.train.SessionRunArgs(fetches=fetches)
         lr = [v for v in tfv1.global_variables() if v.op.name == self.lr_name]
         if self.lr_scale is not None and not lr:
             raise ValueError("{}: lr_scale is set, but the graph has no variable '{}' (lr_name)".format(
@@ -215,7 +235,8 @@ class RollbackOnAnomaly(Callback):
         step = tfv1.train.get_global_step()
         self._variables = [v for v in tfv1.global_variables()
                            if v is not step and v is not self._lr_var] + \
-            [v for v in tfv1.local_variables() if _REPLICA.match(v.op.name)]
+            [v for v in tfv1.local_variables() if _REPLICA.match(v.op.name)] + \
+            (list(self._accumulator.variables) if self._accumulator is not None else [])
         self._finite = None
         if self.check_weights:
             floats = [v for v in self._variables if v.dtype.base_dtype.is_floating]
@@ -223,23 +244,50 @@ class RollbackOnAnomaly(Callback):
                                          name='weights_finite')
 
     def _check_trainer(self, trainer):
+        """Raise when this callback cannot roll ``trainer`` back; return the vote that carries the
+        step's mean cost when it trains in several processes (else None)."""
         name = type(trainer).__name__
-        towers = len(getattr(trainer, 'devices', None) or ()) or 1
-        if getattr(trainer, 'world_size', 1) > towers:
-            raise NotImplementedError("{}: {} trains in {} processes; rolling back needs every process to "
-                                      "take the same decision, which this callback does not do yet: use it "
-                                      "with a single-process trainer.".format(
-                                          self, name, trainer.world_size // towers))
         if getattr(trainer, 'checks_cost', False):
             raise ValueError("{}: {}.CHECK_COST is True: the trainer stops with a FloatingPointError at a "
                              "non-finite cost before this callback can roll back; set trainer.CHECK_COST = "
                              "False before the trainer builds its graph.".format(self, name))
+        towers = len(getattr(trainer, 'devices', None) or ()) or 1
+        if getattr(trainer, 'world_size', 1) <= towers:
+            return None
         if getattr(trainer, 'accumulate', 1) > 1:
-            raise NotImplementedError("{}: gradient accumulation (accumulate={}) is not supported: a "
-                                      "rollback inside an update would leave its partial sums.".format(
-                                          self, trainer.accumulate))
+            raise NotImplementedError(
+                "{}: gradient accumulation (accumulate={}) in {} processes is not supported: only the "
+                "last run of an update reduces across the processes, so the costs of the others are not "
+                "known to every process.".format(self, trainer.accumulate, trainer.world_size // towers))
+        vote = getattr(getattr(trainer, 'protocol', None), 'vote', None)
+        carried = getattr(vote, 'costs_carried', None)
+        processes = trainer.world_size // towers
+        if not carried and getattr(trainer, 'CHECK_COST', False):
+            raise ValueError("{}: {} trains in {} processes with CHECK_COST = True: its all-reduce carries "
+                             "the costs only when it lets a non-finite cost through; set trainer.CHECK_COST "
+                             "= False before the trainer builds its graph.".format(self, name, processes))
+        if not carried:
+            raise NotImplementedError(
+                "{}: {} trains in {} processes whose steps carry no all-reduce of the cost (e.g. the "
+                "parameter-server trainers, or XLA_COMPILE): the processes could not take the decision "
+                "together. Use CollectiveAllReduceTrainer or HorovodTrainer.".format(self, name, processes))
+        if self.check_weights:
+            raise NotImplementedError("{}: check_weights with {} processes: each would check its own "
+                                      "weights, not one decision for all.".format(self, processes))
+        watched = {t.name for t in self._loss_tensors()}
+        if not watched <= {t.name for t in carried}:
+            raise ValueError("{}: with {} processes the loss watched must be the cost the trainer minimizes "
+                             "({}), whose mean every process reads from the step's all-reduce; '{}' is "
+                             "{}.".format(self, processes, ', '.join(t.name for t in carried), self.loss_name,
+                                          ', '.join(sorted(watched))))
+        return vote
 
     def _mean_loss(self):
+        losses = [tf.cast(loss, tf.float32) for loss in self._loss_tensors()]
+        return losses[0] if len(losses) == 1 else tf.add_n(losses) / float(len(losses))
+
+    def _loss_tensors(self):
+        """The training towers' tensors ``loss_name`` (or the graph's)."""
         try:
             towers = self.trainer.towers.training()
         except (AttributeError, RuntimeError):     # a trainer without towers
@@ -251,10 +299,7 @@ class RollbackOnAnomaly(Callback):
                     losses.append(handle[self.loss_name])
                 except KeyError:
                     pass
-        if not losses:
-            losses = self.get_tensors_maybe_in_tower([self.loss_name])
-        losses = [tf.cast(loss, tf.float32) for loss in losses]
-        return losses[0] if len(losses) == 1 else tf.add_n(losses) / float(len(losses))
+        return losses or self.get_tensors_maybe_in_tower([self.loss_name])
 
     # ----- training ------------------------------------------------------------------------------
 
@@ -264,34 +309,67 @@ class RollbackOnAnomaly(Callback):
         start = self.global_step
         self._base = start
         self._take_snapshot(start)
-        if self._resumed:
+        self._read_skipped()
+        if self._resumed and self.trainer.is_chief:
             self._schedule_replays(start)
+        self._mark_next_step(start)
+
+    def _mark_next_step(self, step):
+        """With several processes, on the chief: mark the step after ``step`` for every process
+        when a replay snapshots or rolls back after it (the others do not know the replays)."""
+        if self._vote is None:
+            return
+        for name, key in (('snapshot', 'snapshot'), ('rollback', 'last')):
+            if any(r[key] == step + 1 for r in self._replays):
+                self._vote.mark(self.trainer.sess, name)
 
     def _before_run(self, ctx):
-        return self._fetch
+        self._updates = self._accumulator is None or self._accumulator.updates_at(self.global_step)
+        return self._fetch if self._updates else self._fetch_between
 
     def _after_run(self, run_context, run_values):
-        self._loss_value = float(run_values.results[0])
+        results = list(run_values.results)
+        skipped = int(results.pop()) if self._skipped_var is not None and self._updates else self._skipped
+        self._step_skipped = skipped is not None and self._skipped is not None and skipped > self._skipped
+        self._skipped = skipped
+        # with several processes, the step's mean cost is the vote's, read once every hook ran
+        self._loss_value = float(results[0]) if self._vote is None else True
 
     def _trigger_step(self):
         step, value = self.global_step, self._loss_value
         if value is None:     # no run of the step fetched the loss
             return
         self._loss_value = None
-        reason = self._anomaly(value)
         replay = self._replays[0] if self._replays and self._replays[0]['last'] == step else None
         if replay is not None:
             self._replays.pop(0)
-            reason = reason or 'replayed: {}'.format(replay['reason'])
-        if reason is not None:
+        if self._vote is not None:
+            value, marks = self._vote.step_cost, self._vote.marks
+            replayed = 'replayed: {}'.format(replay['reason']) if replay else \
+                'replayed (marked by {})'.format(self.trainer.protocol.CHIEF)
+            replayed = replayed if 'rollback' in marks else None
+            snapshot = 'snapshot' in marks
+        else:
+            replayed = 'replayed: {}'.format(replay['reason']) if replay else None
+            snapshot = any(r['snapshot'] == step for r in self._replays)
+        # a step the loss scaling skipped (gradients not finite) applied no update: nothing to undo
+        reason = None if self._step_skipped else self._anomaly(value)
+        reason = reason or replayed
+        if self._pending is not None:        # an anomaly earlier in this update
+            reason, value = self._pending
+        if reason is not None and (step - self._snapshot[0]) % self._steps_per_update:
+            self._pending = (reason, value)  # roll back at the update's end: whole updates are undone
+        elif reason is not None:
+            self._pending = None
             self._roll_back(step, value, reason)
-            return
-        if self.spikes is not None:
-            self.spikes.observe(step, value)
-        if step % self.snapshot_every == 0 or any(r['snapshot'] == step for r in self._replays):
-            self._take_snapshot(step)
-            self._base = step
-        self._end_lr_scaling(step)
+        else:
+            if self.spikes is not None and not self._step_skipped:
+                self.spikes.observe(step, value)
+            if step % self.snapshot_every == 0 or snapshot:
+                self._take_snapshot(step)
+                self._base = step
+            self._end_lr_scaling(step)
+        self._mark_next_step(step)
 
     def _anomaly(self, value):
         if not math.isfinite(value):
@@ -302,8 +380,17 @@ class RollbackOnAnomaly(Callback):
             return 'weights not finite'
         return None
 
+    @property
+    def _steps_per_update(self):
+        return 1 if self._accumulator is None else self._accumulator.num_micro_batches
+
     def _take_snapshot(self, step):
         self._snapshot = (step, self.trainer.sess.run(self._variables))
+
+    def _read_skipped(self):
+        """The loss scale's count of skipped steps now (at the start, and after a rollback put it back)."""
+        if self._skipped_var is not None:
+            self._skipped = int(self.trainer.sess.run(self._skipped_var))
 
     def _roll_back(self, step, value, reason):
         snapshot_step, values = self._snapshot
@@ -316,6 +403,7 @@ class RollbackOnAnomaly(Callback):
                                    self, len(recent), self.rollback_period, self.max_rollbacks,
                                    ', '.join(map(str, recent)), reason))
         self._update.update({v.name: value for v, value in zip(self._variables, values)})
+        self._read_skipped()
         self.windows.append(record)
         self._base = step
         if self.spikes is not None:

@@ -38,11 +38,17 @@ class PreemptionVote(tfv1.train.SessionRunHook):
     """This process's votes to stop and the totals of every process's votes in the last step (a
     hook of the training session: each step fetches the totals)."""
 
+    MARKS = ('snapshot', 'rollback')
+    """What a process may mark a step with (:meth:`mark`), beside its votes, when the vote carries
+    a cost: every process sees the marks of that step after it (``RollbackOnAnomaly``'s replays)."""
+
     def __init__(self):
         self._variable = tfv1.Variable([0., 0.], trainable=False,
                                        collections=[tfv1.GraphKeys.LOCAL_VARIABLES], name='preemption_vote')
         self._cast_ops = {why: tfv1.scatter_update(self._variable, [index], [1.]).op
                           for why, index in _INDEX.items()}
+        self._marks = self._mark_ops = self._clear_marks = None     # built with the first cost carried
+        self._marked = False
         self._total = None
         self._runs_without = ()
         self.cast = set()
@@ -50,11 +56,39 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         self.total = (0.0, 0.0)
         """The votes of every process in the last step, SIGTERM and requests (> 0 once one
         voted: a mean of a few ones and zeros, also in 16 bits, is never 0)."""
+        self.costs_carried = []
+        """The cost tensors the vote carries (:meth:`tensor` with ``cost``), in the order given."""
+        self.step_cost = None
+        """The mean of the carried costs over every process in the last step (None when the vote
+        carries none): the same value on every process (it travels with the gradients)."""
+        self.marks = set()
+        """The :attr:`MARKS` some process gave the last step."""
 
-    def tensor(self, dtype=tf.float32):
+    def tensor(self, dtype=tf.float32, cost=None):
         """This process's votes as a tensor of shape [2] and type ``dtype`` (reduce it with
-        gradients of that dtype: it then travels in their buffer)."""
-        return tf.cast(self._variable, dtype if dtype.is_floating else tf.float32)
+        gradients of that dtype: it then travels in their buffer). With ``cost`` (a scalar, this
+        tower's cost in the step, or a list of them: their mean), shape [6]: the votes, the
+        marks, a count of one and the cost, so that every process reads the step's mean cost
+        (:attr:`step_cost`) from the same reduction, whether it sums or averages."""
+        dtype = dtype if dtype.is_floating else tf.float32
+        if cost is None:
+            return tf.cast(self._variable, dtype)
+        if self._marks is None:
+            self._marks = tfv1.Variable([0.] * len(self.MARKS), trainable=False,
+                                        collections=[tfv1.GraphKeys.LOCAL_VARIABLES], name='step_marks')
+            self._mark_ops = {name: tfv1.scatter_update(self._marks, [index], [1.]).op
+                              for index, name in enumerate(self.MARKS)}
+            self._clear_marks = self._marks.assign(tf.zeros_like(self._marks)).op
+        costs = [tf.cast(c, tf.float32) for c in (cost if isinstance(cost, (list, tuple)) else [cost])]
+        self.costs_carried.extend(cost if isinstance(cost, (list, tuple)) else [cost])
+        cost = tf.reshape(costs[0] if len(costs) == 1 else tf.add_n(costs) / float(len(costs)), [1])
+        return tf.cast(tf.concat([self._variable, self._marks, [1.], cost], 0), dtype)
+
+    def mark(self, sess, name):
+        """Mark the next step that reduces with ``name`` (one of :attr:`MARKS`): every process
+        finds it in :attr:`marks` after that step. The marks are cleared after it."""
+        sess.run(self._mark_ops[name])
+        self._marked = True
 
     def set_total(self, reduced):
         """The reduced vote (sum or mean over every process), fetched by every step from now on."""
@@ -103,8 +137,16 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         return tfv1.train.SessionRunArgs(self._total)
 
     def after_run(self, run_context, run_values):
-        if self._total is not None and run_values.results is not None:
-            self.total = tuple(float(v) for v in run_values.results)
+        if self._total is None or run_values.results is None:
+            return
+        values = [float(v) for v in run_values.results]
+        self.total = tuple(values[:2])
+        if len(values) > 2:
+            self.marks = {name for name, value in zip(self.MARKS, values[2:4]) if value > 0}
+            self.step_cost = values[5] / values[4]
+            if self._marked:
+                run_context.session.run(self._clear_marks)
+                self._marked = False
 
 
 class BarrierStopVote:

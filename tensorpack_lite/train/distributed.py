@@ -338,9 +338,11 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         vote = self.protocol.stop_vote_in_graph()
         dtype = grad_list[0][0][0].dtype if grad_list[0] else tf.float32
         votes = []
-        for device in self._builder.raw_devices:
-            with tf.device(device):
-                votes.append(vote.tensor(dtype))
+        costs = self._shared_costs()
+        costs = costs if len(costs) == len(self._builder.raw_devices) else None
+        for k, device in enumerate(self._builder.raw_devices):
+            with tf.device(device):     # with each tower's cost: every worker reads the step's mean cost
+                votes.append(vote.tensor(dtype, cost=None if costs is None else costs[k]))
         self.train_op, self.protocol.post_init_op = self._builder.build(
             grad_list, get_opt_fn, reduce_along=votes)
         vote.set_total(self._builder.reduced_along)

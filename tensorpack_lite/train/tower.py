@@ -171,7 +171,9 @@ class SingleCostTrainer(TowerTrainer):
 
     CHECK_COST = True
     """Stop training with a ``FloatingPointError`` naming the step as soon as a tower's cost is
-    NaN or infinite, before its gradients are applied (not with ``XLA_COMPILE``)."""
+    NaN or infinite, before its gradients are applied (not with ``XLA_COMPILE``). When False, a
+    multi-process trainer reduces the towers' costs with the gradients instead, so that every
+    process reads the step's mean cost (for ``RollbackOnAnomaly``)."""
 
     _COST_CHECK_MARK = 'is not finite'
 
@@ -181,6 +183,12 @@ class SingleCostTrainer(TowerTrainer):
 
     _accumulate = 1
     _accumulator = None
+    _tower_costs = ()     # the training towers' costs, in tower order, once built (none with XLA)
+
+    def _shared_costs(self):
+        """The training towers' costs for a multi-process trainer's all-reduce: none while
+        :attr:`CHECK_COST` stops at a non-finite cost (nothing then reads them)."""
+        return [] if self.CHECK_COST else list(self._tower_costs)
 
     @property
     def checks_cost(self):
@@ -282,6 +290,7 @@ class SingleCostTrainer(TowerTrainer):
             self.mixed_precision.prepare_graph(tfv1.get_default_graph())
         get_opt_fn = self._with_loss_scaling(get_opt_fn)
         tower_func = TowerFunc(get_cost_fn, input_signature)
+        self._tower_costs = []
         if self._accumulate > 1:
             self._accumulator = GradientAccumulator(self._accumulate)
         self.tower_func = tower_func
@@ -343,6 +352,8 @@ class SingleCostTrainer(TowerTrainer):
             ctx = get_current_tower_context()
             if not ctx.is_training:
                 return None
+            if not self.XLA_COMPILE:     # (inside an XLA cluster, the cost is not a tensor to fetch)
+                self._tower_costs.append(cost)
             optimizer = get_opt_fn()
             if not isinstance(optimizer, tfv1.train.Optimizer):
                 raise TypeError("The optimizer function must return a tf.compat.v1.train.Optimizer, "

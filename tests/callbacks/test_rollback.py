@@ -42,7 +42,7 @@ def no_cost_check(trainer):
 
 
 def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None, logdir=None,
-          config_class=TrainConfig, max_epoch=None, trainer=None):
+          config_class=TrainConfig, max_epoch=None, trainer=None, mixed_precision=None, accumulate=1):
     """Train the MLP on ``data`` (in order) for ``steps`` steps; every variable at the end."""
     readback = ReadAllVariables()
     if logdir is not None:
@@ -59,7 +59,8 @@ def train(data, steps, callbacks=(), towers=1, steps_per_epoch=None, model=None,
             config = config_class(model=model or MLP(SIZES, lr=0.1), data=source,
                                   callbacks=list(callbacks) + [readback], steps_per_epoch=per_epoch,
                                   max_epoch=max_epoch or steps // per_epoch, session_creator=creator,
-                                  monitors=[] if logdir is None else None)
+                                  monitors=[] if logdir is None else None, mixed_precision=mixed_precision,
+                                  accumulate=accumulate)
             launch_train_with_config(config, trainer)
     finally:
         if logdir is not None:
@@ -96,6 +97,26 @@ def test_a_nan_batch_at_step_37_is_rolled_back_to_the_weights_of_a_run_without_t
             np.testing.assert_array_equal(got['tower1/' + name], got[name])
 
 
+@pytest.mark.parametrize('towers', [1, 2])
+def test_with_accumulation_whole_updates_are_rolled_back(towers):
+    """accumulate=4 (an update every 4 steps): the snapshot of step 30 lies 2 micro-batches into an
+    update and holds the accumulated gradients too; the NaN of step 37 is seen inside the update that
+    ends at step 38, so the rollback waits for its end and undoes 31-38 (two updates' worth): the
+    run ends bit-identical to one on the data without steps 31-38, whose update after step 30 takes
+    the micro-batches of steps 29, 30, 39 and 40 as this one's does."""
+    data = batches(40 * towers)
+    bad = poisoned(data, 37, towers=towers)
+    linear = MLP(LINEAR, lr=0.1)
+    plain, _ = train(bad, 40, towers=towers, model=linear, accumulate=4)
+    assert np.isnan(plain['fc0/W']).all()
+    rollback = RollbackOnAnomaly('cost', snapshot_every=10, spikes=False)
+    got, _ = train(bad, 40, [rollback], towers=towers, model=linear, accumulate=4)
+    assert [(w['snapshot'], w['first'], w['last']) for w in rollback.windows] == [(30, 31, 38)]
+    assert rollback.windows[0]['reason'] == 'loss nan'
+    expected, _ = train(without_steps(data, 31, 38, towers), 32, towers=towers, model=linear, accumulate=4)
+    assert_same_weights(got, expected)
+
+
 def test_a_nan_the_relu_hides_from_the_loss_is_caught_in_the_weights():
     """NaN inputs give NaN pre-activations, which the ReLU turns into zeros: the loss stays finite,
     the gradient of the first layer is NaN."""
@@ -114,6 +135,33 @@ def test_a_nan_the_relu_hides_from_the_loss_is_caught_in_the_weights():
 
 
 # ----- spikes --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('value', [-1e35, np.nan])
+def test_a_step_the_fp16_loss_scaling_skipped_is_not_rolled_back(value):
+    """mixed_precision='fp16' (dynamic loss scaling; TensorFlow's rewrite leaves this small model's
+    ops in float32): the batch of step 30 scaled by -1e35 (a finite loss, a spike) or NaN; its
+    gradients times the loss scale (2**15) are not finite, so the loss scaling skips its update
+    and halves the scale: nothing to undo, and no spike. The run ends bit-identical to the one
+    without the callback, the loss scale's one skipped step in both. Without mixed precision the
+    same step is rolled back."""
+    bad = poisoned(batches(40), 30, value=value)
+
+    def rollback():
+        return RollbackOnAnomaly('cost', snapshot_every=10, spikes=SpikeRule(k=8, window=20, warmup=10))
+
+    watched = rollback()
+    got, _ = train(bad, 40, [watched], model=MLP(LINEAR), mixed_precision='fp16')
+    alone, _ = train(bad, 40, model=MLP(LINEAR), mixed_precision='fp16')
+    assert watched.windows == [] and watched.spikes.history[-1][0] == 40
+    assert 30 not in [step for step, _ in watched.spikes.history]
+    skipped = [name for name in got if name.endswith('skipped_steps')]
+    assert skipped and [got[name] for name in skipped] == [1] == [alone[name] for name in skipped]
+    assert_same_weights(got, alone)
+    in_float32 = rollback()
+    train(bad, 40, [in_float32], model=MLP(LINEAR))
+    assert [(w['first'], w['last']) for w in in_float32.windows] == [(21, 30)]
+    assert in_float32.windows[0]['reason'].startswith('loss nan' if np.isnan(value) else 'loss spike')
+
 
 def test_a_1000x_batch_at_step_100_is_rolled_back_and_recorded_in_the_monitors(tmp_path):
     """The batch of step 100 scaled by -1000: against the rule the model learned, so its loss is

@@ -35,7 +35,8 @@ from tensorpack_lite.utils.utils import fix_rng_seed
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if TESTS not in sys.path:     # run as a program (imported by the tests, tests/ is on the path already)
     sys.path.insert(0, TESTS)
-from helpers.breaking_session import BreakSessionAt  # noqa: E402  (tests/)
+from helpers.anomalies import add_rollback_arguments, poison_shard, rollback_callbacks  # noqa: E402  (tests/)
+from helpers.breaking_session import BreakSessionAt  # noqa: E402
 from helpers.callbacks import RecordCost  # noqa: E402
 from helpers.models import WhileLoopRNN, add_model_arguments, sequence_samples  # noqa: E402
 
@@ -357,6 +358,7 @@ def parse_args(argv):
                              "'go' exists in --out")
     parser.add_argument('--startup-timeout', type=float, default=120)
     add_model_arguments(parser, 'worker')
+    add_rollback_arguments(parser, 'worker')
     parser.add_argument('--finish-timeout', type=float, help="the trainer's FINISH_TIMEOUT")
     parser.add_argument('--exit-after-loss-timeout', type=float, help="the trainer's EXIT_AFTER_LOSS_TIMEOUT")
     parser.add_argument('--after-failure-timeout', type=float, help="the trainer's AFTER_FAILURE_TIMEOUT")
@@ -448,6 +450,7 @@ def main(argv):
     if args.overflow_step:
         step_size = args.towers * args.batch * trainer.num_worker
         samples[(args.overflow_step - 1) * step_size + 1][1] = np.float32(OVERFLOW_Y)   # worker 1's
+    samples = poison_shard(samples, args, trainer.num_worker, args.towers * args.batch * trainer.num_worker)
     if args.shuffle:
         fix_rng_seed(7)
     df = RankShardData(DataFromList(samples, shuffle=args.shuffle), trainer.task_index, trainer.num_worker)
@@ -456,6 +459,7 @@ def main(argv):
     callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held, costs)]
     if costs is not None:
         callbacks.insert(0, costs)
+    callbacks[:0] = rollback_callbacks(args, trainer, args.out, trainer.task_index)
     if held and trainer.task_index == 1:
         release = os.path.join(args.out, 'release-worker1')
         callbacks.append(HoldAfterLastStep(args.worker1_holds, held, release))

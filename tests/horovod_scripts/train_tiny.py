@@ -36,7 +36,8 @@ from tensorpack_lite.utils import logger
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if TESTS not in sys.path:     # run as a program (imported by the tests, tests/ is on the path already)
     sys.path.insert(0, TESTS)
-from helpers.callbacks import RecordCost  # noqa: E402  (tests/)
+from helpers.anomalies import add_rollback_arguments, poison_shard, rollback_callbacks  # noqa: E402  (tests/)
+from helpers.callbacks import RecordCost  # noqa: E402
 from helpers.models import WhileLoopRNN, add_model_arguments, sequence_samples  # noqa: E402
 
 INIT_SEED = 100
@@ -285,6 +286,7 @@ def parse_args(argv):
     parser.add_argument('--keep-global-batch', type=int, metavar='BATCH',
                         help='AutoResumeTrainConfig(elastic=KeepGlobalBatch(BATCH)), which sets --batch')
     add_model_arguments(parser, 'rank')
+    add_rollback_arguments(parser, 'rank')
     return parser.parse_args(argv)
 
 
@@ -321,12 +323,14 @@ def main(argv):
         args.batch = policy.per_replica_batch(trainer)
     num = args.steps_per_epoch * args.batch * trainer.size * (args.towers or 1)
     samples = make_samples(num) if args.model == 'tiny' else sequence_samples(num)
+    samples = poison_shard(samples, args, trainer.size, args.batch * trainer.size * (args.towers or 1))
     df = BatchData(RankShardData(DataFromList(samples, shuffle=False), trainer.rank, trainer.size),
                    args.batch)
     costs = EveryRankCost() if args.model == 'rnn' else None
     callbacks = [DumpWeights(os.path.join(args.out, 'rank{}.json'.format(trainer.rank)), trainer.rank, costs)]
     if costs is not None:
         callbacks.insert(0, costs)
+    callbacks[:0] = rollback_callbacks(args, trainer, args.out, trainer.rank)
     if args.logdir:
         callbacks.append(ModelSaver())
     if args.stop_at_step:

@@ -81,3 +81,27 @@ def test_both_votes_answer_the_same_question():
         assert vote.agreed_stop(None, 9, False, 'worker 1') == (9, REQUESTED)
         vote.total = (0.0, 0.0)
         assert vote.agreed_stop(None, 9, False, 'worker 1') is None
+
+
+def test_a_vote_that_carries_the_cost_gives_its_mean_and_the_marks_of_one_step():
+    """With costs (two towers here), the vote's tensor also carries the marks, a count and the
+    cost, so the step's mean cost is the same whether the reduction sums or averages; a mark is
+    seen after the next step only (then cleared). Without a cost the tensor is the two votes."""
+    with tf.Graph().as_default():
+        vote = PreemptionVote()
+        costs = [tf.constant(1.5), tf.constant(4.5)]
+        carried = [vote.tensor(tf.float32, cost=c) for c in costs]
+        assert [t.shape.as_list() for t in carried] == [[6], [6]] and vote.costs_carried == costs
+        assert vote.tensor(tf.float32).shape.as_list() == [2]
+        vote.set_total((carried[0] + carried[1]) * 3)     # as a sum over 3 processes of 2 towers
+        step = tf.no_op()
+        with tfv1.Session() as sess:
+            sess.run(tfv1.local_variables_initializer())
+            hooked = HookedSession(sess, [vote])
+            hooked.run(step)
+            assert vote.step_cost == 3.0 and vote.marks == set() and vote.total == (0.0, 0.0)
+            vote.mark(sess, 'rollback')
+            hooked.run(step)
+            assert vote.marks == {'rollback'} and vote.step_cost == 3.0
+            hooked.run(step)
+            assert vote.marks == set()
