@@ -96,7 +96,9 @@ def test_public_names():
                 'MultiProcessMapAndBatchData', 'MultiProcessMapAndBatchDataZMQ', 'LMDBSerializer',
                 'HDF5Serializer', 'LMDBData',
                 'LMDBDataDecoder', 'CaffeLMDB', 'HDF5Data', 'SVMLightData', 'ImageFromFile',
-                'AugmentImageComponent', 'AugmentImageComponents', 'AugmentImageCoordinates'}
+                'AugmentImageComponent', 'AugmentImageComponents', 'AugmentImageCoordinates',
+                # sharded datasets (dataflow/shards/, tested in tests/dataflow/test_shards_*.py)
+                'save_shards', 'ShardedData', 'GlobalOrder', 'ShardError'}
     modules = {'dataset', 'imgaug'}
     aliases = {'PrefetchData': 'MultiProcessRunner', 'MultiProcessPrefetchData': 'MultiProcessRunner',
                'PrefetchDataZMQ': 'MultiProcessRunnerZMQ', 'MultiThreadPrefetchData': 'MultiThreadRunner',
