@@ -20,7 +20,7 @@ import pytest
 from helpers.logs import capture_logs
 from helpers.paths import TESTS_DIR, import_file
 from helpers.processes import run_bounded, subprocess_env
-from helpers.s3 import S3Server
+from helpers.s3 import serve_module
 from tensorpack_lite.checkpoint import RemoteMirror, write_checkpoint_state
 from tensorpack_lite.compat import tfv1
 from tensorpack_lite.tfutils.varmanip import load_chkpt_vars
@@ -38,11 +38,9 @@ FINAL = ['model-6', 'model-12']   # max_to_keep=2 keeps the two ends of epochs (
 
 @pytest.fixture(scope='module')
 def s3(tmp_path_factory):
-    """A real S3 server (moto) on a free port of localhost, for this module's tests only (a
-    process left running would be taken for a leak by the tests that count child processes)."""
-    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
-    yield server
-    server.stop()
+    """A real S3 server (moto) on a port of localhost, for this module's tests only (a process
+    left running would be taken for a leak by the tests that count child processes)."""
+    yield from serve_module(tmp_path_factory)
 
 
 @pytest.fixture

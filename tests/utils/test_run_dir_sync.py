@@ -11,7 +11,7 @@ import re
 import pytest
 
 from helpers.logs import capture_logs
-from helpers.s3 import S3Server
+from helpers.s3 import serve_module
 from tensorpack_lite.utils.run_dir_sync import SYNC_RECORD, RunDirectorySync, is_transient_file
 
 pytest.importorskip('s3fs')
@@ -21,9 +21,7 @@ pytest.importorskip('moto')
 @pytest.fixture(scope='module')
 def s3(tmp_path_factory):
     """The server, for this module's tests only (stopped at the module's end)."""
-    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
-    yield server
-    server.stop()
+    yield from serve_module(tmp_path_factory)
 
 
 @pytest.fixture
