@@ -79,8 +79,9 @@ class PreemptionVote(tfv1.train.SessionRunHook):
             self._mark_ops = {name: tfv1.scatter_update(self._marks, [index], [1.]).op
                               for index, name in enumerate(self.MARKS)}
             self._clear_marks = self._marks.assign(tf.zeros_like(self._marks)).op
-        costs = [tf.cast(c, tf.float32) for c in (cost if isinstance(cost, (list, tuple)) else [cost])]
-        self.costs_carried.extend(cost if isinstance(cost, (list, tuple)) else [cost])
+        costs = list(cost) if isinstance(cost, (list, tuple)) else [cost]
+        self.costs_carried.extend(costs)
+        costs = [tf.cast(c, tf.float32) for c in costs]
         cost = tf.reshape(costs[0] if len(costs) == 1 else tf.add_n(costs) / float(len(costs)), [1])
         return tf.cast(tf.concat([self._variable, self._marks, [1.], cost], 0), dtype)
 
@@ -142,8 +143,9 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         values = [float(v) for v in run_values.results]
         self.total = tuple(values[:2])
         if len(values) > 2:
-            self.marks = {name for name, value in zip(self.MARKS, values[2:4]) if value > 0}
-            self.step_cost = values[5] / values[4]
+            marks, (count, total_cost) = values[2:-2], values[-2:]
+            self.marks = {name for name, value in zip(self.MARKS, marks) if value > 0}
+            self.step_cost = total_cost / count
             if self._marked:
                 run_context.session.run(self._clear_marks)
                 self._marked = False
