@@ -153,7 +153,7 @@ def test_in_a_trial_of_2_workers_the_chiefs_prune_stops_both_after_the_same_step
     from helpers.distributed import Run, load_worker
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--epochs', 6,
                                '--optuna-prune-above', '5:3,2,9,1,1,1'])
-    assert [run.returncode('worker', k) for k in range(2)] == [0, 0], run.output[-6000:]
+    assert [run.returncode('worker', k) for k in range(2)] == [0, 0], run.report()
     assert [load_worker(tmp_path, k)['global_step'] for k in range(2)] == [10, 10]
     results = [(tmp_path / 'trial{}.txt'.format(k)).read_text() for k in range(2)]
     assert results == ["TrialPruned: pruned after epoch 3 ('score' = 9)", 'None']

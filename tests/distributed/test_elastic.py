@@ -36,7 +36,7 @@ def run_epochs(out, num_worker, epochs, logdir, elastic='keep:{}'.format(GLOBAL_
             '--logdir', logdir, '--elastic', elastic] + list(extra)
     out.mkdir(exist_ok=True)
     run = Run(out, num_worker, num_ps, args)
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     return run.output
 
 

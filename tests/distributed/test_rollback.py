@@ -27,7 +27,7 @@ def collective(tmp_path, *args, poison=True, towers=1, **kwargs):
               + (['--poison', 1, BAD] if poison else []) + list(args), **kwargs)
     if kwargs:
         return run
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     return [load_worker(tmp_path, k) for k in range(2)]
 
 

@@ -10,7 +10,7 @@ def test_two_workers_of_two_towers_synchronise_batchnorm_over_all_towers(tmp_pat
     run = Run(tmp_path, workers, 0, ['--trainer', 'collective', '--exchange', 'collective',
                                      '--towers', towers, '--batch', batch, '--steps-per-epoch', steps,
                                      '--lr', 0.05, '--batch-norm', 'horovod'])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     samples = train_tiny.make_samples(steps * towers * batch * workers)
     reference = train_tiny.train_single(samples, workers * towers * batch, 0.05, 5, steps, 1, batch_norm='')
     assert {'bn/gamma', 'bn/beta', 'bn/mean/EMA', 'bn/variance/EMA'} <= set(reference)
@@ -26,7 +26,7 @@ def test_accumulating_workers_synchronise_batchnorm_in_every_step_and_reduce_gra
     workers, batch, steps = 2, 3, 8
     run = Run(tmp_path, workers, 0, ['--trainer', 'collective', '--batch', batch, '--steps-per-epoch', steps,
                                      '--lr', 0.05, '--batch-norm', 'horovod', '--accumulate', 4])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     samples = train_tiny.make_samples(steps * batch * workers)
     reference = train_tiny.train_single(samples, workers * batch, 0.05, 5, steps, 1, batch_norm="",
                                         accumulate=4)

@@ -70,7 +70,7 @@ def test_collective_two_workers_summing_and_only_the_chief_writes(tmp_path):
     logdir = tmp_path / 'logs'
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--sum', '--lr', 0.05, '--epochs', 2,
                                '--logdir', logdir, '--per-worker-logdir'])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     workers = [load_worker(tmp_path, k) for k in range(2)]
     assert [w['global_step'] for w in workers] == [6, 6]
     # worker 1 started from other weights: equal results need the chief's broadcast and the all-reduce;
@@ -99,7 +99,7 @@ def test_collective_two_workers_fp16_decide_each_step_together(tmp_path, compres
     extra = ['--compression', compression] if compression else []
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--epochs', 2, '--mixed-precision', 'fp16',
                                '--no-epoch-broadcast'] + extra)
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     workers = [load_worker(tmp_path, k) for k in range(2)]
     assert workers[0]['loss_scale'] == workers[1]['loss_scale'] == [2.0 ** 15, 0]
     for name, value in workers[0]['weights'].items():
@@ -125,7 +125,7 @@ def test_parameter_server_trainers_fp16_skip_an_overflowing_step_together(tmp_pa
     per worker this data overflows at 2**15 once by itself, so one tower each here.)"""
     run = Run(tmp_path, 2, 1, ['--trainer', trainer, '--mixed-precision', 'fp16', '--steps-per-epoch', 4,
                                '--overflow-step', 2])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     workers = [load_worker(tmp_path, k) for k in range(2)]
     for worker in workers:
         assert worker['global_step'] == 4
@@ -144,7 +144,7 @@ def test_parameter_server_trainers_bf16_end_with_float32_checkpoints(tmp_path, t
     checkpoint holds float32 variables, the workers' final weights."""
     logdir = tmp_path / 'logs'
     run = Run(tmp_path, 2, 1, ['--trainer', trainer, '--mixed-precision', 'bf16', '--logdir', logdir])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     for k in range(2):
         assert "[worker {}]".format(k) in run.output
     assert run.output.count("Mixed precision: MixedPrecision('bf16'") == 2
@@ -174,7 +174,7 @@ def test_without_epoch_broadcasts_a_worker_may_end_while_its_peer_is_still_at_it
     barrier: its training ends after the hold. Neither takes the other's end for a loss."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 2,
                                '--worker1-holds', 2])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     assert run.returncode('worker', 0) == run.returncode('worker', 1) == 0
     for k in range(2):
         assert (tmp_path / 'worker{}.ended'.format(k)).read_text() == 'True'
@@ -193,9 +193,9 @@ def test_a_worker_that_does_not_finish_in_time_is_named_by_the_chief(tmp_path):
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--no-epoch-broadcast', '--epochs', 1,
                                '--worker1-holds', HANG_TIMEOUT, '--finish-timeout', 1],
               while_running=release_once_the_chief_ended)
-    assert [run.returncode('worker', k) for k in range(2)] == [1, 1], run.output[-6000:]
+    assert [run.returncode('worker', k) for k in range(2)] == [1, 1], run.report()
     assert re.search(r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): training ended here, but '
-                     r'worker 1 \(localhost:\d+\) did not finish within 1 s', run.output), run.output[-6000:]
+                     r'worker 1 \(localhost:\d+\) did not finish within 1 s', run.output), run.report()
     assert re.search(r'\[worker 1\] .*LostTaskError: worker 1 \(localhost:\d+\): lost worker 0', run.output)
 
 
@@ -206,7 +206,7 @@ def test_collective_two_workers_of_two_towers_match_one_process(tmp_path, optimi
     collective ring."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--towers', 2, '--batch', 3, '--steps-per-epoch', 4,
                                '--optimizer', optimizer, '--lr', 0.05])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     reference = reference_weights(2, 2, 3, 5, 4, 1, lr=0.05, optimizer=optimizer)
     for worker in assert_workers_end_with(tmp_path, 2, 4, reference):
         assert {name.split('/')[0] for name in worker['weights']} == {'fc0', 'fc1', 'tower1'}
@@ -222,14 +222,14 @@ def test_two_workers_accumulating_4_micro_batches_match_one_process_on_the_combi
     one process on 32 datapoints each (the optimizer's state advanced twice)."""
     run = Run(tmp_path, 2, num_ps, ['--trainer', trainer, '--accumulate', 4, '--steps-per-epoch', 8,
                                     '--optimizer', optimizer, '--lr', 0.05])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     reference = reference_weights(2, 1, 4 * 4, 5, 2, 1, lr=0.05, optimizer=optimizer)
     assert_workers_end_with(tmp_path, 2, 8, reference)
 
 
 def test_parameter_server_two_workers_match_one_process_and_the_ps_ends(tmp_path):
     run = Run(tmp_path, 2, 1, ['--trainer', 'ps', '--lr', 0.05, '--epochs', 2])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     assert '[ps 0]' in run.output and '/job:ps/task:0: every worker finished.' in run.output
     assert run.returncode('ps', 0) == 0        # it ended by itself, before the launcher's grace
     assert_workers_end_with(tmp_path, 2, 6, reference_weights(2, 1, 4, 5, 3, 2, lr=0.05))
@@ -247,7 +247,7 @@ def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
     args = ['--trainer', trainer, '--lr', 0.05, '--epochs', 2, '--logdir', logdir, '--per-worker-logdir']
     if started_by == 'launcher':
         run = Run(tmp_path, 2, num_ps, args, chief=chief)
-        assert run.code == 0, run.output[-6000:]
+        assert run.code == 0, run.report()
         assert '[{} 0] '.format(chief) in run.output and '[worker 1] ' in run.output
     else:
         addresses = local_cluster(3, num_ps)
@@ -255,7 +255,7 @@ def test_a_chief_and_two_workers_match_one_process_and_only_the_chief_writes(
         if num_ps:
             tf_cluster['ps'] = addresses['ps']
         run = HandRun(tmp_path, tf_cluster, args)
-        assert set(run.codes.values()) == {0}, (run.codes, run.output[-6000:])
+        assert set(run.codes.values()) == {0}, (run.codes, run.report())
     assert_workers_end_with(tmp_path, 3, 6, reference_weights(3, 1, 4, 5, 3, 2, lr=0.05))
     chief_files = files_in(logdir / 'worker0')
     assert 'checkpoint' in chief_files and 'model-6.index' in chief_files
@@ -521,14 +521,14 @@ def test_a_worker_whose_session_breaks_ends_and_the_other_names_it(tmp_path):
     in the step's all-reduce, names the lost worker 1. Both exit 1 on their own."""
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--epochs', 3, '--break-session-at-step', 2,
                                '--after-failure-timeout', 3])
-    assert [run.returncode('worker', k) for k in range(2)] == [1, 1], run.output[-6000:]
+    assert [run.returncode('worker', k) for k in range(2)] == [1, 1], run.report()
     assert re.search(r'\[worker 1\] .*Training failed: IndexError: absl::container_internal', run.output)
     assert re.search(r'\[worker 1\] .*The session is in an unknown state', run.output)
     assert re.search(r'\[worker 1\] .*DumpWeights.* did not finish within 3 s \(AFTER_FAILURE_TIMEOUT\): '
-                     r'abandoned', run.output), run.output[-6000:]
+                     r'abandoned', run.output), run.report()
     assert not os.path.exists(str(tmp_path / 'worker1.json'))     # nothing was read from it
     lost = r'\[worker 0\] .*LostTaskError: worker 0 \(localhost:\d+\): lost worker 1'
-    assert re.search(lost, run.output), run.output[-6000:]
+    assert re.search(lost, run.output), run.report()
 
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
@@ -547,7 +547,7 @@ def test_workers_on_hosts_of_their_own_behind_shaped_links_end_cleanly(
         run = Run(tmp_path, num_worker, num_ps, ['--trainer', trainer, '--epochs', 1, '--hidden', 20000,
                                                  '--lr', 0.001], hosts=net)
     codes = [p.returncode for _, _, p in run.cluster.tasks]
-    assert codes == [0] * (num_worker + num_ps), run.output[-6000:]
+    assert codes == [0] * (num_worker + num_ps), run.report()
     assert not re.search(r'LostTaskError|lost (worker|ps|chief)', run.output)
     assert '10.213.0.1:2222' in run.output      # the cluster's addresses are the hosts'
     reference = reference_weights(num_worker, 1, 4, 20000, 3, 1, lr=0.001)
@@ -566,7 +566,7 @@ def test_workers_behind_links_with_delay_and_loss_end_cleanly(tmp_path, trainer,
         run = Run(tmp_path, 3, num_ps, ['--trainer', trainer, '--epochs', 2, '--hidden', 2000, '--lr', 0.01],
                   hosts=net)
     codes = [p.returncode for _, _, p in run.cluster.tasks]
-    assert codes == [0] * (3 + num_ps), run.output[-6000:]
+    assert codes == [0] * (3 + num_ps), run.report()
     assert not re.search(r'LostTaskError|lost (worker|ps|chief)', run.output)
     assert_workers_end_with(tmp_path, 3, 6, reference_weights(3, 1, 4, 2000, 3, 2, lr=0.01))
 
@@ -687,7 +687,7 @@ def test_compressed_collective_workers_end_equal_and_close_to_the_exact_run(tmp_
     unit_roundoff = UNIT_ROUNDOFF[compression]
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--compression', compression, '--towers', towers,
                                '--lr', 0.05, '--epochs', 2])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     assert 'gradients travel as {0} and are summed in {0}'.format(compression) in run.output
     workers = [load_worker(tmp_path, k) for k in range(2)]
     assert [w['global_step'] for w in workers] == [6, 6]

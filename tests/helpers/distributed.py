@@ -5,7 +5,7 @@ process ended at the end), the workers' results and one process's weights on the
 Example::
 
     run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--epochs', 2])
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     assert_workers_end_with(tmp_path, 2, 6, reference_weights(2, 1, 4, 5, 3, 2, lr=0.05))
 """
 
@@ -69,6 +69,22 @@ class Run:
 
     def process(self, job, index):
         return {(j, i): p for j, i, p in self.cluster.tasks}[(job, index)]
+
+    def report(self, lines_per_task=40):
+        """For a failed assertion: the launcher's lines, then the last ``lines_per_task`` lines of
+        every task that exited non-zero (the first to fail is often not the last to print); the
+        output's end when none did."""
+        if all(proc.returncode == 0 for _, _, proc in self.cluster.tasks):
+            return self.output[-6000:]
+        lines = self.output.splitlines()
+        parts = ['\n'.join(line for line in lines if line.startswith('[launch]'))]
+        for job, index, proc in self.cluster.tasks:
+            if proc.returncode != 0:
+                prefix = '[{} {}] '.format(job, index)
+                own = [line for line in lines if line.startswith(prefix)]
+                parts.append('--- {}{} (exit code {}):\n{}'.format(
+                    prefix, len(own), proc.returncode, '\n'.join(own[-lines_per_task:])))
+        return '\n'.join(parts)
 
     @property
     def output_so_far(self):

@@ -152,7 +152,7 @@ def test_a_two_worker_job_trains_a_while_loop(trainer, control_flow, reference, 
     assert train_tiny.INIT_SEED == CHIEF_SEED
     run = Run(tmp_path, TOWERS, 0 if trainer == 'collective' else 1,
               ['--trainer', trainer] + worker_args(control_flow))
-    assert run.code == 0, run.output[-6000:]
+    assert run.code == 0, run.report()
     for k in range(TOWERS):
         worker = load_worker(tmp_path, k)
         assert worker['global_step'] == STEPS
