@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 
+from ..utils import logger
 from ..utils.argtools import is_int
 
 __all__ = ['JOBS', 'CHIEF_JOBS', 'ClusterConfig', 'LostTaskError', 'TaskWatchdog', 'local_cluster',
@@ -241,14 +242,26 @@ class ClusterConfig:
 
     # ----- who answers ------------------------------------------------------------------------------
 
-    def is_reachable(self, job_name, task_index, timeout=1.0):
-        """Whether the task accepts a TCP connection within ``timeout`` seconds."""
+    ANSWERS, REFUSES, SILENT = 'answers', 'refuses', 'silent'
+    """What a probe of a task (:meth:`probe`) found."""
+
+    def probe(self, job_name, task_index, timeout=1.0):
+        """Try one TCP connection to the task: :attr:`ANSWERS` (accepted within ``timeout``
+        seconds), :attr:`REFUSES` (its machine answered that nothing listens there: the process
+        is gone) or :attr:`SILENT` (no answer in time, or no route: its machine or link may be
+        down, or only slow: a full link or a loaded machine can hold one connection that long)."""
         host, port = self._addresses[job_name][task_index]
         try:
             with socket.create_connection((host, port), timeout=timeout):
-                return True
+                return self.ANSWERS
+        except ConnectionRefusedError:
+            return self.REFUSES
         except OSError:
-            return False
+            return self.SILENT
+
+    def is_reachable(self, job_name, task_index, timeout=1.0):
+        """Whether the task accepts a TCP connection within ``timeout`` seconds."""
+        return self.probe(job_name, task_index, timeout) == self.ANSWERS
 
     def unreachable(self, tasks=None, timeout=1.0):
         """The tasks among ``tasks`` (default: all others) that accept no connection."""
@@ -379,8 +392,12 @@ def cluster_of_rank(addresses, num_ps, rank, source='given'):
 
 
 class TaskWatchdog:
-    """A daemon thread that checks every ``interval`` seconds that the given tasks still
-    accept connections; the first time some do not, it calls ``on_lost(tasks)`` once and stops.
+    """A daemon thread that probes the given tasks every ``interval`` seconds (a connection,
+    waited for ``interval`` seconds) and calls ``on_lost(tasks)`` once, then stops, when some are
+    lost: a task whose machine refuses the connection (nothing listens: its process ended) at
+    once, one that does not answer after ``misses`` probes in a row (its machine or link is
+    down; a single probe left unanswered is no loss: a full link or a loaded machine can hold
+    a connection for a second).
 
     Example::
 
@@ -390,11 +407,14 @@ class TaskWatchdog:
         watchdog.stop()
     """
 
-    def __init__(self, cluster, tasks, on_lost, interval=1.0):
+    def __init__(self, cluster, tasks, on_lost, interval=1.0, misses=5):
+        if int(misses) < 1:
+            raise ValueError("TaskWatchdog: misses must be 1 or more, not {!r}".format(misses))
         self._cluster = cluster
         self._tasks = list(tasks)
         self._on_lost = on_lost
         self._interval = float(interval)
+        self._misses = int(misses)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name='TaskWatchdog', daemon=True)
         self.lost = []
@@ -405,11 +425,28 @@ class TaskWatchdog:
             self._thread.start()
 
     def stop(self):
+        """Probe no more (the thread ends after the probe running, if any)."""
         self._stop.set()
 
+    def join(self, timeout=None):
+        """Wait up to ``timeout`` seconds for the thread to end; whether it has (or never started)."""
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
     def _run(self):
+        unanswered = {task: 0 for task in self._tasks}    # probes in a row without an answer
         while not self._stop.wait(self._interval):
-            lost = self._cluster.unreachable(self._tasks, timeout=self._interval)
+            lost = []
+            for task in self._tasks:
+                found = self._cluster.probe(*task, timeout=self._interval)
+                unanswered[task] = 0 if found == ClusterConfig.ANSWERS else unanswered[task] + 1
+                if found == ClusterConfig.SILENT and unanswered[task] < self._misses:
+                    logger.warn("{} did not answer a probe within {:g} s ({} of {} in a row before it is "
+                                "lost).".format(self._cluster.describe(*task), self._interval,
+                                                unanswered[task], self._misses))
+                if found == ClusterConfig.REFUSES or unanswered[task] >= self._misses:
+                    lost.append(task)
             if lost and not self._stop.is_set():
                 self.lost = lost
                 self._on_lost(lost)

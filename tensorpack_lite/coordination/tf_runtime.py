@@ -76,7 +76,7 @@ class TFRuntimeProtocol(MultiProcessProtocol):
     """The protocol of a worker (or parameter server) of a cluster of TensorFlow servers.
 
     The bounds are the trainer's (``STARTUP_TIMEOUT``, ``STEP_TIMEOUT``, ``PROBE_INTERVAL``,
-    ``CLOSE_TIMEOUT``, ``FINISH_TIMEOUT``, ``ABORT_TIMEOUT``, ``EXIT_AFTER_LOSS_TIMEOUT``,
+    ``PROBE_MISSES``, ``CLOSE_TIMEOUT``, ``FINISH_TIMEOUT``, ``ABORT_TIMEOUT``, ``EXIT_AFTER_LOSS_TIMEOUT``,
     ``LOSS_CONFIRM_TIMEOUT``: see ``DistributedTrainerBase``), read when they are used.
 
     Args:
@@ -173,7 +173,8 @@ class TFRuntimeProtocol(MultiProcessProtocol):
         if self.vote is None:
             self.vote = BarrierStopVote(self.finish_barrier, self._trainer.accumulate)
         self._watchdog = TaskWatchdog(self.cluster, self.cluster.other_tasks(), self._on_lost,
-                                      interval=self._trainer.PROBE_INTERVAL)
+                                      interval=self._trainer.PROBE_INTERVAL,
+                                      misses=self._trainer.PROBE_MISSES)
         self._watchdog.start()
 
     def _exchange_schedule(self, sess, mine):

@@ -74,7 +74,13 @@ class DistributedTrainerBase(MultiProcessTrainer, DataParallelTrainer):
     """Seconds a training step (or a start-up exchange) may take before it is an error."""
 
     PROBE_INTERVAL = 1.0
-    """Seconds between two checks that the other tasks still accept connections."""
+    """Seconds between two checks that the other tasks still accept connections (each check
+    waits as long for the connection)."""
+
+    PROBE_MISSES = 5
+    """Checks in a row that a task may leave unanswered before it is lost (a task whose machine
+    refuses the connection, its process gone, is lost at the first): a full link or a loaded
+    machine can hold one connection for longer than ``PROBE_INTERVAL``."""
 
     CLOSE_TIMEOUT = 2.0
     """Seconds closing the session may take after training failed: closing a distributed

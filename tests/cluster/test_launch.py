@@ -194,6 +194,52 @@ def test_watchdog_reports_a_task_that_stops_answering():
     assert reported == [[('worker', 1)]] and watchdog.lost == [('worker', 1)]
 
 
+class ScriptedProbes:
+    """A cluster whose probes of each task find, in turn, what its script says (then: answers)."""
+
+    def __init__(self, scripts):
+        self._scripts = {task: list(found) for task, found in scripts.items()}
+        self.probed = {task: 0 for task in scripts}
+        self.done = threading.Event()
+
+    def describe(self, job_name, task_index):
+        return '{} {}'.format(job_name, task_index)
+
+    def probe(self, job_name, task_index, timeout):
+        task = (job_name, task_index)
+        self.probed[task] += 1
+        script = self._scripts[task]
+        if not any(self._scripts.values()):
+            self.done.set()
+        return script.pop(0) if script else ClusterConfig.ANSWERS
+
+
+def test_watchdog_loses_a_silent_task_only_after_misses_in_a_row_and_a_refusing_one_at_once():
+    """A task that leaves 2 probes in a row unanswered, then answers, then 2 more, is not lost
+    with ``misses=3`` (a full link can hold a connection); 3 in a row are a loss, reported after
+    the third. A task whose machine refuses the connection is lost at its first refusal."""
+    silent, answers, refuses = ClusterConfig.SILENT, ClusterConfig.ANSWERS, ClusterConfig.REFUSES
+    for script, lost_at in (([silent, silent, answers, silent, silent], None),
+                            ([silent, silent, answers, silent, silent, silent], 6),
+                            ([answers, refuses], 2)):
+        cluster = ScriptedProbes({('worker', 1): script})
+        reported = []
+        watchdog = TaskWatchdog(cluster, [('worker', 1)], interval=0.001, misses=3,
+                                on_lost=lambda tasks: (reported.append(tasks), cluster.done.set()))
+        watchdog.start()
+        try:
+            assert cluster.done.wait(HANG_TIMEOUT)     # the script ran out, or a loss was reported
+        finally:
+            watchdog.stop()
+            assert watchdog.join(HANG_TIMEOUT)
+        if lost_at is None:
+            assert reported == [] and watchdog.lost == [], script
+        else:
+            assert reported == [[('worker', 1)]] and cluster.probed[('worker', 1)] == lost_at, script
+    with pytest.raises(ValueError, match='misses must be 1 or more'):
+        TaskWatchdog(cluster, [('worker', 1)], reported.append, misses=0)
+
+
 # ----- the launcher -------------------------------------------------------------------------------
 
 def test_every_task_gets_its_tf_config_and_prefixed_output(tmp_path):

@@ -62,6 +62,8 @@ class Run:
                 self.cluster.send_signal(signal.SIGKILL)
             self.code = self.cluster.wait(timeout=1)   # ends what is left
         self.output = self._output.getvalue().decode('utf-8', 'replace')
+        with open(os.path.join(str(out_dir), 'run-output.txt'), 'a') as f:   # all of it, for a post-mortem
+            f.write(self.output)
         assert time.monotonic() - start <= RUN_TIMEOUT, "the run took too long:\n" + self.output[-6000:]
 
     def returncode(self, job, index):
