@@ -20,14 +20,19 @@ __all__ = ['subprocess_env', 'NO_TENSORFLOW', 'run_python', 'run_bounded', 'kill
 def subprocess_env(**overrides):
     """The environment of a child Python the tests start: this one's, with the repository and
     tests/ on PYTHONPATH (``import tensorpack_lite`` first, ``from helpers import ...`` last),
-    TensorFlow's C++ logs at errors only (TF_CPP_MIN_LOG_LEVEL=2) and no GPU; then ``overrides``
-    (a value of None removes the variable).
+    TensorFlow's C++ logs at errors only (TF_CPP_MIN_LOG_LEVEL=2), no GPU and
+    TF_USE_LEGACY_KERAS=1; then ``overrides`` (a value of None removes the variable).
+
+    TF_USE_LEGACY_KERAS=1 is for speed: ``import tensorflow`` then loads tf_keras's optimizers
+    (or nothing, without tf_keras) instead of all of Keras 3, about 1.3 s less CPU time in each of
+    the suite's hundreds of child processes. The library uses neither Keras; a test of what a
+    user's default environment does removes it (``subprocess_env(TF_USE_LEGACY_KERAS=None)``).
 
     Example::
 
         run_bounded([sys.executable, script], 120, env=subprocess_env(TF_CPP_MIN_LOG_LEVEL='0'))
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='')
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', CUDA_VISIBLE_DEVICES='', TF_USE_LEGACY_KERAS='1')
     # tests/ last: its folders (utils/, models/...) must not hide a module of the same name
     ours = (REPO_DIR, TESTS_DIR)
     env['PYTHONPATH'] = os.pathsep.join([REPO_DIR] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep)

@@ -310,11 +310,13 @@ def test_only_compat_imports_tensorflow(tmp_path):
 
 
 def test_importing_everything_of_the_core_loads_no_keras_2():
-    # (TensorFlow itself loads Keras 3 when imported; tf_keras is loaded only by contrib.keras)
+    # (TensorFlow itself loads Keras 3 when imported, as in a user's default environment;
+    # tf_keras is loaded only by contrib.keras)
     out = run_python("import sys\nimport tensorpack_lite\n"
                      "from tensorpack_lite import *\n"
                      "import tensorpack_lite.train, tensorpack_lite.callbacks, tensorpack_lite.predict\n"
-                     "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tf_keras'))\n")
+                     "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tf_keras'))\n",
+                     env=subprocess_env(TF_USE_LEGACY_KERAS=None))
     assert out.strip().splitlines()[-1] == '[]'
 
 

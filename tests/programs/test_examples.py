@@ -17,8 +17,10 @@ REPO = REPO_DIR
 
 
 def run_example(relpath, args, cwd):
-    return subprocess.run([sys.executable, os.path.join(REPO, relpath)] + args, cwd=cwd, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=300)
+    """The example run as a user runs it: in the default environment (TensorFlow loads Keras 3)."""
+    return subprocess.run([sys.executable, os.path.join(REPO, relpath)] + args, cwd=cwd,
+                          env=subprocess_env(TF_USE_LEGACY_KERAS=None), capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_digits_custom_trainer(tmp_path):
