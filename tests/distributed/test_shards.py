@@ -36,6 +36,7 @@ def run(s3, out, num_worker, args, **elastic):
     code = launch(script_command(out, args), num_worker, grace=60, timeout=RUN_TIMEOUT, restart_delay=0,
                   env=subprocess_env(**s3.env), output=output, isolate=False, **elastic)
     text = output.getvalue().decode('utf-8', 'replace')
+    (out / 'launch.log').write_text(text)
     assert code == 0, text[-8000:]
     return text
 
@@ -86,9 +87,9 @@ def test_killed_and_resized_2_3_2_workers_train_each_epochs_samples_once_in_the_
            "workers (at least 2)" in launcher, launcher
     assert ("The resume state of the run is restored although it was saved by 2 model replicas (towers x "
             "processes) and this run has 3") in second
-    taken = r"worker-2 takes the chief's data position at global step {} \(step {} of 12 of epoch 1\), saved by 2"
+    taken = r"worker-2 takes the chief's data position at global step {} \(step {} of 12 of epoch 1\), saved"
     assert re.search(taken.format(stop, stop), second), second[-5000:]
-    resumed = re.findall(r'\[worker 0\] .*Resuming from checkpoint \S+ \(step (\d+) of 12 of epoch 1,', second)
+    resumed = re.findall(r'\[worker 0\] .*Resuming from checkpoint \S+ \(step (\d+) of 12 of epoch', second)
     assert len(resumed) == 2 and int(resumed[0]) == stop and stop < int(resumed[1]) <= 8, resumed
 
     order = GlobalOrder([e['count'] for e in index['shards']], **{
