@@ -20,8 +20,9 @@ def test_the_trainer_deals_the_share_of_a_stream_made_without_one(tmp_path, log_
     deal_shares(fixed, 1, 3)
     assert (auto.rank, auto.world, len(auto)) == (1, 3, 33)
     assert (fixed.rank, fixed.world) == (0, 2)     # made with a share: kept
-    assert [m for m in log_records.messages() if m.startswith('ShardedData')] == [
-        "ShardedData({}): the share of process 1 of 3 (from the trainer), 33 datapoints per epoch.".format(url)]
+    said = [m for m in log_records.messages() if m.startswith('ShardedData')]
+    assert said == ["ShardedData({}): the share of process 1 of 3 (from the trainer), 33 datapoints per "
+                    "epoch.".format(url)]
     auto.reset_state()
     alone = ShardedData(url, rank=1, world=3, lanes=4, cache_dir=str(tmp_path / 'b'))
     alone.reset_state()

@@ -4,8 +4,6 @@ worker appends the ids of each step to ``ids-worker<k>.jsonl``), stopped, killed
 in the middle of an epoch; and checked against the global order and one process's updates."""
 
 import io
-import json
-import os
 import re
 
 import numpy as np
@@ -14,9 +12,9 @@ import pytest
 from helpers.distributed import RUN_TIMEOUT, assert_replicas_match, load_worker, script_command, train_tiny
 from helpers.processes import subprocess_env
 from helpers.s3 import serve_module
+from helpers.shards import step_places, trained_ids, with_ids
 from tensorpack_lite.cluster.launch import launch
 from tensorpack_lite.dataflow import DataFromList, save_shards
-from tensorpack_lite.dataflow.shards.order import GlobalOrder
 
 STEPS, GLOBAL_BATCH, EPOCHS, LR = 12, 12, 2, 0.05
 TOTAL = STEPS * GLOBAL_BATCH     # one epoch: 144 samples, 12 a step
@@ -41,22 +39,9 @@ def run(s3, out, num_worker, args, **elastic):
     return text
 
 
-def trained_ids(out, num_worker):
-    """``{global step: {worker: its ids}}`` of a job, the last run of each step (a restart runs
-    again those after its checkpoint, maybe with fewer workers: those worker 0 ran it with)."""
-    records = []
-    for k in range(num_worker):
-        last = {}
-        with open(os.path.join(str(out), 'ids-worker{}.jsonl'.format(k))) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:       # the line a worker ended by the launcher was writing
-                    continue
-                last[record['step']] = record
-        records.append(last)
-    return {step: {k: records[k][step]['ids'] for k in range(chief['world'])}
-            for step, chief in records[0].items()}
+def job_ids(out, num_worker):
+    """:func:`~helpers.shards.trained_ids` of a job's workers."""
+    return trained_ids([out / 'ids-worker{}.jsonl'.format(k) for k in range(num_worker)])
 
 
 def test_killed_and_resized_2_3_2_workers_train_each_epochs_samples_once_in_the_global_order(
@@ -70,7 +55,7 @@ def test_killed_and_resized_2_3_2_workers_train_each_epochs_samples_once_in_the_
     epoch on its 144 samples once; the weights are those of one process on those batches."""
     s3 = s3_server
     s3.serve_this_process(monkeypatch)
-    samples = train_tiny.shard_samples(TOTAL)
+    samples = with_ids(train_tiny.make_samples(TOTAL))
     index = save_shards(DataFromList(samples, shuffle=False), URL, shard_bytes=400)
     assert len(index['shards']) > 12
     logdir = tmp_path / 'logs'
@@ -92,17 +77,15 @@ def test_killed_and_resized_2_3_2_workers_train_each_epochs_samples_once_in_the_
     resumed = re.findall(r'\[worker 0\] .*Resuming from checkpoint \S+ \(step (\d+) of 12 of epoch', second)
     assert len(resumed) == 2 and int(resumed[0]) == stop and stop < int(resumed[1]) <= 8, resumed
 
-    order = GlobalOrder([e['count'] for e in index['shards']], **{
-        key: train_tiny.SHARD_OPTIONS[key] for key in ('seed', 'window', 'lanes')})
-    steps = trained_ids(tmp_path / 'run1', 2)
-    steps.update(trained_ids(tmp_path / 'run2', 3))   # run 2's restart rewrote worker 0 and 1's steps
+    places = step_places(index, STEPS, GLOBAL_BATCH)
+    steps = job_ids(tmp_path / 'run1', 2)
+    steps.update(job_ids(tmp_path / 'run2', 3))   # run 2's restart rewrote worker 0 and 1's steps
     assert sorted(steps) == list(range(1, 2 * STEPS + 1))
     trained = []
     for step in range(1, 2 * STEPS + 1):
         world = 3 if stop < step <= int(resumed[1]) else 2
-        places = order.epoch((step - 1) // STEPS)[(step - 1) % STEPS * GLOBAL_BATCH:][:GLOBAL_BATCH]
-        assert steps[step] == {k: places[k::world].tolist() for k in range(world)}, step
-        trained += places.tolist()
+        assert steps[step] == {k: places(step)[k::world].tolist() for k in range(world)}, step
+        trained += places(step).tolist()
     for epoch in range(2):
         assert sorted(trained[epoch * TOTAL:(epoch + 1) * TOTAL]) == list(range(TOTAL))
     print("samples per epoch: {}".format([len(set(trained[e * TOTAL:(e + 1) * TOTAL])) for e in range(2)]))

@@ -6,10 +6,11 @@ Every process of the cluster runs it (the launcher sets TF_CONFIG). Worker k
 trains on its share (RankShardData) of the same deterministic data and, when training ends,
 writes ``DIR/worker<k>.json``: its trainable variables (replicas included), global step and
 pid. Worker k starts from its own initial weights (seed ``INIT_SEED + k``), so equal final
-weights show that the chief's were used. With ``--data shards:URL`` it trains on a ShardedData
-of :func:`shard_samples` instead (the trainer gives it its share) and appends the sample ids of
-every step to ``DIR/ids-worker<k>.jsonl``. :func:`train_single` trains the same model in one
-process on the batches of every tower of every worker together, for comparison.
+weights show that the chief's were used. With ``--data shards:URL`` it trains on a
+ShardedData of ``helpers.shards.with_ids(make_samples(N))`` instead (the trainer gives it its
+share) and appends the sample ids of every step to ``DIR/ids-worker<k>.jsonl``.
+:func:`train_single` trains the same model in one process on the batches of every tower of
+every worker together, for comparison.
 """
 
 import argparse
@@ -42,6 +43,7 @@ from helpers.anomalies import add_rollback_arguments, poison_shard, rollback_cal
 from helpers.breaking_session import BreakSessionAt  # noqa: E402
 from helpers.callbacks import RecordCost  # noqa: E402
 from helpers.models import WhileLoopRNN, add_model_arguments, sequence_samples  # noqa: E402
+from helpers.shards import SHARD_OPTIONS, RecordIds, SampleIdsInput  # noqa: E402
 
 INIT_SEED = 100
 FEATURES = 6
@@ -90,48 +92,8 @@ class TinyModel(ModelDesc):
         return OPTIMIZERS[self.optimizer_name](lr)
 
 
-class TinyModelWithIds(TinyModel):
-    """:class:`TinyModel` with a third input, each datapoint's id (``sample_ids`` in the graph)."""
-
-    def inputs(self):
-        return super().inputs() + [tf.TensorSpec([None], tf.int32, 'id')]
-
-    def build_graph(self, x, y, ids):
-        tf.identity(ids, name='sample_ids')
-        return super().build_graph(x, y)
-
-
-SHARD_OPTIONS = dict(seed=3, window=16, lanes=12, cache_bytes=1 << 20)
-"""The ShardedData of ``--data shards:URL`` (12 lanes: 2 and 3 workers read whole lanes)."""
-
-
-def shard_samples(num):
-    """:func:`make_samples` with each one's number: ``[x, y, id]``, what ``--data`` reads."""
-    return [[x, y, i] for i, (x, y) in enumerate(make_samples(num))]
-
-
-class RecordIds(Callback):
-    """On every worker: appends ``{"step", "ids", "world"}`` (the global step after the step, the
-    ids it trained on, the number of workers) to the file ``path`` after each step."""
-
-    _chief_only = False
-
-    def __init__(self, path):
-        self.path, self._ids = path, None
-
-    def _setup_graph(self):
-        self._tensor = self.get_tensors_maybe_in_tower(['sample_ids'])[0]
-
-    def _before_run(self, ctx):
-        return [self._tensor]
-
-    def _after_run(self, ctx, values):
-        self._ids = values.results[0].tolist()
-
-    def _trigger_step(self):
-        with open(self.path, 'a') as f:
-            record = {'step': self.global_step, 'ids': self._ids, 'world': self.trainer.num_worker}
-            f.write(json.dumps(record) + '\n')
+class TinyModelWithIds(SampleIdsInput, TinyModel):
+    """:class:`TinyModel` with the datapoints' ids as a third input."""
 
 
 class StopAtStep(Callback):
@@ -360,7 +322,8 @@ def parse_args(argv):
                         help='every worker sets the logger directory LOGDIR/worker<k>')
     parser.add_argument('--shared-logdir', action='store_true',
                         help='every worker sets the logger directory LOGDIR')
-    parser.add_argument('--data', help="shards:URL: train on ShardedData(URL) of shard_samples (RecordIds)")
+    parser.add_argument('--data', help="shards:URL: train on ShardedData(URL) of helpers.shards.with_ids("
+                                       "make_samples(...)) (RecordIds)")
     parser.add_argument('--save-every-steps', type=int,
                         help='ModelSaver every N global steps (and at the end)')
     parser.add_argument('--stop-at-step', type=int,
