@@ -1,7 +1,9 @@
-"""Collective workers training from a ShardedData in the S3 server (distributed_scripts/
-train_tiny_multiworker.py ``--data shards:URL``: the trainer gives each worker its share; every
-worker appends the ids of each step to ``ids-worker<k>.jsonl``), stopped, killed and resized
-in the middle of an epoch; and checked against the global order and one process's updates."""
+"""Jobs training from a ShardedData in the S3 server, each process given its share by its
+trainer and appending the ids of each step's samples to a file (helpers.shards.RecordIds):
+collective workers (distributed_scripts/train_tiny_multiworker.py ``--data shards:URL``)
+stopped, resized, killed and resized again in the middle of an epoch, and MPI ranks
+(horovod_scripts/train_tiny.py) accumulating steps, stopped by SIGTERM and run again; each
+checked against the global order and one process's updates."""
 
 import io
 import re
@@ -10,6 +12,8 @@ import numpy as np
 import pytest
 
 from helpers.distributed import RUN_TIMEOUT, assert_replicas_match, load_worker, script_command, train_tiny
+from helpers.mpi import LR as MPI_LR, assert_bit_identical, assert_close, load_rank, needs_mpiexec, run_ranks
+from helpers.mpi import train_tiny as mpi_tiny
 from helpers.processes import subprocess_env
 from helpers.s3 import serve_module
 from helpers.shards import step_places, trained_ids, with_ids
@@ -97,3 +101,41 @@ def test_killed_and_resized_2_3_2_workers_train_each_epochs_samples_once_in_the_
         assert_replicas_match(worker['weights'], reference)
     print("max |w - one process| = {:.3g}".format(max(
         float(np.abs(value - reference[name]).max()) for name, value in worker['weights'].items())))
+
+
+@needs_mpiexec
+def test_two_mpi_ranks_accumulating_2_steps_resume_after_sigterm_at_the_sample(
+        s3_server, monkeypatch, tmp_path):
+    """HorovodTrainer on the MPI engine (horovod_scripts/train_tiny.py ``--data shards:URL``), 2
+    ranks of 4 datapoints, accumulate=2, 2 epochs of 6 steps: rank 1 gets SIGTERM after step 3,
+    the first half of an update; every rank stops after step 4, and the same command again
+    resumes there from each rank's own state in the shared logger directory. Each step's
+    samples are those of the global order, each epoch's once; the weights are one process's
+    updates on 16 datapoints (the 2 steps of 2 ranks) each."""
+    s3_server.serve_this_process(monkeypatch)
+    samples = with_ids(mpi_tiny.make_samples(48))
+    index = save_shards(DataFromList(samples, shuffle=False), 's3://bucket/mpi-shards', shard_bytes=400)
+    logdir = tmp_path / 'logs'
+    args = ['--accumulate', '2', '--steps-per-epoch', '6', '--epochs', '2', '--logdir', str(logdir),
+            '--resume', '--data', 'shards:s3://bucket/mpi-shards']
+    code, output = run_ranks(2, tmp_path, '--sigterm', '1', '3', *args)
+    assert code == 143, output[-6000:]
+    assert [load_rank(tmp_path, r)['global_step'] for r in range(2)] == [4, 4]
+    code, output = run_ranks(2, tmp_path, *args)
+    assert code == 0, output[-6000:]
+    assert 'Resuming from checkpoint {} (step 4 of 6 of epoch 1, global step 4).'.format(
+        logdir / 'model-4') in output
+    assert 'rank-1 takes back its own state at global step 4' in output
+
+    steps = trained_ids([tmp_path / 'ids-rank{}.jsonl'.format(r) for r in range(2)])
+    places = step_places(index, 6, 8)
+    assert sorted(steps) == list(range(1, 13))
+    trained = []
+    for step in range(1, 13):
+        assert steps[step] == {r: places(step)[r::2].tolist() for r in range(2)}, step
+        trained += places(step).tolist()
+    assert sorted(trained[:48]) == sorted(trained[48:]) == list(range(48))
+    reference = mpi_tiny.train_single([samples[i][:2] for i in trained], 16, MPI_LR, 6, 1)
+    resumed = [load_rank(tmp_path, r) for r in range(2)]
+    assert_bit_identical(resumed)
+    assert_close(resumed[0]['weights'], reference, rtol=0, atol=1e-6)
