@@ -98,6 +98,7 @@ MORE_MODULES = [
     'tensorpack_lite.dataflow.shards.order',
     'tensorpack_lite.dataflow.shards.cache',
     'tensorpack_lite.dataflow.shards.store',
+    'tensorpack_lite.dataflow.shards.share',
     'tensorpack_lite.session.hooked_session',
     'tensorpack_lite.session.caller_thread',
     'tensorpack_lite.session.failure',

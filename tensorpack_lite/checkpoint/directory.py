@@ -68,9 +68,10 @@ def find_step_checkpoints(dirname, name=None):
 
 def find_resume_states(dirname, owner):
     """``{global_step: prefix}`` of the checkpoints of ``dirname`` that have a resume state of
-    ``owner`` (``<prefix>.resume.<owner>``, see :func:`.files.resume_state_path`), with or
-    without the checkpoint itself: what another process of a job keeps in its own directory."""
-    suffix = RESUME_SUFFIX + '.' + owner
+    ``owner`` (``<prefix>.resume.<owner>``, see :func:`.files.resume_state_path`; the chief's,
+    ``<prefix>.resume``, when None), with or without the checkpoint itself: what another process
+    of a job keeps in its own directory."""
+    suffix = RESUME_SUFFIX + ('.' + owner if owner else '')
     found = _step_prefixes(dirname, lambda f: len(f) - len(suffix) if f.endswith(suffix) else None)
     return {step_of(base): os.path.join(os.path.abspath(dirname), base) for base in found}
 

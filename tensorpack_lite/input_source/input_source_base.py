@@ -19,7 +19,15 @@ from ..tfutils.tower_func import check_input_signature
 from ..utils.argtools import call_only_once, memoized_method
 
 __all__ = ['InputSource', 'FeedfreeInput', 'ProxyInputSource', 'build_or_reuse_placeholder',
-           'remap_input_source']
+           'remap_input_source', 'is_position_key']
+
+_POSITION_NAME = 'DataPosition({})'
+
+
+def is_position_key(key):
+    """Whether ``key`` of a resume state's callbacks (see
+    :meth:`~tensorpack_lite.loop.dispatch.Callbacks.get_states`) is an input source's data position."""
+    return key.startswith(_POSITION_NAME.format('')[:-1])
 
 
 class _StartSource(Callback):
@@ -42,7 +50,7 @@ class _StartSource(Callback):
         self._resume = state
 
     def __str__(self):
-        return "DataPosition({})".format(type(self._source).__name__)
+        return _POSITION_NAME.format(type(self._source).__name__)
 
 
 class InputSource:

@@ -21,6 +21,7 @@ from ..checkpoint.remote import mirror_for
 from ..checkpoint.resume_state import ResumeState
 from ..cluster.preemption import Preempted, PreemptionNotice
 from ..compat import enable_graph_mode, tf, tfv1
+from ..input_source.input_source_base import is_position_key
 from ..loop.callback import Callback
 from ..loop.dispatch import Callbacks
 from ..loop.state import Schedule, StopTraining, TrainLoop
@@ -67,6 +68,11 @@ class Trainer:
     """The number of model replicas whose batches make one training step (towers times
     processes). ``JSONWriter`` records it at each epoch's end; a run resumed with another number
     is reported (see :class:`~tensorpack_lite.train.config.AutoResumeTrainConfig`)."""
+
+    position_fits_any_world = False
+    """Whether the data position this process saves holds for any number of processes (a
+    ShardedData's: see :func:`~tensorpack_lite.dataflow.shards.share.position_fits_any_world`);
+    set by :func:`~tensorpack_lite.train.interface.launch_train_with_config`."""
 
     state_owner = None
     """Whose resume state this process writes beside a checkpoint: None on the chief (or a single
@@ -346,8 +352,10 @@ class Trainer:
         if self.is_chief or (schedule.starting_epoch == 1 and not schedule.first_step):
             return
         directory = self._own_state_directory()
-        prefix = find_resume_states(directory, self.state_owner).get(global_step) if directory else None
-        state = ResumeState.read(prefix, self.state_owner) if prefix else None
+        state = self._saved_state(directory, global_step, self.state_owner)
+        if self.position_fits_any_world and (state is None or state.world_size != self.world_size):
+            if self._take_any_worlds_position(directory, global_step, state):
+                return
         if state is None:
             logger.warn("{}: no state of its own at global step {} (no '*-{}{}' in {}): its data starts at "
                         "the beginning of an epoch, not where it was.".format(
@@ -362,6 +370,32 @@ class Trainer:
         logger.info("{} takes back its own state at global step {} ({}).".format(
             self.state_owner, global_step, state.describe()))
         self._callbacks.set_states(state.callbacks)
+
+    @staticmethod
+    def _saved_state(directory, global_step, owner):
+        """The resume state ``owner`` saved at ``global_step`` in ``directory``, or None."""
+        prefix = find_resume_states(directory, owner).get(global_step) if directory else None
+        return ResumeState.read(prefix, owner) if prefix else None
+
+    def _take_any_worlds_position(self, directory, global_step, own):
+        """A position that holds for any number of processes: this process's own state (saved
+        with another world size), else the data position of the chief's state of that step (in
+        a logger directory shared with it: a process new to the job). Whether one was taken."""
+        state, whose = own, 'its own state'
+        if state is None:
+            state = self._saved_state(directory, global_step, None)
+            if state is None:
+                return False
+            state = ResumeState(state.epoch, state.steps_done, state.global_step, state.steps_per_epoch,
+                                {key: s for key, s in state.callbacks.items() if is_position_key(key)},
+                                state.world_size)
+            whose = "the chief's data position"
+        logger.info("{} takes {} at global step {} ({}), saved by {} model replicas (this run has {}): the "
+                    "position holds for any number (ShardedData).".format(
+                        self.state_owner, whose, global_step, state.describe(), state.world_size,
+                        self.world_size))
+        self._callbacks.set_states(state.callbacks)
+        return True
 
     _state_directory = None
 

@@ -55,6 +55,11 @@ class ElasticPolicy:
     Subclasses implement :meth:`_adjust`, and may override :meth:`_check`,
     :meth:`optimizer_func` and :meth:`_callbacks`."""
 
+    keeps_global_batch = False
+    """Whether a step takes as many datapoints in all whatever the world size (then a data
+    position that holds for any world size, a ShardedData's, is resumed in the middle of an
+    epoch)."""
+
     def apply(self, config, trainer):
         """Check the policy against ``trainer`` and, when ``config`` resumes a run, set
         ``config.steps_per_epoch`` as the policy says; when the world size changed, log what
@@ -141,6 +146,8 @@ class KeepGlobalBatch(ElasticPolicy):
         policy = KeepGlobalBatch(240)     # divides among 1..6, 8, 10, 12... replicas
         df = BatchData(RankShardData(ds, rank, size), policy.per_replica_batch(trainer))
     """
+
+    keeps_global_batch = True
 
     def __init__(self, global_batch):
         self.global_batch = _whole('KeepGlobalBatch(global_batch)', global_batch)

@@ -1,5 +1,6 @@
 """launch_train_with_config: train a ModelDesc with a TrainConfig on a given trainer."""
 
+from ..dataflow.shards.share import deal_shares, position_fits_any_world
 from ..input_source.input_source import FeedInput, QueueInput, StagingInput
 from ..input_source.input_source_base import InputSource
 from ..utils import logger
@@ -28,16 +29,35 @@ def apply_default_prefetch(input_source_or_dataflow, trainer):
     return source
 
 
+def _deal_shards(config, trainer):
+    """Give the ShardedData of ``config.dataflow`` made without a share that of this process of
+    a multi-process trainer (a single process keeps the whole); say whether the DataFlow's
+    position holds for any number of processes (``trainer.position_fits_any_world``)."""
+    protocol = getattr(trainer, 'protocol', None)
+    if config.dataflow is None:
+        return
+    if protocol is not None:
+        deal_shares(config.dataflow, protocol.index, protocol.size)
+    trainer.position_fits_any_world = position_fits_any_world(config.dataflow)
+
+
 def _restart_epoch_if_resized(config, trainer):
     """A run resumed with another number of model replicas than its resume state's: the data
     positions saved were dealt to the old replicas, so they are not restored (the epoch's data
     starts anew, as in tensorpack), and a resume point in the middle of an epoch goes back to
-    that epoch's start (see docs/distributed.md, "Elastic training")."""
+    that epoch's start (see docs/distributed.md, "Elastic training"). But a position that holds
+    for any number of processes (a ShardedData's) with a policy that keeps the global batch
+    (and so the steps per epoch and what a step consumes) is kept: the run goes on at its step."""
     state = config.resume_state
     if state is None or state.world_size == trainer.world_size:
         return
     reason = "it was saved by {} model replicas (towers x processes) and this run has {}".format(
         state.world_size, trainer.world_size)
+    if trainer.position_fits_any_world and config.elastic.keeps_global_batch:
+        logger.info("The resume state of the run is restored although {}: its data position holds for any "
+                    "number of processes (ShardedData) and {!r} keeps the global batch.".format(
+                        reason, config.elastic))
+        return
     if not state.at_epoch_end:
         config.restart_epoch(reason)
     logger.info("The resume state of the run is not restored ({}): the epoch's data starts anew.".format(
@@ -68,6 +88,7 @@ def launch_train_with_config(config, trainer):
     if config.mixed_precision is not None:
         trainer.mixed_precision = config.mixed_precision
     trainer.accumulate = config.accumulate
+    _deal_shards(config, trainer)
     _restart_epoch_if_resized(config, trainer)
     config.elastic.apply(config, trainer)
     source = apply_default_prefetch(config.data if config.data is not None else config.dataflow, trainer)

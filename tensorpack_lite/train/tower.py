@@ -53,10 +53,11 @@ class _ReplicaBatchProbe(Callback):
             self.value = int(run_values.results[0])
 
     def _get_state(self):     # a run resumed mid-epoch has the value of the epoch's first step
-        return None if self.value is None else {'value': self.value}
+        return None if self.value is None else {'value': self.value, 'world_size': self.trainer.world_size}
 
-    def _set_state(self, state):
-        self.value = int(state['value'])
+    def _set_state(self, state):    # but one resumed with another world size reads it again
+        if state.get('world_size', self.trainer.world_size) == self.trainer.world_size:
+            self.value = int(state['value'])
 
 
 class TowerTrainer(Trainer):

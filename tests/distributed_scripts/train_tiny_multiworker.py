@@ -6,8 +6,11 @@ Every process of the cluster runs it (the launcher sets TF_CONFIG). Worker k
 trains on its share (RankShardData) of the same deterministic data and, when training ends,
 writes ``DIR/worker<k>.json``: its trainable variables (replicas included), global step and
 pid. Worker k starts from its own initial weights (seed ``INIT_SEED + k``), so equal final
-weights show that the chief's were used. :func:`train_single` trains the same model in one
-process on the batches of every tower of every worker together, for comparison.
+weights show that the chief's were used. With ``--data shards:URL`` it trains on a
+ShardedData of ``helpers.shards.with_ids(make_samples(N))`` instead (the trainer gives it its
+share) and appends the sample ids of every step to ``DIR/ids-worker<k>.jsonl``.
+:func:`train_single` trains the same model in one process on the batches of every tower of
+every worker together, for comparison.
 """
 
 import argparse
@@ -21,9 +24,10 @@ import numpy as np
 
 from tensorpack_lite.callbacks.early_stopping import EarlyStopping
 from tensorpack_lite.callbacks.saver import ModelSaver
+from tensorpack_lite.callbacks.trigger import PeriodicTrigger
 from tensorpack_lite.callbacks.weight_average import WeightAverage
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.dataflow import BatchData, DataFromList, ShardedData
 from tensorpack_lite.models import BatchNorm
 from tensorpack_lite.callbacks.base import Callback
 from tensorpack_lite.tfutils.summary import add_moving_summary
@@ -39,6 +43,7 @@ from helpers.anomalies import add_rollback_arguments, poison_shard, rollback_cal
 from helpers.breaking_session import BreakSessionAt  # noqa: E402
 from helpers.callbacks import RecordCost  # noqa: E402
 from helpers.models import WhileLoopRNN, add_model_arguments, sequence_samples  # noqa: E402
+from helpers.shards import SHARD_OPTIONS, RecordIds, SampleIdsInput  # noqa: E402
 
 INIT_SEED = 100
 FEATURES = 6
@@ -85,6 +90,21 @@ class TinyModel(ModelDesc):
         if self.lr_variable:
             lr = tfv1.get_variable('learning_rate', initializer=float(lr), trainable=False)
         return OPTIMIZERS[self.optimizer_name](lr)
+
+
+class TinyModelWithIds(SampleIdsInput, TinyModel):
+    """:class:`TinyModel` with the datapoints' ids as a third input."""
+
+
+class StopAtStep(Callback):
+    """Chief-only: asks every worker to stop (``request_stop``) after global step ``step``."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def _trigger_step(self):
+        if self.global_step == self.step:
+            self.trainer.request_stop("asked to stop at step {}".format(self.step))
 
 
 def make_samples(num):
@@ -300,6 +320,14 @@ def parse_args(argv):
     parser.add_argument('--logdir', help="the chief's logger directory")
     parser.add_argument('--per-worker-logdir', action='store_true',
                         help='every worker sets the logger directory LOGDIR/worker<k>')
+    parser.add_argument('--shared-logdir', action='store_true',
+                        help='every worker sets the logger directory LOGDIR')
+    parser.add_argument('--data', help="shards:URL: train on ShardedData(URL) of helpers.shards.with_ids("
+                                       "make_samples(...)) (RecordIds)")
+    parser.add_argument('--save-every-steps', type=int,
+                        help='ModelSaver every N global steps (and at the end)')
+    parser.add_argument('--stop-at-step', type=int,
+                        help="the chief asks every worker to stop after this step")
     parser.add_argument('--towers', type=int, default=1, help='CPU devices (towers) per worker')
     parser.add_argument('--batch', type=int, default=4, help='per tower')
     parser.add_argument('--hidden', type=int, default=5)
@@ -440,7 +468,7 @@ def main(argv):
     logdir = args.logdir
     if logdir and args.per_worker_logdir:
         logdir = os.path.join(logdir, 'worker{}'.format(trainer.task_index))
-    if logdir and (trainer.is_chief or args.per_worker_logdir):
+    if logdir and (trainer.is_chief or args.per_worker_logdir or args.shared_logdir):
         logger.set_logger_dir(logdir, action='k')
     policy = elastic_policy(args.elastic)
     if isinstance(policy, KeepGlobalBatch):
@@ -454,11 +482,18 @@ def main(argv):
     if args.shuffle:
         fix_rng_seed(7)
     df = RankShardData(DataFromList(samples, shuffle=args.shuffle), trainer.task_index, trainer.num_worker)
+    if args.data:
+        df = ShardedData(args.data.partition('shards:')[2], **SHARD_OPTIONS)   # the share: the trainer's
     held = os.path.join(args.out, 'worker1-held') if args.worker1_holds else None
     costs = EveryWorkerCost() if args.model == 'rnn' else None
     callbacks = [DumpWeights(os.path.join(args.out, 'worker{}.json'.format(trainer.task_index)), held, costs)]
     if costs is not None:
         callbacks.insert(0, costs)
+    if args.data:
+        ids = os.path.join(args.out, 'ids-worker{}.jsonl'.format(trainer.task_index))
+        callbacks.insert(0, RecordIds(ids))
+    if args.stop_at_step and trainer.is_chief:
+        callbacks.append(StopAtStep(args.stop_at_step))
     callbacks[:0] = rollback_callbacks(args, trainer, args.out, trainer.task_index)
     if held and trainer.task_index == 1:
         release = os.path.join(args.out, 'release-worker1')
@@ -473,7 +508,9 @@ def main(argv):
         callbacks.append(ChiefDiesSaving(args.chief_dies_saving, marker))
     elif logger.get_logger_dir():
         # ChiefLosesData damages the checkpoint of the step before: written when its trigger returns
-        callbacks.append(ModelSaver(background=not args.chief_loses_data))
+        saver = ModelSaver(background=not args.chief_loses_data)
+        callbacks.append(PeriodicTrigger(saver, every_k_steps=args.save_every_steps) if args.save_every_steps
+                         else saver)
     if args.early_stop and trainer.is_chief:
         patience, _, values = args.early_stop.partition(':')
         callbacks[:0] = [ScriptedScore([float(v) for v in values.split(',')]),   # before ModelSaver
@@ -496,8 +533,9 @@ def main(argv):
     if args.model == 'rnn':
         model = WhileLoopRNN(seed=INIT_SEED + trainer.task_index, lr=args.lr)
     else:
-        model = TinyModel(INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm,
-                          lr_variable=isinstance(policy, ScaleLearningRate))
+        model = (TinyModelWithIds if args.data else TinyModel)(
+            INIT_SEED + trainer.task_index, args.lr, args.hidden, args.optimizer, batch_norm,
+            lr_variable=isinstance(policy, ScaleLearningRate))
     config = AutoResumeTrainConfig(model=model,
                                    dataflow=BatchData(df, args.batch), callbacks=callbacks,
                                    steps_per_epoch=args.steps_per_epoch, max_epoch=args.epochs,

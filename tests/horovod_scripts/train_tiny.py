@@ -26,7 +26,7 @@ import numpy as np
 
 from tensorpack_lite.callbacks import Callback, ModelSaver
 from tensorpack_lite.compat import tf, tfv1
-from tensorpack_lite.dataflow import BatchData, DataFromList
+from tensorpack_lite.dataflow import BatchData, DataFromList, ShardedData
 from tensorpack_lite.tfutils.summary import add_moving_summary
 from tensorpack_lite.train import (AutoResumeTrainConfig, ModelDesc, StopTraining, TrainConfig,
                                    launch_train_with_config)
@@ -39,6 +39,7 @@ if TESTS not in sys.path:     # run as a program (imported by the tests, tests/ 
 from helpers.anomalies import add_rollback_arguments, poison_shard, rollback_callbacks  # noqa: E402  (tests/)
 from helpers.callbacks import RecordCost  # noqa: E402
 from helpers.models import WhileLoopRNN, add_model_arguments, sequence_samples  # noqa: E402
+from helpers.shards import SHARD_OPTIONS, RecordIds, SampleIdsInput  # noqa: E402
 
 INIT_SEED = 100
 EXIT_MESSAGE = 'Rank {rank} exits with status {status}.'
@@ -82,6 +83,10 @@ class TinyModel(ModelDesc):
 
     def optimizer(self):
         return OPTIMIZERS[self.optimizer_name](self.lr)
+
+
+class TinyModelWithIds(SampleIdsInput, TinyModel):
+    """:class:`TinyModel` with the datapoints' ids as a third input."""
 
 
 def make_samples(num):
@@ -283,6 +288,8 @@ def parse_args(argv):
                         help='rank RANK builds TOWERS towers instead of --towers')
     parser.add_argument('--raise-before-training', type=int, metavar='RANK',
                         help='rank RANK raises an exception after the engine started, before training')
+    parser.add_argument('--data', help="shards:URL: train on ShardedData(URL) of helpers.shards.with_ids("
+                                       "make_samples(...)); each step's ids go to OUT/ids-rank<r>.jsonl")
     parser.add_argument('--keep-global-batch', type=int, metavar='BATCH',
                         help='AutoResumeTrainConfig(elastic=KeepGlobalBatch(BATCH)), which sets --batch')
     add_model_arguments(parser, 'rank')
@@ -324,13 +331,17 @@ def main(argv):
     num = args.steps_per_epoch * args.batch * trainer.size * (args.towers or 1)
     samples = make_samples(num) if args.model == 'tiny' else sequence_samples(num)
     samples = poison_shard(samples, args, trainer.size, args.batch * trainer.size * (args.towers or 1))
-    df = BatchData(RankShardData(DataFromList(samples, shuffle=False), trainer.rank, trainer.size),
-                   args.batch)
+    df = RankShardData(DataFromList(samples, shuffle=False), trainer.rank, trainer.size)
+    if args.data:
+        df = ShardedData(args.data.partition('shards:')[2], **SHARD_OPTIONS)   # the share: the trainer's
+    df = BatchData(df, args.batch)
     costs = EveryRankCost() if args.model == 'rnn' else None
     callbacks = [DumpWeights(os.path.join(args.out, 'rank{}.json'.format(trainer.rank)), trainer.rank, costs)]
     if costs is not None:
         callbacks.insert(0, costs)
     callbacks[:0] = rollback_callbacks(args, trainer, args.out, trainer.rank)
+    if args.data:
+        callbacks.insert(0, RecordIds(os.path.join(args.out, 'ids-rank{}.jsonl'.format(trainer.rank))))
     if args.logdir:
         callbacks.append(ModelSaver())
     if args.stop_at_step:
@@ -346,8 +357,8 @@ def main(argv):
     if args.model == 'rnn':
         model = WhileLoopRNN(seed=INIT_SEED + trainer.rank, lr=args.lr)
     else:
-        model = TinyModel(INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None,
-                          args.optimizer)
+        model = (TinyModelWithIds if args.data else TinyModel)(
+            INIT_SEED + trainer.rank, args.lr, 'horovod' if args.sync_batch_norm else None, args.optimizer)
     session_config = None if args.towers is None else tfv1.ConfigProto(device_count={'CPU': args.towers})
     config = (TrainConfig if policy is None and not args.resume else AutoResumeTrainConfig)(
         model=model, dataflow=df, callbacks=callbacks, session_config=session_config,

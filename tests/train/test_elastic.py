@@ -46,15 +46,17 @@ def samples(num):
     return x, y
 
 
-def train(towers, batch, max_epoch, policy, steps_per_epoch, num=48, model=None, saver=None):
+def train(towers, batch, max_epoch, policy, steps_per_epoch, num=48, model=None, saver=None, data=None):
     """Resume (or start) the run in the logger directory with ``towers`` towers of ``batch``
-    datapoints each; returns the weights of the newest checkpoint."""
+    datapoints each (of the DataFlow ``data``, by default :func:`samples` in order); returns
+    the config."""
     x, y = samples(num)
     with tfv1.Graph().as_default():
         trainer = (SyncMultiGPUTrainerParameterServer(['/cpu:{}'.format(i) for i in range(towers)])
                    if towers > 1 else SimpleTrainer())
         config = AutoResumeTrainConfig(
-            model=model or linear(), dataflow=BatchData(DataFromList(list(zip(x, y)), shuffle=False), batch),
+            model=model or linear(),
+            dataflow=BatchData(data or DataFromList(list(zip(x, y)), shuffle=False), batch),
             callbacks=[saver or ModelSaver()], monitors=None, steps_per_epoch=steps_per_epoch,
             max_epoch=max_epoch, elastic=policy,
             session_config=tfv1.ConfigProto(device_count={'CPU': towers}))
@@ -305,3 +307,39 @@ def test_a_mid_epoch_checkpoint_resumed_with_another_number_of_towers_restarts_i
                     "epoch 1), 2 steps are trained again."]
     assert config.starting_epoch == 2 and config.resume_state is None
     assert stats(logdir) == [(1, 4, 4, 12, 4), (2, 8, 3, 12, 4)]
+
+
+def test_a_mid_epoch_checkpoint_of_shards_resumed_with_another_number_of_towers_goes_on_at_its_step(
+        logdir, tmp_path, log_records):
+    """The same, with the samples in a ShardedData, whose position holds for any number of
+    replicas: 3 towers go on at step 6 (step 2 of epoch 2), saying why, and end at the weights
+    of a run on 4 towers throughout."""
+    from tensorpack_lite.dataflow import ShardedData, save_shards
+    from tensorpack_lite.train.base import StopTraining
+    from tensorpack_lite.utils import logger
+    from helpers.callbacks import RaiseAt
+
+    x, y = samples(48)
+    save_shards(DataFromList(list(zip(x, y)), shuffle=False), str(tmp_path / 'shards'), shard_bytes=200)
+
+    def shards():
+        return ShardedData(str(tmp_path / 'shards'), seed=1, window=8, lanes=4)
+
+    policy = KeepGlobalBatch(12)
+    with tfv1.Graph().as_default():
+        config = TrainConfig(model=linear(), dataflow=BatchData(shards(), 3),
+                             callbacks=[ModelSaver(background=False), RaiseAt(6, StopTraining('stop at 6'))],
+                             steps_per_epoch=4, max_epoch=2, elastic=policy,
+                             session_config=tfv1.ConfigProto(device_count={'CPU': 4}))
+        trainer = SyncMultiGPUTrainerParameterServer(['/cpu:{}'.format(i) for i in range(4)])
+        launch_train_with_config(config, trainer)
+    config = train(3, 4, 2, policy, steps_per_epoch=4, data=shards())
+    assert (config.starting_epoch, config.resume_state.steps_done) == (2, 2)
+    assert ("The resume state of the run is restored although it was saved by 4 model replicas (towers x "
+            "processes) and this run has 3: its data position holds for any number of processes "
+            "(ShardedData) and KeepGlobalBatch(12) keeps the global batch.") in log_records.messages()
+    assert stats(logdir) == [(1, 4, 4, 12, 4), (2, 8, 3, 12, 4)]
+    resized = newest_weights(logdir)
+    logger.set_logger_dir(str(tmp_path / 'whole'), action='d')
+    train(4, 3, 2, policy, steps_per_epoch=4, data=shards())
+    np.testing.assert_allclose(resized, newest_weights(str(tmp_path / 'whole')), rtol=0, atol=1e-5)

@@ -54,28 +54,43 @@ class ShardedData(DataFlow):
     datapoints per epoch, ``total // world``: the last ``total % world`` places of an epoch are
     not read.
 
+    Without ``rank`` and ``world`` it is the whole dataset (0 of 1) until
+    :func:`~tensorpack_lite.train.interface.launch_train_with_config` gives it the share of the
+    process of a multi-process trainer (its rank, or task index, and the number of processes):
+    ``len()`` is then that share's, so give ``TrainConfig`` its ``steps_per_epoch``.
+
     Its state (``get_state()``) is ``{'epoch', 'consumed': places of the epoch's global order
     consumed by all workers, 'order': what fixes the order}``: restored into a ``ShardedData`` of
     the same dataset and order with any ``world`` (and any cache), it goes on with the next
     places, reading no datapoint before them.
     """
 
-    def __init__(self, url, rank=0, world=1, seed=0, shuffle=True, window=1024, lanes=48,
+    def __init__(self, url, rank=None, world=None, seed=0, shuffle=True, window=1024, lanes=48,
                  cache_dir=None, cache_bytes=1 << 30, storage_options=None, retry_seconds=120.0):
-        if not 0 <= int(rank) < int(world):
-            raise ValueError("ShardedData: rank {} is not in [0, world={})".format(rank, world))
+        if (rank is None) != (world is None):
+            raise ValueError("ShardedData: give both rank and world, or neither (the trainer's), got "
+                             "rank={}, world={}".format(rank, world))
+        self.share_from_trainer = rank is None
+        """Whether the share is the trainer's (made without ``rank`` and ``world``: see
+        :func:`~tensorpack_lite.dataflow.shards.share.deal_shares`)."""
+        self.set_share(0 if rank is None else rank, 1 if world is None else world)
         self.store = ShardStore(url, storage_options)
         self.index = _read_index(self.store)
         self.order = GlobalOrder([e['count'] for e in self.index['shards']], seed=seed, shuffle=shuffle,
                                  window=window, lanes=lanes)
         self._sizes = np.array([e['bytes'] for e in self.index['shards']], dtype=np.int64)
-        self.rank, self.world = int(rank), int(world)
         self.cache_dir, self.cache_bytes, self.retry_seconds = cache_dir, int(cache_bytes), retry_seconds
         self._epoch, self._resume = 0, None
         self._position = None   # (epoch, consumed at the start, datapoints produced) while iterating
         self._live = None       # a weak reference to the generator of the iteration in progress
         self._directory = None
         self._fetched, self._cache = 0, None
+
+    def set_share(self, rank, world):
+        """Make this the share of worker ``rank`` of ``world`` from the next iteration on."""
+        if not 0 <= int(rank) < int(world):
+            raise ValueError("ShardedData: rank {} is not in [0, world={})".format(rank, world))
+        self.rank, self.world = int(rank), int(world)
 
     def __len__(self):
         return share_length(self.order.total, 0, self.world)
