@@ -237,11 +237,25 @@ class RollbackOnAnomaly(Callback):
                            if v is not step and v is not self._lr_var] + \
             [v for v in tfv1.local_variables() if _REPLICA.match(v.op.name)] + \
             (list(self._accumulator.variables) if self._accumulator is not None else [])
+        self._keep_to_chief(trainer)
         self._finite = None
         if self.check_weights:
             floats = [v for v in self._variables if v.dtype.base_dtype.is_floating]
             self._finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in floats]),
                                          name='weights_finite')
+
+    def _keep_to_chief(self, trainer):
+        """On a parameter-server trainer, the variables the parameter servers hold are one copy
+        for every worker: the chief alone snapshots and restores them (the others meet it after,
+        :meth:`_roll_back`); each worker its own variables (e.g. its replicas)."""
+        shared = getattr(trainer, 'shared_variables', None)
+        mine = self._variables + ([self._lr_var] if self._lr_var is not None else [])
+        self._shared = shared(mine) if shared is not None else []
+        if self._shared and not trainer.is_chief:
+            names = {v.name for v in self._shared}
+            self._variables = [v for v in self._variables if v.name not in names]
+            if self._lr_var is not None and self._lr_var.name in names:
+                self._lr_var = None
 
     def _check_trainer(self, trainer):
         """Raise when this callback cannot roll ``trainer`` back; return the vote that carries the
@@ -259,7 +273,7 @@ class RollbackOnAnomaly(Callback):
                 "{}: gradient accumulation (accumulate={}) in {} processes is not supported: only the "
                 "last run of an update reduces across the processes, so the costs of the others are not "
                 "known to every process.".format(self, trainer.accumulate, trainer.world_size // towers))
-        vote = getattr(getattr(trainer, 'protocol', None), 'vote', None)
+        vote = getattr(getattr(trainer, 'protocol', None), 'cost_vote', None)
         carried = getattr(vote, 'costs_carried', None)
         processes = trainer.world_size // towers
         if not carried and getattr(trainer, 'CHECK_COST', False):
@@ -268,9 +282,8 @@ class RollbackOnAnomaly(Callback):
                              "= False before the trainer builds its graph.".format(self, name, processes))
         if not carried:
             raise NotImplementedError(
-                "{}: {} trains in {} processes whose steps carry no all-reduce of the cost (e.g. the "
-                "parameter-server trainers, or XLA_COMPILE): the processes could not take the decision "
-                "together. Use CollectiveAllReduceTrainer or HorovodTrainer.".format(self, name, processes))
+                "{}: {} trains in {} processes whose steps carry no cost (XLA_COMPILE): the processes "
+                "could not take the decision together.".format(self, name, processes))
         if self.check_weights:
             raise NotImplementedError("{}: check_weights with {} processes: each would check its own "
                                       "weights, not one decision for all.".format(self, processes))
@@ -403,6 +416,8 @@ class RollbackOnAnomaly(Callback):
                                    self, len(recent), self.rollback_period, self.max_rollbacks,
                                    ', '.join(map(str, recent)), reason))
         self._update.update({v.name: value for v, value in zip(self._variables, values)})
+        if self._shared:
+            self.trainer.meet_chief()       # the others go on once the chief restored the shared ones
         self._read_skipped()
         self.windows.append(record)
         self._base = step
@@ -416,7 +431,7 @@ class RollbackOnAnomaly(Callback):
         self.trainer.monitors.put_scalar('rollbacks', len(self.windows))
 
     def _start_lr_scaling(self, step):
-        if self.lr_scale is None:
+        if self._lr_var is None:      # (the chief's, when the parameter servers hold it)
             return
         sess = self.trainer.sess
         restore = self._lr['restore'] if self._lr else float(sess.run(self._lr_var))
@@ -426,7 +441,7 @@ class RollbackOnAnomaly(Callback):
             self, self.lr_name, restore * self.lr_scale, self._lr['until']))
 
     def _end_lr_scaling(self, step):
-        if self._lr is None or step < self._lr['until']:
+        if self._lr is None or self._lr_var is None or step < self._lr['until']:
             return
         self._update.update({self._lr_var.name: self._lr['restore']})
         logger.info("{}: {} back to {:.6g}.".format(self, self.lr_name, self._lr['restore']))

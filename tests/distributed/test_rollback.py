@@ -1,9 +1,10 @@
 """RollbackOnAnomaly on every process of a job (issue 70): NaN inputs in step 37 of ONE process's
-data, on 2 collective workers and on 2 MPI ranks (HorovodTrainer on the MPI engine). The step's mean
-cost travels with the gradients' all-reduce (the stop vote's buffer), so every process reads the
-same NaN and rolls back after the same step to its own snapshot of step 30: both end with the
-weights of one process trained on the data without steps 31-37. Without the callback the weights
-end NaN."""
+data, on 2 collective workers, on 2 parameter-server workers and on 2 MPI ranks (HorovodTrainer on
+the MPI engine). The step's mean cost travels with the gradients' all-reduce (the stop vote's
+buffer; through the chief with the parameter servers), so every process reads the same NaN and
+rolls back after the same step to its own snapshot of step 30 (the chief's of the ps-held
+variables): all end with the weights of one process trained on the data without steps 31-37.
+Without the callback the weights end NaN."""
 
 import json
 
@@ -19,11 +20,12 @@ BATCH, HIDDEN, LR, STEPS, SNAPSHOT_EVERY, BAD = MPI_BATCH, 5, MPI_LR, 40, 10, 37
 WINDOW = {'snapshot': 30, 'first': 31, 'last': BAD}
 
 
-def collective(tmp_path, *args, poison=True, towers=1, **kwargs):
-    """A run of 2 collective workers; with ``poison``, worker 1's inputs of step BAD are NaN."""
-    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--batch', BATCH, '--hidden', HIDDEN, '--lr', LR,
-                               '--towers', towers, '--samples', 2 * towers * BATCH * STEPS,
-                               '--steps-per-epoch', STEPS]
+def collective(tmp_path, *args, poison=True, towers=1, trainer='collective', **kwargs):
+    """A run of 2 collective workers (or of 2 workers and a ps, ``trainer`` 'ps' or 'replicated');
+    with ``poison``, worker 1's inputs of step BAD are NaN."""
+    run = Run(tmp_path, 2, int(trainer != 'collective'),
+              ['--trainer', trainer, '--batch', BATCH, '--hidden', HIDDEN, '--lr', LR,
+               '--towers', towers, '--samples', 2 * towers * BATCH * STEPS, '--steps-per-epoch', STEPS]
               + (['--poison', 1, BAD] if poison else []) + list(args), **kwargs)
     if kwargs:
         return run
@@ -63,6 +65,16 @@ def test_collective_workers_roll_back_together_when_one_workers_batch_is_nan(tmp
     """(With 2 towers a worker, its towers' replicas ``tower1/...`` too.)"""
     workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, towers=towers)
     reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, towers=towers)
+    assert_rolled_back_together(tmp_path, workers, reference)
+
+
+@pytest.mark.parametrize('trainer', ['ps', 'replicated'])
+def test_parameter_server_workers_roll_back_together_when_one_workers_batch_is_nan(tmp_path, trainer):
+    """Each worker's cost travels to the chief with its gradients, the chief's token brings every
+    worker the step's mean; the chief alone restores the variables on the ps (its snapshot), the
+    other worker its own (its replicas) and waits for the chief before its next step."""
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, trainer=trainer)
+    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN)
     assert_rolled_back_together(tmp_path, workers, reference)
 
 
