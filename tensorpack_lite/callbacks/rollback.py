@@ -268,11 +268,13 @@ class RollbackOnAnomaly(Callback):
         towers = len(getattr(trainer, 'devices', None) or ()) or 1
         if getattr(trainer, 'world_size', 1) <= towers:
             return None
-        if getattr(trainer, 'accumulate', 1) > 1:
-            raise NotImplementedError(
-                "{}: gradient accumulation (accumulate={}) in {} processes is not supported: only the "
-                "last run of an update reduces across the processes, so the costs of the others are not "
-                "known to every process.".format(self, trainer.accumulate, trainer.world_size // towers))
+        accumulate = getattr(trainer, 'accumulate', 1)
+        if self.snapshot_every % accumulate:
+            raise ValueError("{}: with accumulate={} in {} processes, only an update's last step is judged "
+                             "(its all-reduce carries the update's mean cost): snapshot_every={} must be a "
+                             "multiple of {} so that the snapshots lie between updates.".format(
+                                 self, accumulate, trainer.world_size // towers, self.snapshot_every,
+                                 accumulate))
         vote = getattr(getattr(trainer, 'protocol', None), 'cost_vote', None)
         carried = getattr(vote, 'costs_carried', None)
         processes = trainer.world_size // towers
@@ -288,10 +290,14 @@ class RollbackOnAnomaly(Callback):
             raise NotImplementedError("{}: check_weights with {} processes: each would check its own "
                                       "weights, not one decision for all.".format(self, processes))
         watched = {t.name for t in self._loss_tensors()}
-        if not watched <= {t.name for t in carried}:
+        # with accumulation, the vote carries the costs' means over the update
+        means = {mean.name: cost.name for cost, mean in getattr(getattr(trainer, 'accumulator', None),
+                                                                'costs', ())}
+        carried = [means.get(t.name, t.name) for t in carried]
+        if not watched <= set(carried):
             raise ValueError("{}: with {} processes the loss watched must be the cost the trainer minimizes "
                              "({}), whose mean every process reads from the step's all-reduce; '{}' is "
-                             "{}.".format(self, processes, ', '.join(t.name for t in carried), self.loss_name,
+                             "{}.".format(self, processes, ', '.join(carried), self.loss_name,
                                           ', '.join(sorted(watched))))
         return vote
 
@@ -345,26 +351,23 @@ class RollbackOnAnomaly(Callback):
         skipped = int(results.pop()) if self._skipped_var is not None and self._updates else self._skipped
         self._step_skipped = skipped is not None and self._skipped is not None and skipped > self._skipped
         self._skipped = skipped
-        # with several processes, the step's mean cost is the vote's, read once every hook ran
-        self._loss_value = float(results[0]) if self._vote is None else True
+        # with several processes, the step's mean cost is the vote's, read once every hook ran (with
+        # accumulation, it reduces in an update's last run only: the update's mean cost)
+        if self._vote is None:
+            self._loss_value = float(results[0])
+        else:
+            self._loss_value = True if self._updates else None
 
     def _trigger_step(self):
-        step, value = self.global_step, self._loss_value
-        if value is None:     # no run of the step fetched the loss
-            return
-        self._loss_value = None
-        replay = self._replays[0] if self._replays and self._replays[0]['last'] == step else None
-        if replay is not None:
-            self._replays.pop(0)
-        if self._vote is not None:
-            value, marks = self._vote.step_cost, self._vote.marks
-            replayed = 'replayed: {}'.format(replay['reason']) if replay else \
-                'replayed (marked by {})'.format(self.trainer.protocol.CHIEF)
-            replayed = replayed if 'rollback' in marks else None
-            snapshot = 'snapshot' in marks
-        else:
-            replayed = 'replayed: {}'.format(replay['reason']) if replay else None
-            snapshot = any(r['snapshot'] == step for r in self._replays)
+        step = self.global_step
+        if self._loss_value is not None:   # (None: no run of the step fetched it, or the vote did not reduce)
+            self._judge(step)
+        self._mark_next_step(step)
+
+    def _judge(self, step):
+        """After a step whose loss was read: roll back, or go on (a snapshot when one is due)."""
+        value, self._loss_value = self._loss_value, None
+        value, replayed, snapshot = self._step_outcome(step, value)
         # a step the loss scaling skipped (gradients not finite) applied no update: nothing to undo
         reason = None if self._step_skipped else self._anomaly(value)
         reason = reason or replayed
@@ -376,13 +379,32 @@ class RollbackOnAnomaly(Callback):
             self._pending = None
             self._roll_back(step, value, reason)
         else:
-            if self.spikes is not None and not self._step_skipped:
-                self.spikes.observe(step, value)
-            if step % self.snapshot_every == 0 or snapshot:
-                self._take_snapshot(step)
-                self._base = step
-            self._end_lr_scaling(step)
-        self._mark_next_step(step)
+            self._go_on(step, value, snapshot)
+
+    def _step_outcome(self, step, value):
+        """``(loss, replayed, snapshot)`` of the step: its loss (with several processes the
+        vote's mean), why it is rolled back as a replay of a recorded window (else None) and
+        whether a replay snapshots after it."""
+        replay = self._replays[0] if self._replays and self._replays[0]['last'] == step else None
+        if replay is not None:
+            self._replays.pop(0)
+        if self._vote is None:
+            replayed = 'replayed: {}'.format(replay['reason']) if replay else None
+            return value, replayed, any(r['snapshot'] == step for r in self._replays)
+        marks = self._vote.marks
+        replayed = 'replayed: {}'.format(replay['reason']) if replay else \
+            'replayed (marked by {})'.format(self.trainer.protocol.CHIEF)
+        return self._vote.step_cost, replayed if 'rollback' in marks else None, 'snapshot' in marks
+
+    def _go_on(self, step, value, snapshot):
+        """After a good step: into the spike window; a snapshot when due; the rate back after
+        its scaling."""
+        if self.spikes is not None and not self._step_skipped:
+            self.spikes.observe(step, value)
+        if step % self.snapshot_every == 0 or snapshot:
+            self._take_snapshot(step)
+            self._base = step
+        self._end_lr_scaling(step)
 
     def _anomaly(self, value):
         if not math.isfinite(value):
@@ -395,7 +417,10 @@ class RollbackOnAnomaly(Callback):
 
     @property
     def _steps_per_update(self):
-        return 1 if self._accumulator is None else self._accumulator.num_micro_batches
+        """The steps after a snapshot a rollback undoes a multiple of (whole updates): 1 when
+        the vote judges each update at its end."""
+        return 1 if self._accumulator is None or self._vote is not None else \
+            self._accumulator.num_micro_batches
 
     def _take_snapshot(self, step):
         self._snapshot = (step, self.trainer.sess.run(self._variables))

@@ -186,9 +186,14 @@ class SingleCostTrainer(TowerTrainer):
     _tower_costs = ()     # the training towers' costs, in tower order, once built (none with XLA)
 
     def _shared_costs(self):
-        """The training towers' costs for a multi-process trainer's all-reduce: none while
-        :attr:`CHECK_COST` stops at a non-finite cost (nothing then reads them)."""
-        return [] if self.CHECK_COST else list(self._tower_costs)
+        """The training towers' costs for a multi-process trainer's all-reduce (once, while it
+        builds it): none while :attr:`CHECK_COST` stops at a non-finite cost (nothing then
+        reads them). With ``accumulate`` > 1, each the mean over the update's micro-batches:
+        only the update's run reduces."""
+        costs = [] if self.CHECK_COST else list(self._tower_costs)
+        if self._accumulator is not None:
+            costs = [self._accumulator.add_cost(cost) for cost in costs]
+        return costs
 
     @property
     def checks_cost(self):

@@ -41,20 +41,21 @@ def mpi_ranks(tmp_path, *args):
     return [load_rank(tmp_path, r) for r in range(2)]
 
 
-def without_window(make_samples, train_single, *args, towers=1):
-    """One process on both processes' batches of every step but those of the window."""
+def without_window(make_samples, train_single, *args, towers=1, window=WINDOW, accumulate=1):
+    """One process on both processes' batches of every step but those of the window (with
+    ``accumulate``, an update a step: the batches of its steps together)."""
     size = 2 * towers * BATCH
     samples = make_samples(STEPS * size)
-    del samples[(WINDOW['first'] - 1) * size:WINDOW['last'] * size]
-    kept = STEPS - (WINDOW['last'] - WINDOW['first'] + 1)
-    return train_single(samples, size, LR, *args, kept, 1)
+    del samples[(window['first'] - 1) * size:window['last'] * size]
+    kept = STEPS - (window['last'] - window['first'] + 1)
+    return train_single(samples, size * accumulate, LR, *args, kept // accumulate, 1)
 
 
-def assert_rolled_back_together(tmp_path, processes, reference, reason='loss nan'):
+def assert_rolled_back_together(tmp_path, processes, reference, reason='loss nan', window=WINDOW):
     for k, process in enumerate(processes):
         assert process['global_step'] == STEPS
         windows = load_rollbacks(tmp_path, k)
-        assert [{key: w[key] for key in WINDOW} for w in windows] == [WINDOW], windows
+        assert [{key: w[key] for key in window} for w in windows] == [window], windows
         assert all(np.all(np.isfinite(value)) for value in process['weights'].values())
         assert_replicas_match(process['weights'], reference, atol=1e-5)
     assert load_rollbacks(tmp_path, 0)[0]['reason'] == reason     # (the mean of a NaN and a number)
@@ -68,14 +69,28 @@ def test_collective_workers_roll_back_together_when_one_workers_batch_is_nan(tmp
     assert_rolled_back_together(tmp_path, workers, reference)
 
 
-@pytest.mark.parametrize('trainer', ['ps', 'replicated'])
-def test_parameter_server_workers_roll_back_together_when_one_workers_batch_is_nan(tmp_path, trainer):
+def test_collective_workers_with_accumulation_undo_whole_updates_together(tmp_path):
+    """accumulate=2: only an update's last step reduces, carrying each worker's mean cost over the
+    update: both read the NaN of step 37 at the end of its update (38) and undo 31-38, 4 updates."""
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, '--accumulate', 2)
+    window = dict(WINDOW, last=BAD + 1)
+    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, window=window,
+                               accumulate=2)
+    assert_rolled_back_together(tmp_path, workers, reference, window=window)
+
+
+@pytest.mark.parametrize('trainer, accumulate', [('ps', 2), ('replicated', 1)])
+def test_parameter_server_workers_roll_back_together_when_one_workers_batch_is_nan(
+        tmp_path, trainer, accumulate):
     """Each worker's cost travels to the chief with its gradients, the chief's token brings every
     worker the step's mean; the chief alone restores the variables on the ps (its snapshot), the
-    other worker its own (its replicas) and waits for the chief before its next step."""
-    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, trainer=trainer)
-    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN)
-    assert_rolled_back_together(tmp_path, workers, reference)
+    other worker its own (its replicas) and waits for the chief before its next step. (With
+    accumulate=2, the update of steps 37-38 is undone at its end.)"""
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, '--accumulate', accumulate, trainer=trainer)
+    window = dict(WINDOW, last=BAD + accumulate - 1)
+    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, window=window,
+                               accumulate=accumulate)
+    assert_rolled_back_together(tmp_path, workers, reference, window=window)
 
 
 def test_a_job_killed_after_a_rollback_replays_it_on_every_worker_when_resumed(tmp_path):
