@@ -100,6 +100,10 @@ class SpikeRule:
         self.history = [(s, v) for s, v in self._history if s <= step]
 
 
+def _mean(tensors):
+    return tensors[0] if len(tensors) == 1 else tf.add_n(tensors) / float(len(tensors))
+
+
 def _middle(ordered, start=0):
     """The median of the sorted list ``ordered[start:]`` (the mean of the two middle values for an
     even length), without copying it."""
@@ -165,7 +169,8 @@ class RollbackOnAnomaly(Callback):
     _chief_only = False    # every process would have to roll back
 
     def __init__(self, loss='cost', snapshot_every=100, spikes=True, max_rollbacks=5, rollback_period=1000,
-                 check_weights=False, lr_scale=None, lr_steps=100, lr_name='learning_rate'):
+                 check_weights=False, lr_scale=None, lr_steps=100, lr_name='learning_rate',
+                 watch_gradient_norm=False):
         if not isinstance(loss, str) or not loss:
             raise TypeError("RollbackOnAnomaly: loss must be a tensor name (str), got {!r}".format(loss))
         for name, value in (('snapshot_every', snapshot_every), ('max_rollbacks', max_rollbacks),
@@ -190,6 +195,10 @@ class RollbackOnAnomaly(Callback):
         self.spikes = spikes
         self.max_rollbacks, self.rollback_period = int(max_rollbacks), int(rollback_period)
         self.check_weights = bool(check_weights)
+        self.watch_gradient_norm = bool(watch_gradient_norm)
+        self.gradient_spikes = None if spikes is None or not watch_gradient_norm else \
+            SpikeRule(spikes.k, spikes.window, spikes.warmup, spikes.min_spread)
+        """The :class:`SpikeRule` of the gradient norm (``spikes`` ' parameters, a window of its own)."""
         self.lr_scale = None if lr_scale is None else float(lr_scale)
         self.lr_steps, self.lr_name = int(lr_steps), lr_name
         self.windows = []
@@ -208,6 +217,7 @@ class RollbackOnAnomaly(Callback):
         self._pending = None       # (reason, value) of an anomaly inside an update, rolled back at its end
         self._base = None          # the global step the model's state continues from
         self._loss_value = None
+        self._norm_value = None
 
     def __str__(self):
         return "RollbackOnAnomaly('{}')".format(self.loss_name)
@@ -223,6 +233,8 @@ class RollbackOnAnomaly(Callback):
         fetches = [] if self._vote is not None else [self._mean_loss()]
         # with accumulation, the runs before an update's last fetch nothing that runs the update
         self._fetch_between = tfv1.train.SessionRunArgs(fetches=list(fetches))    # built once
+        if self.watch_gradient_norm and self._vote is None:     # (else the vote's)
+            fetches.append(_mean(trainer.tower_gradient_norms()))
         if self._skipped_var is not None:
             with tf.control_dependencies([trainer.train_op]):     # read after the step's update
                 fetches.append(tf.identity(self._skipped_var.read_value(), name='skipped_after_step'))
@@ -286,6 +298,9 @@ class RollbackOnAnomaly(Callback):
             raise NotImplementedError(
                 "{}: {} trains in {} processes whose steps carry no cost (XLA_COMPILE): the processes "
                 "could not take the decision together.".format(self, name, processes))
+        if self.watch_gradient_norm and not vote.gradient_norms_carried:
+            raise ValueError("{}: watch_gradient_norm with {} processes: {}'s reduction carries no gradient "
+                             "norm.".format(self, processes, name))
         if self.check_weights:
             raise NotImplementedError("{}: check_weights with {} processes: each would check its own "
                                       "weights, not one decision for all.".format(self, processes))
@@ -302,8 +317,7 @@ class RollbackOnAnomaly(Callback):
         return vote
 
     def _mean_loss(self):
-        losses = [tf.cast(loss, tf.float32) for loss in self._loss_tensors()]
-        return losses[0] if len(losses) == 1 else tf.add_n(losses) / float(len(losses))
+        return _mean([tf.cast(loss, tf.float32) for loss in self._loss_tensors()])
 
     def _loss_tensors(self):
         """The training towers' tensors ``loss_name`` (or the graph's)."""
@@ -355,6 +369,7 @@ class RollbackOnAnomaly(Callback):
         # accumulation, it reduces in an update's last run only: the update's mean cost)
         if self._vote is None:
             self._loss_value = float(results[0])
+            self._norm_value = float(results[1]) if len(results) > 1 else None
         else:
             self._loss_value = True if self._updates else None
 
@@ -367,9 +382,9 @@ class RollbackOnAnomaly(Callback):
     def _judge(self, step):
         """After a step whose loss was read: roll back, or go on (a snapshot when one is due)."""
         value, self._loss_value = self._loss_value, None
-        value, replayed, snapshot = self._step_outcome(step, value)
+        value, norm, replayed, snapshot = self._step_outcome(step, value)
         # a step the loss scaling skipped (gradients not finite) applied no update: nothing to undo
-        reason = None if self._step_skipped else self._anomaly(value)
+        reason = None if self._step_skipped else self._anomaly(value, norm)
         reason = reason or replayed
         if self._pending is not None:        # an anomaly earlier in this update
             reason, value = self._pending
@@ -379,38 +394,47 @@ class RollbackOnAnomaly(Callback):
             self._pending = None
             self._roll_back(step, value, reason)
         else:
-            self._go_on(step, value, snapshot)
+            self._go_on(step, value, norm, snapshot)
 
     def _step_outcome(self, step, value):
-        """``(loss, replayed, snapshot)`` of the step: its loss (with several processes the
-        vote's mean), why it is rolled back as a replay of a recorded window (else None) and
-        whether a replay snapshots after it."""
+        """``(loss, gradient norm, replayed, snapshot)`` of the step: its loss and gradient norm
+        (None when not watched, or not read in this step; with several processes the vote's
+        means), why it is rolled back as a replay of a recorded window (else None) and whether a
+        replay snapshots after it."""
         replay = self._replays[0] if self._replays and self._replays[0]['last'] == step else None
         if replay is not None:
             self._replays.pop(0)
         if self._vote is None:
             replayed = 'replayed: {}'.format(replay['reason']) if replay else None
-            return value, replayed, any(r['snapshot'] == step for r in self._replays)
+            norm, self._norm_value = self._norm_value, None
+            return value, norm, replayed, any(r['snapshot'] == step for r in self._replays)
         marks = self._vote.marks
         replayed = 'replayed: {}'.format(replay['reason']) if replay else \
             'replayed (marked by {})'.format(self.trainer.protocol.CHIEF)
-        return self._vote.step_cost, replayed if 'rollback' in marks else None, 'snapshot' in marks
+        norm = self._vote.step_gradient_norm if self.watch_gradient_norm else None
+        return self._vote.step_cost, norm, replayed if 'rollback' in marks else None, 'snapshot' in marks
 
-    def _go_on(self, step, value, snapshot):
-        """After a good step: into the spike window; a snapshot when due; the rate back after
+    def _go_on(self, step, value, norm, snapshot):
+        """After a good step: into the spike windows; a snapshot when due; the rate back after
         its scaling."""
         if self.spikes is not None and not self._step_skipped:
             self.spikes.observe(step, value)
+        if self.gradient_spikes is not None and norm is not None and not self._step_skipped:
+            self.gradient_spikes.observe(step, norm)
         if step % self.snapshot_every == 0 or snapshot:
             self._take_snapshot(step)
             self._base = step
         self._end_lr_scaling(step)
 
-    def _anomaly(self, value):
+    def _anomaly(self, value, norm):
         if not math.isfinite(value):
             return 'loss {}'.format(value)
-        if self.spikes is not None and self.spikes.is_spike(value):
-            return 'loss spike: {:.6g} > {:.6g} ({!r})'.format(value, self.spikes.limit(), self.spikes)
+        if norm is not None and not math.isfinite(norm):
+            return 'gradient norm {}'.format(norm)
+        for name, rule, watched in (('loss', self.spikes, value),
+                                    ('gradient norm', self.gradient_spikes, norm)):
+            if rule is not None and watched is not None and rule.is_spike(watched):
+                return '{} spike: {:.6g} > {:.6g} ({!r})'.format(name, watched, rule.limit(), rule)
         if self._finite is not None and not self.trainer.sess.run(self._finite):
             return 'weights not finite'
         return None
@@ -446,8 +470,9 @@ class RollbackOnAnomaly(Callback):
         self._read_skipped()
         self.windows.append(record)
         self._base = step
-        if self.spikes is not None:
-            self.spikes.forget_after(record['first'] - 1)
+        for rule in (self.spikes, self.gradient_spikes):
+            if rule is not None:
+                rule.forget_after(record['first'] - 1)
         self._start_lr_scaling(step)
         self._write_records()
         logger.warn("{}: {} at global step {}: restored the snapshot of step {}; the updates of steps "
@@ -506,6 +531,8 @@ class RollbackOnAnomaly(Callback):
     def _get_state(self):
         return {'windows': [dict(w) for w in self.windows],     # copies: a checkpoint may be written later
                 'spike_history': [list(p) for p in self.spikes.history] if self.spikes is not None else [],
+                'gradient_norm_history': [list(p) for p in self.gradient_spikes.history]
+                if self.gradient_spikes is not None else [],
                 'lr': dict(self._lr) if self._lr is not None else None}
 
     def _set_state(self, state):
@@ -513,6 +540,9 @@ class RollbackOnAnomaly(Callback):
         self.windows = [dict(w) for w in state['windows']]
         if self.spikes is not None:
             self.spikes.history = [(int(s), float(v)) for s, v in state['spike_history']]
+        if self.gradient_spikes is not None:
+            self.gradient_spikes.history = [(int(s), float(v))
+                                            for s, v in state.get('gradient_norm_history', [])]
         self._lr = state['lr']
 
     def _stat_names(self):

@@ -209,7 +209,7 @@ class _ParameterServerTrainer(DistributedTrainerBase):
         if costs:
             vote = self.protocol.cost_vote_in_graph()
             with tf.device(self._builder.cpu_device):
-                carried = vote.tensor(cost=costs)
+                carried = vote.tensor(cost=costs, gradient_norm=self._shared_gradient_norms())
         callbacks = self._build_ps_train_op(grad_list, get_opt_fn, carried)
         sync = self._builder.sync
         if costs:
@@ -367,11 +367,12 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         vote = self.protocol.stop_vote_in_graph()
         dtype = grad_list[0][0][0].dtype if grad_list[0] else tf.float32
         votes = []
-        costs = self._shared_costs()
+        costs, norms = self._shared_costs(), self._shared_gradient_norms()
         costs = costs if len(costs) == len(self._builder.raw_devices) else None
         for k, device in enumerate(self._builder.raw_devices):
             with tf.device(device):     # with each tower's cost: every worker reads the step's mean cost
-                votes.append(vote.tensor(dtype, cost=None if costs is None else costs[k]))
+                votes.append(vote.tensor(dtype, cost=None if costs is None else costs[k],
+                                         gradient_norm=None if costs is None else norms[k]))
         self.train_op, self.protocol.post_init_op = self._builder.build(
             grad_list, get_opt_fn, reduce_along=votes)
         vote.set_total(self._builder.reduced_along)

@@ -63,8 +63,9 @@ def assert_rolled_back_together(tmp_path, processes, reference, reason='loss nan
 
 @pytest.mark.parametrize('towers', [1, 2])
 def test_collective_workers_roll_back_together_when_one_workers_batch_is_nan(tmp_path, towers):
-    """(With 2 towers a worker, its towers' replicas ``tower1/...`` too.)"""
-    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, towers=towers)
+    """(With 2 towers a worker, its towers' replicas ``tower1/...`` too. The gradient norm is
+    watched too: it travels with the cost.)"""
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, '--watch-gradient-norm', towers=towers)
     reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, towers=towers)
     assert_rolled_back_together(tmp_path, workers, reference)
 
@@ -86,7 +87,8 @@ def test_parameter_server_workers_roll_back_together_when_one_workers_batch_is_n
     worker the step's mean; the chief alone restores the variables on the ps (its snapshot), the
     other worker its own (its replicas) and waits for the chief before its next step. (With
     accumulate=2, the update of steps 37-38 is undone at its end.)"""
-    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, '--accumulate', accumulate, trainer=trainer)
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, '--accumulate', accumulate,
+                         '--watch-gradient-norm', trainer=trainer)
     window = dict(WINDOW, last=BAD + accumulate - 1)
     reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, window=window,
                                accumulate=accumulate)
@@ -122,9 +124,10 @@ def test_collective_workers_without_the_callback_end_nan(tmp_path):
 @starts_mpi_here
 @pytest.mark.parametrize('rollback, towers', [(True, 1), (True, 2), (False, 1)])
 def test_mpi_ranks_roll_back_together_when_one_ranks_batch_is_nan(tmp_path, rollback, towers):
-    """(With 2 towers a rank, the rank's mean cost travels.)"""
+    """(With 2 towers a rank, the rank's mean cost travels; the gradient norm too.)"""
     ranks = mpi_ranks(tmp_path, '--towers', towers,
-                      *(['--rollback', SNAPSHOT_EVERY] if rollback else ['--no-cost-check']))
+                      *(['--rollback', SNAPSHOT_EVERY, '--watch-gradient-norm'] if rollback
+                        else ['--no-cost-check']))
     if not rollback:
         for rank in ranks:
             assert all(np.all(np.isnan(value)) for value in rank['weights'].values())
