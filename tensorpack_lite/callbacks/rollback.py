@@ -121,7 +121,8 @@ class RollbackOnAnomaly(Callback):
     multi-tower trainer (``tower<k>/``). After each step it reads the loss (the mean over the
     training towers' ``loss``), and after a step whose loss is NaN or infinite, or a spike by
     ``spikes`` (a :class:`SpikeRule`; with ``check_weights``, also weights that are not finite: a
-    ReLU can turn a NaN into a finite loss), it puts the snapshot back. The global step and the
+    ReLU can turn a NaN into a finite loss; with ``watch_gradient_norm``, also a gradient norm
+    that is not finite or a spike), it puts the snapshot back. The global step and the
     data stream go on: the steps since the snapshot (the *window*, ``[snapshot step + 1, bad
     step]``) count as done and their data is never trained on; the run ends as a run whose data
     lacks the window, with as many more steps as the window has. A checkpoint of the bad step
@@ -140,12 +141,17 @@ class RollbackOnAnomaly(Callback):
     then set back (it is then not part of the snapshots).
 
     The trainer must let a non-finite cost through (``trainer.CHECK_COST = False`` before it
-    builds its graph). In several processes (``CollectiveAllReduceTrainer``, ``HorovodTrainer``)
-    every process reads the step's mean cost over every tower of every process from the vote
-    that travels with the gradients' all-reduce, so all roll back after the same step, each to
-    its own snapshot; the chief marks a replayed window's steps in that vote for all. With
-    ``accumulate=K`` (one process), an anomaly inside an update is rolled back at its end (whole
-    updates). A step the fp16 loss scaling skipped is neither a spike nor an anomaly.
+    builds its graph). In several processes (``CollectiveAllReduceTrainer``, ``HorovodTrainer``,
+    the parameter-server trainers) every process reads the step's mean cost (and gradient norm)
+    over every tower of every process from the vote that travels with the gradients (the
+    all-reduce; with parameter servers, to the chief and back in its token), so all roll back
+    after the same step, each to its own snapshot; the chief marks a replayed window's steps in
+    that vote for all. With parameter servers the chief alone snapshots and restores the
+    variables they hold, and the other workers wait for it before their next step. With
+    ``accumulate=K``, an anomaly inside an update is rolled back at its end (whole updates); in
+    several processes only an update's last step reduces, carrying the mean over the update, so
+    ``snapshot_every`` must be a multiple of K. A step the fp16 loss scaling skipped is neither a
+    spike nor an anomaly.
 
     Args:
         loss (str): the name of the loss tensor in the towers (or the graph).
@@ -158,6 +164,10 @@ class RollbackOnAnomaly(Callback):
         lr_scale (float): multiply the learning rate by it after a rollback (None: leave it).
         lr_steps (int): for how many steps.
         lr_name (str): the learning-rate variable.
+        watch_gradient_norm (bool): also watch the gradient norm of each step (of each update,
+            with accumulation): the mean over the training towers of the global norm of each
+            tower's gradients, before they are averaged; its spikes by a :class:`SpikeRule` of
+            ``spikes`` ' parameters (:attr:`gradient_spikes`).
 
     Example::
 
