@@ -244,7 +244,7 @@ class RollbackOnAnomaly(Callback):
         # with accumulation, the runs before an update's last fetch nothing that runs the update
         self._fetch_between = tfv1.train.SessionRunArgs(fetches=list(fetches))    # built once
         if self.watch_gradient_norm and self._vote is None:     # (else the vote's)
-            fetches.append(_mean(trainer.tower_gradient_norms()))
+            fetches.append(self._mean_gradient_norm(trainer))
         if self._skipped_var is not None:
             with tf.control_dependencies([trainer.train_op]):     # read after the step's update
                 fetches.append(tf.identity(self._skipped_var.read_value(), name='skipped_after_step'))
@@ -325,6 +325,13 @@ class RollbackOnAnomaly(Callback):
                              "{}.".format(self, processes, ', '.join(carried), self.loss_name,
                                           ', '.join(sorted(watched))))
         return vote
+
+    def _mean_gradient_norm(self, trainer):
+        norms = getattr(trainer, 'tower_gradient_norms', lambda: [])()
+        if not norms:
+            raise ValueError("{}: watch_gradient_norm, but {} has no towers' gradients to watch "
+                             "(tower_gradient_norms()).".format(self, type(trainer).__name__))
+        return _mean(norms)
 
     def _mean_loss(self):
         return _mean([tf.cast(loss, tf.float32) for loss in self._loss_tensors()])

@@ -372,6 +372,16 @@ def test_a_multi_process_trainer_is_refused_naming_it():
               trainer=no_cost_check(TwoProcessTrainer()))
 
 
+def test_accumulation_in_several_processes_needs_snapshots_between_updates():
+    class TwoProcessTrainer(SimpleTrainer):
+        world_size = 2
+
+    with pytest.raises(ValueError, match=r"accumulate=2 in 2 processes, .* snapshot_every=5 must be a "
+                                         r"multiple of 2"):
+        train(batches(4), 4, [RollbackOnAnomaly(snapshot_every=5)], model=MLP(LINEAR), accumulate=2,
+              trainer=no_cost_check(TwoProcessTrainer()))
+
+
 def test_a_lr_scale_without_the_rate_variable_is_refused():
     with pytest.raises(ValueError, match=r"no variable 'learning_rate' \(lr_name\)"):
         train(batches(4), 2, [RollbackOnAnomaly(lr_scale=0.5)], model=MLP(LINEAR))
