@@ -301,7 +301,7 @@ class RollbackOnAnomaly(Callback):
         carried = getattr(vote, 'costs_carried', None)
         processes = trainer.world_size // towers
         if not carried and getattr(trainer, 'CHECK_COST', False):
-            raise ValueError("{}: {} trains in {} processes with CHECK_COST = True: its all-reduce carries "
+            raise ValueError("{}: {} trains in {} processes with CHECK_COST = True: its steps carry "
                              "the costs only when it lets a non-finite cost through; set trainer.CHECK_COST "
                              "= False before the trainer builds its graph.".format(self, name, processes))
         if not carried:
