@@ -100,6 +100,10 @@ class SpikeRule:
         self.history = [(s, v) for s, v in self._history if s <= step]
 
 
+def _mean(tensors):
+    return tensors[0] if len(tensors) == 1 else tf.add_n(tensors) / float(len(tensors))
+
+
 def _middle(ordered, start=0):
     """The median of the sorted list ``ordered[start:]`` (the mean of the two middle values for an
     even length), without copying it."""
@@ -117,7 +121,8 @@ class RollbackOnAnomaly(Callback):
     multi-tower trainer (``tower<k>/``). After each step it reads the loss (the mean over the
     training towers' ``loss``), and after a step whose loss is NaN or infinite, or a spike by
     ``spikes`` (a :class:`SpikeRule`; with ``check_weights``, also weights that are not finite: a
-    ReLU can turn a NaN into a finite loss), it puts the snapshot back. The global step and the
+    ReLU can turn a NaN into a finite loss; with ``watch_gradient_norm``, also a gradient norm
+    that is not finite or a spike), it puts the snapshot back. The global step and the
     data stream go on: the steps since the snapshot (the *window*, ``[snapshot step + 1, bad
     step]``) count as done and their data is never trained on; the run ends as a run whose data
     lacks the window, with as many more steps as the window has. A checkpoint of the bad step
@@ -136,12 +141,17 @@ class RollbackOnAnomaly(Callback):
     then set back (it is then not part of the snapshots).
 
     The trainer must let a non-finite cost through (``trainer.CHECK_COST = False`` before it
-    builds its graph). In several processes (``CollectiveAllReduceTrainer``, ``HorovodTrainer``)
-    every process reads the step's mean cost over every tower of every process from the vote
-    that travels with the gradients' all-reduce, so all roll back after the same step, each to
-    its own snapshot; the chief marks a replayed window's steps in that vote for all. With
-    ``accumulate=K`` (one process), an anomaly inside an update is rolled back at its end (whole
-    updates). A step the fp16 loss scaling skipped is neither a spike nor an anomaly.
+    builds its graph). In several processes (``CollectiveAllReduceTrainer``, ``HorovodTrainer``,
+    the parameter-server trainers) every process reads the step's mean cost (and gradient norm)
+    over every tower of every process from the vote that travels with the gradients (the
+    all-reduce; with parameter servers, to the chief and back in its token), so all roll back
+    after the same step, each to its own snapshot; the chief marks a replayed window's steps in
+    that vote for all. With parameter servers the chief alone snapshots and restores the
+    variables they hold, and the other workers wait for it before their next step. With
+    ``accumulate=K``, an anomaly inside an update is rolled back at its end (whole updates); in
+    several processes only an update's last step reduces, carrying the mean over the update, so
+    ``snapshot_every`` must be a multiple of K. A step the fp16 loss scaling skipped is neither a
+    spike nor an anomaly.
 
     Args:
         loss (str): the name of the loss tensor in the towers (or the graph).
@@ -154,6 +164,10 @@ class RollbackOnAnomaly(Callback):
         lr_scale (float): multiply the learning rate by it after a rollback (None: leave it).
         lr_steps (int): for how many steps.
         lr_name (str): the learning-rate variable.
+        watch_gradient_norm (bool): also watch the gradient norm of each step (of each update,
+            with accumulation): the mean over the training towers of the global norm of each
+            tower's gradients, before they are averaged; its spikes by a :class:`SpikeRule` of
+            ``spikes`` ' parameters (:attr:`gradient_spikes`).
 
     Example::
 
@@ -165,7 +179,8 @@ class RollbackOnAnomaly(Callback):
     _chief_only = False    # every process would have to roll back
 
     def __init__(self, loss='cost', snapshot_every=100, spikes=True, max_rollbacks=5, rollback_period=1000,
-                 check_weights=False, lr_scale=None, lr_steps=100, lr_name='learning_rate'):
+                 check_weights=False, lr_scale=None, lr_steps=100, lr_name='learning_rate',
+                 watch_gradient_norm=False):
         if not isinstance(loss, str) or not loss:
             raise TypeError("RollbackOnAnomaly: loss must be a tensor name (str), got {!r}".format(loss))
         for name, value in (('snapshot_every', snapshot_every), ('max_rollbacks', max_rollbacks),
@@ -190,6 +205,10 @@ class RollbackOnAnomaly(Callback):
         self.spikes = spikes
         self.max_rollbacks, self.rollback_period = int(max_rollbacks), int(rollback_period)
         self.check_weights = bool(check_weights)
+        self.watch_gradient_norm = bool(watch_gradient_norm)
+        self.gradient_spikes = None if spikes is None or not watch_gradient_norm else \
+            SpikeRule(spikes.k, spikes.window, spikes.warmup, spikes.min_spread)
+        """The :class:`SpikeRule` of the gradient norm (``spikes`` ' parameters, a window of its own)."""
         self.lr_scale = None if lr_scale is None else float(lr_scale)
         self.lr_steps, self.lr_name = int(lr_steps), lr_name
         self.windows = []
@@ -208,6 +227,7 @@ class RollbackOnAnomaly(Callback):
         self._pending = None       # (reason, value) of an anomaly inside an update, rolled back at its end
         self._base = None          # the global step the model's state continues from
         self._loss_value = None
+        self._norm_value = None
 
     def __str__(self):
         return "RollbackOnAnomaly('{}')".format(self.loss_name)
@@ -223,6 +243,8 @@ class RollbackOnAnomaly(Callback):
         fetches = [] if self._vote is not None else [self._mean_loss()]
         # with accumulation, the runs before an update's last fetch nothing that runs the update
         self._fetch_between = tfv1.train.SessionRunArgs(fetches=list(fetches))    # built once
+        if self.watch_gradient_norm and self._vote is None:     # (else the vote's)
+            fetches.append(self._mean_gradient_norm(trainer))
         if self._skipped_var is not None:
             with tf.control_dependencies([trainer.train_op]):     # read after the step's update
                 fetches.append(tf.identity(self._skipped_var.read_value(), name='skipped_after_step'))
@@ -237,11 +259,25 @@ class RollbackOnAnomaly(Callback):
                            if v is not step and v is not self._lr_var] + \
             [v for v in tfv1.local_variables() if _REPLICA.match(v.op.name)] + \
             (list(self._accumulator.variables) if self._accumulator is not None else [])
+        self._keep_to_chief(trainer)
         self._finite = None
         if self.check_weights:
             floats = [v for v in self._variables if v.dtype.base_dtype.is_floating]
             self._finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in floats]),
                                          name='weights_finite')
+
+    def _keep_to_chief(self, trainer):
+        """On a parameter-server trainer, the variables the parameter servers hold are one copy
+        for every worker: the chief alone snapshots and restores them (the others meet it after,
+        :meth:`_roll_back`); each worker its own variables (e.g. its replicas)."""
+        shared = getattr(trainer, 'shared_variables', None)
+        mine = self._variables + ([self._lr_var] if self._lr_var is not None else [])
+        self._shared = shared(mine) if shared is not None else []
+        if self._shared and not trainer.is_chief:
+            names = {v.name for v in self._shared}
+            self._variables = [v for v in self._variables if v.name not in names]
+            if self._lr_var is not None and self._lr_var.name in names:
+                self._lr_var = None
 
     def _check_trainer(self, trainer):
         """Raise when this callback cannot roll ``trainer`` back; return the vote that carries the
@@ -254,37 +290,51 @@ class RollbackOnAnomaly(Callback):
         towers = len(getattr(trainer, 'devices', None) or ()) or 1
         if getattr(trainer, 'world_size', 1) <= towers:
             return None
-        if getattr(trainer, 'accumulate', 1) > 1:
-            raise NotImplementedError(
-                "{}: gradient accumulation (accumulate={}) in {} processes is not supported: only the "
-                "last run of an update reduces across the processes, so the costs of the others are not "
-                "known to every process.".format(self, trainer.accumulate, trainer.world_size // towers))
-        vote = getattr(getattr(trainer, 'protocol', None), 'vote', None)
+        accumulate = getattr(trainer, 'accumulate', 1)
+        if self.snapshot_every % accumulate:
+            raise ValueError("{}: with accumulate={} in {} processes, only an update's last step is judged "
+                             "(its all-reduce carries the update's mean cost): snapshot_every={} must be a "
+                             "multiple of {} so that the snapshots lie between updates.".format(
+                                 self, accumulate, trainer.world_size // towers, self.snapshot_every,
+                                 accumulate))
+        vote = getattr(getattr(trainer, 'protocol', None), 'cost_vote', None)
         carried = getattr(vote, 'costs_carried', None)
         processes = trainer.world_size // towers
         if not carried and getattr(trainer, 'CHECK_COST', False):
-            raise ValueError("{}: {} trains in {} processes with CHECK_COST = True: its all-reduce carries "
+            raise ValueError("{}: {} trains in {} processes with CHECK_COST = True: its steps carry "
                              "the costs only when it lets a non-finite cost through; set trainer.CHECK_COST "
                              "= False before the trainer builds its graph.".format(self, name, processes))
         if not carried:
             raise NotImplementedError(
-                "{}: {} trains in {} processes whose steps carry no all-reduce of the cost (e.g. the "
-                "parameter-server trainers, or XLA_COMPILE): the processes could not take the decision "
-                "together. Use CollectiveAllReduceTrainer or HorovodTrainer.".format(self, name, processes))
+                "{}: {} trains in {} processes whose steps carry no cost (XLA_COMPILE): the processes "
+                "could not take the decision together.".format(self, name, processes))
+        if self.watch_gradient_norm and not vote.gradient_norms_carried:
+            raise ValueError("{}: watch_gradient_norm with {} processes: {}'s reduction carries no gradient "
+                             "norm.".format(self, processes, name))
         if self.check_weights:
             raise NotImplementedError("{}: check_weights with {} processes: each would check its own "
                                       "weights, not one decision for all.".format(self, processes))
         watched = {t.name for t in self._loss_tensors()}
-        if not watched <= {t.name for t in carried}:
+        # with accumulation, the vote carries the costs' means over the update
+        means = {mean.name: cost.name for cost, mean in getattr(getattr(trainer, 'accumulator', None),
+                                                                'costs', ())}
+        carried = [means.get(t.name, t.name) for t in carried]
+        if not watched <= set(carried):
             raise ValueError("{}: with {} processes the loss watched must be the cost the trainer minimizes "
                              "({}), whose mean every process reads from the step's all-reduce; '{}' is "
-                             "{}.".format(self, processes, ', '.join(t.name for t in carried), self.loss_name,
+                             "{}.".format(self, processes, ', '.join(carried), self.loss_name,
                                           ', '.join(sorted(watched))))
         return vote
 
+    def _mean_gradient_norm(self, trainer):
+        norms = getattr(trainer, 'tower_gradient_norms', lambda: [])()
+        if not norms:
+            raise ValueError("{}: watch_gradient_norm, but {} has no towers' gradients to watch "
+                             "(tower_gradient_norms()).".format(self, type(trainer).__name__))
+        return _mean(norms)
+
     def _mean_loss(self):
-        losses = [tf.cast(loss, tf.float32) for loss in self._loss_tensors()]
-        return losses[0] if len(losses) == 1 else tf.add_n(losses) / float(len(losses))
+        return _mean([tf.cast(loss, tf.float32) for loss in self._loss_tensors()])
 
     def _loss_tensors(self):
         """The training towers' tensors ``loss_name`` (or the graph's)."""
@@ -332,28 +382,26 @@ class RollbackOnAnomaly(Callback):
         skipped = int(results.pop()) if self._skipped_var is not None and self._updates else self._skipped
         self._step_skipped = skipped is not None and self._skipped is not None and skipped > self._skipped
         self._skipped = skipped
-        # with several processes, the step's mean cost is the vote's, read once every hook ran
-        self._loss_value = float(results[0]) if self._vote is None else True
+        # with several processes, the step's mean cost is the vote's, read once every hook ran (with
+        # accumulation, it reduces in an update's last run only: the update's mean cost)
+        if self._vote is None:
+            self._loss_value = float(results[0])
+            self._norm_value = float(results[1]) if len(results) > 1 else None
+        else:
+            self._loss_value = True if self._updates else None
 
     def _trigger_step(self):
-        step, value = self.global_step, self._loss_value
-        if value is None:     # no run of the step fetched the loss
-            return
-        self._loss_value = None
-        replay = self._replays[0] if self._replays and self._replays[0]['last'] == step else None
-        if replay is not None:
-            self._replays.pop(0)
-        if self._vote is not None:
-            value, marks = self._vote.step_cost, self._vote.marks
-            replayed = 'replayed: {}'.format(replay['reason']) if replay else \
-                'replayed (marked by {})'.format(self.trainer.protocol.CHIEF)
-            replayed = replayed if 'rollback' in marks else None
-            snapshot = 'snapshot' in marks
-        else:
-            replayed = 'replayed: {}'.format(replay['reason']) if replay else None
-            snapshot = any(r['snapshot'] == step for r in self._replays)
+        step = self.global_step
+        if self._loss_value is not None:   # (None: no run of the step fetched it, or the vote did not reduce)
+            self._judge(step)
+        self._mark_next_step(step)
+
+    def _judge(self, step):
+        """After a step whose loss was read: roll back, or go on (a snapshot when one is due)."""
+        value, self._loss_value = self._loss_value, None
+        value, norm, replayed, snapshot = self._step_outcome(step, value)
         # a step the loss scaling skipped (gradients not finite) applied no update: nothing to undo
-        reason = None if self._step_skipped else self._anomaly(value)
+        reason = None if self._step_skipped else self._anomaly(value, norm)
         reason = reason or replayed
         if self._pending is not None:        # an anomaly earlier in this update
             reason, value = self._pending
@@ -363,26 +411,57 @@ class RollbackOnAnomaly(Callback):
             self._pending = None
             self._roll_back(step, value, reason)
         else:
-            if self.spikes is not None and not self._step_skipped:
-                self.spikes.observe(step, value)
-            if step % self.snapshot_every == 0 or snapshot:
-                self._take_snapshot(step)
-                self._base = step
-            self._end_lr_scaling(step)
-        self._mark_next_step(step)
+            self._go_on(step, value, norm, snapshot)
 
-    def _anomaly(self, value):
+    def _step_outcome(self, step, value):
+        """``(loss, gradient norm, replayed, snapshot)`` of the step: its loss and gradient norm
+        (None when not watched, or not read in this step; with several processes the vote's
+        means), why it is rolled back as a replay of a recorded window (else None) and whether a
+        replay snapshots after it."""
+        replay = self._replays[0] if self._replays and self._replays[0]['last'] == step else None
+        if replay is not None:
+            self._replays.pop(0)
+        if self._vote is None:
+            replayed = 'replayed: {}'.format(replay['reason']) if replay else None
+            norm, self._norm_value = self._norm_value, None
+            return value, norm, replayed, any(r['snapshot'] == step for r in self._replays)
+        marks = self._vote.marks
+        replayed = 'replayed: {}'.format(replay['reason']) if replay else \
+            'replayed (marked by {})'.format(self.trainer.protocol.CHIEF)
+        norm = self._vote.step_gradient_norm if self.watch_gradient_norm else None
+        return self._vote.step_cost, norm, replayed if 'rollback' in marks else None, 'snapshot' in marks
+
+    def _go_on(self, step, value, norm, snapshot):
+        """After a good step: into the spike windows; a snapshot when due; the rate back after
+        its scaling."""
+        if self.spikes is not None and not self._step_skipped:
+            self.spikes.observe(step, value)
+        if self.gradient_spikes is not None and norm is not None and not self._step_skipped:
+            self.gradient_spikes.observe(step, norm)
+        if step % self.snapshot_every == 0 or snapshot:
+            self._take_snapshot(step)
+            self._base = step
+        self._end_lr_scaling(step)
+
+    def _anomaly(self, value, norm):
         if not math.isfinite(value):
             return 'loss {}'.format(value)
-        if self.spikes is not None and self.spikes.is_spike(value):
-            return 'loss spike: {:.6g} > {:.6g} ({!r})'.format(value, self.spikes.limit(), self.spikes)
+        if norm is not None and not math.isfinite(norm):
+            return 'gradient norm {}'.format(norm)
+        for name, rule, watched in (('loss', self.spikes, value),
+                                    ('gradient norm', self.gradient_spikes, norm)):
+            if rule is not None and watched is not None and rule.is_spike(watched):
+                return '{} spike: {:.6g} > {:.6g} ({!r})'.format(name, watched, rule.limit(), rule)
         if self._finite is not None and not self.trainer.sess.run(self._finite):
             return 'weights not finite'
         return None
 
     @property
     def _steps_per_update(self):
-        return 1 if self._accumulator is None else self._accumulator.num_micro_batches
+        """The steps after a snapshot a rollback undoes a multiple of (whole updates): 1 when
+        the vote judges each update at its end."""
+        return 1 if self._accumulator is None or self._vote is not None else \
+            self._accumulator.num_micro_batches
 
     def _take_snapshot(self, step):
         self._snapshot = (step, self.trainer.sess.run(self._variables))
@@ -403,11 +482,14 @@ class RollbackOnAnomaly(Callback):
                                    self, len(recent), self.rollback_period, self.max_rollbacks,
                                    ', '.join(map(str, recent)), reason))
         self._update.update({v.name: value for v, value in zip(self._variables, values)})
+        if self._shared:
+            self.trainer.meet_chief()       # the others go on once the chief restored the shared ones
         self._read_skipped()
         self.windows.append(record)
         self._base = step
-        if self.spikes is not None:
-            self.spikes.forget_after(record['first'] - 1)
+        for rule in (self.spikes, self.gradient_spikes):
+            if rule is not None:
+                rule.forget_after(record['first'] - 1)
         self._start_lr_scaling(step)
         self._write_records()
         logger.warn("{}: {} at global step {}: restored the snapshot of step {}; the updates of steps "
@@ -416,7 +498,7 @@ class RollbackOnAnomaly(Callback):
         self.trainer.monitors.put_scalar('rollbacks', len(self.windows))
 
     def _start_lr_scaling(self, step):
-        if self.lr_scale is None:
+        if self._lr_var is None:      # (the chief's, when the parameter servers hold it)
             return
         sess = self.trainer.sess
         restore = self._lr['restore'] if self._lr else float(sess.run(self._lr_var))
@@ -426,7 +508,7 @@ class RollbackOnAnomaly(Callback):
             self, self.lr_name, restore * self.lr_scale, self._lr['until']))
 
     def _end_lr_scaling(self, step):
-        if self._lr is None or step < self._lr['until']:
+        if self._lr is None or self._lr_var is None or step < self._lr['until']:
             return
         self._update.update({self._lr_var.name: self._lr['restore']})
         logger.info("{}: {} back to {:.6g}.".format(self, self.lr_name, self._lr['restore']))
@@ -466,6 +548,8 @@ class RollbackOnAnomaly(Callback):
     def _get_state(self):
         return {'windows': [dict(w) for w in self.windows],     # copies: a checkpoint may be written later
                 'spike_history': [list(p) for p in self.spikes.history] if self.spikes is not None else [],
+                'gradient_norm_history': [list(p) for p in self.gradient_spikes.history]
+                if self.gradient_spikes is not None else [],
                 'lr': dict(self._lr) if self._lr is not None else None}
 
     def _set_state(self, state):
@@ -473,6 +557,9 @@ class RollbackOnAnomaly(Callback):
         self.windows = [dict(w) for w in state['windows']]
         if self.spikes is not None:
             self.spikes.history = [(int(s), float(v)) for s, v in state['spike_history']]
+        if self.gradient_spikes is not None:
+            self.gradient_spikes.history = [(int(s), float(v))
+                                            for s, v in state.get('gradient_norm_history', [])]
         self._lr = state['lr']
 
     def _stat_names(self):

@@ -64,6 +64,10 @@ class MultiProcessProtocol:
         self.index, self.size, self.name, self.is_chief = index, size, name, bool(is_chief)
         self.vote = None
         """The stop vote, once built (:meth:`stop_vote_in_graph` or the backend)."""
+        self.cost_vote = None
+        """The vote that carries each step's costs to every process (its
+        :attr:`~tensorpack_lite.multiprocess.stop_vote.PreemptionVote.costs_carried`), once
+        built: the stop vote, or one of its own (:meth:`cost_vote_in_graph`)."""
         self.broadcast_op = None
         """The op copying the chief's variables to every process (None: nothing to copy)."""
         self.post_init_op = None
@@ -139,18 +143,28 @@ class MultiProcessProtocol:
     def stop_vote_in_graph(self):
         """A new :class:`~tensorpack_lite.multiprocess.stop_vote.PreemptionVote`, this protocol's
         vote: the trainer reduces its tensor with the gradients of every step."""
-        self.vote = PreemptionVote()
+        self.vote = self.cost_vote = PreemptionVote()
         return self.vote
 
+    def cost_vote_in_graph(self):
+        """A new :class:`~tensorpack_lite.multiprocess.stop_vote.PreemptionVote` that only
+        carries the steps' costs (:attr:`cost_vote`), for a trainer whose stop vote travels
+        elsewhere (the parameter-server trainers' finish barrier)."""
+        self.cost_vote = PreemptionVote()
+        return self.cost_vote
+
+    def _votes_in_graph(self):
+        return [v for v in dict.fromkeys([self.vote, self.cost_vote]) if isinstance(v, PreemptionVote)]
+
     def hooks(self):
-        """The protocol's hooks of the training session (the vote, when it is one)."""
-        return [self.vote] if isinstance(self.vote, PreemptionVote) else []
+        """The protocol's hooks of the training session (the votes in the graph)."""
+        return self._votes_in_graph()
 
     def accumulation_built(self, accumulate_op):
-        """With ``accumulate`` > 1: the runs of ``accumulate_op`` reduce nothing, so the vote
-        travels with the update's all-reduce."""
-        if isinstance(self.vote, PreemptionVote):
-            self.vote.skip_runs_of(accumulate_op)
+        """With ``accumulate`` > 1: the runs of ``accumulate_op`` reduce nothing, so the votes
+        travel with the update's reduction."""
+        for vote in self._votes_in_graph():
+            vote.skip_runs_of(accumulate_op)
 
     def check_stop(self, sess, global_step, sigterm_received, stop_request):
         """Before a step, ``global_step`` steps done: vote (SIGTERM received, a stop requested,

@@ -37,7 +37,10 @@ class GradientAccumulator:
                 num_micro_batches))
         self.num_micro_batches = int(num_micro_batches)
         self.variables = []
-        """The accumulators, tower by tower (local variables: each process keeps its own)."""
+        """The accumulators, tower by tower (local variables: each process keeps its own), then
+        those of the costs (:meth:`add_cost`)."""
+        self.costs = []
+        """``(cost, mean over the update)`` of every :meth:`add_cost`."""
         self._adds = []
         self._accumulate_op = None
 
@@ -57,17 +60,32 @@ class GradientAccumulator:
                     raise ValueError("GradientAccumulator: the gradient of {} has the shape {}, not fully "
                                      "known; accumulation needs it (give the variable a static shape)".format(
                                          var.op.name, dense.shape))
-                # on the gradient's device, whatever the tower's device function does with variables
-                with tfv1.device(None), tfv1.device(dense.device or None):
-                    accumulator = tfv1.Variable(
-                        tf.zeros(dense.shape, dense.dtype.base_dtype), trainable=False,
-                        collections=[tfv1.GraphKeys.LOCAL_VARIABLES], use_resource=True,
-                        name=var.op.name.replace(':', '_'))
-                    self.variables.append(accumulator)
-                    self._adds.append(accumulator.assign_add(dense, read_value=False))
-                    scale = tf.constant(1.0 / self.num_micro_batches, dense.dtype.base_dtype)
-                    update_grads.append(((accumulator.read_value() + dense) * scale, var))
+                update_grads.append((self._mean_over_update(dense, var.op.name.replace(':', '_')), var))
         return update_grads
+
+    def add_cost(self, cost):
+        """An accumulator for one tower's ``cost`` (a scalar): returns the mean of its values over
+        the update's micro-batches (float32), read by the update op's run (e.g. for every process
+        to judge the whole update, ``RollbackOnAnomaly``). Call it before the accumulate op is
+        built."""
+        if self._accumulate_op is not None:
+            raise RuntimeError("GradientAccumulator: a cost was added after the accumulate op was built")
+        with tfv1.name_scope(None), tfv1.name_scope('accumulate/'):
+            mean = self._mean_over_update(tf.cast(cost, tf.float32), 'cost')
+        self.costs.append((cost, mean))
+        return mean
+
+    def _mean_over_update(self, value, name):
+        """A local variable (on ``value`` 's device, whatever the device function does with
+        variables) that the accumulate op adds ``value`` to; returns ``(accumulated + value) / K``."""
+        with tfv1.device(None), tfv1.device(value.device or None):
+            accumulator = tfv1.Variable(
+                tf.zeros(value.shape, value.dtype.base_dtype), trainable=False,
+                collections=[tfv1.GraphKeys.LOCAL_VARIABLES], use_resource=True, name=name)
+            self.variables.append(accumulator)
+            self._adds.append(accumulator.assign_add(value, read_value=False))
+            scale = tf.constant(1.0 / self.num_micro_batches, value.dtype.base_dtype)
+            return (accumulator.read_value() + value) * scale
 
     @property
     def accumulate_op(self):

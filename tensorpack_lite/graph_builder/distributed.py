@@ -72,6 +72,11 @@ class ParameterServerSync:
     other worker a value (its global step) through a start queue, which also tells it that
     the chief has initialized and restored the variables.
 
+    With ``carried`` (:meth:`build`), each worker's vector travels with its gradients, the
+    chief sums them and the token brings the sum back: every worker reads the same total after
+    the step (:attr:`carried_total`, e.g. a
+    :class:`~tensorpack_lite.multiprocess.stop_vote.PreemptionVote` carrying the step's costs).
+
     Args:
         cluster (ClusterConfig): the cluster and this worker.
     """
@@ -79,6 +84,8 @@ class ParameterServerSync:
     def __init__(self, cluster):
         self.cluster = cluster
         self._queues = []
+        self.carried_total = None
+        """The sum over every worker of the vectors :meth:`build` carried (None without)."""
 
     def _queue(self, name, ps_task, dtypes, shapes):
         with tf.device(task_cpu('ps', ps_task)):
@@ -95,7 +102,7 @@ class ParameterServerSync:
     def _worker(self):
         return self.cluster.task_index
 
-    def build(self, grads_and_vars, apply_fn):
+    def build(self, grads_and_vars, apply_fn, carried=None):
         """The op that ends this worker's step.
 
         Args:
@@ -104,6 +111,8 @@ class ParameterServerSync:
             apply_fn: ``apply_fn(pairs) -> op`` applies (averaged gradient, variable) pairs;
                 built on every worker (so that all build the same variables), run by the
                 chief only.
+            carried: a float32 vector of this worker's to sum over the workers in the step
+                (:attr:`carried_total`), or None.
 
         Returns:
             on the chief, the update applied (and the other workers told); on another
@@ -130,6 +139,8 @@ class ParameterServerSync:
                             total = tf.add_n([grads[position]] + [r[position] for r in received])
                             averaged[index] = (tf.multiply(total, 1.0 / self.num_worker), pairs[index][1])
             apply_op = apply_fn(averaged)
+            if carried is not None:
+                return self._build_carrying(carried, sends, apply_op)
             tokens = [self._queue('step_done_{}'.format(k), 0, [tf.bool], [[]])
                       for k in range(1, self.num_worker)]
             if not self.cluster.is_chief:
@@ -138,6 +149,24 @@ class ParameterServerSync:
             with tf.control_dependencies([apply_op]):
                 sent = [q.enqueue([True]) for q in tokens]
             return tf.group(apply_op, *sent, name='step_done')
+
+    def _build_carrying(self, carried, sends, apply_op):
+        """:meth:`build` 's end with ``carried``: the tokens are the sums."""
+        carried = tf.cast(carried, tf.float32)
+        shape = [carried.shape]
+        ups = [self._queue('carried_from_worker{}'.format(k), 0, [tf.float32], shape)
+               for k in range(1, self.num_worker)]
+        tokens = [self._queue('step_done_with_total_{}'.format(k), 0, [tf.float32], shape)
+                  for k in range(1, self.num_worker)]
+        if not self.cluster.is_chief:
+            with tf.control_dependencies(sends + [ups[self._worker - 1].enqueue([carried])]):
+                self.carried_total = tokens[self._worker - 1].dequeue()
+            return tf.group(self.carried_total, name='step_done')
+        with tf.device(task_cpu('ps', 0)):
+            self.carried_total = tf.add_n([carried] + [q.dequeue() for q in ups])
+        with tf.control_dependencies([apply_op]):
+            sent = [q.enqueue([self.carried_total]) for q in tokens]
+        return tf.group(apply_op, *sent, name='step_done')
 
     @staticmethod
     def _as_list(dequeued):
@@ -159,6 +188,17 @@ class ParameterServerSync:
             assign = global_step.assign(tf.cast(message[0], global_step.dtype.base_dtype))
             with tf.control_dependencies([assign]):
                 return tf.identity(message[1:], name='chief_schedule')
+
+    def build_meeting(self, name):
+        """The op of a point every worker reaches between two steps (e.g. after a rollback):
+        the chief's run lets the others past; theirs waits for it. What the chief did to the
+        variables on the parameter servers before it, the others' next steps read."""
+        with tf.name_scope('ps_sync_' + name):
+            queues = [self._queue('{}_{}'.format(name, k), 0, [tf.bool], [[]])
+                      for k in range(1, self.num_worker)]
+            if self.cluster.is_chief:
+                return tf.group(*[q.enqueue([True]) for q in queues], name='release')
+            return tf.group(queues[self._worker - 1].dequeue(), name='wait')
 
     def build_abort(self):
         """An op closing every queue, so that every worker blocked on one fails at once
@@ -233,11 +273,12 @@ class DistributedParameterServerBuilder(_ParameterServerBuilder):
         with custom_getter_scope(self._cache_variables):
             return DataParallelBuilder.call_for_each_tower(self.towers, tower_fn, devices)
 
-    def build(self, grad_list, get_opt_fn, after_apply=None):
-        """The op of one synchronous step (see :meth:`ParameterServerSync.build`);
-        ``after_apply(apply_op) -> op``: what follows the chief's apply, within the step."""
+    def build(self, grad_list, get_opt_fn, after_apply=None, carried=None):
+        """The op of one synchronous step (see :meth:`ParameterServerSync.build`, also for
+        ``carried``); ``after_apply(apply_op) -> op``: what follows the chief's apply, within
+        the step."""
         grads = self._average_towers(grad_list)
-        return self.sync.build(grads, self._apply_fn(get_opt_fn(), after_apply))
+        return self.sync.build(grads, self._apply_fn(get_opt_fn(), after_apply), carried)
 
 
 class DistributedReplicatedBuilder(_ParameterServerBuilder):
@@ -260,19 +301,20 @@ class DistributedReplicatedBuilder(_ParameterServerBuilder):
         return DataParallelBuilder.call_for_each_tower(self.towers, tower_fn, self.raw_devices,
                                                        use_vs=[True] * len(self.towers))
 
-    def build(self, grad_list, get_opt_fn, after_apply=None):
+    def build(self, grad_list, get_opt_fn, after_apply=None, carried=None):
         """Returns ``(train_op, initial_sync_op, model_sync_op)``: the op of one step, the op
         copying the global variables into the replicas (run by every worker before
         training), and the op copying the chief's model variables to the global ones (None
         when there are none, or on other workers). ``after_apply(apply_op) -> op``: what
-        follows the chief's apply, within the step."""
+        follows the chief's apply, within the step; ``carried``: see
+        :meth:`ParameterServerSync.build`."""
         grads = self._average_towers(grad_list)
         _, replicas = split_grad_list(grad_list)
         with tfv1.device(self.param_server_device()), tfv1.variable_scope(tfv1.VariableScope(False, name='')):
             shadows = [self._shadow(var, trainable=True) for _, var in grads]
             model_pairs = self._shadow_model_variables({v.op.name for v in shadows})
         step_done = self.sync.build([(g, s) for (g, _), s in zip(grads, shadows)],
-                                    self._apply_fn(get_opt_fn(), after_apply))
+                                    self._apply_fn(get_opt_fn(), after_apply), carried)
         with tf.name_scope('copy_from_ps'), tf.control_dependencies([step_done]):
             train_op = self._copy_into_replicas(shadows, replicas, name='train_op')
         with tf.name_scope('initial_sync_variables'):

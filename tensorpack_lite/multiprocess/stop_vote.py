@@ -58,18 +58,23 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         voted: a mean of a few ones and zeros, also in 16 bits, is never 0)."""
         self.costs_carried = []
         """The cost tensors the vote carries (:meth:`tensor` with ``cost``), in the order given."""
+        self.gradient_norms_carried = []
+        """The gradient norms it carries (:meth:`tensor` with ``gradient_norm``)."""
         self.step_cost = None
         """The mean of the carried costs over every process in the last step (None when the vote
         carries none): the same value on every process (it travels with the gradients)."""
+        self.step_gradient_norm = None
+        """The same of the carried gradient norms."""
         self.marks = set()
         """The :attr:`MARKS` some process gave the last step."""
 
-    def tensor(self, dtype=tf.float32, cost=None):
+    def tensor(self, dtype=tf.float32, cost=None, gradient_norm=None):
         """This process's votes as a tensor of shape [2] and type ``dtype`` (reduce it with
         gradients of that dtype: it then travels in their buffer). With ``cost`` (a scalar, this
         tower's cost in the step, or a list of them: their mean), shape [6]: the votes, the
         marks, a count of one and the cost, so that every process reads the step's mean cost
-        (:attr:`step_cost`) from the same reduction, whether it sums or averages."""
+        (:attr:`step_cost`) from the same reduction, whether it sums or averages; with
+        ``gradient_norm`` too (the same for the gradients' norm), shape [7]."""
         dtype = dtype if dtype.is_floating else tf.float32
         if cost is None:
             return tf.cast(self._variable, dtype)
@@ -79,11 +84,18 @@ class PreemptionVote(tfv1.train.SessionRunHook):
             self._mark_ops = {name: tfv1.scatter_update(self._marks, [index], [1.]).op
                               for index, name in enumerate(self.MARKS)}
             self._clear_marks = self._marks.assign(tf.zeros_like(self._marks)).op
-        costs = list(cost) if isinstance(cost, (list, tuple)) else [cost]
-        self.costs_carried.extend(costs)
-        costs = [tf.cast(c, tf.float32) for c in costs]
-        cost = tf.reshape(costs[0] if len(costs) == 1 else tf.add_n(costs) / float(len(costs)), [1])
-        return tf.cast(tf.concat([self._variable, self._marks, [1.], cost], 0), dtype)
+        values = [self._carried_mean(cost, self.costs_carried)]
+        if gradient_norm is not None:
+            values.append(self._carried_mean(gradient_norm, self.gradient_norms_carried))
+        return tf.cast(tf.concat([self._variable, self._marks, [1.]] + values, 0), dtype)
+
+    @staticmethod
+    def _carried_mean(value, carried):
+        """The mean of ``value`` (a scalar, or a list of them), shape [1]; noted in ``carried``."""
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        carried.extend(values)
+        values = [tf.cast(v, tf.float32) for v in values]
+        return tf.reshape(values[0] if len(values) == 1 else tf.add_n(values) / float(len(values)), [1])
 
     def mark(self, sess, name):
         """Mark the next step that reduces with ``name`` (one of :attr:`MARKS`): every process
@@ -143,9 +155,11 @@ class PreemptionVote(tfv1.train.SessionRunHook):
         values = [float(v) for v in run_values.results]
         self.total = tuple(values[:2])
         if len(values) > 2:
-            marks, (count, total_cost) = values[2:-2], values[-2:]
+            marks, carried = values[2:2 + len(self.MARKS)], values[2 + len(self.MARKS):]
             self.marks = {name for name, value in zip(self.MARKS, marks) if value > 0}
-            self.step_cost = total_cost / count
+            means = [total / carried[0] for total in carried[1:]]     # (carried[0]: the count)
+            self.step_cost = means[0]
+            self.step_gradient_norm = means[1] if len(means) > 1 else None
             if self._marked:
                 run_context.session.run(self._clear_marks)
                 self._marked = False

@@ -191,7 +191,13 @@ class _ParameterServerTrainer(DistributedTrainerBase):
     server: every worker scales its step's loss by it, and the chief, applying the averaged
     gradients once, decides on them (all finite: applied, else skipped whole) and updates the
     scale before it lets the other workers go on, so every worker of a step uses the same
-    scale."""
+    scale.
+
+    With ``CHECK_COST = False``, each worker's cost travels to the chief with its gradients and
+    the chief's token brings every worker the step's mean cost (the protocol's ``cost_vote``,
+    for ``RollbackOnAnomaly``; their stop vote is at the finish barrier)."""
+
+    _meeting_op = None
 
     def _loss_scale_device(self):
         return self._builder.ps_devices[0]
@@ -204,15 +210,38 @@ class _ParameterServerTrainer(DistributedTrainerBase):
         return self._loss_scale.update_after if self._loss_scale is not None else None
 
     def _build_sync_ops(self, grad_list, get_opt_fn):
-        callbacks = self._build_ps_train_op(grad_list, get_opt_fn)
+        costs = self._shared_costs()
+        carried = None
+        if costs:
+            vote = self.protocol.cost_vote_in_graph()
+            with tf.device(self._builder.cpu_device):
+                carried = vote.tensor(cost=costs, gradient_norm=self._shared_gradient_norms())
+        callbacks = self._build_ps_train_op(grad_list, get_opt_fn, carried)
         sync = self._builder.sync
+        if costs:
+            vote.set_total(sync.carried_total)
+            self._meeting_op = sync.build_meeting('rollback')
         self._schedule = tfv1.placeholder(tf.int64, [Schedule.VECTOR_LENGTH], name='schedule')
         self._start_op = sync.build_start(get_global_step_var(), self._schedule)
         self.protocol.abort_op = sync.build_abort()
         return callbacks
 
-    def _build_ps_train_op(self, grad_list, get_opt_fn):
+    def _build_ps_train_op(self, grad_list, get_opt_fn, carried):
         raise NotImplementedError("{} must implement _build_ps_train_op()".format(type(self).__name__))
+
+    def shared_variables(self, variables):
+        """Those of ``variables`` the parameter servers hold: one copy for every worker, which
+        only the chief changes."""
+        return [v for v in variables if tf.DeviceSpec.from_string(v.device).job == 'ps']
+
+    def meet_chief(self):
+        """Between two steps, every worker at the same point (built with ``CHECK_COST = False``):
+        the others wait until the chief calls it, so that their next step reads what the chief
+        did to the shared variables before (e.g. ``RollbackOnAnomaly`` restoring them)."""
+        if self._meeting_op is None:
+            raise RuntimeError("{}: meet_chief() needs CHECK_COST = False before the graph is built".format(
+                type(self).__name__))
+        self.sess.run(self._meeting_op, options=self.protocol.run_options())
 
     def _start_together(self, schedule):
         options = self.protocol.run_options()
@@ -242,8 +271,8 @@ class DistributedTrainerParameterServer(_ParameterServerTrainer):
     def _make_builder(self, towers, server):
         return DistributedParameterServerBuilder(towers, server, self._caching_device)
 
-    def _build_ps_train_op(self, grad_list, get_opt_fn):
-        self.train_op = self._builder.build(grad_list, get_opt_fn, self._after_apply())
+    def _build_ps_train_op(self, grad_list, get_opt_fn, carried):
+        self.train_op = self._builder.build(grad_list, get_opt_fn, self._after_apply(), carried)
         return []
 
 
@@ -268,9 +297,9 @@ class DistributedTrainerReplicated(_ParameterServerTrainer):
             get_opt_fn()   # its variables (e.g. the learning rate) are global, on the parameter servers
         return super()._setup_graph(input, get_cost_fn, get_opt_fn)
 
-    def _build_ps_train_op(self, grad_list, get_opt_fn):
+    def _build_ps_train_op(self, grad_list, get_opt_fn, carried):
         self.train_op, self._initial_sync_op, model_sync_op = self._builder.build(
-            grad_list, get_opt_fn, self._after_apply())
+            grad_list, get_opt_fn, self._after_apply(), carried)
         if model_sync_op is None:
             return []
         logger.warn("The chief copies its model variables (e.g. batch-norm statistics) to the parameter "
@@ -344,11 +373,12 @@ class CollectiveAllReduceTrainer(DistributedTrainerBase):
         vote = self.protocol.stop_vote_in_graph()
         dtype = grad_list[0][0][0].dtype if grad_list[0] else tf.float32
         votes = []
-        costs = self._shared_costs()
+        costs, norms = self._shared_costs(), self._shared_gradient_norms()
         costs = costs if len(costs) == len(self._builder.raw_devices) else None
         for k, device in enumerate(self._builder.raw_devices):
             with tf.device(device):     # with each tower's cost: every worker reads the step's mean cost
-                votes.append(vote.tensor(dtype, cost=None if costs is None else costs[k]))
+                votes.append(vote.tensor(dtype, cost=None if costs is None else costs[k],
+                                         gradient_norm=None if costs is None else norms[k]))
         self.train_op, self.protocol.post_init_op = self._builder.build(
             grad_list, get_opt_fn, reduce_along=votes)
         vote.set_total(self._builder.reduced_along)

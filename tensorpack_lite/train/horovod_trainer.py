@@ -270,7 +270,8 @@ class HorovodTrainer(MultiProcessTrainer):
         vote = self.protocol.stop_vote_in_graph()
         tensors = list(tensors)
         costs = self._shared_costs()    # with this rank's mean cost: every rank reads the step's mean
-        tensors.append(vote.tensor(tensors[0].dtype if tensors else tf.float32, cost=costs or None))
+        tensors.append(vote.tensor(tensors[0].dtype if tensors else tf.float32, cost=costs or None,
+                                   gradient_norm=self._shared_gradient_norms() or None))
         if self._size > 1:
             op = self.hvd.Average if self._average else self.hvd.Sum
             with tf.name_scope('AllReduce'):

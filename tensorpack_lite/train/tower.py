@@ -185,11 +185,36 @@ class SingleCostTrainer(TowerTrainer):
     _accumulate = 1
     _accumulator = None
     _tower_costs = ()     # the training towers' costs, in tower order, once built (none with XLA)
+    _tower_grads = ()     # the training towers' gradients of an update, in tower order, once built
+    _tower_grad_norms = None
 
     def _shared_costs(self):
-        """The training towers' costs for a multi-process trainer's all-reduce: none while
-        :attr:`CHECK_COST` stops at a non-finite cost (nothing then reads them)."""
-        return [] if self.CHECK_COST else list(self._tower_costs)
+        """The training towers' costs for a multi-process trainer's all-reduce (once, while it
+        builds it): none while :attr:`CHECK_COST` stops at a non-finite cost (nothing then
+        reads them). With ``accumulate`` > 1, each the mean over the update's micro-batches:
+        only the update's run reduces."""
+        costs = [] if self.CHECK_COST else list(self._tower_costs)
+        if self._accumulator is not None:
+            costs = [self._accumulator.add_cost(cost) for cost in costs]
+        return costs
+
+    def _shared_gradient_norms(self):
+        """With the costs, the global norm of each training tower's gradients of the update
+        (before they are averaged across towers and processes), for the same all-reduce."""
+        return [] if self.CHECK_COST or not self._tower_costs else self.tower_gradient_norms()
+
+    def tower_gradient_norms(self):
+        """The global norm (float32) of each training tower's gradients of the step (of the
+        update, with ``accumulate``), in tower order, built on the first call once the towers
+        are (``RollbackOnAnomaly(watch_gradient_norm=True)``)."""
+        if self._tower_grad_norms is None:
+            norms = []
+            for grads in self._tower_grads:
+                gradients = [g for g, _ in grads]
+                with tf.device(gradients[0].device if gradients else None), tf.name_scope('grad_norm'):
+                    norms.append(tf.cast(tf.linalg.global_norm(gradients), tf.float32))
+            self._tower_grad_norms = norms
+        return list(self._tower_grad_norms)
 
     @property
     def checks_cost(self):
@@ -291,7 +316,7 @@ class SingleCostTrainer(TowerTrainer):
             self.mixed_precision.prepare_graph(tfv1.get_default_graph())
         get_opt_fn = self._with_loss_scaling(get_opt_fn)
         tower_func = TowerFunc(get_cost_fn, input_signature)
-        self._tower_costs = []
+        self._tower_costs, self._tower_grads, self._tower_grad_norms = [], [], None
         if self._accumulate > 1:
             self._accumulator = GradientAccumulator(self._accumulate)
         self.tower_func = tower_func
@@ -370,7 +395,9 @@ class SingleCostTrainer(TowerTrainer):
             return grads
 
         def accumulated(grads):
-            return grads if self._accumulator is None else self._accumulator.add_tower(grads)
+            grads = grads if self._accumulator is None else self._accumulator.add_tower(grads)
+            self._tower_grads.append(grads)
+            return grads
 
         def get_grad_fn():
             inputs = input.get_input_tensors()

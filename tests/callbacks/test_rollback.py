@@ -24,7 +24,7 @@ from helpers.trainers import counter_trainer
 from helpers.trainers import train as train_steps
 
 from tensorpack_lite.callbacks import Callback, ModelSaver, RollbackOnAnomaly, SpikeRule
-from tensorpack_lite.compat import tfv1
+from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.input_source import FeedInput, QueueInput
 from tensorpack_lite.train import (AutoResumeTrainConfig, SimpleTrainer, SyncMultiGPUTrainerReplicated,
@@ -188,10 +188,54 @@ def test_a_1000x_batch_at_step_100_is_rolled_back_and_recorded_in_the_monitors(t
 
 
 def test_ordinary_noise_rolls_back_nothing_in_2000_steps():
-    rollback = RollbackOnAnomaly('cost', snapshot_every=100)     # the default SpikeRule
+    """(The gradient norm watched too.)"""
+    rollback = RollbackOnAnomaly('cost', snapshot_every=100, watch_gradient_norm=True)  # default SpikeRules
     train(batches(2000, seed=1, noise=0.5), 2000, [rollback], steps_per_epoch=500)
     assert rollback.windows == []
-    assert len(rollback.spikes.history) == rollback.spikes.window
+    assert len(rollback.spikes.history) == len(rollback.gradient_spikes.history) == rollback.spikes.window
+    assert all(0 < norm < 10 for _, norm in rollback.gradient_spikes.history)
+
+
+# ----- the gradient norm -----------------------------------------------------------------------------
+
+class SilentFeature(MLP):
+    """MLP(LINEAR) whose weights of the last feature start at 0: while the data leave that feature
+    at 0, its gradient is 0 and the loss does not depend on it."""
+
+    def __init__(self):
+        super().__init__(LINEAR, lr=0.1)
+
+    def build_graph(self, x, label):
+        w = np.random.RandomState(self.seed).randn(*LINEAR).astype('float32') * np.float32(self.scale)
+        w[-1] = 0
+        logits = tf.matmul(x, tfv1.get_variable('fc0/W', initializer=w)) + \
+            tfv1.get_variable('fc0/b', initializer=np.zeros(LINEAR[1], 'float32'))
+        return self.outputs(logits, label)
+
+
+def test_a_batch_that_blows_the_gradient_norm_but_not_the_loss_is_rolled_back():
+    """The last feature is 0 but in the batch of step 37, where it is 10^4: that step's loss is
+    as any other's (the feature's weights are still 0), its gradient norm about 10^4 times the
+    others'. Watching the loss alone lets it through (the feature's weights end about 10^3);
+    watching the norm too rolls it back to a run without the window."""
+    data = [[np.concatenate([x[:, :-1], np.zeros_like(x[:, -1:])], 1), y] for x, y in batches(40)]
+    bad = [[x.copy(), y] for x, y in data]
+    bad[36][0][:, -1] = 1e4
+
+    def rollback(**kwargs):
+        return RollbackOnAnomaly('cost', snapshot_every=10, spikes=SpikeRule(window=30, warmup=20), **kwargs)
+
+    loss_only = rollback()
+    got, _ = train(bad, 40, [loss_only], model=SilentFeature())
+    assert loss_only.windows == [] and np.abs(got['fc0/W'][-1]).max() > 100
+    watched = rollback(watch_gradient_norm=True)
+    got, _ = train(bad, 40, [watched], model=SilentFeature())
+    window, = watched.windows
+    assert (window['snapshot'], window['first'], window['last']) == (30, 31, 37)
+    assert window['reason'].startswith('gradient norm spike: ') and window['value'] < 2
+    expected, _ = train(without_steps(data, 31, 37), 33, model=SilentFeature())
+    assert_same_weights(got, expected)
+    assert np.all(got['fc0/W'][-1] == 0)
 
 
 # ----- resume --------------------------------------------------------------------------------------
@@ -325,6 +369,16 @@ def test_a_multi_process_trainer_is_refused_naming_it():
 
     with pytest.raises(NotImplementedError, match=r"TwoProcessTrainer trains in 2 processes"):
         train(batches(4), 2, [RollbackOnAnomaly()], model=MLP(LINEAR),
+              trainer=no_cost_check(TwoProcessTrainer()))
+
+
+def test_accumulation_in_several_processes_needs_snapshots_between_updates():
+    class TwoProcessTrainer(SimpleTrainer):
+        world_size = 2
+
+    with pytest.raises(ValueError, match=r"accumulate=2 in 2 processes, .* snapshot_every=5 must be a "
+                                         r"multiple of 2"):
+        train(batches(4), 4, [RollbackOnAnomaly(snapshot_every=5)], model=MLP(LINEAR), accumulate=2,
               trainer=no_cost_check(TwoProcessTrainer()))
 
 

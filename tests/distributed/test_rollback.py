@@ -1,9 +1,10 @@
 """RollbackOnAnomaly on every process of a job (issue 70): NaN inputs in step 37 of ONE process's
-data, on 2 collective workers and on 2 MPI ranks (HorovodTrainer on the MPI engine). The step's mean
-cost travels with the gradients' all-reduce (the stop vote's buffer), so every process reads the
-same NaN and rolls back after the same step to its own snapshot of step 30: both end with the
-weights of one process trained on the data without steps 31-37. Without the callback the weights
-end NaN."""
+data, on 2 collective workers, on 2 parameter-server workers and on 2 MPI ranks (HorovodTrainer on
+the MPI engine). The step's mean cost travels with the gradients' all-reduce (the stop vote's
+buffer; through the chief with the parameter servers), so every process reads the same NaN and
+rolls back after the same step to its own snapshot of step 30 (the chief's of the ps-held
+variables): all end with the weights of one process trained on the data without steps 31-37.
+Without the callback the weights end NaN."""
 
 import json
 
@@ -19,11 +20,12 @@ BATCH, HIDDEN, LR, STEPS, SNAPSHOT_EVERY, BAD = MPI_BATCH, 5, MPI_LR, 40, 10, 37
 WINDOW = {'snapshot': 30, 'first': 31, 'last': BAD}
 
 
-def collective(tmp_path, *args, poison=True, towers=1, **kwargs):
-    """A run of 2 collective workers; with ``poison``, worker 1's inputs of step BAD are NaN."""
-    run = Run(tmp_path, 2, 0, ['--trainer', 'collective', '--batch', BATCH, '--hidden', HIDDEN, '--lr', LR,
-                               '--towers', towers, '--samples', 2 * towers * BATCH * STEPS,
-                               '--steps-per-epoch', STEPS]
+def collective(tmp_path, *args, poison=True, towers=1, trainer='collective', **kwargs):
+    """A run of 2 collective workers (or of 2 workers and a ps, ``trainer`` 'ps' or 'replicated');
+    with ``poison``, worker 1's inputs of step BAD are NaN."""
+    run = Run(tmp_path, 2, int(trainer != 'collective'),
+              ['--trainer', trainer, '--batch', BATCH, '--hidden', HIDDEN, '--lr', LR,
+               '--towers', towers, '--samples', 2 * towers * BATCH * STEPS, '--steps-per-epoch', STEPS]
               + (['--poison', 1, BAD] if poison else []) + list(args), **kwargs)
     if kwargs:
         return run
@@ -39,20 +41,21 @@ def mpi_ranks(tmp_path, *args):
     return [load_rank(tmp_path, r) for r in range(2)]
 
 
-def without_window(make_samples, train_single, *args, towers=1):
-    """One process on both processes' batches of every step but those of the window."""
+def without_window(make_samples, train_single, *args, towers=1, window=WINDOW, accumulate=1):
+    """One process on both processes' batches of every step but those of the window (with
+    ``accumulate``, an update a step: the batches of its steps together)."""
     size = 2 * towers * BATCH
     samples = make_samples(STEPS * size)
-    del samples[(WINDOW['first'] - 1) * size:WINDOW['last'] * size]
-    kept = STEPS - (WINDOW['last'] - WINDOW['first'] + 1)
-    return train_single(samples, size, LR, *args, kept, 1)
+    del samples[(window['first'] - 1) * size:window['last'] * size]
+    kept = STEPS - (window['last'] - window['first'] + 1)
+    return train_single(samples, size * accumulate, LR, *args, kept // accumulate, 1)
 
 
-def assert_rolled_back_together(tmp_path, processes, reference, reason='loss nan'):
+def assert_rolled_back_together(tmp_path, processes, reference, reason='loss nan', window=WINDOW):
     for k, process in enumerate(processes):
         assert process['global_step'] == STEPS
         windows = load_rollbacks(tmp_path, k)
-        assert [{key: w[key] for key in WINDOW} for w in windows] == [WINDOW], windows
+        assert [{key: w[key] for key in window} for w in windows] == [window], windows
         assert all(np.all(np.isfinite(value)) for value in process['weights'].values())
         assert_replicas_match(process['weights'], reference, atol=1e-5)
     assert load_rollbacks(tmp_path, 0)[0]['reason'] == reason     # (the mean of a NaN and a number)
@@ -60,10 +63,36 @@ def assert_rolled_back_together(tmp_path, processes, reference, reason='loss nan
 
 @pytest.mark.parametrize('towers', [1, 2])
 def test_collective_workers_roll_back_together_when_one_workers_batch_is_nan(tmp_path, towers):
-    """(With 2 towers a worker, its towers' replicas ``tower1/...`` too.)"""
-    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, towers=towers)
+    """(With 2 towers a worker, its towers' replicas ``tower1/...`` too. The gradient norm is
+    watched too: it travels with the cost.)"""
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, '--watch-gradient-norm', towers=towers)
     reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, towers=towers)
     assert_rolled_back_together(tmp_path, workers, reference)
+
+
+def test_collective_workers_with_accumulation_undo_whole_updates_together(tmp_path):
+    """accumulate=2: only an update's last step reduces, carrying each worker's mean cost over the
+    update: both read the NaN of step 37 at the end of its update (38) and undo 31-38, 4 updates."""
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, '--accumulate', 2)
+    window = dict(WINDOW, last=BAD + 1)
+    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, window=window,
+                               accumulate=2)
+    assert_rolled_back_together(tmp_path, workers, reference, window=window)
+
+
+@pytest.mark.parametrize('trainer, accumulate', [('ps', 2), ('replicated', 1)])
+def test_parameter_server_workers_roll_back_together_when_one_workers_batch_is_nan(
+        tmp_path, trainer, accumulate):
+    """Each worker's cost travels to the chief with its gradients, the chief's token brings every
+    worker the step's mean; the chief alone restores the variables on the ps (its snapshot), the
+    other worker its own (its replicas) and waits for the chief before its next step. (With
+    accumulate=2, the update of steps 37-38 is undone at its end.)"""
+    workers = collective(tmp_path, '--rollback', SNAPSHOT_EVERY, '--accumulate', accumulate,
+                         '--watch-gradient-norm', trainer=trainer)
+    window = dict(WINDOW, last=BAD + accumulate - 1)
+    reference = without_window(train_tiny.make_samples, train_tiny.train_single, HIDDEN, window=window,
+                               accumulate=accumulate)
+    assert_rolled_back_together(tmp_path, workers, reference, window=window)
 
 
 def test_a_job_killed_after_a_rollback_replays_it_on_every_worker_when_resumed(tmp_path):
@@ -95,9 +124,10 @@ def test_collective_workers_without_the_callback_end_nan(tmp_path):
 @starts_mpi_here
 @pytest.mark.parametrize('rollback, towers', [(True, 1), (True, 2), (False, 1)])
 def test_mpi_ranks_roll_back_together_when_one_ranks_batch_is_nan(tmp_path, rollback, towers):
-    """(With 2 towers a rank, the rank's mean cost travels.)"""
+    """(With 2 towers a rank, the rank's mean cost travels; the gradient norm too.)"""
     ranks = mpi_ranks(tmp_path, '--towers', towers,
-                      *(['--rollback', SNAPSHOT_EVERY] if rollback else ['--no-cost-check']))
+                      *(['--rollback', SNAPSHOT_EVERY, '--watch-gradient-norm'] if rollback
+                        else ['--no-cost-check']))
     if not rollback:
         for rank in ranks:
             assert all(np.all(np.isnan(value)) for value in rank['weights'].values())

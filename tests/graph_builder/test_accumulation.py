@@ -267,14 +267,33 @@ def test_distributed_workers_accumulate_on_their_own_device_and_communicate_only
     no collective, no queue of the parameter servers, no apply; the update op does. (With
     DistributedTrainerParameterServer the weights live on the parameter server: every step
     reads them, as without accumulation; DistributedTrainerReplicated reads local replicas.)"""
+    assert_worker_accumulates_alone(trainer_class(['/cpu:0'], worker_servers[num_ps]), len(WEIGHTS))
+
+
+@pytest.mark.parametrize('trainer_class, num_ps', [(CollectiveAllReduceTrainer, 0),
+                                                   (DistributedTrainerParameterServer, 1)])
+def test_with_the_costs_carried_each_worker_accumulates_its_cost_alone_too(
+        worker_servers, trainer_class, num_ps):
+    """CHECK_COST = False: the cost travels with the update's reduction (for RollbackOnAnomaly),
+    its mean over the update: one more accumulator, local too; the accumulate runs still send
+    nothing."""
+    trainer = trainer_class(['/cpu:0'], worker_servers[num_ps])
+    trainer.CHECK_COST = False
+    accumulator = assert_worker_accumulates_alone(trainer, len(WEIGHTS) + 1)
+    (cost, mean), = accumulator.costs
+    assert cost.op.name == 'tower0/cost' and trainer.protocol.cost_vote.costs_carried == [mean]
+
+
+def assert_worker_accumulates_alone(trainer, accumulators):
+    """Worker 1's graph, accumulate=4: ``accumulators`` local variables on its device; its
+    accumulate op sends nothing, its update op does. Returns the accumulator."""
     with tf.Graph().as_default():
-        trainer = trainer_class(['/cpu:0'], worker_servers[num_ps])
         trainer.accumulate = K
         model = MLP('momentum')
         source = QueueInput(DataFromList(micro_batches(2, MICRO)))
         trainer.setup_graph(model.get_input_signature(), source, model.build_graph, model.get_optimizer)
         accumulator = trainer.accumulator
-        assert len(accumulator.variables) == len(WEIGHTS)
+        assert len(accumulator.variables) == accumulators
         local = set(tfv1.local_variables())
         for var in accumulator.variables:
             assert var in local and var.device.startswith('/job:worker/task:1'), (var.name, var.device)
@@ -282,3 +301,4 @@ def test_distributed_workers_accumulate_on_their_own_device_and_communicate_only
         sent = [op.name for op in accumulate_ops if communicates(op) or is_reduction_or_apply(op.type)]
         assert not sent
         assert [op.name for op in ops_of_run(trainer.train_op) if communicates(op)]
+    return accumulator

@@ -57,6 +57,8 @@ def add_rollback_arguments(parser, who):
     parser.add_argument('--rollback', type=int, metavar='SNAPSHOT_EVERY',
                         help='RollbackOnAnomaly(snapshot_every=SNAPSHOT_EVERY) on every {}; its windows '
                              'go to OUT/rollbacks<k>.json'.format(who))
+    parser.add_argument('--watch-gradient-norm', action='store_true',
+                        help='--rollback watches the gradient norm too (watch_gradient_norm=True)')
     parser.add_argument('--no-cost-check', action='store_true',
                         help='trainer.CHECK_COST = False (implied by --rollback): a NaN cost does not '
                              'stop training')
@@ -88,7 +90,8 @@ def rollback_callbacks(args, trainer, out_dir, index):
     if not args.rollback:
         return []
     path = os.path.join(out_dir, 'rollbacks{}.json'.format(index))
-    return [RecordedRollback(path, snapshot_every=args.rollback)]
+    return [RecordedRollback(path, snapshot_every=args.rollback,
+                             watch_gradient_norm=args.watch_gradient_norm)]
 
 
 class RecordedRollback(RollbackOnAnomaly):

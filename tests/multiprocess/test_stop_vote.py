@@ -105,3 +105,15 @@ def test_a_vote_that_carries_the_cost_gives_its_mean_and_the_marks_of_one_step()
             assert vote.marks == {'rollback'} and vote.step_cost == 3.0
             hooked.run(step)
             assert vote.marks == set()
+
+
+def test_a_vote_that_carries_the_gradient_norm_gives_its_mean_after_the_cost():
+    with tf.Graph().as_default():
+        vote = PreemptionVote()
+        carried = [vote.tensor(cost=c, gradient_norm=n) for c, n in ((1.5, 2.0), (4.5, 7.0))]
+        assert [t.shape.as_list() for t in carried] == [[7], [7]] and len(vote.gradient_norms_carried) == 2
+        vote.set_total(carried[0] + carried[1])
+        with tfv1.Session() as sess:
+            sess.run(tfv1.local_variables_initializer())
+            HookedSession(sess, [vote]).run(tf.no_op())
+        assert (vote.step_cost, vote.step_gradient_norm, vote.marks) == (3.0, 4.5, set())
