@@ -75,15 +75,28 @@ def run_worker(cluster, index, steps, average, compression, timeout_s=RUN_BOUND)
     return reductions, others, worker.run_steps(steps, timeout_s)
 
 
-def run_workers(num_worker, per_worker_steps, average, compression, timeout_s=RUN_BOUND):
+@pytest.fixture(scope='module')
+def processes():
+    """Three spawned Python processes, in which the workers of every run of this module start,
+    each run on a cluster of its own (new ports, a new server in each process): TensorFlow
+    starts three times for the module, not three times per run. A worker's run blocks until
+    its peers join it, so the runs of one cluster go to three different processes."""
+    pool = multiprocessing.get_context('spawn').Pool(3)
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def run_workers(processes, num_worker, per_worker_steps, average, compression, timeout_s=RUN_BOUND):
     """Every worker in a process of its own, together; their results (the test fails on a
     worker's exception or when the run takes more than 2 RUN_BOUND)."""
     cluster = local_cluster(num_worker)
-    with multiprocessing.get_context('spawn').Pool(num_worker) as pool:
-        pending = [pool.apply_async(run_worker, (cluster, k, per_worker_steps[k], average, compression,
-                                                 timeout_s))
-                   for k in range(num_worker)]
-        return [p.get(2 * RUN_BOUND) for p in pending]
+    pending = [processes.apply_async(run_worker, (cluster, k, per_worker_steps[k], average, compression,
+                                                  timeout_s))
+               for k in range(num_worker)]
+    return [p.get(2 * RUN_BOUND) for p in pending]
 
 
 def step_values(rng, num_worker, num_tower):
@@ -111,12 +124,13 @@ def check_graph(reductions, others, worker, compression):
 
 @pytest.mark.parametrize('compression', [pytest.param(None, marks=pytest.mark.quick), 'fp16', 'bf16'])
 @pytest.mark.parametrize('average', [False, True])
-def test_three_workers_of_two_towers_get_the_same_bits_on_every_tower_every_step(average, compression):
+def test_three_workers_of_two_towers_get_the_same_bits_on_every_tower_every_step(processes, average,
+                                                                                 compression):
     num_worker, num_tower, num_step = 3, 2, 3
     rng = np.random.RandomState(0)
     steps = [step_values(rng, num_worker, num_tower) for _ in range(num_step)]
-    results = run_workers(num_worker, [[step[k] for step in steps] for k in range(num_worker)], average,
-                          compression)
+    results = run_workers(processes, num_worker, [[step[k] for step in steps] for k in range(num_worker)],
+                          average, compression)
     for k, (reductions, others, _) in enumerate(results):
         check_graph(reductions, others, k, compression)
     outputs = [result[2] for result in results]
@@ -144,11 +158,10 @@ def test_three_workers_of_two_towers_get_the_same_bits_on_every_tower_every_step
             assert not np.array_equal(floats, outputs[0][index - 1][0][0])
 
 
-def test_a_step_whose_peer_never_comes_ends_with_the_run_timeout():
+def test_a_step_whose_peer_never_comes_ends_with_the_run_timeout(processes):
     """Worker 1 of 2 never starts: worker 0's step fails with DeadlineExceeded after the run's
     timeout (the trainer's STEP_TIMEOUT; a lost peer is named sooner by its watchdog)."""
     cluster = local_cluster(2)
-    with multiprocessing.get_context('spawn').Pool(1) as pool:
-        pending = pool.apply_async(run_worker, (cluster, 0, [[[np.ones(4, 'float32')]]], False, None, 2.0))
-        with pytest.raises(tf.errors.DeadlineExceededError):
-            pending.get(RUN_BOUND)
+    pending = processes.apply_async(run_worker, (cluster, 0, [[[np.ones(4, 'float32')]]], False, None, 2.0))
+    with pytest.raises(tf.errors.DeadlineExceededError):
+        pending.get(RUN_BOUND)
