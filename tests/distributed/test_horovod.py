@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers.processes import run_bounded
-from helpers.mpi import (BATCH, EPOCHS, LR, SCRIPT, STEPS, assert_close, load_rank, rank_env,
+from helpers.mpi import (BATCH, EPOCHS, LR, SCRIPT, STEPS, assert_close, load_rank, horovod_rank_env,
                          reference_weights, train_tiny)
 from tensorpack_lite.dataflow import DataFromList
 from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
@@ -138,7 +138,7 @@ def run_two_ranks(python, out_dir, *args):
                '--out', str(out_dir), '--batch', str(BATCH), '--steps-per-epoch', str(STEPS),
                '--epochs', str(EPOCHS), '--lr', str(LR)] + list(args)
     start = time.time()
-    code, output = run_bounded(command, RUN_TIMEOUT, env=rank_env(), cwd=out_dir)
+    code, output = run_bounded(command, RUN_TIMEOUT, env=horovod_rank_env(), cwd=out_dir)
     return code, output, time.time() - start
 
 

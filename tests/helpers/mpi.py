@@ -24,7 +24,8 @@ from helpers.paths import TESTS_DIR, import_file
 from helpers.processes import run_bounded, subprocess_env
 
 __all__ = ['SCRIPT', 'MPIEXEC', 'RUN_TIMEOUT', 'BATCH', 'STEPS', 'EPOCHS', 'LR', 'train_tiny',
-           'needs_mpiexec', 'SUPERVISED', 'run_ranks', 'rank_env', 'load_rank', 'reference_weights',
+           'needs_mpiexec', 'SUPERVISED', 'run_ranks', 'rank_env', 'horovod_rank_env',
+           'load_rank', 'reference_weights',
            'assert_close', 'assert_bit_identical', 'pid_of_rank', 'rank_logs', 'starts_mpi_here']
 
 SCRIPT = os.path.join(TESTS_DIR, 'horovod_scripts', 'train_tiny.py')
@@ -79,6 +80,13 @@ def run_ranks(num, out_dir, *args, script=None, launch=([], [])):
 def rank_env():
     """The ranks' environment: a child Python's, the logger keeping an existing directory."""
     return subprocess_env(TENSORPACK_LOGGER_ACTION='k')
+
+
+def horovod_rank_env():
+    """The environment of Horovod's ranks: :func:`rank_env` without TF_USE_LEGACY_KERAS, which
+    would point the ``tf.keras`` that ``import horovod.tensorflow`` needs at tf_keras, not
+    installed in the Horovod environment (horovodrun then takes Horovod for built without Gloo)."""
+    return subprocess_env(TENSORPACK_LOGGER_ACTION='k', TF_USE_LEGACY_KERAS=None)
 
 
 def load_rank(out_dir, rank):
