@@ -13,7 +13,9 @@ import pytest
 from helpers.processes import run_bounded
 from helpers.mpi import (BATCH, EPOCHS, LR, SCRIPT, STEPS, assert_close, load_rank, horovod_rank_env,
                          reference_weights, train_tiny)
+from helpers.shards import step_places, trained_ids, with_ids
 from tensorpack_lite.dataflow import DataFromList
+from tensorpack_lite.dataflow.shards import save_shards
 from tensorpack_lite.train.horovod_trainer import HorovodTrainer, RankShardData
 
 RUN_TIMEOUT = 150
@@ -172,6 +174,31 @@ def test_two_ranks_average_like_one_process_and_only_rank0_writes(horovod_python
     # only its own resume states (its data position) beside rank 0's checkpoints
     assert written == ['model-3.resume.rank-1', 'model-6.resume.rank-1'], other_files
     assert 'Start Epoch' not in read_text(os.path.join(other_dir, 'log.log'))   # stopped at training start
+
+
+def test_two_ranks_train_from_shards_each_on_its_share_of_the_global_order(horovod_python, tmp_path):
+    """``--data shards:DIR``: a ShardedData of local shards, made without a share, which the
+    launch gives it from HorovodTrainer's rank and size. Each step's samples are the step's places
+    of the global order, rank r taking places r, r + 2, ...; each epoch's samples once; the
+    weights are one process's on the combined batches."""
+    per_epoch = 2 * BATCH * STEPS
+    samples = with_ids(train_tiny.make_samples(per_epoch))
+    index = save_shards(DataFromList(samples, shuffle=False), str(tmp_path / 'shards'), shard_bytes=400)
+    code, output, _ = run_two_ranks(horovod_python, tmp_path, '--data', 'shards:' + str(tmp_path / 'shards'))
+    assert code == 0, output[-6000:]
+    assert 'the share of process 1 of 2 (from the trainer)' in output
+    steps = trained_ids([tmp_path / 'ids-rank{}.jsonl'.format(r) for r in range(2)])
+    places = step_places(index, STEPS, 2 * BATCH)
+    assert sorted(steps) == list(range(1, STEPS * EPOCHS + 1))
+    trained = []
+    for step in sorted(steps):
+        assert steps[step] == {r: places(step)[r::2].tolist() for r in range(2)}, step
+        trained += places(step).tolist()
+    assert sorted(trained[:per_epoch]) == sorted(trained[per_epoch:]) == list(range(per_epoch))
+    reference = train_tiny.train_single([samples[i][:2] for i in trained], 2 * BATCH, LR, STEPS * EPOCHS, 1)
+    ranks = [load_rank(tmp_path, r) for r in range(2)]
+    assert_close(ranks[0]['weights'], ranks[1]['weights'], rtol=0, atol=1e-6)
+    assert_close(ranks[0]['weights'], reference, rtol=0, atol=1e-5)
 
 
 def test_two_ranks_sum_in_a_shared_logdir(horovod_python, tmp_path):
