@@ -33,8 +33,8 @@ class SmokeRun(object):
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(REPO, relpath)] + list(args) + ['--logdir', str(self.logdir)],
-            cwd=str(cwd), env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
+            cwd=str(cwd), env=subprocess_env(TF_USE_LEGACY_KERAS=None), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def kill(self):
         try:
