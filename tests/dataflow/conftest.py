@@ -21,6 +21,13 @@ def s3_server(tmp_path_factory):
 
 
 @pytest.fixture
+def own_s3_server(tmp_path):
+    """A real S3 server of the requesting test's own, which it may pause and resume (an outage)."""
+    from helpers.s3 import serve
+    yield from serve(str(tmp_path))
+
+
+@pytest.fixture
 def s3(s3_server, monkeypatch):
     """The module's S3 server, which this process's clients talk to for this test."""
     s3_server.serve_this_process(monkeypatch)

@@ -156,46 +156,40 @@ at once."""
 
 
 def test_a_real_outage_of_the_s3_server_is_retried_and_said_once_and_a_longer_one_names_the_shard(
-        tmp_path, monkeypatch):
+        own_s3_server, tmp_path, monkeypatch):
     """The S3 server ended mid-stream (its connections with it) and started again on its port once
     the stream said it retries (helpers.s3.S3Server.pause/resume: the objects are copied out and
     loaded into the new server before it listens); then ended for longer than retry_seconds."""
-    from helpers.s3 import S3Server
-    pytest.importorskip('s3fs')
-    pytest.importorskip('moto')
     import s3fs
     monkeypatch.setattr(s3fs.S3FileSystem, 'retries', 1)
-    server = S3Server(str(tmp_path))
-    try:
-        server.serve_this_process(monkeypatch)
-        write_numbered('s3://bucket/data', 600, shard_bytes=500)
-        expected = numbers(stream('s3://bucket/data', tmp_path / 'cache0', lanes=1))
-        with capture_logs() as records:
-            epoch = iter(stream('s3://bucket/data', tmp_path / 'cache', lanes=1, cache_bytes=3000,
-                                storage_options=FAIL_FAST))
-            head = numbers(next(epoch) for _ in range(100))
-            server.pause()
-
-            def resume_once_said():
-                assert wait_until(lambda: records.messages(logging.WARNING), timeout=HANG_TIMEOUT)
-                server.resume()
-            resuming = threading.Thread(target=resume_once_said)
-            resuming.start()
-            try:
-                rest = numbers(epoch)
-            finally:
-                resuming.join()
-        assert head + rest == expected
-        warnings = records.messages(logging.WARNING)
-        assert len(warnings) == 1, warnings
-        assert re.match(r'Reading s3://bucket/data/shard-\d{5}\.tpls failed \(', warnings[0])
-        assert warnings[0].endswith('retrying with backoff for up to 120 s')
-        print(warnings[0])
-        df = stream('s3://bucket/data', tmp_path / 'cache2', lanes=1, retry_seconds=1,
-                    storage_options=FAIL_FAST)    # its index read
+    server = own_s3_server
+    server.serve_this_process(monkeypatch)
+    write_numbered('s3://bucket/data', 600, shard_bytes=500)
+    expected = numbers(stream('s3://bucket/data', tmp_path / 'cache0', lanes=1))
+    with capture_logs() as records:
+        epoch = iter(stream('s3://bucket/data', tmp_path / 'cache', lanes=1, cache_bytes=3000,
+                            storage_options=FAIL_FAST))
+        head = numbers(next(epoch) for _ in range(100))
         server.pause()
-        failed = r'^s3://bucket/data/shard-\d{5}.tpls: the storage failed for 1 s: EndpointConnectionError'
-        with pytest.raises(ShardError, match=failed):
-            list(df)
-    finally:
-        server.stop()
+
+        def resume_once_said():
+            assert wait_until(lambda: records.messages(logging.WARNING), timeout=HANG_TIMEOUT)
+            server.resume()
+        resuming = threading.Thread(target=resume_once_said)
+        resuming.start()
+        try:
+            rest = numbers(epoch)
+        finally:
+            resuming.join()
+    assert head + rest == expected
+    warnings = records.messages(logging.WARNING)
+    assert len(warnings) == 1, warnings
+    assert re.match(r'Reading s3://bucket/data/shard-\d{5}\.tpls failed \(', warnings[0])
+    assert warnings[0].endswith('retrying with backoff for up to 120 s')
+    print(warnings[0])
+    df = stream('s3://bucket/data', tmp_path / 'cache2', lanes=1, retry_seconds=1,
+                storage_options=FAIL_FAST)    # its index read
+    server.pause()
+    failed = r'^s3://bucket/data/shard-\d{5}.tpls: the storage failed for 1 s: EndpointConnectionError'
+    with pytest.raises(ShardError, match=failed):
+        list(df)

@@ -12,7 +12,7 @@ import urllib.request
 from helpers.processes import kill_process_tree, listening_ports
 from helpers.timing import HANG_TIMEOUT, wait_until
 
-__all__ = ['S3Server', 'BUCKET', 'serve_module']
+__all__ = ['S3Server', 'BUCKET', 'serve', 'serve_module']
 
 BUCKET = 'bucket'
 """The bucket the server is started with."""
@@ -138,17 +138,27 @@ class S3Server:
         self.log.close()
 
 
+def serve(directory):
+    """The body of a fixture: a server (its log in ``directory``), stopped after the tests that use
+    it, also when a test paused it (the test is skipped without s3fs and moto)::
+
+        @pytest.fixture
+        def own_s3_server(tmp_path):     # a server of the test's own, which it may pause
+            yield from serve(str(tmp_path))
+    """
+    import pytest
+    pytest.importorskip('s3fs')
+    pytest.importorskip('moto')
+    server = S3Server(directory)
+    yield server
+    server.stop()
+
+
 def serve_module(tmp_path_factory):
-    """The body of a module-scoped fixture: a server for the module's tests, stopped after them
-    (the test is skipped without s3fs and moto)::
+    """The body of a module-scoped fixture: :func:`serve` for the module's tests::
 
         @pytest.fixture(scope='module')
         def s3_server(tmp_path_factory):
             yield from serve_module(tmp_path_factory)
     """
-    import pytest
-    pytest.importorskip('s3fs')
-    pytest.importorskip('moto')
-    server = S3Server(str(tmp_path_factory.mktemp('s3-server')))
-    yield server
-    server.stop()
+    yield from serve(str(tmp_path_factory.mktemp('s3-server')))
