@@ -17,6 +17,8 @@ The paths, per model:
                   has ONE intra-op thread); only when ``import tensorpack`` works
   (f) one thread: (c) with tensorpack's session config (one intra-op thread: ops run single-threaded,
                   two at once on TensorFlow's inter-op pool)
+  (g) no check:   (c) with ``trainer.CHECK_COST = False``: no NaN check of the cost, so (as in (a) and
+                  (e)) a step computes the cost only where its gradients need it
   (i) no monitor: (c) without the StepTimeMonitor (``DEFAULT_CALLBACKS(step_monitor=False)``)
   (j) pool:       (c) with every run on TensorFlow's inter-op thread pool
                   (``TENSORPACK_LITE_CALLER_THREAD_RUNS=0``)
@@ -192,8 +194,9 @@ def one_intra_op_thread():
 
 
 def library_path(name, steps, epochs, logdir, trainer, step_monitor=True, env=None, session_config=None,
-                 in_graph=False):
-    """(c), (d), (f), (i), (j) and (k): this library's launch_train_with_config with its defaults."""
+                 in_graph=False, check_cost=True):
+    """(c), (d), (f), (g), (i), (j) and (k): this library's launch_train_with_config with its
+    defaults."""
     with tf.Graph().as_default(), environ(**(env or {})):
         logger.set_logger_dir(logdir, action='d')
         timer = EpochTimer()
@@ -207,8 +210,9 @@ def library_path(name, steps, epochs, logdir, trainer, step_monitor=True, env=No
             extra['dataflow'] = fake_data(FakeData, name)
         config = TrainConfig(model=model_class(ModelDesc, LITE_LAYERS, name)(),
                              callbacks=[timer], steps_per_epoch=steps, max_epoch=epochs, **extra)
-        launch_train_with_config(config, SimpleTrainer() if trainer == 'simple'
-                                 else SyncMultiGPUTrainerReplicated(1))
+        lite_trainer = SimpleTrainer() if trainer == 'simple' else SyncMultiGPUTrainerReplicated(1)
+        lite_trainer.CHECK_COST = check_cost
+        launch_train_with_config(config, lite_trainer)
     return timer.times
 
 
@@ -232,7 +236,7 @@ def tensorpack_path(name, steps, epochs, logdir, trainer):
 
 PATHS = {'a': '(a) bare sess.run', 'b': '(b) (a) through a FIFOQueue', 'c': '(c) default path',
          'd': '(d) (c), the batch in the graph', 'e': '(e) tensorpack 0.11',
-         'f': '(f) (c), one intra-op thread',
+         'f': '(f) (c), one intra-op thread', 'g': '(g) (c) without the cost check',
          'i': '(i) (c) without StepTimeMonitor', 'j': "(j) (c) on TF's thread pool",
          'k': "(k) (c) in the caller's thread"}
 
@@ -269,6 +273,8 @@ def main():
                 'e': lambda: tensorpack_path(name, steps, args.epochs, logdir + '-e', args.trainer),
                 'f': lambda: library_path(name, steps, args.epochs, logdir + '-f', args.trainer,
                                           session_config=one_intra_op_thread()),
+                'g': lambda: library_path(name, steps, args.epochs, logdir + '-g', args.trainer,
+                                          check_cost=False),
                 'i': lambda: library_path(name, steps, args.epochs, logdir + '-i', args.trainer,
                                           step_monitor=False),
                 'j': lambda: library_path(name, steps, args.epochs, logdir + '-j', args.trainer,
