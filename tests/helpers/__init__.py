@@ -14,9 +14,9 @@ Of any test:
 - :mod:`helpers.paths`: ``TESTS_DIR``, ``REPO_DIR``.
 - :mod:`helpers.package_modules`: the package's modules as files (``module_files``), what their
   imports name (``import_source``).
-- :mod:`helpers.processes`: a child Python's environment (``subprocess_env``), a child Python with
-  or without TensorFlow (``run_python``), bounded launcher runs (``run_bounded``),
-  ``kill_process_tree``.
+- :mod:`helpers.processes`: a child Python's environment (``subprocess_env``; a user's default
+  one, ``users_env``), a child Python with or without TensorFlow (``run_python``), bounded
+  launcher runs (``run_bounded``), ``kill_process_tree``.
 - :mod:`helpers.timing`: time without timing thresholds (``HANG_TIMEOUT``, ``run_or_hang``,
   ``wait_until``, ``VirtualClock``).
 - :mod:`helpers.logs`: what the library's logger logs (``capture_logs``, ``LogRecords``).

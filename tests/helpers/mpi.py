@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from helpers.paths import TESTS_DIR, import_file
-from helpers.processes import run_bounded, subprocess_env
+from helpers.processes import run_bounded, subprocess_env, users_env
 
 __all__ = ['SCRIPT', 'MPIEXEC', 'RUN_TIMEOUT', 'BATCH', 'STEPS', 'EPOCHS', 'LR', 'train_tiny',
            'needs_mpiexec', 'SUPERVISED', 'run_ranks', 'rank_env', 'horovod_rank_env',
@@ -86,7 +86,7 @@ def horovod_rank_env():
     """The environment of Horovod's ranks: :func:`rank_env` without TF_USE_LEGACY_KERAS, which
     would point the ``tf.keras`` that ``import horovod.tensorflow`` needs at tf_keras, not
     installed in the Horovod environment (horovodrun then takes Horovod for built without Gloo)."""
-    return subprocess_env(TENSORPACK_LOGGER_ACTION='k', TF_USE_LEGACY_KERAS=None)
+    return users_env(TENSORPACK_LOGGER_ACTION='k')
 
 
 def load_rank(out_dir, rank):

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.paths import REPO_DIR, TESTS_DIR
 
-__all__ = ['subprocess_env', 'NO_TENSORFLOW', 'run_python', 'run_bounded', 'kill_process_tree',
+__all__ = ['subprocess_env', 'users_env', 'NO_TENSORFLOW', 'run_python', 'run_bounded', 'kill_process_tree',
            'listening_ports']
 
 
@@ -26,7 +26,7 @@ def subprocess_env(**overrides):
     TF_USE_LEGACY_KERAS=1 is for speed: ``import tensorflow`` then loads tf_keras's optimizers
     (or nothing, without tf_keras) instead of all of Keras 3, about 1.3 s less CPU time in each of
     the suite's hundreds of child processes. The library uses neither Keras; a test of what a
-    user's default environment does removes it (``subprocess_env(TF_USE_LEGACY_KERAS=None)``).
+    user's default environment does removes it (:func:`users_env`).
 
     Example::
 
@@ -43,6 +43,13 @@ def subprocess_env(**overrides):
         else:
             env[name] = str(value)
     return env
+
+
+def users_env(**overrides):
+    """:func:`subprocess_env` without TF_USE_LEGACY_KERAS: TensorFlow's ``tf.keras`` is what a user's
+    default environment gives it (Keras 3), for the example programs and for Horovod, whose
+    ``import horovod.tensorflow`` needs that ``tf.keras``."""
+    return subprocess_env(**dict(overrides, TF_USE_LEGACY_KERAS=None))
 
 
 NO_TENSORFLOW = "import sys; sys.modules['tensorflow'] = None\n"

@@ -13,7 +13,7 @@ import sys
 import pytest
 from helpers.package_modules import PACKAGE, import_source, module_files, parse_module
 from helpers.paths import TESTS_DIR
-from helpers.processes import run_python, subprocess_env
+from helpers.processes import run_python, subprocess_env, users_env
 
 HERE = TESTS_DIR
 REPO = os.path.dirname(HERE)
@@ -316,7 +316,7 @@ def test_importing_everything_of_the_core_loads_no_keras_2():
                      "from tensorpack_lite import *\n"
                      "import tensorpack_lite.train, tensorpack_lite.callbacks, tensorpack_lite.predict\n"
                      "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tf_keras'))\n",
-                     env=subprocess_env(TF_USE_LEGACY_KERAS=None))
+                     env=users_env())
     assert out.strip().splitlines()[-1] == '[]'
 
 

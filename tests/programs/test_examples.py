@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from helpers.paths import REPO_DIR
-from helpers.processes import run_bounded, subprocess_env
+from helpers.processes import run_bounded, users_env
 from helpers.examples import final_number, read_stats, run_in_process
 
 REPO = REPO_DIR
@@ -19,7 +19,7 @@ REPO = REPO_DIR
 def run_example(relpath, args, cwd):
     """The example run as a user runs it: in the default environment (TensorFlow loads Keras 3)."""
     return subprocess.run([sys.executable, os.path.join(REPO, relpath)] + args, cwd=cwd,
-                          env=subprocess_env(TF_USE_LEGACY_KERAS=None), capture_output=True, text=True,
+                          env=users_env(), capture_output=True, text=True,
                           timeout=300)
 
 
@@ -198,7 +198,7 @@ def test_horovod_example_with_two_ranks(horovod_python, tmp_path):
     command = [horovodrun, '-np', '2', '-H', 'localhost:2', '--gloo', horovod_python,
                os.path.join(REPO, 'examples/horovod/horovod-digits.py'),
                '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir)]
-    code, output = run_bounded(command, 150, env=subprocess_env(TF_USE_LEGACY_KERAS=None), cwd=tmp_path)
+    code, output = run_bounded(command, 150, env=users_env(), cwd=tmp_path)
     assert code == 0, output[-6000:]
     stats = read_stats(logdir)
     assert [s['epoch_num'] for s in stats] == [1, 2] and stats[-1]['global_step'] == 10
@@ -219,7 +219,7 @@ def test_horovod_example_under_mpiexec_with_two_ranks(tmp_path):
                os.path.join(REPO, 'examples/horovod/horovod-digits.py'),
                '--max-epoch', '2', '--steps-per-epoch', '5', '--logdir', str(logdir),
                '--mixed-precision', 'fp16']
-    code, output = run_bounded(command, 150, env=subprocess_env(TF_USE_LEGACY_KERAS=None), cwd=tmp_path)
+    code, output = run_bounded(command, 150, env=users_env(), cwd=tmp_path)
     assert code == 0, output[-6000:]
     assert 'using MPI (mpi4py' in output
     assert output.count("Mixed precision: MixedPrecision('fp16'") == 2    # both ranks

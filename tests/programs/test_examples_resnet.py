@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers.paths import REPO_DIR
-from helpers.processes import subprocess_env
+from helpers.processes import users_env
 from helpers.examples import final_number, read_stats, run_in_process
 
 REPO = REPO_DIR
@@ -33,7 +33,7 @@ class SmokeRun(object):
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(REPO, relpath)] + list(args) + ['--logdir', str(self.logdir)],
-            cwd=str(cwd), env=subprocess_env(TF_USE_LEGACY_KERAS=None), stdout=subprocess.PIPE,
+            cwd=str(cwd), env=users_env(), stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def kill(self):
