@@ -13,6 +13,7 @@ from ..input_source.input_source_base import InputSource
 from ..loop.callback import Callback
 from ..precision.loss_scale import LossScaleOptimizer
 from ..predict.base import OnlinePredictor
+from ..tfutils.cost_terms import terms_to_check
 from ..tfutils.gradproc import FilterNoneGrad
 from ..tfutils.inference_tower import build_predict_tower
 from ..tfutils.tower_context import get_current_tower_context
@@ -172,9 +173,12 @@ class SingleCostTrainer(TowerTrainer):
 
     CHECK_COST = True
     """Stop training with a ``FloatingPointError`` naming the step as soon as a tower's cost is
-    NaN or infinite, before its gradients are applied (not with ``XLA_COMPILE``). When False, a
-    multi-process trainer reduces the towers' costs with the gradients instead, so that every
-    process reads the step's mean cost (for ``RollbackOnAnomaly``)."""
+    NaN or infinite, before its gradients are applied (not with ``XLA_COMPILE``). The check
+    tests the terms the cost adds up but a weight decay (which the step does not compute
+    otherwise; a weight that is not finite shows in the other terms): see
+    :mod:`~tensorpack_lite.tfutils.cost_terms`. When False, a multi-process trainer reduces the
+    towers' costs with the gradients instead, so that every process reads the step's mean cost
+    (for ``RollbackOnAnomaly``)."""
 
     _COST_CHECK_MARK = 'is not finite'
 
@@ -290,10 +294,15 @@ class SingleCostTrainer(TowerTrainer):
                                       loop.epoch_num, loop.local_step + 1)) from err
 
     def _checked_gradients(self, cost, grads):
-        """``grads`` made to wait for a check that ``cost`` is finite (see :attr:`CHECK_COST`)."""
-        check = tf.debugging.check_numerics(
-            cost, "The cost {} {}".format(cost.name, self._COST_CHECK_MARK))
-        with tf.control_dependencies([check]):
+        """``grads`` made to wait for a check that ``cost`` is finite (see :attr:`CHECK_COST`):
+        of the terms it adds up, those a weight decay is not
+        (:func:`~tensorpack_lite.tfutils.cost_terms.terms_to_check`)."""
+        checks = []
+        for term in terms_to_check(cost):
+            culprit = '' if term is cost else ' (its term {})'.format(term.name)
+            checks.append(tf.debugging.check_numerics(
+                term, "The cost {} {}{}".format(cost.name, self._COST_CHECK_MARK, culprit)))
+        with tf.control_dependencies(checks):
             return [(tf.IndexedSlices(tf.identity(g.values), g.indices, g.dense_shape)
                      if isinstance(g, tf.IndexedSlices) else tf.identity(g), v) for g, v in grads]
 

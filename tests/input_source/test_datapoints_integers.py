@@ -1,5 +1,5 @@
 """Values that used to go wrong silently: integers that do not fit their input's dtype (they
-wrapped around) and a cost that becomes NaN or infinite (training went on)."""
+wrapped around). A cost that becomes NaN or infinite: tests/train/test_tower_nonfinite_cost.py."""
 
 import numpy as np
 import pytest
