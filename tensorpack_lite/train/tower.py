@@ -295,7 +295,7 @@ class SingleCostTrainer(TowerTrainer):
 
     def _checked_gradients(self, cost, grads):
         """``grads`` made to wait for a check that ``cost`` is finite (see :attr:`CHECK_COST`):
-        of the terms it adds up, those a weight decay is not
+        of the terms it adds up, all but its weight decay
         (:func:`~tensorpack_lite.tfutils.cost_terms.terms_to_check`)."""
         checks = []
         for term in terms_to_check(cost):
