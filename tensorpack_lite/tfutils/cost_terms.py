@@ -20,9 +20,10 @@ __all__ = ['cost_summands', 'is_weight_term', 'terms_to_check']
 
 _SUM_OPS = ('Identity', 'Add', 'AddV2', 'AddN')
 _WEIGHT_OPS = ('ReadVariableOp', 'VariableV2', 'Variable')
-# ops whose float outputs are finite when their float inputs are (overflow aside)
+# ops whose float outputs are finite when their float inputs are (overflow aside; not Mean:
+# the mean of nothing is NaN)
 _FINITE_FROM_FINITE_OPS = ('Identity', 'Const', 'L2Loss', 'Square', 'Abs', 'Neg', 'Mul', 'Add',
-                           'AddV2', 'AddN', 'Sub', 'Sum', 'Mean', 'Cast')
+                           'AddV2', 'AddN', 'Sub', 'Sum', 'Cast')
 # a term computed in 16 bits overflows at 65504: a weight decay over a large layer can
 _WIDE_FLOATS = (tf.float32, tf.float64)
 
