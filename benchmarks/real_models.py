@@ -17,8 +17,8 @@ The paths, per model:
                   has ONE intra-op thread); only when ``import tensorpack`` works
   (f) one thread: (c) with tensorpack's session config (one intra-op thread: ops run single-threaded,
                   two at once on TensorFlow's inter-op pool)
-  (g) no check:   (c) with ``trainer.CHECK_COST = False``: no NaN check of the cost, so (as in (a) and
-                  (e)) a step computes the cost only where its gradients need it
+  (g) no check:   (c) with ``trainer.CHECK_COST = False``: no NaN check of the cost at all (the check
+                  of (c) tests the cost's terms but its weight decay, which no step computes)
   (i) no monitor: (c) without the StepTimeMonitor (``DEFAULT_CALLBACKS(step_monitor=False)``)
   (j) pool:       (c) with every run on TensorFlow's inter-op thread pool
                   (``TENSORPACK_LITE_CALLER_THREAD_RUNS=0``)
