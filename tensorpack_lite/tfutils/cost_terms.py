@@ -14,6 +14,8 @@ Example::
     terms_to_check(cost)     # [xent]
 """
 
+import numpy as np
+
 from ..compat import tf
 
 __all__ = ['cost_summands', 'is_weight_term', 'terms_to_check']
@@ -22,7 +24,7 @@ _SUM_OPS = ('Identity', 'Add', 'AddV2', 'AddN')
 _WEIGHT_OPS = ('ReadVariableOp', 'VariableV2', 'Variable')
 # ops whose float outputs are finite when their float inputs are (overflow aside; not Mean:
 # the mean of nothing is NaN)
-_FINITE_FROM_FINITE_OPS = ('Identity', 'Const', 'L2Loss', 'Square', 'Abs', 'Neg', 'Mul', 'Add',
+_FINITE_FROM_FINITE_OPS = ('Identity', 'L2Loss', 'Square', 'Abs', 'Neg', 'Mul', 'Add',
                            'AddV2', 'AddN', 'Sub', 'Sum', 'Cast')
 # a term computed in 16 bits overflows at 65504: a weight decay over a large layer can
 _WIDE_FLOATS = (tf.float32, tf.float64)
@@ -48,7 +50,7 @@ def _floating(tensor):
 
 def is_weight_term(tensor):
     """Whether ``tensor`` is finite whenever the variables it reads are: computed from variables
-    and constants alone, in 32 or 64 bits, by sums, products, squares, absolute values and
+    and finite constants alone, in 32 or 64 bits, by sums, products, squares, absolute values and
     reductions (a weight decay, as :func:`~tensorpack_lite.models.regularize.l2_regularizer` and
     ``l1_regularizer`` make it). Integer values it uses (shapes, sizes) may come from anywhere."""
     seen, pending = set(), [tensor]
@@ -61,6 +63,10 @@ def is_weight_term(tensor):
         if tensor.dtype.base_dtype not in _WIDE_FLOATS:
             return False
         if op.type in _WEIGHT_OPS:
+            continue
+        if op.type == 'Const':
+            if not np.all(np.isfinite(tf.make_ndarray(op.get_attr('value')))):
+                return False
             continue
         if op.type not in _FINITE_FROM_FINITE_OPS:
             return False

@@ -53,8 +53,10 @@ def test_weight_decays_are_weight_terms(data_and_weights, make):
     lambda x, w, r: tf.nn.l2_loss(w) / tf.cast(tf.shape(x)[0], tf.float32),   # an empty batch
     lambda x, w, r: tf.reduce_mean(tf.square(tfv1.get_variable('empty', shape=[0]))),   # 0 / 0
     lambda x, w, r: l2_regularizer(1e-4)(tf.cast(w, tf.float16)),    # overflows at 65504
+    lambda x, w, r: tf.multiply(np.inf, tf.nn.l2_loss(w)),             # a scale that is not finite
     lambda x, w, r: tf.nn.l2_loss(tfv1.placeholder(tf.float32, [3], name='not_a_weight')),
-], ids=['data', 'log', 'sqrt', 'divide', 'over-batch-size', 'mean', 'float16', 'placeholder'])
+], ids=['data', 'log', 'sqrt', 'divide', 'over-batch-size', 'mean', 'float16', 'infinite-scale',
+        'placeholder'])
 def test_terms_that_can_be_non_finite_with_finite_weights_are_not(data_and_weights, make):
     assert not is_weight_term(make(*data_and_weights))
 
