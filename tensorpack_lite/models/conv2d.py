@@ -29,36 +29,72 @@ class _NonEmptyBatch(object):
     ``(0, 28, 28, 256)`` for 80 filters), which the next BiasAdd rejects, and a reshape after the
     convolution does not help once grappler fuses the two. So an empty batch gets one example of
     zeros appended before the layer, and the layer's result is cut back to the real batch after
-    its activation. On a non-empty batch the Pad adds nothing and the slice takes everything
-    (both, the reshapes and their gradients forward their input without a copy), and Conv2D +
-    BiasAdd + activation stay fusable. A batch size that is known when the graph is built needs
-    no guard and gets none.
+    its activation. On a non-empty batch the Pad adds nothing and the Slice takes everything, both
+    without a copy, and Conv2D + BiasAdd + activation stay fusable.
+
+    The two steps have gradients of their own, a Slice and a Pad by the tensors of the forward
+    pass: TensorFlow's would add a dozen shape ops to each layer's step. A batch size that is
+    known when the graph is built needs no guard and gets none.
     """
 
     def __init__(self, x):
         batch = x.shape[0]
-        self.size = None if batch is not None and batch > 0 else tf.shape(x)[0]
-        if self.size is None:
+        if batch is not None and batch > 0:
             self.padded = x
-        else:
-            # Padded as a matrix: oneDNN fuses a Pad that feeds a 'valid' Conv2D into the
-            # convolution and drops the padding of the batch axis.
-            missing = tf.maximum(1 - self.size, 0)
-            rows = tf.pad(tf.reshape(x, [self.size, -1]), [[0, missing], [0, 0]])
-            self.padded = tf.reshape(rows, tf.concat([[self.size + missing], tf.shape(x)[1:]], axis=0))
-            self.padded.set_shape([None] + x.shape.as_list()[1:])
+            self._missing = None
+            return
+        self._size = tf.shape(x)[0]
+        self._missing = tf.maximum(1 - self._size, 0)   # 1 for an empty batch, else 0
+        self.padded = self._pad(x)
+        self.padded.set_shape(x.shape)
 
     def result(self, out):
         """``out``, computed from the padded batch, cut to the real batch."""
-        if self.size is None:
+        if self._missing is None:
             return out
-        # tf.slice, not out[:size]: a Slice's gradient is a Pad (nothing to pad: no copy); a
-        # StridedSlice's copies the whole gradient (5% of a convnet's step, measured).
-        begin = tf.zeros([out.shape.ndims], tf.int32)
-        size = tf.concat([[self.size], -tf.ones([out.shape.ndims - 1], tf.int32)], axis=0)
-        cut = tf.slice(out, begin, size)
-        cut.set_shape([None] + out.shape.as_list()[1:])
+        cut = self._cut(out)
+        cut.set_shape(out.shape)
         return cut
+
+    def _pad(self, x):
+        @tf.custom_gradient
+        def pad(value):
+            # Padded as a matrix: oneDNN fuses a Pad that feeds a 'valid' Conv2D into the
+            # convolution and drops the padding of the batch axis.
+            rows = tf.pad(tf.reshape(value, _as_rows(value, self._size)), self._batch_paddings(2))
+            return tf.reshape(rows, _from_rows(value)), self._slice
+        return pad(x)
+
+    def _cut(self, out):
+        @tf.custom_gradient
+        def cut(value):
+            return self._slice(value), lambda grad: tf.pad(grad, self._batch_paddings(grad.shape.ndims))
+        return cut(out)
+
+    def _batch_paddings(self, ndims):
+        """Paddings of a rank ``ndims`` tensor that append the missing example, if any."""
+        return self._missing * tf.constant([[0, 1]] + [[0, 0]] * (ndims - 1))
+
+    def _slice(self, value):
+        """The first ``size`` examples of ``value``."""
+        ndims = value.shape.ndims
+        return tf.slice(value, tf.zeros([ndims], tf.int32), tf.stack([self._size] + [-1] * (ndims - 1)))
+
+
+def _as_rows(x, size):
+    """The shape that makes ``x``, a batch of ``size``, a matrix of one row per example."""
+    inner = x.shape[1:]
+    if inner.is_fully_defined() and inner.num_elements() > 0:
+        return [-1, inner.num_elements()]
+    return tf.stack([size, -1])
+
+
+def _from_rows(x):
+    """The shape that makes the rows of :func:`_as_rows` ``x``'s examples again."""
+    inner = x.shape[1:]
+    if inner.is_fully_defined():
+        return [-1] + inner.as_list()
+    return tf.concat([[-1], tf.shape(x)[1:]], axis=0)
 
 
 def _grouped_conv(x, data_format, kernel, split, strides, padding, dilations):

@@ -97,3 +97,35 @@ def test_static_shapes_are_kept():
     assert out.shape.as_list() == [None, 80, 14, 14]
     y = tfv1.placeholder(tf.float32, [4, 15, 15, 16])
     assert Conv2D('conv2', y, 8, 3, padding='valid').shape.as_list() == [4, 13, 13, 8]
+
+
+@pytest.mark.parametrize('data_format, padding', [('channels_last', 'valid'), ('channels_first', 'same')])
+def test_guarded_layer_has_the_gradients_of_the_unguarded_one(data_format, padding):
+    """The guard (unknown batch size) changes no value: the output, the gradients and a
+    second-order gradient (through the guard's own gradients) equal those of the same layer on a
+    batch whose size is known, where there is no guard."""
+    shape = (3, 6, 7, 5) if data_format == 'channels_last' else (3, 5, 6, 7)
+    data = np.random.RandomState(0).normal(size=shape).astype(np.float32)
+
+    def run(batch):
+        with tf.Graph().as_default():
+            x = tfv1.placeholder(tf.float32, (batch,) + shape[1:])
+            out = Conv2D('conv', x, 4, 3, strides=2, padding=padding, data_format=data_format,
+                         activation=tf.nn.relu, kernel_initializer=tfv1.random_normal_initializer(seed=1),
+                         bias_initializer=tfv1.constant_initializer(0.1))
+            weights = tfv1.trainable_variables()
+            loss = tf.reduce_sum(tf.square(out))
+            grads = tf.gradients(loss, [x] + weights)
+            second = tf.gradients(tf.reduce_sum(tf.square(grads[0])), weights[0])
+            ops = {op.type for op in tfv1.get_default_graph().get_operations()}
+            with tfv1.Session() as sess:
+                sess.run(tfv1.global_variables_initializer())
+                return sess.run([out] + grads + second, {x: data}), ops
+
+    guarded, guarded_ops = run(None)
+    plain, plain_ops = run(shape[0])
+    assert 'Pad' in guarded_ops and 'Pad' not in plain_ops   # the guard is there only when needed
+    for a, b in zip(guarded, plain):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert np.abs(plain[2]).sum() > 0 and np.abs(plain[-1]).sum() > 0

@@ -103,11 +103,14 @@ def test_shapes_logged_once_per_layer_in_the_main_tower(log_records):
 
 def last_op_type(layer_output):
     """The type of the op a layer's ``output`` names, past the slice that cuts a batch of unknown
-    size back after the empty-batch guard (see models/conv2d.py)."""
-    op = layer_output.op.inputs[0].op
-    if op.type == 'Slice':
-        op = op.inputs[0].op
-    return op.type
+    size back after the empty-batch guard (see models/conv2d.py) and the IdentityN that gives the
+    slice its gradient."""
+    tensor = layer_output.op.inputs[0]
+    if tensor.op.type == 'IdentityN':
+        tensor = tensor.op.inputs[tensor.value_index]
+    if tensor.op.type == 'Slice':
+        tensor = tensor.op.inputs[0]
+    return tensor.op.type
 
 
 def test_argscope_defaults_apply_nest_and_restore():
