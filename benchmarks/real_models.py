@@ -31,8 +31,8 @@ Each path's epochs are timed from the first step to the end of the last (each li
 callback, :class:`timing.EpochTiming`); the first epoch is warm-up, a run's rate is the steps over
 its median timed epoch. The paths run one after the other in rounds, in alternating order.
 Printed per model and path: the median rate over the rounds, its ratio to (a) (of the medians),
-the median of the per-round ratios (paired) and their range. The machines here are noisy: read
-the paired ratios.
+the median of the per-round ratios (paired) and their range, and the same three against (e) when
+tensorpack ran. The machines here are noisy: read the paired ratios.
 
 tensorpack 0.11 needs Keras 2 for ``tf.layers`` on TensorFlow 2.16+: in a venv of its own,
 ``pip install tensorflow-cpu tensorpack==0.11 && pip install --no-deps tf_keras && pip install -e .``,
@@ -291,18 +291,26 @@ def main():
                     print("[real_models] {} round {} {}: {:.3f} steps/s".format(
                         name, round_index, PATHS[letter], rate), flush=True)
             for letter in wanted:
-                paired = [v / r for v, r in zip(rates[letter], rates['a'])]
-                results.append((name, PATHS[letter], statistics.median(rates[letter]),
-                                statistics.median(rates[letter]) / statistics.median(rates['a']),
-                                statistics.median(paired), min(paired), max(paired)))
+                results.append((name, PATHS[letter]) + _compared(rates[letter], rates['a']) +
+                               (_compared(rates[letter], rates['e']) if 'e' in rates else ()))
     print("\nsteps/s: median over {} rounds (alternating order) of {} timed epochs' median; ratio to (a) "
-          "of the medians; paired: median (range) of the per-round ratios to (a)".format(
-              args.rounds, args.epochs - 1))
-    print("{:<15} {:<34} {:>8} {:>6} {:>6} {:>13}".format('model', 'path', 'steps/s', 'ratio', 'paired',
-                                                          'paired range'))
-    for name, path, rate, ratio, paired, low, high in results:
-        print("{:<15} {:<34} {:>8.3f} {:>6.3f} {:>6.3f} {:>6.3f}-{:<6.3f}".format(
-            name, path, rate, ratio, paired, low, high))
+          "of the medians; paired: median (range) of the per-round ratios to (a); the same against (e), "
+          "tensorpack 0.11, when it ran".format(args.rounds, args.epochs - 1))
+    print("{:<15} {:<34} {:>8} {:>6} {:>6} {:>13} {:>6} {:>6} {:>13}".format(
+        'model', 'path', 'steps/s', 'ratio', 'paired', 'paired range', '/ (e)', 'paired', 'paired range'))
+    for name, path, *compared in results:
+        print("{:<15} {:<34} {:>8.3f}".format(name, path, compared[0]) + ''.join(
+            " {:>6.3f} {:>6.3f} {:>6.3f}-{:<6.3f}".format(*compared[i + 1:i + 5])
+            for i in range(0, len(compared), 5)))
+
+
+def _compared(rates, reference):
+    """``(median rate, ratio of the medians, median, lowest and highest per-round ratio)`` of
+    ``rates`` to the ``reference`` path's rates of the same rounds."""
+    paired = [rate / other for rate, other in zip(rates, reference)]
+    median = statistics.median(rates)
+    return (median, median / statistics.median(reference), statistics.median(paired), min(paired),
+            max(paired))
 
 
 if __name__ == '__main__':
