@@ -30,6 +30,10 @@ default input is QueueInput) or ``SimpleTrainer`` (FeedInput), by ``--trainer``.
 Each path's epochs are timed from the first step to the end of the last (each library's
 callback, :class:`timing.EpochTiming`); the first epoch is warm-up, a run's rate is the steps over
 its median timed epoch. The paths run one after the other in rounds, in alternating order.
+Keep epochs at four steps or more (``--steps-scale`` 0.1 gives the CIFAR ResNet three):
+(c)'s executors for the run that fetches the summaries are built at the first epoch's end, or,
+when the StepTimeMonitor's first trace (the run's third run, through ``sess.run``) is that run,
+at the second's, which is then timed (0.4 s on the CIFAR ResNet-20).
 Printed per model and path: the median rate over the rounds, its ratio to (a) (of the medians),
 the median of the per-round ratios (paired) and their range, and the same three against (e) when
 tensorpack ran. The machines here are noisy: read the paired ratios.
