@@ -25,7 +25,7 @@ from tensorpack_lite.compat import enable_graph_mode  # noqa: E402
 from tensorpack_lite.train import ModelDesc  # noqa: E402
 from layer_graphs import library_layers, tensorpack  # noqa: E402
 from real_model_zoo import MODELS  # noqa: E402
-from real_models import STEPS, bare_batch, model_class  # noqa: E402
+from real_models import STEPS, bare_batch, model_class, train_fetches  # noqa: E402
 
 
 class TrainingStep:
@@ -40,11 +40,7 @@ class TrainingStep:
         with graph.as_default():
             image = tf.placeholder(tf.float32, (None,) + image_value.shape[1:], name='image')
             label = tf.placeholder(tf.int32, [None], name='label')
-            model = model_class(base, layers, name)()
-            with tower():
-                cost = model.build_graph(image, label)
-            train_op = model.get_optimizer().minimize(cost, global_step=tf.train.get_or_create_global_step())
-            self._fetches = [train_op, tf.get_collection(tf.GraphKeys.UPDATE_OPS)]
+            self._fetches = train_fetches(model_class(base, layers, name)(), tower(), image, label)
             self.session = tf.Session()
             self.session.run(tf.global_variables_initializer())
             graph.finalize()

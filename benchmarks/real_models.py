@@ -116,13 +116,18 @@ def bare_batch(name):
     return [rng.rand(batch, side, side, 3).astype('float32'), rng.randint(0, 10, batch).astype('int32')]
 
 
-def bare_train_fetches(name, image, label):
-    """``[train_op, update_ops]`` of (c)'s tower on ``image`` and ``label``."""
-    model = model_class(ModelDesc, LITE_LAYERS, name)()
-    with TrainTowerContext(''):
+def train_fetches(model, tower, image, label):
+    """``[train_op, update_ops]`` of ``model`` (either library's ``ModelDesc``) built under the
+    tower context ``tower`` on ``image`` and ``label``."""
+    with tower:
         cost = model.build_graph(image, label)
     train_op = model.get_optimizer().minimize(cost, global_step=tf.train.get_or_create_global_step())
     return [train_op, tf.get_collection(tf.GraphKeys.UPDATE_OPS)]
+
+
+def bare_train_fetches(name, image, label):
+    """``[train_op, update_ops]`` of (c)'s tower on ``image`` and ``label``."""
+    return train_fetches(model_class(ModelDesc, LITE_LAYERS, name)(), TrainTowerContext(''), image, label)
 
 
 def timed_epochs(sess, fetches, steps, epochs):
@@ -295,17 +300,16 @@ def main():
                     print("[real_models] {} round {} {}: {:.3f} steps/s".format(
                         name, round_index, PATHS[letter], rate), flush=True)
             for letter in wanted:
-                results.append((name, PATHS[letter]) + _compared(rates[letter], rates['a']) +
-                               (_compared(rates[letter], rates['e']) if 'e' in rates else ()))
+                results.append((name, PATHS[letter], _compared(rates[letter], rates['a']),
+                                _compared(rates[letter], rates['e']) if 'e' in rates else None))
     print("\nsteps/s: median over {} rounds (alternating order) of {} timed epochs' median; ratio to (a) "
           "of the medians; paired: median (range) of the per-round ratios to (a); the same against (e), "
           "tensorpack 0.11, when it ran".format(args.rounds, args.epochs - 1))
     print("{:<15} {:<34} {:>8} {:>6} {:>6} {:>13} {:>6} {:>6} {:>13}".format(
         'model', 'path', 'steps/s', 'ratio', 'paired', 'paired range', '/ (e)', 'paired', 'paired range'))
-    for name, path, *compared in results:
-        print("{:<15} {:<34} {:>8.3f}".format(name, path, compared[0]) + ''.join(
-            " {:>6.3f} {:>6.3f} {:>6.3f}-{:<6.3f}".format(*compared[i + 1:i + 5])
-            for i in range(0, len(compared), 5)))
+    for name, path, to_a, to_e in results:
+        print("{:<15} {:<34} {:>8.3f}".format(name, path, to_a[0]) + _ratio_columns(to_a) +
+              (_ratio_columns(to_e) if to_e else ''))
 
 
 def _compared(rates, reference):
@@ -315,6 +319,11 @@ def _compared(rates, reference):
     median = statistics.median(rates)
     return (median, median / statistics.median(reference), statistics.median(paired), min(paired),
             max(paired))
+
+
+def _ratio_columns(compared):
+    """The four ratios of a :func:`_compared` tuple, as the summary prints them."""
+    return " {:>6.3f} {:>6.3f} {:>6.3f}-{:<6.3f}".format(*compared[1:])
 
 
 if __name__ == '__main__':
