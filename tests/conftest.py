@@ -158,6 +158,17 @@ def pytest_configure(config):
     enable_graph_mode()
     _trust_a_public_address()
     _start_fsspec_io()
+    _end_the_run_when_a_worker_dies(config)
+
+
+def _end_the_run_when_a_worker_dies(config):
+    """Under pytest-xdist, a worker that dies (pytest-timeout's 10 minutes end it with
+    ``os._exit``, as a crash does) ends the run, named in its summary: with ``--dist loadfile``,
+    pytest-xdist 3.8's replacement worker can wait for work that never comes, and the run then
+    hangs until CI kills it, summary and culprit lost. ``--max-worker-restart N`` still wins.
+    (Runs before pytest-xdist's own ``pytest_configure``, which is ``trylast`` and reads it.)"""
+    if getattr(config.option, 'maxworkerrestart', 'no xdist') is None:
+        config.option.maxworkerrestart = '0'
 
 
 def _start_fsspec_io():

@@ -113,12 +113,19 @@ def _unused_name(base):
 
 
 def _attach_file_handler(path):
+    """Log to ``path`` too, an existing file backed up first. The processes of a job that share
+    the directory (the ranks of a HorovodTrainer, docs/horovod.md) may all do this at once: one
+    of them backs the old file up, one whose backup finds it gone goes on, and each appends."""
     global _FILE_HANDLER
     if os.path.isfile(path):
         backup = _unused_name(path + '.' + _timestamp())
-        shutil.move(path, backup)
-        info("Existing log file '{}' backed up to '{}'".format(path, backup))
-    handler = logging.FileHandler(filename=path, encoding='utf-8', mode='w')
+        try:
+            os.rename(path, backup)
+        except FileNotFoundError:     # another process of the job backed it up first
+            pass
+        else:
+            info("Existing log file '{}' backed up to '{}'".format(path, backup))
+    handler = logging.FileHandler(filename=path, encoding='utf-8', mode='a')
     handler.setFormatter(_PlainFormatter())
     _FILE_HANDLER = handler
     _logger.addHandler(handler)

@@ -27,7 +27,10 @@ __all__ = ['SCRIPT', 'RUN_TIMEOUT', 'train_tiny', 'script_command', 'Run', 'load
            'reference_weights', 'assert_replicas_match', 'assert_workers_end_with', 'stats_epochs']
 
 SCRIPT = os.path.join(TESTS_DIR, 'distributed_scripts', 'train_tiny_multiworker.py')
-RUN_TIMEOUT = 600   # a hang: a run takes well under a minute on an idle machine, a few under load
+# A hang: a run takes well under a minute, under load too (the slowest test, several runs, 35 s).
+# Three of it fit in the test's own 10 minutes (tox.ini), so a hung run fails its test with
+# the processes' output instead of being ended by pytest-timeout with its worker.
+RUN_TIMEOUT = 180
 
 train_tiny = import_file(SCRIPT, 'train_tiny_multiworker')
 

@@ -266,7 +266,7 @@ def test_the_main_example_trains_in_fp16(tmp_path):
     out = subprocess.run(
         [sys.executable, 'examples/basics/mnist-convnet.py', '--mixed-precision', 'fp16', '--max-epoch', '2',
          '--steps-per-epoch', '8', '--logdir', str(tmp_path / 'log')],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        cwd=REPO, capture_output=True, text=True, timeout=300,
         env=subprocess_env())
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     accuracy = float(out.stdout.rsplit('Final validation accuracy:', 1)[1].split()[0])

@@ -1,5 +1,6 @@
 """CI runs what the README tells a new user to run: the quick start's commands, verbatim."""
 
+import configparser
 import os
 import re
 import subprocess
@@ -96,7 +97,7 @@ def test_on_ci_a_skip_fails_unless_it_is_a_fact_of_the_machine(tmp_path):
     command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'conftest', '-rs',
                str(tmp_path / 'test_skipping.py')]
     env = subprocess_env(TENSORPACK_LITE_CI='1')
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env)
     assert run.returncode == 1 and '1 failed, 1 skipped' in run.stdout, run.stdout + run.stderr
     assert ("skipped on CI (TENSORPACK_LITE_CI=1), where it must run: Skipped: 'ip' not found: install "
             "iproute2") in run.stdout
@@ -117,7 +118,7 @@ def run_pytest_with_conftest(tmp_path, ci):
         (tmp_path / name).write_text(text)
     command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', '-p', 'conftest', '-rfs', '.']
     env = subprocess_env(TENSORPACK_LITE_CI='1' if ci else None)
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=str(tmp_path), env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=str(tmp_path), env=env)
 
 
 def test_on_ci_a_module_that_skips_at_collection_fails_unless_it_is_a_fact_of_the_machine(tmp_path):
@@ -175,3 +176,31 @@ def test_ci_runs_the_docs_command_and_the_tests_using_the_extras_with_the_extras
                            'bash .ci/without_extras.sh bash -c "$EXTRAS_SLICE")')
     assert docs < main < pytest_part < files < run_slice
     assert readme_command('test').split('&& ')[-1] == FULL_RUN
+
+
+def test_a_worker_that_dies_ends_the_parallel_run_with_its_test_named(tmp_path):
+    """pytest-timeout ends a hung test with its worker (os._exit), as a crash does; with
+    ``--dist loadfile`` the worker pytest-xdist 3.8 starts instead can wait for work for ever.
+    conftest makes the first dead worker end the run, the test it ran named."""
+    (tmp_path / 'test_0_dies.py').write_text("import os\n\n\ndef test_dies():\n    os._exit(1)\n")
+    for k in range(1, 7):        # work left for a worker that would replace it
+        (tmp_path / 'test_{}.py'.format(k)).write_text("def test_passes():\n    pass\n")
+    command = [sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', '-p', 'no:randomly',   # no -q:
+               '-p', 'conftest', '-n', '2', '--dist', 'loadfile', '.']       # pytest-xdist's lines shown
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                         env=subprocess_env())      # TimeoutExpired: the run hung (it takes 10 s)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert "crashed while running 'test_0_dies.py::test_dies'" in run.stdout, out
+    assert re.search(r'worker gw\d crashed and worker restarting disabled', run.stdout), out
+    assert 'replacing crashed worker' not in out
+
+
+def test_a_hung_tests_stacks_are_printed_before_pytest_timeout_ends_its_worker():
+    """Under pytest-xdist, pytest-timeout prints to the worker's stdout, which goes nowhere;
+    faulthandler prints every thread's stack to stderr before that timeout."""
+    config = configparser.ConfigParser()
+    config.read(os.path.join(REPO, 'tox.ini'))
+    timeout, dump = config.getint('pytest', 'timeout'), config.getint('pytest', 'faulthandler_timeout')
+    assert config.get('pytest', 'timeout_method') == 'thread'
+    assert 0 < timeout - dump <= 30, (timeout, dump)

@@ -116,6 +116,35 @@ def test_action_keep(tmp_path):
     assert 'kept-dir-message' in _file_text(os.path.join(d, logger.LOG_FILE_NAME))
 
 
+def test_a_process_of_the_same_job_that_backs_the_log_up_first_is_not_an_error(tmp_path, monkeypatch):
+    """Two ranks of a job set the same directory at once (docs/horovod.md): between this process's
+    look at the old log.log and its rename, the other process renames it to a backup of its own
+    and starts the new log.log. This process goes on without a backup of its own and appends to
+    the new file: nothing the other wrote is truncated, the old log is in the other's backup."""
+    d = _make_old_dir(tmp_path)
+    path = os.path.join(d, logger.LOG_FILE_NAME)
+    with open(path, 'w') as f:
+        f.write('previous log\n')
+    real_rename = os.rename
+
+    def the_other_process_first(src, dst):
+        real_rename(src, src + '.other')
+        try:
+            real_rename(src, dst)           # what this process's rename finds now
+        finally:
+            with open(src, 'w') as f:
+                f.write('the other process started\n')
+    monkeypatch.setattr(os, 'rename', the_other_process_first)
+    logger.set_logger_dir(d, action='k')
+    monkeypatch.undo()
+    logger.info('this process started')
+    text = _file_text(path)
+    assert text.startswith('the other process started\n') and 'this process started' in text
+    assert "backed up" not in text
+    assert open(path + '.other').read() == 'previous log\n'
+    assert sorted(os.listdir(d)) == [logger.LOG_FILE_NAME, logger.LOG_FILE_NAME + '.other', 'old.txt']
+
+
 def test_action_delete(tmp_path):
     d = _make_old_dir(tmp_path)
     logger.set_logger_dir(d, action='d')
