@@ -134,9 +134,9 @@ def test_a_process_of_the_same_job_that_backs_the_log_up_first_is_not_an_error(t
         finally:
             with open(src, 'w') as f:
                 f.write('the other process started\n')
-    monkeypatch.setattr(os, 'rename', the_other_process_first)
-    logger.set_logger_dir(d, action='k')
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:        # (undo() would also undo the autouse fixture's)
+        patch.setattr(os, 'rename', the_other_process_first)
+        logger.set_logger_dir(d, action='k')
     logger.info('this process started')
     text = _file_text(path)
     assert text.startswith('the other process started\n') and 'this process started' in text
