@@ -36,7 +36,11 @@ when the StepTimeMonitor's first trace (the run's third run, through ``sess.run`
 at the second's, which is then timed (0.4 s on the CIFAR ResNet-20).
 Printed per model and path: the median rate over the rounds, its ratio to (a) (of the medians),
 the median of the per-round ratios (paired) and their range, and the same three against (e) when
-tensorpack ran. The machines here are noisy: read the paired ratios.
+tensorpack ran. Then, for (c), the geometric mean of its per-round ratios to (a) and to (e) with
+a 95 % bootstrap interval over the rounds, and where that interval lies against 0.95 and 1. The
+machines here are noisy, and so is a session's speed: two sessions of one graph, alive at once and
+timed in alternating blocks, differ by up to 5 % (where their buffers land), so only more rounds
+narrow the intervals.
 
 tensorpack 0.11 needs Keras 2 for ``tf.layers`` on TensorFlow 2.16+: in a venv of its own,
 ``pip install tensorflow-cpu tensorpack==0.11 && pip install --no-deps tf_keras && pip install -e .``,
@@ -268,7 +272,7 @@ def main():
         wanted = [p for p in wanted if p != 'e']
     print("TensorFlow {}, tensorpack: {}, trainer: {}".format(
         tf.__version__, tensorpack.__version__ if tensorpack else 'not importable', args.trainer))
-    results = []
+    results, verdicts = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(','):
             steps = max(2, int(round(STEPS[name] * args.steps_scale)))
@@ -302,6 +306,9 @@ def main():
             for letter in wanted:
                 results.append((name, PATHS[letter], _compared(rates[letter], rates['a']),
                                 _compared(rates[letter], rates['e']) if 'e' in rates else None))
+            if 'c' in rates:
+                verdicts.append((name, _interval(rates['c'], rates['a']),
+                                 _interval(rates['c'], rates['e']) if 'e' in rates else None))
     print("\nsteps/s: median over {} rounds (alternating order) of {} timed epochs' median; ratio to (a) "
           "of the medians; paired: median (range) of the per-round ratios to (a); the same against (e), "
           "tensorpack 0.11, when it ran".format(args.rounds, args.epochs - 1))
@@ -310,6 +317,8 @@ def main():
     for name, path, to_a, to_e in results:
         print("{:<15} {:<34} {:>8.3f}".format(name, path, to_a[0]) + _ratio_columns(to_a) +
               (_ratio_columns(to_e) if to_e else ''))
+    if verdicts:
+        _print_verdicts(verdicts, args.rounds)
 
 
 def _compared(rates, reference):
@@ -319,6 +328,41 @@ def _compared(rates, reference):
     median = statistics.median(rates)
     return (median, median / statistics.median(reference), statistics.median(paired), min(paired),
             max(paired))
+
+
+def _interval(rates, reference, draws=10000, confidence=0.95):
+    """``(geometric mean, low, high)`` of the per-round ratios of ``rates`` to the ``reference``
+    path's: their geometric mean and its bootstrap interval (the rounds resampled ``draws`` times,
+    a fixed seed), which holds the ratio a longer run would find with probability ``confidence``."""
+    logs = np.log(np.asarray(rates) / np.asarray(reference))
+    picks = np.random.RandomState(0).randint(0, len(logs), size=(draws, len(logs)))
+    means = logs[picks].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    bounds = np.percentile(means, [tail, 100 - tail])
+    return tuple(float(np.exp(v)) for v in (logs.mean(), bounds[0], bounds[1]))
+
+
+def _verdict(interval, bound):
+    """Where ``interval`` lies against ``bound``: 'above', 'below' or 'level' (it holds it)."""
+    _, low, high = interval
+    return 'above' if low >= bound else 'below' if high < bound else 'level'
+
+
+def _print_verdicts(verdicts, rounds):
+    """(c) against the bare loop (within 5 %?) and against tensorpack 0.11 (at or above?), each
+    a geometric mean of the per-round ratios with its 95 % bootstrap interval."""
+    print("\n(c) per round, geometric mean [95 % bootstrap interval over the {} rounds]; 'below' only when "
+          "the whole interval is below the bound".format(rounds))
+    print("{:<15} {:>24} {:>10} {:>24} {:>10}".format('model', '(c) / (a)', 'vs 0.95', '(c) / (e)', 'vs 1'))
+    for name, to_a, to_e in verdicts:
+        row = "{:<15} {:>24} {:>10}".format(name, _interval_text(to_a), _verdict(to_a, 0.95))
+        if to_e:
+            row += " {:>24} {:>10}".format(_interval_text(to_e), _verdict(to_e, 1.0))
+        print(row)
+
+
+def _interval_text(interval):
+    return "{:.3f} [{:.3f}, {:.3f}]".format(*interval)
 
 
 def _ratio_columns(compared):
