@@ -9,7 +9,12 @@ the input) is left out: a difference here is the graph's. Printed per model: the
 counts, the median steps/s of each, and the per-round ratios (this library's over tensorpack's):
 median, range, and in how many rounds this library's was the faster.
 
+``--against itself`` compares this library's graph with a second session of the same graph: how
+far apart two sessions of one graph run on this machine, the floor under any comparison of
+sessions (and so of ``real_models.py``'s paths, each a session of its own).
+
     /root/tpvenv/bin/python benchmarks/model_graphs.py --models resnet50-nhwc --rounds 8
+    python benchmarks/model_graphs.py --models resnet50-nhwc --rounds 16 --against itself
 """
 
 import os
@@ -58,24 +63,25 @@ def steps_per_second(step, steps):
     return steps / (time.perf_counter() - start)
 
 
-def compare(name, rounds, warmup=3):
-    """``(op counts, median rates, per-round ratios)``, each ``{library: ...}`` but the ratios."""
-    libraries = ('tensorpack_lite', 'tensorpack')
-    steps = {library: TrainingStep(library, name) for library in libraries}
+def compare(name, rounds, against='tensorpack', warmup=3):
+    """``(op counts, median rates, per-round ratios)`` of this library's step of model ``name``
+    and of ``against``'s ('tensorpack', or 'itself': a second session of the same graph), the
+    counts and rates as pairs in that order."""
+    steps = (TrainingStep('tensorpack_lite', name),
+             TrainingStep('tensorpack_lite' if against == 'itself' else against, name))
     try:
-        for library in libraries:
+        for step in steps:
             for _ in range(warmup):   # the executors are built
-                steps[library]()
-        rates = {library: [] for library in libraries}
+                step()
+        rates = ([], [])
         for round_index in range(rounds):
-            for library in (libraries if round_index % 2 == 0 else reversed(libraries)):
-                rates[library].append(steps_per_second(steps[library], STEPS[name]))
+            for index in ((0, 1) if round_index % 2 == 0 else (1, 0)):
+                rates[index].append(steps_per_second(steps[index], STEPS[name]))
     finally:
-        for step in steps.values():
+        for step in steps:
             step.session.close()
-    ratios = [lite / other for lite, other in zip(rates['tensorpack_lite'], rates['tensorpack'])]
-    return ({library: steps[library].op_count for library in libraries},
-            {library: statistics.median(rates[library]) for library in libraries}, ratios)
+    ratios = [first / second for first, second in zip(*rates)]
+    return (tuple(step.op_count for step in steps), tuple(statistics.median(r) for r in rates), ratios)
 
 
 def main():
@@ -83,19 +89,22 @@ def main():
     parser.add_argument('--models', default=','.join(MODELS),
                         help='comma-separated, of: ' + ', '.join(MODELS))
     parser.add_argument('--rounds', type=int, default=8)
+    parser.add_argument('--against', choices=['tensorpack', 'itself'], default='tensorpack',
+                        help="the second graph: tensorpack's, or this library's in a second session")
     args = parser.parse_args()
-    if tensorpack is None:
+    if tensorpack is None and args.against == 'tensorpack':
         parser.error("needs tensorpack 0.11 importable (see real_models.py for the venv)")
     enable_graph_mode()
-    print("TensorFlow {}, tensorpack {}".format(tf.__version__, tensorpack.__version__))
+    print("TensorFlow {}, the second graph: {}".format(
+        tf.__version__, 'tensorpack ' + tensorpack.__version__ if args.against == 'tensorpack'
+        else "this library's, a second session"))
     print("{:<15} {:>13} {:>17} {:>7} {:>13} {:>7}".format(
-        'model', 'ops lite/tp', 'steps/s lite/tp', 'paired', 'range', 'faster'))
+        'model', 'ops 1st/2nd', 'steps/s 1st/2nd', 'paired', 'range', 'faster'))
     for name in args.models.split(','):
-        ops, rates, ratios = compare(name, args.rounds)
+        ops, rates, ratios = compare(name, args.rounds, args.against)
         print("{:<15} {:>6}/{:<6} {:>8.3f}/{:<8.3f} {:>7.3f} {:>6.3f}-{:<6.3f} {:>3}/{:<3}".format(
-            name, ops['tensorpack_lite'], ops['tensorpack'], rates['tensorpack_lite'], rates['tensorpack'],
-            statistics.median(ratios), min(ratios), max(ratios), sum(r > 1 for r in ratios), len(ratios)),
-            flush=True)
+            name, ops[0], ops[1], rates[0], rates[1], statistics.median(ratios), min(ratios), max(ratios),
+            sum(r > 1 for r in ratios), len(ratios)), flush=True)
 
 
 if __name__ == '__main__':
