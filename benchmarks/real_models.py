@@ -19,6 +19,9 @@ The paths, per model:
                   two at once on TensorFlow's inter-op pool)
   (g) no check:   (c) with ``trainer.CHECK_COST = False``: no NaN check of the cost at all (the check
                   of (c) tests the cost's terms but its weight decay, which no step computes)
+  (h) bare, ungated: (a) with the gradients computed as both libraries' trainers compute them,
+                  ``gate_gradients=GATE_NONE`` (``minimize()``'s default, (a)'s, is ``GATE_OP``);
+                  on a CPU the two gatings make oneDNN pick different backward kernels
   (i) no monitor: (c) without the StepTimeMonitor (``DEFAULT_CALLBACKS(step_monitor=False)``)
   (j) pool:       (c) with every run on TensorFlow's inter-op thread pool
                   (``TENSORPACK_LITE_CALLER_THREAD_RUNS=0``)
@@ -120,18 +123,21 @@ def bare_batch(name):
     return [rng.rand(batch, side, side, 3).astype('float32'), rng.randint(0, 10, batch).astype('int32')]
 
 
-def train_fetches(model, tower, image, label):
+def train_fetches(model, tower, image, label, gate_gradients=tf.train.Optimizer.GATE_OP):
     """``[train_op, update_ops]`` of ``model`` (either library's ``ModelDesc``) built under the
-    tower context ``tower`` on ``image`` and ``label``."""
+    tower context ``tower`` on ``image`` and ``label``, the gradients gated by ``gate_gradients``
+    (``minimize()``'s default, or the trainers' ``GATE_NONE``)."""
     with tower:
         cost = model.build_graph(image, label)
-    train_op = model.get_optimizer().minimize(cost, global_step=tf.train.get_or_create_global_step())
+    train_op = model.get_optimizer().minimize(cost, global_step=tf.train.get_or_create_global_step(),
+                                              gate_gradients=gate_gradients)
     return [train_op, tf.get_collection(tf.GraphKeys.UPDATE_OPS)]
 
 
-def bare_train_fetches(name, image, label):
+def bare_train_fetches(name, image, label, gate_gradients=tf.train.Optimizer.GATE_OP):
     """``[train_op, update_ops]`` of (c)'s tower on ``image`` and ``label``."""
-    return train_fetches(model_class(ModelDesc, LITE_LAYERS, name)(), TrainTowerContext(''), image, label)
+    return train_fetches(model_class(ModelDesc, LITE_LAYERS, name)(), TrainTowerContext(''), image, label,
+                         gate_gradients)
 
 
 def timed_epochs(sess, fetches, steps, epochs):
@@ -147,10 +153,11 @@ def timed_epochs(sess, fetches, steps, epochs):
     return times
 
 
-def bare_loop(name, steps, epochs):
-    """(a): the graph of (c)'s tower on a constant batch, in a plain session."""
+def bare_loop(name, steps, epochs, gate_gradients=tf.train.Optimizer.GATE_OP):
+    """(a): the graph of (c)'s tower on a constant batch, in a plain session ((h) with the
+    trainers' ``gate_gradients``)."""
     with tf.Graph().as_default():
-        fetches = bare_train_fetches(name, *[tf.constant(a) for a in bare_batch(name)])
+        fetches = bare_train_fetches(name, *[tf.constant(a) for a in bare_batch(name)], gate_gradients)
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             sess.graph.finalize()
@@ -250,6 +257,7 @@ def tensorpack_path(name, steps, epochs, logdir, trainer):
 PATHS = {'a': '(a) bare sess.run', 'b': '(b) (a) through a FIFOQueue', 'c': '(c) default path',
          'd': '(d) (c), the batch in the graph', 'e': '(e) tensorpack 0.11',
          'f': '(f) (c), one intra-op thread', 'g': '(g) (c) without the cost check',
+         'h': '(h) (a) with GATE_NONE',
          'i': '(i) (c) without StepTimeMonitor', 'j': "(j) (c) on TF's thread pool",
          'k': "(k) (c) in the caller's thread"}
 
@@ -279,6 +287,7 @@ def main():
             logdir = os.path.join(tmp, name)
             run = {
                 'a': lambda: bare_loop(name, steps, args.epochs),
+                'h': lambda: bare_loop(name, steps, args.epochs, tf.train.Optimizer.GATE_NONE),
                 'b': lambda: bare_queue_loop(name, steps, args.epochs),
                 'c': lambda: library_path(name, steps, args.epochs, logdir + '-c', args.trainer),
                 'd': lambda: library_path(name, steps, args.epochs, logdir + '-d', args.trainer,
