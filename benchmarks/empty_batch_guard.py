@@ -14,7 +14,6 @@ step of each and the difference per layer, in microseconds. 53 layers are a ResN
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from tensorpack_lite import tfv1 as tf
 from tensorpack_lite.compat import enable_graph_mode
 from tensorpack_lite.models import Conv2D
 from tensorpack_lite.tfutils.tower import TrainTowerContext
+from timing import steps_per_second
 
 SHAPE = (2, 4, 4, 8)
 
@@ -55,12 +55,11 @@ def main():
     for round_index in range(args.rounds):
         for known in ((True, False) if round_index % 2 == 0 else (False, True)):
             session, train_op, image = steps[known]
-            for _ in range(args.steps // 10):   # warm-up (the executors, the caches)
+
+            def step():
                 session.run(train_op, {image: batch})
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                session.run(train_op, {image: batch})
-            seconds[known].append((time.perf_counter() - start) / args.steps)
+            steps_per_second(step, args.steps // 10)   # warm-up (the executors, the caches)
+            seconds[known].append(1 / steps_per_second(step, args.steps))
     plain, guarded = statistics.median(seconds[True]), statistics.median(seconds[False])
     print("{} layers, median step over {} rounds of {} steps: known batch size (no guard) {:.1f} us, "
           "unknown (guarded) {:.1f} us; the guard: {:.2f} us per layer and step".format(

@@ -23,7 +23,6 @@ os.environ.setdefault('TF_USE_LEGACY_KERAS', '1')   # tensorpack 0.11's tf.layer
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
 
 from tensorpack_lite import tfv1 as tf  # noqa: E402
 from tensorpack_lite.compat import enable_graph_mode  # noqa: E402
@@ -31,6 +30,7 @@ from tensorpack_lite.train import ModelDesc  # noqa: E402
 from layer_graphs import library_layers, tensorpack  # noqa: E402
 from real_model_zoo import MODELS  # noqa: E402
 from real_models import STEPS, bare_batch, model_class, train_fetches  # noqa: E402
+from timing import steps_per_second  # noqa: E402
 
 
 class TrainingStep:
@@ -54,13 +54,6 @@ class TrainingStep:
 
     def __call__(self):
         self.session.run(self._fetches, self._feed)
-
-
-def steps_per_second(step, steps):
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return steps / (time.perf_counter() - start)
 
 
 def compare(name, rounds, against='tensorpack', warmup=3):

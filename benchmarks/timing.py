@@ -1,4 +1,5 @@
-"""What the benchmarks share: a callback that times epochs, and a dense MLP to train."""
+"""What the benchmarks share: a callback that times epochs, a timed loop of steps, and a dense MLP to
+train."""
 
 import time
 
@@ -6,7 +7,7 @@ from tensorpack_lite.callbacks import Callback
 from tensorpack_lite.compat import tf, tfv1
 from tensorpack_lite.train import ModelDesc
 
-__all__ = ['EpochTiming', 'EpochTimer', 'DenseMLP']
+__all__ = ['EpochTiming', 'EpochTimer', 'steps_per_second', 'DenseMLP']
 
 
 class EpochTiming:
@@ -27,6 +28,14 @@ class EpochTiming:
 
 class EpochTimer(EpochTiming, Callback):
     """:class:`EpochTiming` as a callback of this library."""
+
+
+def steps_per_second(step, steps):
+    """Call ``step()`` ``steps`` times; the calls per second."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps / (time.perf_counter() - start)
 
 
 class DenseMLP(ModelDesc):
