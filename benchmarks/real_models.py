@@ -42,7 +42,7 @@ the median of the per-round ratios (paired) and their range, and the same three 
 tensorpack ran. Then, for (c), the geometric mean of its per-round ratios to (a) and to (e) with
 a 95 % bootstrap interval over the rounds, and where that interval lies against 0.95 and 1. The
 machines here are noisy, and so is a session's speed: two sessions of one graph, alive at once and
-timed in alternating blocks, differ by up to 5 % (where their buffers land), so only more rounds
+timed in alternating blocks, differed by up to 5 % (why is not known), so only more rounds
 narrow the intervals.
 
 tensorpack 0.11 needs Keras 2 for ``tf.layers`` on TensorFlow 2.16+: in a venv of its own,
