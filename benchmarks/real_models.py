@@ -19,9 +19,10 @@ The paths, per model:
                   two at once on TensorFlow's inter-op pool)
   (g) no check:   (c) with ``trainer.CHECK_COST = False``: no NaN check of the cost at all (the check
                   of (c) tests the cost's terms but its weight decay, which no step computes)
-  (h) bare, ungated: (a) with the gradients computed as both libraries' trainers compute them,
-                  ``gate_gradients=GATE_NONE`` (``minimize()``'s default, (a)'s, is ``GATE_OP``);
-                  on a CPU the two gatings make oneDNN pick different backward kernels
+  (h) bare, ungated: (a) with the gradients computed as tensorpack's trainers compute them,
+                  ``gate_gradients=GATE_NONE`` (``minimize()``'s default, (a)'s, is ``GATE_OP``;
+                  this library's trainers add to it the ordered BiasAdd and MatMul gradients of
+                  ``tfutils/gradient_order.py``, which give them what ``GATE_OP`` gives (a))
   (i) no monitor: (c) without the StepTimeMonitor (``DEFAULT_CALLBACKS(step_monitor=False)``)
   (j) pool:       (c) with every run on TensorFlow's inter-op thread pool
                   (``TENSORPACK_LITE_CALLER_THREAD_RUNS=0``)
