@@ -121,6 +121,7 @@ MORE_MODULES = [
     'tensorpack_lite.profiling.step_timeline',
     'tensorpack_lite.profiling.graph_walk',
     'tensorpack_lite.tfutils.cost_terms',
+    'tensorpack_lite.tfutils.gradient_order',
     'tensorpack_lite.profiling.flops',
     'tensorpack_lite.callbacks.step_monitor',
     'tensorpack_lite.profiling.peak_flops',

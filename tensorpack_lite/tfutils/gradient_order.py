@@ -24,6 +24,10 @@ The trainers build their training towers under :func:`ordered_gradients`
         cost = build_model(image, label)     # its BiasAdd and MatMul ops get these gradients
     grads = tf.gradients(cost, tf.trainable_variables())
 
+Not to be confused with :mod:`tensorpack_lite.graph_builder.backprop_order`, which reads the order
+in which backprop produces the variables' gradients (to group their all-reduces); this module
+sets the order of two gradients within one layer.
+
 The ops made there name their gradient in the ``_gradient_op_type`` attribute, as
 ``Graph.gradient_override_map`` does: a process that imports such a graph (a checkpoint's
 ``.meta``) and differentiates it must import this module first, which registers the gradients.
