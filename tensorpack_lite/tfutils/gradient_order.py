@@ -53,6 +53,7 @@ def _after(tensor, prerequisite):
 
 
 def _computed_from_a_variable(tensor):
+    """Whether ``tensor`` depends on a variable (its gradient is then of use to a training step)."""
     return any(op.type in _VARIABLE_OPS for op in ops_run_by([tensor]))
 
 
@@ -63,18 +64,25 @@ def _ordered_bias_add_gradient(op, grad):
 
 
 def _matmul_gradients(op, grad):
-    """TensorFlow's gradients of ``op`` (a ``MatMul``) for its two inputs."""
+    """TensorFlow's gradients of ``op`` (a ``MatMul``) for its two inputs, the same ops as its own
+    gradient builds (``grad_a``/``grad_b`` mark which input's gradient a product is)."""
     a, b = (tf.math.conj(x) for x in op.inputs)
     transpose_a, transpose_b = op.get_attr('transpose_a'), op.get_attr('transpose_b')
-    matmul = tf.linalg.matmul
+
+    def for_a(x, y, **transposes):
+        return tf.raw_ops.MatMul(a=x, b=y, grad_a=True, **transposes)
+
+    def for_b(x, y, **transposes):
+        return tf.raw_ops.MatMul(a=x, b=y, grad_b=True, **transposes)
+
     if not transpose_a and not transpose_b:
-        return matmul(grad, b, transpose_b=True), matmul(a, grad, transpose_a=True)
+        return for_a(grad, b, transpose_b=True), for_b(a, grad, transpose_a=True)
     if not transpose_a:
-        return matmul(grad, b), matmul(grad, a, transpose_a=True)
+        return for_a(grad, b), for_b(grad, a, transpose_a=True)
     if not transpose_b:
-        return matmul(b, grad, transpose_b=True), matmul(a, grad)
-    return (matmul(b, grad, transpose_a=True, transpose_b=True),
-            matmul(grad, a, transpose_a=True, transpose_b=True))
+        return for_a(b, grad, transpose_b=True), for_b(a, grad)
+    return (for_a(b, grad, transpose_a=True, transpose_b=True),
+            for_b(grad, a, transpose_a=True, transpose_b=True))
 
 
 @tfv1.RegisterGradient(MATMUL_GRADIENT)

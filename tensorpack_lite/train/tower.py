@@ -171,7 +171,7 @@ class SingleCostTrainer(TowerTrainer):
     ORDER_GRADIENTS = True
     """Build the training towers under :func:`~tensorpack_lite.tfutils.gradient_order.ordered_gradients`:
     a ``BiasAdd`` hands on its output gradient after the bias gradient, a ``MatMul`` computes
-    its weight gradient after the gradient it hands on. Same values; on a CPU, 4-6 % faster
+    its weight gradient after the gradient it hands on. Same values; on a CPU, 4-5 % faster
     on AlexNet and VGG-16 (the rest of the backward pass stays as :attr:`GATE_GRADIENTS` says)."""
 
     AGGREGATION_METHOD = None
